@@ -1,0 +1,157 @@
+//! Diagnostics: every stage reports problems as [`Diagnostic`] values that carry a stable
+//! [`Code`], a message, labelled source spans and optional help.
+//!
+//! In: spans from the syntax stage and messages from every stage. Out: diagnostics rendered by
+//! [`render`] (graphical or plain text through miette) or as JSON ([`to_json`]).
+
+mod codes;
+mod render;
+
+pub use codes::{Code, CodeInfo, CODES};
+pub use render::{render, render_all, to_json, RenderStyle};
+
+use crate::syntax::token::Span;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// A span with a message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Label {
+    pub span: Span,
+    pub message: String,
+    pub primary: bool,
+}
+
+/// One problem found in a program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diagnostic {
+    pub code: Code,
+    pub severity: Severity,
+    pub message: String,
+    pub labels: Vec<Label>,
+    pub help: Option<String>,
+    pub notes: Vec<String>,
+}
+
+impl Diagnostic {
+    pub fn error(code: Code, message: impl Into<String>) -> Self {
+        Diagnostic {
+            code,
+            severity: Severity::Error,
+            message: message.into(),
+            labels: Vec::new(),
+            help: None,
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn warning(code: Code, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(code, message)
+        }
+    }
+
+    /// The main location, with a message.
+    pub fn primary(mut self, span: Span, message: impl Into<String>) -> Self {
+        self.labels.push(Label {
+            span,
+            message: message.into(),
+            primary: true,
+        });
+        self
+    }
+
+    /// A further location that explains the main one.
+    pub fn secondary(mut self, span: Span, message: impl Into<String>) -> Self {
+        self.labels.push(Label {
+            span,
+            message: message.into(),
+            primary: false,
+        });
+        self
+    }
+
+    pub fn help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.notes.push(note.into());
+        self
+    }
+
+    /// The primary span, if any.
+    pub fn span(&self) -> Option<Span> {
+        self.labels
+            .iter()
+            .find(|l| l.primary)
+            .or(self.labels.first())
+            .map(|l| l.span)
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+/// A growable list of diagnostics with a cap, so a pathological input cannot make us
+/// produce (and print) millions of them.
+#[derive(Clone, Debug, Default)]
+pub struct Diagnostics {
+    list: Vec<Diagnostic>,
+    dropped: usize,
+}
+
+/// At most this many diagnostics are kept per run; the rest are counted.
+pub const MAX_DIAGNOSTICS: usize = 200;
+
+impl Diagnostics {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn push(&mut self, d: Diagnostic) {
+        if self.list.len() < MAX_DIAGNOSTICS {
+            self.list.push(d);
+        } else {
+            self.dropped += 1;
+        }
+    }
+    pub fn extend(&mut self, ds: impl IntoIterator<Item = Diagnostic>) {
+        for d in ds {
+            self.push(d);
+        }
+    }
+    pub fn has_errors(&self) -> bool {
+        self.list.iter().any(Diagnostic::is_error)
+    }
+    pub fn error_count(&self) -> usize {
+        self.list.iter().filter(|d| d.is_error()).count() + self.dropped
+    }
+    pub fn dropped(&self) -> usize {
+        self.dropped
+    }
+    pub fn as_slice(&self) -> &[Diagnostic] {
+        &self.list
+    }
+    pub fn into_vec(self) -> Vec<Diagnostic> {
+        self.list
+    }
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+    /// Sorts by file and position, keeping the order of equal positions; stable output.
+    pub fn sort(&mut self) {
+        self.list
+            .sort_by_key(|d| d.span().map(|s| (s.file, s.lo, s.hi)).unwrap_or_default());
+    }
+}

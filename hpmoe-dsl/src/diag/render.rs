@@ -1,0 +1,210 @@
+//! Rendering diagnostics: graphical (miette), plain (miette, no colour, ASCII) and JSON.
+
+use super::{Diagnostic, Severity};
+use crate::source::SourceMap;
+use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource};
+use std::fmt;
+
+/// How to draw diagnostics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RenderStyle {
+    /// Colours and Unicode box drawing, for a terminal.
+    Graphical,
+    /// No colour and ASCII only: for files, pipes, snapshots and `NO_COLOR`.
+    Plain,
+}
+
+struct MietteDiag {
+    message: String,
+    code: String,
+    severity: Severity,
+    help: Option<String>,
+    labels: Vec<LabeledSpan>,
+    source: Option<NamedSource<String>>,
+    related: Vec<MietteDiag>,
+}
+
+impl fmt::Debug for MietteDiag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+impl fmt::Display for MietteDiag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+impl std::error::Error for MietteDiag {}
+
+impl miette::Diagnostic for MietteDiag {
+    fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        if self.code.is_empty() {
+            None
+        } else {
+            Some(Box::new(&self.code))
+        }
+    }
+    fn severity(&self) -> Option<miette::Severity> {
+        Some(match self.severity {
+            Severity::Error => miette::Severity::Error,
+            Severity::Warning => miette::Severity::Warning,
+        })
+    }
+    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        self.help
+            .as_ref()
+            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
+    }
+    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
+        self.source.as_ref().map(|s| s as &dyn miette::SourceCode)
+    }
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        if self.labels.is_empty() {
+            None
+        } else {
+            Some(Box::new(self.labels.iter().cloned()))
+        }
+    }
+    fn related<'a>(&'a self) -> Option<Box<dyn Iterator<Item = &'a dyn miette::Diagnostic> + 'a>> {
+        if self.related.is_empty() {
+            None
+        } else {
+            Some(Box::new(
+                self.related.iter().map(|d| d as &dyn miette::Diagnostic),
+            ))
+        }
+    }
+}
+
+fn labeled(span: crate::Span, text: &str, msg: &str, primary: bool) -> LabeledSpan {
+    let lo = (span.lo as usize).min(text.len());
+    let hi = (span.hi as usize).clamp(lo, text.len());
+    let label = if msg.is_empty() { None } else { Some(msg.to_string()) };
+    if primary {
+        LabeledSpan::new_primary_with_span(label, lo..hi)
+    } else {
+        LabeledSpan::new_with_span(label, lo..hi)
+    }
+}
+
+fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
+    let mut help = d.help.clone();
+    for n in &d.notes {
+        let line = format!("note: {n}");
+        help = Some(match help {
+            Some(h) => format!("{h}\n{line}"),
+            None => line,
+        });
+    }
+    let primary_file = d.span().map(|s| s.file);
+    let mut labels = Vec::new();
+    let mut related = Vec::new();
+    let mut source = None;
+    if let Some(file) = primary_file.and_then(|f| sources.get(f)) {
+        source = Some(NamedSource::new(&file.name, file.text.to_string()));
+        for l in &d.labels {
+            if Some(l.span.file) == primary_file {
+                labels.push(labeled(l.span, &file.text, &l.message, l.primary));
+            } else if let Some(other) = sources.get(l.span.file) {
+                related.push(MietteDiag {
+                    message: if l.message.is_empty() { "see here".into() } else { l.message.clone() },
+                    code: String::new(),
+                    severity: Severity::Warning,
+                    help: None,
+                    labels: vec![labeled(l.span, &other.text, "", true)],
+                    source: Some(NamedSource::new(&other.name, other.text.to_string())),
+                    related: Vec::new(),
+                });
+            }
+        }
+    }
+    MietteDiag {
+        message: d.message.clone(),
+        code: d.code.to_string(),
+        severity: d.severity,
+        help,
+        labels,
+        source,
+        related,
+    }
+}
+
+/// Renders one diagnostic to a string.
+pub fn render(d: &Diagnostic, sources: &SourceMap, style: RenderStyle) -> String {
+    let theme = match style {
+        RenderStyle::Graphical => GraphicalTheme::unicode(),
+        RenderStyle::Plain => GraphicalTheme::none(),
+    };
+    let handler = GraphicalReportHandler::new_themed(theme)
+        .with_width(100)
+        .with_links(false)
+        .with_urls(false);
+    let md = to_miette(d, sources);
+    let mut out = String::new();
+    if handler.render_report(&mut out, &md).is_err() {
+        out = format!("{}[{}]: {}\n", sev_word(d.severity), d.code, d.message);
+    }
+    out
+}
+
+fn sev_word(s: Severity) -> &'static str {
+    match s {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+    }
+}
+
+/// Renders a list, each followed by a blank line, and a closing count.
+pub fn render_all(ds: &[Diagnostic], dropped: usize, sources: &SourceMap, style: RenderStyle) -> String {
+    let mut out = String::new();
+    for d in ds {
+        out.push_str(&render(d, sources, style));
+        out.push('\n');
+    }
+    let errors = ds.iter().filter(|d| d.is_error()).count() + dropped;
+    let warnings = ds.iter().filter(|d| !d.is_error()).count();
+    if dropped > 0 {
+        out.push_str(&format!("... and {dropped} more errors not shown\n"));
+    }
+    if errors > 0 || warnings > 0 {
+        out.push_str(&format!(
+            "{} error{}, {} warning{}\n",
+            errors,
+            if errors == 1 { "" } else { "s" },
+            warnings,
+            if warnings == 1 { "" } else { "s" }
+        ));
+    }
+    out
+}
+
+/// A diagnostic as JSON: code, severity, message, help, notes, and labels with file, byte
+/// range, 1-based line and column.
+pub fn to_json(d: &Diagnostic, sources: &SourceMap) -> serde_json::Value {
+    let labels: Vec<_> = d
+        .labels
+        .iter()
+        .map(|l| {
+            let file = sources.get(l.span.file).map(|f| f.name.clone());
+            let (line, col) = sources.line_col(l.span).unwrap_or((0, 0));
+            serde_json::json!({
+                "file": file,
+                "start": l.span.lo,
+                "end": l.span.hi,
+                "line": line,
+                "column": col,
+                "message": l.message,
+                "primary": l.primary,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "code": d.code.to_string(),
+        "name": d.code.info().name,
+        "severity": d.severity,
+        "message": d.message,
+        "help": d.help,
+        "notes": d.notes,
+        "labels": labels,
+    })
+}

@@ -1,0 +1,23 @@
+//! The hpmoe language and compiler.
+//!
+//! A program goes through these stages, each a module with a doc saying what goes in and what
+//! comes out:
+//!
+//! 1. [`syntax`]: text or macro tokens → AST with spans;
+//! 2. [`check`]: AST + parameter overrides → a checked [`ir::Program`] (names, dtypes, shapes,
+//!    engines, buffer fit, routings, devices), or diagnostics;
+//! 3. [`ir`]: the typed op graph (the first level of the IR).
+//!
+//! Every stage returns all of its errors as [`diag::Diagnostic`]s with source spans.
+
+pub mod check;
+pub mod diag;
+pub mod ir;
+pub mod source;
+pub mod stdlib;
+pub mod suggest;
+pub mod syntax;
+
+pub use diag::{Code, Diagnostic, Severity};
+pub use source::SourceMap;
+pub use syntax::token::{FileId, Span};

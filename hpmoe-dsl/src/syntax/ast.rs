@@ -1,0 +1,394 @@
+//! The abstract syntax tree. Every node carries the [`Span`] of its source text. The tree is
+//! what was written: names are not resolved and expressions are not evaluated (see `check`).
+
+use super::token::Span;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ident {
+    pub name: String,
+    pub span: Span,
+}
+
+impl Ident {
+    pub fn is(&self, s: &str) -> bool {
+        self.name == s
+    }
+}
+
+/// A parsed source.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct File {
+    /// `//!` lines at the top.
+    pub docs: Vec<String>,
+    pub items: Vec<Item>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Item {
+    /// `///` lines before the item.
+    pub docs: Vec<String>,
+    pub kind: ItemKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ItemKind {
+    Import(Import),
+    Param(Param),
+    Device(DeviceDecl),
+    Route(RouteDecl),
+    Op(OpDef),
+    Taskflow(Taskflow),
+    Schedule(ScheduleDecl),
+    Profile(Profile),
+    /// `routing NAME(params);` or `policy NAME(params);`: the signature of a builtin.
+    Signature(Signature),
+}
+
+impl ItemKind {
+    /// The name the item defines, if any.
+    pub fn name(&self) -> Option<&Ident> {
+        match self {
+            ItemKind::Import(_) | ItemKind::Device(_) => None,
+            ItemKind::Param(p) => Some(&p.name),
+            ItemKind::Route(r) => Some(&r.name),
+            ItemKind::Op(o) => Some(&o.name),
+            ItemKind::Taskflow(t) => Some(&t.name),
+            ItemKind::Schedule(s) => s.taskflow.as_ref(),
+            ItemKind::Profile(p) => Some(&p.name),
+            ItemKind::Signature(s) => Some(&s.name),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ImportSource {
+    /// `std::moe` (the path without the imported names).
+    Std(Vec<Ident>),
+    /// `"path/to/file.hpm"`.
+    File(String, Span),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ImportNames {
+    /// `::*`, or a file import without names.
+    All(Span),
+    /// `::{a, b}` or `::a`.
+    List(Vec<Ident>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Import {
+    pub source: ImportSource,
+    pub names: ImportNames,
+}
+
+/// `param NAME = EXPR;`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Param {
+    pub name: Ident,
+    pub value: Expr,
+}
+
+/// A `name: value unit` pair in a device, profile, schedule or tile list.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Field {
+    pub docs: Vec<String>,
+    pub name: Ident,
+    pub value: Expr,
+    pub unit: Option<Unit>,
+    pub span: Span,
+}
+
+/// A unit such as `MHz`, `GB/s` or `B/cycle`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unit {
+    pub num: Ident,
+    pub den: Option<Ident>,
+    pub span: Span,
+}
+
+impl Unit {
+    pub fn text(&self) -> String {
+        match &self.den {
+            Some(d) => format!("{}/{}", self.num.name, d.name),
+            None => self.num.name.clone(),
+        }
+    }
+}
+
+/// `device = PROFILE { field: value, ... };`
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceDecl {
+    pub profile: Ident,
+    pub fields: Vec<Field>,
+}
+
+/// `route NAME = KIND(args);`
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteDecl {
+    pub name: Ident,
+    pub kind: Ident,
+    pub args: Vec<Arg>,
+    pub args_span: Span,
+}
+
+/// A call argument, optionally named (`experts: 64`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arg {
+    pub name: Option<Ident>,
+    pub value: Expr,
+}
+
+/// `schedule [NAME] = POLICY { options };`
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduleDecl {
+    /// The taskflow it applies to; `None` for every taskflow.
+    pub taskflow: Option<Ident>,
+    pub policy: Ident,
+    pub options: Vec<Field>,
+}
+
+/// `profile NAME [: BASE] { field: value unit, ... }`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Profile {
+    pub name: Ident,
+    pub base: Option<Ident>,
+    pub fields: Vec<Field>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignatureKind {
+    Routing,
+    Policy,
+}
+
+/// `routing NAME(p: type [= default], ...);`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Signature {
+    pub kind: SignatureKind,
+    pub name: Ident,
+    pub params: Vec<SigParam>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SigParam {
+    pub name: Ident,
+    /// `int`, `float`, `bool`, `str`, or a list of allowed names (`critical_path | fifo`).
+    pub ty: Vec<Ident>,
+    pub default: Option<Expr>,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// `op`: computation on one engine.
+    Compute,
+    /// `comm`: one-sided communication through a routing.
+    Comm,
+}
+
+/// `op NAME<T>(params) -> TYPE on ENGINE [tile(...)] { body }` or
+/// `comm NAME<T>(params) -> TYPE [tile(...)] { puts }`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpDef {
+    pub kind: OpKind,
+    pub name: Ident,
+    pub generics: Vec<Ident>,
+    pub params: Vec<OpParam>,
+    pub ret: TensorType,
+    pub engine: Option<Ident>,
+    /// Default tile sizes, overridable at each call.
+    pub tile: Vec<Field>,
+    pub body: Vec<Stmt>,
+    pub body_span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpParam {
+    pub name: Ident,
+    pub ty: ParamType,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ParamType {
+    Tensor(TensorType),
+    /// `route`: a routing handle.
+    Route(Span),
+}
+
+/// `DTYPE[dim, ...]`
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorType {
+    pub dtype: Ident,
+    pub dims: Vec<Expr>,
+    pub span: Span,
+}
+
+/// A statement of an op body.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    /// `let NAME = EXPR;` (a scalar temporary).
+    Let { name: Ident, value: Expr, span: Span },
+    /// `out[i, j] = EXPR;` or `+=`.
+    Assign {
+        target: Ident,
+        index: Vec<Expr>,
+        accumulate: bool,
+        value: Expr,
+        span: Span,
+    },
+    /// `put out @ RANK [i, j] = EXPR;` or `+=`.
+    Put {
+        target: Ident,
+        rank: Expr,
+        index: Vec<Expr>,
+        accumulate: bool,
+        value: Expr,
+        span: Span,
+    },
+}
+
+impl Stmt {
+    pub fn span(&self) -> Span {
+        match self {
+            Stmt::Let { span, .. } | Stmt::Assign { span, .. } | Stmt::Put { span, .. } => *span,
+        }
+    }
+}
+
+/// `taskflow NAME(inputs) -> RESULT { statements }`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Taskflow {
+    pub name: Ident,
+    pub params: Vec<OpParam>,
+    pub ret: TaskflowRet,
+    pub body: Vec<FlowStmt>,
+    pub body_span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TaskflowRet {
+    /// `-> bf16[tokens, hidden]`: one output named `out`.
+    Single(TensorType),
+    /// `-> (dx: bf16[..], dw: bf16[..])`.
+    Named(Vec<(Ident, TensorType)>),
+}
+
+/// A statement of a taskflow.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowStmt {
+    pub kind: FlowStmtKind,
+    pub annots: Vec<Annot>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum FlowStmtKind {
+    /// `let NAME = EXPR`
+    Let { name: Ident, value: Expr },
+    /// `return EXPR` (an expression or a tuple of names).
+    Return { value: Expr },
+}
+
+/// Per-call annotations: `tile(m: 128)`, `on aiv`, `order(ratr)`, `priority(2)`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Annot {
+    Tile { fields: Vec<Field>, span: Span },
+    On { engine: Ident, span: Span },
+    Order { hints: Vec<Ident>, span: Span },
+    Priority { value: Expr, span: Span },
+}
+
+impl Annot {
+    pub fn span(&self) -> Span {
+        match self {
+            Annot::Tile { span, .. }
+            | Annot::On { span, .. }
+            | Annot::Order { span, .. }
+            | Annot::Priority { span, .. } => *span,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+}
+
+impl BinOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Rem => "%",
+        }
+    }
+    pub fn precedence(self) -> u8 {
+        match self {
+            BinOp::Add | BinOp::Sub => 1,
+            BinOp::Mul | BinOp::Div | BinOp::Rem => 2,
+        }
+    }
+}
+
+/// How a reduction variable ranges.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Binder {
+    /// `k`: over the whole dimension it indexes.
+    Full(Ident),
+    /// `m in group(g)`: over the rows of group `g`.
+    InGroup { var: Ident, group: Ident },
+}
+
+impl Binder {
+    pub fn var(&self) -> &Ident {
+        match self {
+            Binder::Full(v) | Binder::InGroup { var: v, .. } => v,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExprKind {
+    Int(u64),
+    Float(f64),
+    Str(String),
+    Name(String),
+    Neg(Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `f(a, b: c)`
+    Call { callee: Box<Expr>, args: Vec<Arg> },
+    /// `x[i, j]`
+    Index { base: Box<Expr>, index: Vec<Expr> },
+    /// `r.rank`
+    Field { base: Box<Expr>, field: Ident },
+    /// `(a, b, c)`
+    Tuple(Vec<Expr>),
+    /// `sum(k) body`
+    Sum { binders: Vec<Binder>, body: Box<Expr> },
+    /// Placeholder after a syntax error (already reported).
+    Error,
+}
+
+impl Expr {
+    pub fn name(&self) -> Option<&str> {
+        match &self.kind {
+            ExprKind::Name(n) => Some(n),
+            _ => None,
+        }
+    }
+}

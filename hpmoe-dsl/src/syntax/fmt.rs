@@ -1,0 +1,1 @@
+//! The canonical formatter (see module docs once written).

@@ -1,0 +1,402 @@
+//! The file lexer: source text in, [`Token`]s with byte-range spans out (through
+//! [`TokenSource`]). Built on logos. Accepts exactly the Rust tokens the language uses, so
+//! the same text can be written inside the `taskflow!` macro.
+
+use super::token::{Delim, FileId, Punct, Span, Token, TokenKind, TokenSource};
+use crate::diag::{Code, Diagnostic};
+use logos::Logos;
+
+#[derive(Logos, Debug, Clone, PartialEq)]
+#[logos(skip r"[ \t\r\n\f]+")]
+enum Raw {
+    #[regex(r"//[^\n]*", allow_greedy = true)]
+    LineComment,
+    #[token("/*")]
+    BlockCommentStart,
+    #[regex(r"[A-Za-z_][A-Za-z0-9_]*")]
+    Ident,
+    #[regex(r"[0-9][0-9_]*")]
+    #[regex(r"0x[0-9a-fA-F_]+")]
+    #[regex(r"0b[01_]+")]
+    #[regex(r"0o[0-7_]+")]
+    Int,
+    #[regex(r"[0-9][0-9_]*[A-Za-z][A-Za-z0-9_]*", priority = 1)]
+    SuffixedNumber,
+    #[regex(r"[0-9][0-9_]*\.[0-9][0-9_]*([eE][+-]?[0-9_]*[0-9][0-9_]*)?")]
+    #[regex(r"[0-9][0-9_]*[eE][+-]?[0-9_]*[0-9][0-9_]*")]
+    Float,
+    #[token("\"")]
+    StrStart,
+    #[token("::")]
+    ColonColon,
+    #[token(":")]
+    Colon,
+    #[token(";")]
+    Semi,
+    #[token(",")]
+    Comma,
+    #[token(".")]
+    Dot,
+    #[token("..")]
+    DotDot,
+    #[token("->")]
+    Arrow,
+    #[token("=>")]
+    FatArrow,
+    #[token("=")]
+    Eq,
+    #[token("+=")]
+    PlusEq,
+    #[token("-=")]
+    MinusEq,
+    #[token("==")]
+    EqEq,
+    #[token("!=")]
+    Ne,
+    #[token("<")]
+    Lt,
+    #[token(">")]
+    Gt,
+    #[token("<=")]
+    Le,
+    #[token(">=")]
+    Ge,
+    #[token("+")]
+    Plus,
+    #[token("-")]
+    Minus,
+    #[token("*")]
+    Star,
+    #[token("/")]
+    Slash,
+    #[token("%")]
+    Percent,
+    #[token("@")]
+    At,
+    #[token("#")]
+    Pound,
+    #[token("!")]
+    Bang,
+    #[token("&")]
+    And,
+    #[token("|")]
+    Or,
+    #[token("^")]
+    Caret,
+    #[token("?")]
+    Question,
+    #[token("$")]
+    Dollar,
+    #[token("~")]
+    Tilde,
+    #[token("(")]
+    LParen,
+    #[token(")")]
+    RParen,
+    #[token("[")]
+    LBracket,
+    #[token("]")]
+    RBracket,
+    #[token("{")]
+    LBrace,
+    #[token("}")]
+    RBrace,
+}
+
+/// A comment seen while lexing; the formatter keeps them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Comment {
+    pub span: Span,
+    /// The whole comment text, including `//` or `/* */`.
+    pub text: String,
+}
+
+/// Lexes a file. Errors go to `diags`; comments (not doc comments) are collected.
+#[derive(Debug)]
+pub struct Lexer<'s> {
+    inner: logos::Lexer<'s, Raw>,
+    src: &'s str,
+    file: FileId,
+    pub diags: Vec<Diagnostic>,
+    pub comments: Vec<Comment>,
+    done: bool,
+}
+
+impl<'s> Lexer<'s> {
+    pub fn new(src: &'s str, file: FileId) -> Self {
+        Lexer {
+            inner: Raw::lexer(src),
+            src,
+            file,
+            diags: Vec::new(),
+            comments: Vec::new(),
+            done: false,
+        }
+    }
+
+    fn span(&self, r: std::ops::Range<usize>) -> Span {
+        Span::new(self.file, r.start as u32, r.end as u32)
+    }
+
+    fn eof(&self) -> Token {
+        let n = self.src.len() as u32;
+        Token {
+            kind: TokenKind::Eof,
+            span: Span::new(self.file, n, n),
+        }
+    }
+
+    /// Skips a (nested) block comment that starts at `start`; returns its end.
+    fn block_comment(&mut self, start: usize) -> usize {
+        let bytes = self.src.as_bytes();
+        let mut i = start + 2;
+        let mut depth = 1usize;
+        while i < bytes.len() {
+            if bytes[i] == b'/' && bytes.get(i + 1) == Some(&b'*') {
+                depth += 1;
+                i += 2;
+            } else if bytes[i] == b'*' && bytes.get(i + 1) == Some(&b'/') {
+                depth -= 1;
+                i += 2;
+                if depth == 0 {
+                    return i;
+                }
+            } else {
+                i += 1;
+            }
+        }
+        self.diags.push(
+            Diagnostic::error(Code::Unterminated, "unterminated block comment")
+                .primary(self.span(start..start + 2), "this comment is never closed")
+                .help("close it with `*/`"),
+        );
+        bytes.len()
+    }
+
+    /// Reads a string literal whose opening quote is at `start`; returns the value and end.
+    fn string(&mut self, start: usize) -> (Option<String>, usize) {
+        let bytes = self.src.as_bytes();
+        let mut i = start + 1;
+        let mut out = String::new();
+        let mut ok = true;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'"' => return (ok.then_some(out), i + 1),
+                b'\\' => {
+                    let esc = bytes.get(i + 1).copied();
+                    match esc {
+                        Some(b'n') => out.push('\n'),
+                        Some(b't') => out.push('\t'),
+                        Some(b'r') => out.push('\r'),
+                        Some(b'0') => out.push('\0'),
+                        Some(b'\\') => out.push('\\'),
+                        Some(b'"') => out.push('"'),
+                        Some(b'\'') => out.push('\''),
+                        _ => {
+                            ok = false;
+                            self.diags.push(
+                                Diagnostic::error(Code::InvalidLiteral, "unknown escape in string")
+                                    .primary(self.span(i..(i + 2).min(bytes.len())), "not a valid escape")
+                                    .help("the escapes are \\n \\t \\r \\0 \\\\ \\\" \\'"),
+                            );
+                        }
+                    }
+                    i += 2;
+                    // Skip over the rest of a multi-byte char after a bad escape.
+                    while i < bytes.len() && !self.src.is_char_boundary(i) {
+                        i += 1;
+                    }
+                }
+                _ => {
+                    let ch = self.src[i..].chars().next().unwrap_or('\u{fffd}');
+                    out.push(ch);
+                    i += ch.len_utf8();
+                }
+            }
+        }
+        self.diags.push(
+            Diagnostic::error(Code::Unterminated, "unterminated string literal")
+                .primary(self.span(start..start + 1), "this string is never closed")
+                .help("add a closing `\"`"),
+        );
+        (None, bytes.len())
+    }
+
+    fn int_value(&mut self, text: &str, span: Span) -> Option<u64> {
+        let clean: String = text.chars().filter(|&c| c != '_').collect();
+        let (digits, radix) = if let Some(h) = clean.strip_prefix("0x") {
+            (h.to_string(), 16)
+        } else if let Some(b) = clean.strip_prefix("0b") {
+            (b.to_string(), 2)
+        } else if let Some(o) = clean.strip_prefix("0o") {
+            (o.to_string(), 8)
+        } else {
+            (clean, 10)
+        };
+        match u64::from_str_radix(&digits, radix) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                self.diags.push(
+                    Diagnostic::error(Code::LiteralTooLarge, "integer literal does not fit in 64 bits")
+                        .primary(span, "too large")
+                        .note("the largest integer is 18446744073709551615"),
+                );
+                None
+            }
+        }
+    }
+}
+
+impl TokenSource for Lexer<'_> {
+    fn next_token(&mut self) -> Token {
+        loop {
+            if self.done {
+                return self.eof();
+            }
+            let Some(raw) = self.inner.next() else {
+                self.done = true;
+                return self.eof();
+            };
+            let range = self.inner.span();
+            let span = self.span(range.clone());
+            let text = self.inner.slice();
+            let kind = match raw {
+                Err(()) => {
+                    let ch = self.src[range.start..].chars().next().unwrap_or('?');
+                    let end = range.start + ch.len_utf8();
+                    // Make sure logos resumes after the whole character.
+                    if end > range.end {
+                        self.inner.bump(end - range.end);
+                    }
+                    self.diags.push(
+                        Diagnostic::error(Code::InvalidCharacter, format!("invalid character {ch:?}"))
+                            .primary(self.span(range.start..end), "not part of any token")
+                            .help("the language uses Rust tokens: identifiers, numbers, strings, punctuation, brackets"),
+                    );
+                    TokenKind::Error
+                }
+                Ok(Raw::LineComment) => {
+                    if let Some(doc) = text.strip_prefix("///") {
+                        if !doc.starts_with('/') {
+                            TokenKind::Doc(doc.strip_prefix(' ').unwrap_or(doc).to_string())
+                        } else {
+                            self.comments.push(Comment { span, text: text.to_string() });
+                            continue;
+                        }
+                    } else if let Some(doc) = text.strip_prefix("//!") {
+                        TokenKind::InnerDoc(doc.strip_prefix(' ').unwrap_or(doc).to_string())
+                    } else {
+                        self.comments.push(Comment { span, text: text.to_string() });
+                        continue;
+                    }
+                }
+                Ok(Raw::BlockCommentStart) => {
+                    let end = self.block_comment(range.start);
+                    self.inner.bump(end - range.end);
+                    self.comments.push(Comment {
+                        span: self.span(range.start..end),
+                        text: self.src[range.start..end].to_string(),
+                    });
+                    continue;
+                }
+                Ok(Raw::StrStart) => {
+                    let (value, end) = self.string(range.start);
+                    self.inner.bump(end - range.end);
+                    let span = self.span(range.start..end);
+                    return Token {
+                        kind: value.map_or(TokenKind::Error, TokenKind::Str),
+                        span,
+                    };
+                }
+                Ok(Raw::Ident) => TokenKind::Ident(text.to_string()),
+                Ok(Raw::Int) => {
+                    let t = text.to_string();
+                    TokenKind::Int(self.int_value(&t, span))
+                }
+                Ok(Raw::SuffixedNumber) => {
+                    self.diags.push(
+                        Diagnostic::error(Code::InvalidLiteral, format!("number with a suffix: `{text}`"))
+                            .primary(span, "suffixes are not allowed")
+                            .help("write the number alone; a unit goes after a space, as in `1850 MHz`"),
+                    );
+                    TokenKind::Error
+                }
+                Ok(Raw::Float) => {
+                    let clean: String = text.chars().filter(|&c| c != '_').collect();
+                    match clean.parse::<f64>() {
+                        Ok(v) if v.is_finite() => TokenKind::Float(v),
+                        _ => {
+                            self.diags.push(
+                                Diagnostic::error(Code::LiteralTooLarge, "float literal is not finite")
+                                    .primary(span, "too large"),
+                            );
+                            TokenKind::Error
+                        }
+                    }
+                }
+                Ok(p) => punct_kind(p),
+            };
+            return Token { kind, span };
+        }
+    }
+}
+
+fn punct_kind(raw: Raw) -> TokenKind {
+    use Punct as P;
+    let p = match raw {
+        Raw::ColonColon => P::ColonColon,
+        Raw::Colon => P::Colon,
+        Raw::Semi => P::Semi,
+        Raw::Comma => P::Comma,
+        Raw::Dot => P::Dot,
+        Raw::DotDot => P::DotDot,
+        Raw::Arrow => P::Arrow,
+        Raw::FatArrow => P::FatArrow,
+        Raw::Eq => P::Eq,
+        Raw::PlusEq => P::PlusEq,
+        Raw::MinusEq => P::MinusEq,
+        Raw::EqEq => P::EqEq,
+        Raw::Ne => P::Ne,
+        Raw::Lt => P::Lt,
+        Raw::Gt => P::Gt,
+        Raw::Le => P::Le,
+        Raw::Ge => P::Ge,
+        Raw::Plus => P::Plus,
+        Raw::Minus => P::Minus,
+        Raw::Star => P::Star,
+        Raw::Slash => P::Slash,
+        Raw::Percent => P::Percent,
+        Raw::At => P::At,
+        Raw::Pound => P::Pound,
+        Raw::Bang => P::Bang,
+        Raw::And => P::And,
+        Raw::Or => P::Or,
+        Raw::Caret => P::Caret,
+        Raw::Question => P::Question,
+        Raw::Dollar => P::Dollar,
+        Raw::Tilde => P::Tilde,
+        Raw::LParen => return TokenKind::Open(Delim::Paren),
+        Raw::RParen => return TokenKind::Close(Delim::Paren),
+        Raw::LBracket => return TokenKind::Open(Delim::Bracket),
+        Raw::RBracket => return TokenKind::Close(Delim::Bracket),
+        Raw::LBrace => return TokenKind::Open(Delim::Brace),
+        Raw::RBrace => return TokenKind::Close(Delim::Brace),
+        _ => return TokenKind::Error,
+    };
+    TokenKind::Punct(p)
+}
+
+/// Lexes a whole text into a vector (ending with `Eof`), with its diagnostics and comments.
+pub fn tokenize(src: &str, file: FileId) -> (Vec<Token>, Vec<Diagnostic>, Vec<Comment>) {
+    let mut lx = Lexer::new(src, file);
+    let mut out = Vec::new();
+    loop {
+        let t = lx.next_token();
+        let eof = t.kind == TokenKind::Eof;
+        out.push(t);
+        if eof {
+            break;
+        }
+    }
+    (out, lx.diags, lx.comments)
+}

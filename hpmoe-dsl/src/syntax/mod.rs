@@ -1,0 +1,31 @@
+//! Syntax: source text (or macro tokens) in, an [`ast::File`] with spans and all syntax errors
+//! out.
+//!
+//! - [`token`]: the token type and the [`token::TokenSource`] trait every front end feeds;
+//! - [`lexer`]: the logos lexer for files and REPL lines;
+//! - [`parser`]: the recursive-descent parser with error recovery;
+//! - [`ast`]: the tree;
+//! - [`fmt`]: the canonical formatter.
+//!
+//! `hpm.pest` beside this file is the readable reference grammar; a test keeps it and the
+//! parser in agreement.
+
+pub mod ast;
+pub mod fmt;
+pub mod lexer;
+pub mod parser;
+pub mod reference;
+pub mod token;
+
+use crate::diag::Diagnostic;
+use token::FileId;
+
+/// Lexes and parses a file's text.
+pub fn parse_text(src: &str, file: FileId) -> (ast::File, Vec<Diagnostic>, Vec<lexer::Comment>) {
+    let mut lx = lexer::Lexer::new(src, file);
+    let mut p = parser::Parser::new(&mut lx);
+    let f = p.file();
+    let mut diags = std::mem::take(&mut lx.diags);
+    diags.extend(p.diags);
+    (f, diags, std::mem::take(&mut lx.comments))
+}

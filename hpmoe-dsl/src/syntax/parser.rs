@@ -1,0 +1,1155 @@
+//! The recursive-descent parser: [`Token`]s in (from any [`TokenSource`]), an [`ast::File`]
+//! and every syntax error out. It recovers at statement and item boundaries, so one run
+//! reports all independent mistakes. Nesting is bounded ([`MAX_DEPTH`]).
+
+use super::ast::*;
+use super::token::{Delim, Punct, Span, Token, TokenKind, TokenSource};
+use crate::diag::{Code, Diagnostic};
+
+/// The deepest nesting of brackets and expressions accepted.
+pub const MAX_DEPTH: u32 = 256;
+
+/// Item keywords: recovery stops in front of them.
+pub const ITEM_KEYWORDS: &[&str] = &[
+    "import", "param", "device", "route", "op", "comm", "taskflow", "schedule", "profile",
+    "routing", "policy",
+];
+
+/// Marker for "an error was reported; recover".
+#[derive(Debug)]
+pub struct Reported;
+
+type PResult<T> = Result<T, Reported>;
+
+/// The parser state over a buffered token list.
+#[derive(Debug)]
+pub struct Parser {
+    toks: Vec<Token>,
+    pos: usize,
+    depth: u32,
+    pub diags: Vec<Diagnostic>,
+    /// Set once the depth limit was hit, so it is reported once.
+    too_deep: bool,
+}
+
+/// Parses a whole source into a file.
+pub fn parse_file(src: &mut impl TokenSource) -> (File, Vec<Diagnostic>) {
+    let mut p = Parser::new(src);
+    let file = p.file();
+    (file, p.diags)
+}
+
+impl Parser {
+    pub fn new(src: &mut impl TokenSource) -> Self {
+        let mut toks = Vec::new();
+        loop {
+            let t = src.next_token();
+            let eof = t.kind == TokenKind::Eof;
+            // Tokens the lexer already reported are dropped; the parser sees the rest.
+            if t.kind != TokenKind::Error {
+                toks.push(t);
+            }
+            if eof {
+                break;
+            }
+        }
+        Parser {
+            toks,
+            pos: 0,
+            depth: 0,
+            diags: Vec::new(),
+            too_deep: false,
+        }
+    }
+
+    // ---------------------------------------------------------------- token helpers
+
+    fn peek(&self) -> &Token {
+        &self.toks[self.pos.min(self.toks.len() - 1)]
+    }
+    fn peek_kind(&self) -> &TokenKind {
+        &self.peek().kind
+    }
+    fn peek_at(&self, n: usize) -> &TokenKind {
+        &self.toks[(self.pos + n).min(self.toks.len() - 1)].kind
+    }
+    fn span(&self) -> Span {
+        self.peek().span
+    }
+    fn prev_span(&self) -> Span {
+        if self.pos == 0 {
+            self.span()
+        } else {
+            self.toks[self.pos - 1].span
+        }
+    }
+    fn bump(&mut self) -> Token {
+        let t = self.peek().clone();
+        if t.kind != TokenKind::Eof {
+            self.pos += 1;
+        }
+        t
+    }
+    fn at_eof(&self) -> bool {
+        *self.peek_kind() == TokenKind::Eof
+    }
+    fn at_punct(&self, p: Punct) -> bool {
+        *self.peek_kind() == TokenKind::Punct(p)
+    }
+    fn eat_punct(&mut self, p: Punct) -> bool {
+        if self.at_punct(p) {
+            self.bump();
+            true
+        } else {
+            false
+        }
+    }
+    fn at_open(&self, d: Delim) -> bool {
+        *self.peek_kind() == TokenKind::Open(d)
+    }
+    fn at_close(&self, d: Delim) -> bool {
+        *self.peek_kind() == TokenKind::Close(d)
+    }
+    fn at_kw(&self, kw: &str) -> bool {
+        matches!(self.peek_kind(), TokenKind::Ident(s) if s == kw)
+    }
+    fn at_kw_n(&self, n: usize, kw: &str) -> bool {
+        matches!(self.peek_at(n), TokenKind::Ident(s) if s == kw)
+    }
+    fn eat_kw(&mut self, kw: &str) -> bool {
+        if self.at_kw(kw) {
+            self.bump();
+            true
+        } else {
+            false
+        }
+    }
+    fn at_item_start(&self) -> bool {
+        matches!(self.peek_kind(), TokenKind::Ident(s) if ITEM_KEYWORDS.contains(&s.as_str()))
+            || matches!(self.peek_kind(), TokenKind::Doc(_))
+    }
+
+    fn error_expected(&mut self, what: &str) -> Reported {
+        let t = self.peek().clone();
+        let d = Diagnostic::error(
+            Code::UnexpectedToken,
+            format!("expected {what}, found {}", t.kind.describe()),
+        )
+        .primary(t.span, format!("expected {what}"));
+        self.push(d);
+        Reported
+    }
+
+    fn push(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    fn expect_punct(&mut self, p: Punct) -> PResult<Span> {
+        if self.at_punct(p) {
+            Ok(self.bump().span)
+        } else {
+            Err(self.error_expected(&format!("`{}`", p.as_str())))
+        }
+    }
+
+    fn expect_ident(&mut self, what: &str) -> PResult<Ident> {
+        match self.peek_kind().clone() {
+            TokenKind::Ident(name) => {
+                let span = self.bump().span;
+                Ok(Ident { name, span })
+            }
+            _ => Err(self.error_expected(what)),
+        }
+    }
+
+    fn expect_kw(&mut self, kw: &str) -> PResult<Span> {
+        if self.at_kw(kw) {
+            Ok(self.bump().span)
+        } else {
+            Err(self.error_expected(&format!("`{kw}`")))
+        }
+    }
+
+    fn enter(&mut self, span: Span) -> PResult<()> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            if !self.too_deep {
+                self.too_deep = true;
+                self.push(
+                    Diagnostic::error(Code::NestingTooDeep, format!("nesting deeper than {MAX_DEPTH} levels"))
+                        .primary(span, "too deeply nested")
+                        .help("split the expression with `let` bindings or parameters"),
+                );
+            }
+            self.depth -= 1;
+            return Err(Reported);
+        }
+        Ok(())
+    }
+    fn leave(&mut self) {
+        self.depth -= 1;
+    }
+
+    /// Skips a balanced group starting at an opening bracket. Reports an unclosed group.
+    fn skip_group(&mut self) {
+        let open = self.bump();
+        let mut stack = vec![(open.kind.clone(), open.span)];
+        while let Some((k, s)) = stack.last().cloned() {
+            let t = self.peek().clone();
+            match &t.kind {
+                TokenKind::Eof => {
+                    if let TokenKind::Open(d) = k {
+                        self.push(unclosed(d, s));
+                    }
+                    return;
+                }
+                TokenKind::Open(_) => {
+                    self.bump();
+                    stack.push((t.kind.clone(), t.span));
+                }
+                TokenKind::Close(_) => {
+                    self.bump();
+                    stack.pop();
+                }
+                _ => {
+                    self.bump();
+                }
+            }
+        }
+    }
+
+    /// Skips to the end of the current item: past a `;` at depth 0, past a closing `}` group,
+    /// or up to the next item keyword at depth 0.
+    fn recover_item(&mut self) {
+        loop {
+            match self.peek_kind() {
+                TokenKind::Eof => return,
+                TokenKind::Punct(Punct::Semi) => {
+                    self.bump();
+                    return;
+                }
+                TokenKind::Open(Delim::Brace) => {
+                    self.skip_group();
+                    // A brace group ends an item unless `;` follows.
+                    self.eat_punct(Punct::Semi);
+                    return;
+                }
+                TokenKind::Open(_) => self.skip_group(),
+                TokenKind::Close(_) => {
+                    let t = self.bump();
+                    self.push(
+                        Diagnostic::error(Code::UnbalancedDelimiter, format!("unexpected closing {}", t.kind.describe()))
+                            .primary(t.span, "no bracket is open here"),
+                    );
+                }
+                _ if self.at_item_start() => return,
+                _ => {
+                    self.bump();
+                }
+            }
+        }
+    }
+
+    /// Inside a bracket group: skips to the next `sep` or the closing bracket at depth 0.
+    fn recover_in_group(&mut self, close: Delim, sep: Punct) {
+        loop {
+            match self.peek_kind() {
+                TokenKind::Eof => return,
+                TokenKind::Punct(p) if *p == sep => return,
+                TokenKind::Close(d) if *d == close => return,
+                TokenKind::Close(_) => return,
+                TokenKind::Open(_) => self.skip_group(),
+                _ => {
+                    self.bump();
+                }
+            }
+        }
+    }
+
+    /// Parses `OPEN item (SEP item)* SEP? CLOSE`, recovering inside the group.
+    fn delimited<T>(
+        &mut self,
+        delim: Delim,
+        sep: Punct,
+        what: &str,
+        mut item: impl FnMut(&mut Self) -> PResult<T>,
+    ) -> PResult<(Vec<T>, Span)> {
+        if !self.at_open(delim) {
+            return Err(self.error_expected(&format!("`{}`", delim.open())));
+        }
+        let open = self.bump().span;
+        self.enter(open)?;
+        let mut out = Vec::new();
+        let mut failed = false;
+        loop {
+            if self.at_close(delim) {
+                break;
+            }
+            if self.at_eof() {
+                self.leave();
+                self.push(unclosed(delim, open));
+                return Err(Reported);
+            }
+            if let TokenKind::Close(other) = *self.peek_kind() {
+                let t = self.bump();
+                self.push(
+                    Diagnostic::error(
+                        Code::UnbalancedDelimiter,
+                        format!("mismatched closing `{}`", other.close()),
+                    )
+                    .primary(t.span, format!("expected `{}`", delim.close()))
+                    .secondary(open, "to close this"),
+                );
+                self.leave();
+                return Err(Reported);
+            }
+            match item(self) {
+                Ok(v) => out.push(v),
+                Err(Reported) => {
+                    failed = true;
+                    self.recover_in_group(delim, sep);
+                }
+            }
+            if self.eat_punct(sep) {
+                continue;
+            }
+            if !self.at_close(delim) {
+                if !failed {
+                    let _ = self.error_expected(&format!("`{}` or `{}` after {what}", sep.as_str(), delim.close()));
+                }
+                failed = true;
+                self.recover_in_group(delim, sep);
+                if !self.eat_punct(sep) && !self.at_close(delim) {
+                    // A mismatched closer or the end: let the loop report it.
+                    if self.at_eof() || matches!(self.peek_kind(), TokenKind::Close(_)) {
+                        continue;
+                    }
+                }
+            }
+        }
+        let close = self.bump().span;
+        self.leave();
+        if failed {
+            Err(Reported)
+        } else {
+            Ok((out, open.to(close)))
+        }
+    }
+
+    // ---------------------------------------------------------------- items
+
+    pub fn file(&mut self) -> File {
+        let mut file = File::default();
+        while let TokenKind::InnerDoc(d) = self.peek_kind().clone() {
+            self.bump();
+            file.docs.push(d);
+        }
+        while !self.at_eof() {
+            if let Some(item) = self.item() {
+                file.items.push(item);
+            }
+        }
+        file
+    }
+
+    fn docs(&mut self) -> Vec<String> {
+        let mut docs = Vec::new();
+        loop {
+            match self.peek_kind().clone() {
+                TokenKind::Doc(d) => {
+                    self.bump();
+                    docs.push(d);
+                }
+                TokenKind::InnerDoc(_) => {
+                    let t = self.bump();
+                    self.push(
+                        Diagnostic::error(Code::UnexpectedToken, "inner doc comment `//!` after the start of the file")
+                            .primary(t.span, "only allowed at the top of a file")
+                            .help("use `///` to document the item that follows"),
+                    );
+                }
+                _ => return docs,
+            }
+        }
+    }
+
+    /// One item, or `None` after reporting and recovering.
+    pub fn item(&mut self) -> Option<Item> {
+        let docs = self.docs();
+        let start = self.span();
+        if self.at_eof() {
+            if !docs.is_empty() {
+                self.push(
+                    Diagnostic::error(Code::UnexpectedToken, "doc comment with nothing to document")
+                        .primary(self.prev_span(), "expected an item after this"),
+                );
+            }
+            return None;
+        }
+        let res = match self.peek_kind().clone() {
+            TokenKind::Ident(kw) => match kw.as_str() {
+                "import" => self.import().map(ItemKind::Import),
+                "param" => self.param().map(ItemKind::Param),
+                "device" => self.device().map(ItemKind::Device),
+                "route" => self.route().map(ItemKind::Route),
+                "op" | "comm" => self.op_def().map(ItemKind::Op),
+                "taskflow" => self.taskflow().map(ItemKind::Taskflow),
+                "schedule" => self.schedule().map(ItemKind::Schedule),
+                "profile" => self.profile().map(ItemKind::Profile),
+                "routing" | "policy" => self.signature().map(ItemKind::Signature),
+                _ => Err(self.error_item()),
+            },
+            _ => Err(self.error_item()),
+        };
+        match res {
+            Ok(kind) => Some(Item {
+                docs,
+                kind,
+                span: start.to(self.prev_span()),
+            }),
+            Err(Reported) => {
+                self.recover_item();
+                None
+            }
+        }
+    }
+
+    fn error_item(&mut self) -> Reported {
+        let t = self.peek().clone();
+        let mut d = Diagnostic::error(
+            Code::UnexpectedToken,
+            format!("expected an item, found {}", t.kind.describe()),
+        )
+        .primary(t.span, "expected an item");
+        if let TokenKind::Ident(s) = &t.kind {
+            if let Some(best) = crate::suggest::closest(s, ITEM_KEYWORDS.iter().copied()) {
+                d = d.help(format!("did you mean `{best}`?"));
+            } else if s == "let" || s == "return" {
+                d = d.help("`let` and `return` belong inside a `taskflow { ... }`");
+            } else {
+                d = d.help(format!("items start with one of: {}", ITEM_KEYWORDS.join(", ")));
+            }
+        } else {
+            d = d.help(format!("items start with one of: {}", ITEM_KEYWORDS.join(", ")));
+        }
+        self.push(d);
+        Reported
+    }
+
+    fn import(&mut self) -> PResult<Import> {
+        self.expect_kw("import")?;
+        let source;
+        let names;
+        if let TokenKind::Str(path) = self.peek_kind().clone() {
+            let span = self.bump().span;
+            source = ImportSource::File(path, span);
+            if self.eat_punct(Punct::ColonColon) {
+                names = self.import_tail()?;
+            } else {
+                names = ImportNames::All(span);
+            }
+        } else {
+            let mut path = vec![self.expect_ident("a module path such as `std::moe` or a file name in quotes")?];
+            let mut tail = None;
+            while self.eat_punct(Punct::ColonColon) {
+                if self.at_open(Delim::Brace) || self.at_punct(Punct::Star) {
+                    tail = Some(self.import_tail()?);
+                    break;
+                }
+                path.push(self.expect_ident("a name")?);
+            }
+            names = match tail {
+                Some(t) => t,
+                None => {
+                    if path.len() < 2 {
+                        let s = path[0].span;
+                        self.push(
+                            Diagnostic::error(Code::UnexpectedToken, "an import needs a module and a name")
+                                .primary(s, "incomplete path")
+                                .help("write `import std::moe::{gmm, swiglu};` or `import std::moe::*;`"),
+                        );
+                        return Err(Reported);
+                    }
+                    let last = path.pop().ok_or(Reported)?;
+                    ImportNames::List(vec![last])
+                }
+            };
+            source = ImportSource::Std(path);
+        }
+        self.expect_punct(Punct::Semi)?;
+        Ok(Import { source, names })
+    }
+
+    fn import_tail(&mut self) -> PResult<ImportNames> {
+        if self.at_punct(Punct::Star) {
+            return Ok(ImportNames::All(self.bump().span));
+        }
+        let (names, _) = self.delimited(Delim::Brace, Punct::Comma, "a name", |p| p.expect_ident("a name"))?;
+        Ok(ImportNames::List(names))
+    }
+
+    fn param(&mut self) -> PResult<Param> {
+        self.expect_kw("param")?;
+        let name = self.expect_ident("a parameter name")?;
+        self.expect_punct(Punct::Eq)?;
+        let value = self.expr()?;
+        self.expect_punct(Punct::Semi)?;
+        Ok(Param { name, value })
+    }
+
+    fn device(&mut self) -> PResult<DeviceDecl> {
+        self.expect_kw("device")?;
+        self.expect_punct(Punct::Eq)?;
+        let profile = self.expect_ident("a device profile name such as `ascend_a3`")?;
+        let fields = if self.at_open(Delim::Brace) {
+            self.fields(Delim::Brace, true)?
+        } else {
+            Vec::new()
+        };
+        self.expect_punct(Punct::Semi)?;
+        Ok(DeviceDecl { profile, fields })
+    }
+
+    /// `{ name: value [unit], ... }` (or parenthesised, for `tile(...)`).
+    fn fields(&mut self, delim: Delim, units: bool) -> PResult<Vec<Field>> {
+        let (fields, _) = self.delimited(delim, Punct::Comma, "a field", |p| p.field(units))?;
+        Ok(fields)
+    }
+
+    fn field(&mut self, units: bool) -> PResult<Field> {
+        let docs = self.docs();
+        let name = self.expect_ident("a field name")?;
+        self.expect_punct(Punct::Colon)?;
+        let value = self.expr()?;
+        let unit = if units { self.unit()? } else { None };
+        let span = name.span.to(self.prev_span());
+        Ok(Field {
+            docs,
+            name,
+            value,
+            unit,
+            span,
+        })
+    }
+
+    fn unit(&mut self) -> PResult<Option<Unit>> {
+        if let TokenKind::Ident(_) = self.peek_kind() {
+            let num = self.expect_ident("a unit")?;
+            let den = if self.eat_punct(Punct::Slash) {
+                Some(self.expect_ident("a unit after `/`")?)
+            } else {
+                None
+            };
+            let span = num.span.to(self.prev_span());
+            Ok(Some(Unit { num, den, span }))
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn route(&mut self) -> PResult<RouteDecl> {
+        self.expect_kw("route")?;
+        let name = self.expect_ident("a routing name")?;
+        self.expect_punct(Punct::Eq)?;
+        let kind = self.expect_ident("a routing kind such as `balanced`")?;
+        let (args, args_span) = self.args()?;
+        self.expect_punct(Punct::Semi)?;
+        Ok(RouteDecl {
+            name,
+            kind,
+            args,
+            args_span,
+        })
+    }
+
+    fn args(&mut self) -> PResult<(Vec<Arg>, Span)> {
+        self.delimited(Delim::Paren, Punct::Comma, "an argument", |p| p.arg())
+    }
+
+    fn arg(&mut self) -> PResult<Arg> {
+        if matches!(self.peek_kind(), TokenKind::Ident(_)) && *self.peek_at(1) == TokenKind::Punct(Punct::Colon) {
+            let name = self.expect_ident("an argument name")?;
+            self.bump();
+            let value = self.expr()?;
+            Ok(Arg {
+                name: Some(name),
+                value,
+            })
+        } else {
+            Ok(Arg {
+                name: None,
+                value: self.expr()?,
+            })
+        }
+    }
+
+    fn schedule(&mut self) -> PResult<ScheduleDecl> {
+        self.expect_kw("schedule")?;
+        let taskflow = if self.at_punct(Punct::Eq) {
+            None
+        } else {
+            Some(self.expect_ident("a taskflow name or `=`")?)
+        };
+        self.expect_punct(Punct::Eq)?;
+        let policy = self.expect_ident("a policy such as `interleaved`")?;
+        let options = if self.at_open(Delim::Brace) {
+            self.fields(Delim::Brace, false)?
+        } else {
+            Vec::new()
+        };
+        self.expect_punct(Punct::Semi)?;
+        Ok(ScheduleDecl {
+            taskflow,
+            policy,
+            options,
+        })
+    }
+
+    fn profile(&mut self) -> PResult<Profile> {
+        self.expect_kw("profile")?;
+        let name = self.expect_ident("a profile name")?;
+        let base = if self.eat_punct(Punct::Colon) {
+            Some(self.expect_ident("a base profile name")?)
+        } else {
+            None
+        };
+        let fields = self.fields(Delim::Brace, true)?;
+        Ok(Profile { name, base, fields })
+    }
+
+    fn signature(&mut self) -> PResult<Signature> {
+        let kw = self.bump();
+        let kind = if matches!(&kw.kind, TokenKind::Ident(s) if s == "routing") {
+            SignatureKind::Routing
+        } else {
+            SignatureKind::Policy
+        };
+        let name = self.expect_ident("a name")?;
+        let (params, _) = self.delimited(Delim::Paren, Punct::Comma, "a parameter", |p| {
+            let name = p.expect_ident("a parameter name")?;
+            p.expect_punct(Punct::Colon)?;
+            let mut ty = vec![p.expect_ident("a type (`int`, `float`, `bool`, `str`) or allowed names")?];
+            while p.eat_punct(Punct::Or) {
+                ty.push(p.expect_ident("a name")?);
+            }
+            let default = if p.eat_punct(Punct::Eq) { Some(p.expr()?) } else { None };
+            let span = name.span.to(p.prev_span());
+            Ok(SigParam {
+                name,
+                ty,
+                default,
+                span,
+            })
+        })?;
+        self.expect_punct(Punct::Semi)?;
+        Ok(Signature { kind, name, params })
+    }
+
+    fn generics(&mut self) -> PResult<Vec<Ident>> {
+        let mut out = Vec::new();
+        if self.eat_punct(Punct::Lt) {
+            loop {
+                out.push(self.expect_ident("a dtype parameter name")?);
+                if self.eat_punct(Punct::Comma) {
+                    if self.at_punct(Punct::Gt) {
+                        break;
+                    }
+                    continue;
+                }
+                break;
+            }
+            self.expect_punct(Punct::Gt)?;
+        }
+        Ok(out)
+    }
+
+    fn tensor_type(&mut self) -> PResult<TensorType> {
+        let dtype = self.expect_ident("a dtype such as `bf16` or `T`")?;
+        if !self.at_open(Delim::Bracket) {
+            return Err(self.error_expected("`[` and the dimensions of the tensor"));
+        }
+        let (dims, span) = self.delimited(Delim::Bracket, Punct::Comma, "a dimension", |p| p.expr())?;
+        Ok(TensorType {
+            span: dtype.span.to(span),
+            dtype,
+            dims,
+        })
+    }
+
+    fn op_params(&mut self) -> PResult<Vec<OpParam>> {
+        let (params, _) = self.delimited(Delim::Paren, Punct::Comma, "a parameter", |p| {
+            let name = p.expect_ident("a parameter name")?;
+            p.expect_punct(Punct::Colon)?;
+            let ty = if p.at_kw("route") && !matches!(p.peek_at(1), TokenKind::Open(Delim::Bracket)) {
+                ParamType::Route(p.bump().span)
+            } else {
+                ParamType::Tensor(p.tensor_type()?)
+            };
+            let span = name.span.to(p.prev_span());
+            Ok(OpParam { name, ty, span })
+        })?;
+        Ok(params)
+    }
+
+    fn op_def(&mut self) -> PResult<OpDef> {
+        let kw = self.bump();
+        let kind = if matches!(&kw.kind, TokenKind::Ident(s) if s == "comm") {
+            OpKind::Comm
+        } else {
+            OpKind::Compute
+        };
+        let name = self.expect_ident("an op name")?;
+        let generics = self.generics()?;
+        let params = self.op_params()?;
+        self.expect_punct(Punct::Arrow)?;
+        let ret = self.tensor_type()?;
+        let mut engine = None;
+        let mut tile = Vec::new();
+        loop {
+            if self.at_kw("on") {
+                self.bump();
+                engine = Some(self.expect_ident("an engine (`aic` or `aiv`)")?);
+            } else if self.at_kw("tile") {
+                self.bump();
+                tile = self.fields(Delim::Paren, false)?;
+            } else {
+                break;
+            }
+        }
+        if kind == OpKind::Compute && engine.is_none() {
+            let _ = self.error_expected("`on aic` or `on aiv`");
+            return Err(Reported);
+        }
+        if !self.at_open(Delim::Brace) {
+            return Err(self.error_expected("`{` and the op body"));
+        }
+        let (body, body_span) = self.block(|p| p.op_stmt())?;
+        Ok(OpDef {
+            kind,
+            name,
+            generics,
+            params,
+            ret,
+            engine,
+            tile,
+            body,
+            body_span,
+        })
+    }
+
+    /// `{ stmt* }` with statement-level recovery.
+    fn block<T>(&mut self, mut stmt: impl FnMut(&mut Self) -> PResult<T>) -> PResult<(Vec<T>, Span)> {
+        let open = self.bump().span;
+        self.enter(open)?;
+        let mut out = Vec::new();
+        let mut failed = false;
+        loop {
+            if self.at_close(Delim::Brace) {
+                break;
+            }
+            if self.at_eof() {
+                self.leave();
+                self.push(unclosed(Delim::Brace, open));
+                return Err(Reported);
+            }
+            if let TokenKind::Close(_) = self.peek_kind() {
+                let t = self.bump();
+                self.push(
+                    Diagnostic::error(Code::UnbalancedDelimiter, format!("mismatched closing {}", t.kind.describe()))
+                        .primary(t.span, "expected `}`")
+                        .secondary(open, "to close this"),
+                );
+                failed = true;
+                continue;
+            }
+            if self.at_item_start() && !self.at_kw("route") {
+                // Probably a missing `}`: stop here and let the item parse.
+                self.leave();
+                self.push(unclosed(Delim::Brace, open));
+                return Err(Reported);
+            }
+            match stmt(self) {
+                Ok(s) => out.push(s),
+                Err(Reported) => {
+                    failed = true;
+                    self.recover_stmt();
+                }
+            }
+        }
+        let close = self.bump().span;
+        self.leave();
+        if failed {
+            Err(Reported)
+        } else {
+            Ok((out, open.to(close)))
+        }
+    }
+
+    fn recover_stmt(&mut self) {
+        loop {
+            match self.peek_kind() {
+                TokenKind::Eof | TokenKind::Close(Delim::Brace) => return,
+                TokenKind::Punct(Punct::Semi) => {
+                    self.bump();
+                    return;
+                }
+                TokenKind::Open(_) => self.skip_group(),
+                TokenKind::Close(_) => {
+                    self.bump();
+                }
+                _ => {
+                    self.bump();
+                }
+            }
+        }
+    }
+
+    fn op_stmt(&mut self) -> PResult<Stmt> {
+        let start = self.span();
+        if self.eat_kw("let") {
+            let name = self.expect_ident("a name")?;
+            self.expect_punct(Punct::Eq)?;
+            let value = self.expr()?;
+            self.expect_punct(Punct::Semi)?;
+            return Ok(Stmt::Let {
+                name,
+                value,
+                span: start.to(self.prev_span()),
+            });
+        }
+        if self.eat_kw("put") {
+            let target = self.expect_ident("the window to put into (`out`)")?;
+            self.expect_punct(Punct::At)?;
+            let rank = self.postfix_expr()?;
+            if !self.at_open(Delim::Bracket) {
+                return Err(self.error_expected("`[` and the destination index"));
+            }
+            let (index, _) = self.delimited(Delim::Bracket, Punct::Comma, "an index", |p| p.expr())?;
+            let accumulate = self.assign_op()?;
+            let value = self.expr()?;
+            self.expect_punct(Punct::Semi)?;
+            return Ok(Stmt::Put {
+                target,
+                rank,
+                index,
+                accumulate,
+                value,
+                span: start.to(self.prev_span()),
+            });
+        }
+        let target = self.expect_ident("a statement (`out[...] = ...;`, `let`, or `put`)")?;
+        if !self.at_open(Delim::Bracket) {
+            return Err(self.error_expected("`[` and the output index"));
+        }
+        let (index, _) = self.delimited(Delim::Bracket, Punct::Comma, "an index", |p| p.expr())?;
+        let accumulate = self.assign_op()?;
+        let value = self.expr()?;
+        self.expect_punct(Punct::Semi)?;
+        Ok(Stmt::Assign {
+            target,
+            index,
+            accumulate,
+            value,
+            span: start.to(self.prev_span()),
+        })
+    }
+
+    fn assign_op(&mut self) -> PResult<bool> {
+        if self.eat_punct(Punct::Eq) {
+            Ok(false)
+        } else if self.eat_punct(Punct::PlusEq) {
+            Ok(true)
+        } else {
+            Err(self.error_expected("`=` or `+=`"))
+        }
+    }
+
+    fn taskflow(&mut self) -> PResult<Taskflow> {
+        self.expect_kw("taskflow")?;
+        let name = self.expect_ident("a taskflow name")?;
+        let params = self.op_params()?;
+        self.expect_punct(Punct::Arrow)?;
+        let ret = if self.at_open(Delim::Paren) {
+            let (outs, _) = self.delimited(Delim::Paren, Punct::Comma, "an output", |p| {
+                let n = p.expect_ident("an output name")?;
+                p.expect_punct(Punct::Colon)?;
+                Ok((n, p.tensor_type()?))
+            })?;
+            TaskflowRet::Named(outs)
+        } else {
+            TaskflowRet::Single(self.tensor_type()?)
+        };
+        if !self.at_open(Delim::Brace) {
+            return Err(self.error_expected("`{` and the taskflow body"));
+        }
+        let (body, body_span) = self.block(|p| p.flow_stmt())?;
+        Ok(Taskflow {
+            name,
+            params,
+            ret,
+            body,
+            body_span,
+        })
+    }
+
+    fn flow_stmt(&mut self) -> PResult<FlowStmt> {
+        let start = self.span();
+        let kind = if self.eat_kw("let") {
+            let name = self.expect_ident("a name")?;
+            self.expect_punct(Punct::Eq)?;
+            FlowStmtKind::Let {
+                name,
+                value: self.expr()?,
+            }
+        } else if self.eat_kw("return") {
+            FlowStmtKind::Return { value: self.expr()? }
+        } else {
+            return Err(self.error_expected("`let` or `return`"));
+        };
+        let mut annots = Vec::new();
+        loop {
+            let s = self.span();
+            if self.eat_kw("tile") {
+                let fields = self.fields(Delim::Paren, false)?;
+                annots.push(Annot::Tile {
+                    fields,
+                    span: s.to(self.prev_span()),
+                });
+            } else if self.eat_kw("on") {
+                let engine = self.expect_ident("an engine (`aic` or `aiv`)")?;
+                annots.push(Annot::On {
+                    engine,
+                    span: s.to(self.prev_span()),
+                });
+            } else if self.eat_kw("order") {
+                let (hints, _) = self.delimited(Delim::Paren, Punct::Comma, "an ordering hint", |p| p.expect_ident("an ordering hint such as `ratr`"))?;
+                annots.push(Annot::Order {
+                    hints,
+                    span: s.to(self.prev_span()),
+                });
+            } else if self.eat_kw("priority") {
+                if !self.at_open(Delim::Paren) {
+                    return Err(self.error_expected("`(`"));
+                }
+                let (mut v, _) = self.delimited(Delim::Paren, Punct::Comma, "a priority", |p| p.expr())?;
+                if v.len() != 1 {
+                    let sp = s.to(self.prev_span());
+                    self.push(
+                        Diagnostic::error(Code::WrongArgCount, "`priority` takes one value")
+                            .primary(sp, "here"),
+                    );
+                    return Err(Reported);
+                }
+                annots.push(Annot::Priority {
+                    value: v.remove(0),
+                    span: s.to(self.prev_span()),
+                });
+            } else {
+                break;
+            }
+        }
+        if !self.at_punct(Punct::Semi) {
+            let mut d = Diagnostic::error(
+                Code::UnexpectedToken,
+                format!("expected `;` or an annotation, found {}", self.peek_kind().describe()),
+            )
+            .primary(self.span(), "expected `;`");
+            if let TokenKind::Ident(s) = self.peek_kind() {
+                if let Some(b) = crate::suggest::closest(s, ["tile", "on", "order", "priority"].into_iter()) {
+                    d = d.help(format!("did you mean `{b}`?"));
+                } else {
+                    d = d.help("annotations are `tile(...)`, `on ENGINE`, `order(...)` and `priority(N)`");
+                }
+            }
+            self.push(d);
+            return Err(Reported);
+        }
+        self.bump();
+        Ok(FlowStmt {
+            kind,
+            annots,
+            span: start.to(self.prev_span()),
+        })
+    }
+
+    // ---------------------------------------------------------------- expressions
+
+    pub fn expr(&mut self) -> PResult<Expr> {
+        self.enter(self.span())?;
+        let r = self.binary(1);
+        self.leave();
+        r
+    }
+
+    fn bin_op(&self) -> Option<BinOp> {
+        match self.peek_kind() {
+            TokenKind::Punct(Punct::Plus) => Some(BinOp::Add),
+            TokenKind::Punct(Punct::Minus) => Some(BinOp::Sub),
+            TokenKind::Punct(Punct::Star) => Some(BinOp::Mul),
+            TokenKind::Punct(Punct::Slash) => Some(BinOp::Div),
+            TokenKind::Punct(Punct::Percent) => Some(BinOp::Rem),
+            _ => None,
+        }
+    }
+
+    fn binary(&mut self, min_prec: u8) -> PResult<Expr> {
+        let mut lhs = self.unary()?;
+        while let Some(op) = self.bin_op() {
+            let prec = op.precedence();
+            if prec < min_prec {
+                break;
+            }
+            self.bump();
+            let rhs = if prec == 1 { self.binary(2)? } else { self.unary()? };
+            let span = lhs.span.to(rhs.span);
+            lhs = Expr {
+                kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)),
+                span,
+            };
+        }
+        Ok(lhs)
+    }
+
+    fn unary(&mut self) -> PResult<Expr> {
+        if self.at_punct(Punct::Minus) {
+            let s = self.bump().span;
+            self.enter(s)?;
+            let inner = self.unary();
+            self.leave();
+            let inner = inner?;
+            let span = s.to(inner.span);
+            return Ok(Expr {
+                kind: ExprKind::Neg(Box::new(inner)),
+                span,
+            });
+        }
+        self.postfix_expr()
+    }
+
+    fn postfix_expr(&mut self) -> PResult<Expr> {
+        let mut e = self.primary()?;
+        loop {
+            if self.at_open(Delim::Paren) {
+                let (args, s) = self.args()?;
+                let span = e.span.to(s);
+                e = Expr {
+                    kind: ExprKind::Call {
+                        callee: Box::new(e),
+                        args,
+                    },
+                    span,
+                };
+            } else if self.at_open(Delim::Bracket) {
+                let (index, s) = self.delimited(Delim::Bracket, Punct::Comma, "an index", |p| p.expr())?;
+                let span = e.span.to(s);
+                e = Expr {
+                    kind: ExprKind::Index {
+                        base: Box::new(e),
+                        index,
+                    },
+                    span,
+                };
+            } else if self.at_punct(Punct::Dot) {
+                self.bump();
+                let field = self.expect_ident("a field or method name after `.`")?;
+                let span = e.span.to(field.span);
+                e = Expr {
+                    kind: ExprKind::Field {
+                        base: Box::new(e),
+                        field,
+                    },
+                    span,
+                };
+            } else {
+                return Ok(e);
+            }
+        }
+    }
+
+    fn primary(&mut self) -> PResult<Expr> {
+        let t = self.peek().clone();
+        let kind = match t.kind {
+            TokenKind::Int(v) => {
+                self.bump();
+                ExprKind::Int(v.unwrap_or(0))
+            }
+            TokenKind::Float(v) => {
+                self.bump();
+                ExprKind::Float(v)
+            }
+            TokenKind::Str(s) => {
+                self.bump();
+                ExprKind::Str(s)
+            }
+            TokenKind::Ident(ref name) if name == "sum" && matches!(self.peek_at(1), TokenKind::Open(Delim::Paren)) => {
+                return self.sum();
+            }
+            TokenKind::Ident(name) => {
+                self.bump();
+                ExprKind::Name(name)
+            }
+            TokenKind::Open(Delim::Paren) => {
+                let (mut items, span) = self.delimited(Delim::Paren, Punct::Comma, "an expression", |p| p.expr())?;
+                let trailing_comma = matches!(self.toks.get(self.pos.wrapping_sub(2)).map(|t| &t.kind), Some(TokenKind::Punct(Punct::Comma)));
+                if items.len() == 1 && !trailing_comma {
+                    let mut e = items.remove(0);
+                    e.span = span;
+                    return Ok(e);
+                }
+                return Ok(Expr {
+                    kind: ExprKind::Tuple(items),
+                    span,
+                });
+            }
+            _ => return Err(self.error_expected("an expression")),
+        };
+        Ok(Expr { kind, span: t.span })
+    }
+
+    fn sum(&mut self) -> PResult<Expr> {
+        let start = self.bump().span;
+        let (binders, _) = self.delimited(Delim::Paren, Punct::Comma, "a reduction variable", |p| {
+            let var = p.expect_ident("a reduction variable")?;
+            if p.eat_kw("in") {
+                p.expect_kw("group")?;
+                let (mut g, gs) = p.delimited(Delim::Paren, Punct::Comma, "a group variable", |p| p.expect_ident("a group variable"))?;
+                if g.len() != 1 {
+                    p.push(
+                        Diagnostic::error(Code::WrongArgCount, "`group(...)` takes one variable")
+                            .primary(gs, "here"),
+                    );
+                    return Err(Reported);
+                }
+                Ok(Binder::InGroup { var, group: g.remove(0) })
+            } else {
+                Ok(Binder::Full(var))
+            }
+        })?;
+        if binders.is_empty() {
+            let s = self.prev_span();
+            self.push(
+                Diagnostic::error(Code::UnexpectedToken, "`sum` needs at least one reduction variable")
+                    .primary(start.to(s), "as in `sum(k) x[m, k] * w[k, n]`"),
+            );
+            return Err(Reported);
+        }
+        self.enter(start)?;
+        let body = self.binary(2);
+        self.leave();
+        let body = body?;
+        let span = start.to(body.span);
+        Ok(Expr {
+            kind: ExprKind::Sum {
+                binders,
+                body: Box::new(body),
+            },
+            span,
+        })
+    }
+}
+
+fn unclosed(d: Delim, open: Span) -> Diagnostic {
+    Diagnostic::error(Code::UnbalancedDelimiter, format!("unclosed `{}`", d.open()))
+        .primary(open, format!("this `{}` is never closed", d.open()))
+        .help(format!("add the matching `{}`", d.close()))
+}

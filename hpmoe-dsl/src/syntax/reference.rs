@@ -1,0 +1,1 @@
+//! The pest reference grammar (see hpm.pest).
