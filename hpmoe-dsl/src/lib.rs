@@ -13,6 +13,8 @@
 pub mod check;
 pub mod diag;
 pub mod ir;
+pub mod npy;
+pub mod route;
 pub mod source;
 pub mod stdlib;
 pub mod suggest;

@@ -1,1 +1,5 @@
-fn main() {}
+//! The `hpmoe` command-line tool.
+
+fn main() {
+    std::process::exit(hpmoe_sim::cli::main());
+}

@@ -1,0 +1,289 @@
+//! The checker: parsed sources in, a checked [`ir::Program`] (the typed op graph) out, or
+//! every error found.
+//!
+//! Stages, in order: loading (imports, cycles) in [`load`]; scopes and name resolution;
+//! constants and parameter overrides in [`consts`]; the device in [`device`]; routings in
+//! [`routes`]; op definitions and their bodies in [`ops`]; taskflows (calls, unification of
+//! dtypes and symbolic shapes, engines, tiles and buffer fit) in [`flow`]; schedules.
+
+mod consts;
+mod device;
+mod flow;
+mod load;
+mod ops;
+mod routes;
+
+use crate::diag::{Code, Diagnostic, Diagnostics};
+use crate::ir::{self, Value};
+use crate::source::SourceMap;
+use crate::syntax::ast::{self, ItemKind};
+use crate::syntax::token::{FileId, Span};
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// A `--set NAME=VALUE` override.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Override {
+    /// A param name, or `device.FIELD`.
+    pub name: String,
+    pub value: Value,
+}
+
+impl Override {
+    /// Parses `NAME=VALUE` (VALUE an integer, a float, `true`/`false`, or a name; a device
+    /// value may carry a unit: `device.hbm_bandwidth=1.2TB/s` or `1.2 TB/s`).
+    pub fn parse(s: &str) -> Result<Override, String> {
+        let (name, value) = s
+            .split_once('=')
+            .ok_or_else(|| format!("`{s}` is not of the form NAME=VALUE"))?;
+        let name = name.trim();
+        let value = value.trim();
+        if name.is_empty() {
+            return Err(format!("`{s}` has no name before `=`"));
+        }
+        Ok(Override {
+            name: name.to_string(),
+            value: parse_value(value).ok_or_else(|| format!("`{value}` is not a number, `true`/`false` or a name"))?,
+        })
+    }
+}
+
+fn parse_value(v: &str) -> Option<Value> {
+    let clean: String = v.chars().filter(|&c| c != '_').collect();
+    if let Ok(i) = clean.parse::<i64>() {
+        return Some(Value::Int(i));
+    }
+    if let Ok(f) = clean.parse::<f64>() {
+        if f.is_finite() {
+            return Some(Value::Float(f));
+        }
+        return None;
+    }
+    match v {
+        "true" => return Some(Value::Bool(true)),
+        "false" => return Some(Value::Bool(false)),
+        _ => {}
+    }
+    // A number followed by a unit: keep it as a string for the device to parse.
+    let first = v.chars().next()?;
+    if first.is_ascii_digit() || first == '.' {
+        return Some(Value::Str(v.to_string()));
+    }
+    if v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Some(Value::Name(v.to_string()));
+    }
+    None
+}
+
+/// What the checker is given besides the sources.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub overrides: Vec<Override>,
+}
+
+/// The result of checking: the program (when there was no error) and every diagnostic
+/// (errors and warnings), sorted by position.
+#[derive(Debug)]
+pub struct Outcome {
+    pub program: Option<ir::Program>,
+    pub diagnostics: Diagnostics,
+}
+
+/// Checks a file on disk and everything it imports.
+pub fn check_path(path: &Path, opts: &Options, sources: &mut SourceMap) -> Outcome {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            let mut ds = Diagnostics::new();
+            ds.push(
+                Diagnostic::error(Code::FileNotFound, format!("cannot read `{}`: {e}", path.display()))
+                    .note("check the path"),
+            );
+            return Outcome {
+                program: None,
+                diagnostics: ds,
+            };
+        }
+    };
+    let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let file = sources.add(path.display().to_string(), Some(canon), text);
+    check_file(file, opts, sources)
+}
+
+/// Checks a text (a REPL buffer, a macro invocation, a test) given a display name. Imports of
+/// files are relative to `dir`.
+pub fn check_text(name: &str, text: &str, dir: Option<&Path>, opts: &Options, sources: &mut SourceMap) -> Outcome {
+    let path = dir.map(|d| d.join(name));
+    let file = sources.add(name, path, text);
+    check_file(file, opts, sources)
+}
+
+/// Checks an already-added source.
+pub fn check_file(file: FileId, opts: &Options, sources: &mut SourceMap) -> Outcome {
+    let mut ck = Checker::new(sources, opts);
+    let program = ck.run(file);
+    let mut diagnostics = std::mem::take(&mut ck.diags);
+    diagnostics.sort();
+    let program = if diagnostics.has_errors() { None } else { program };
+    Outcome {
+        program,
+        diagnostics,
+    }
+}
+
+/// Index of a loaded module.
+pub(crate) type ModId = usize;
+
+/// An item of a module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct ItemRef {
+    pub module: ModId,
+    pub item: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct Module {
+    pub file: FileId,
+    pub ast: ast::File,
+    /// `Some("moe")` for `std::moe`.
+    pub std_name: Option<String>,
+    pub path: Option<PathBuf>,
+    /// Name → item, with the span where the name was bound (definition or import).
+    pub scope: BTreeMap<String, (ItemRef, Span)>,
+    /// Names whose import failed (already reported): uses stay silent.
+    pub poisoned: std::collections::BTreeSet<String>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum ParamState {
+    InProgress,
+    Done(Option<Value>),
+}
+
+/// The checker's state for one program.
+pub(crate) struct Checker<'a> {
+    pub sources: &'a mut SourceMap,
+    pub opts: &'a Options,
+    pub diags: Diagnostics,
+    pub modules: Vec<Module>,
+    pub root: ModId,
+    pub params: HashMap<ItemRef, ParamState>,
+    pub device: Option<ir::Device>,
+    pub routes: Vec<routes::RouteState>,
+    pub route_of: HashMap<ItemRef, Option<ir::RouteId>>,
+    pub ops: Vec<ir::OpDef>,
+    pub op_sigs: HashMap<ItemRef, Option<Rc<ops::OpSig>>>,
+    pub taskflows: Vec<ir::Taskflow>,
+    pub schedules: Vec<ir::ScheduleSpec>,
+}
+
+impl std::fmt::Debug for Checker<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checker").field("modules", &self.modules.len()).finish()
+    }
+}
+
+impl<'a> Checker<'a> {
+    fn new(sources: &'a mut SourceMap, opts: &'a Options) -> Self {
+        Checker {
+            sources,
+            opts,
+            diags: Diagnostics::new(),
+            modules: Vec::new(),
+            root: 0,
+            params: HashMap::new(),
+            device: None,
+            routes: Vec::new(),
+            route_of: HashMap::new(),
+            ops: Vec::new(),
+            op_sigs: HashMap::new(),
+            taskflows: Vec::new(),
+            schedules: Vec::new(),
+        }
+    }
+
+    pub fn err(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    pub fn item(&self, r: ItemRef) -> &ast::Item {
+        &self.modules[r.module].ast.items[r.item]
+    }
+
+    /// Looks a name up in a module's scope.
+    pub fn lookup(&self, m: ModId, name: &str) -> Option<ItemRef> {
+        self.modules[m].scope.get(name).map(|(r, _)| *r)
+    }
+
+    /// Names in scope of a module that satisfy `pred`, for suggestions (sorted).
+    pub fn names_where(&self, m: ModId, pred: impl Fn(&ItemKind) -> bool) -> Vec<String> {
+        self.modules[m]
+            .scope
+            .iter()
+            .filter(|(_, (r, _))| pred(&self.item(*r).kind))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    fn run(&mut self, file: FileId) -> Option<ir::Program> {
+        self.root = self.load_root(file)?;
+        for m in 0..self.modules.len() {
+            self.build_scope(m);
+        }
+        self.apply_param_overrides();
+        let root = self.root;
+        // Params of the root, in order (errors in each are reported once).
+        let mut params = Vec::new();
+        for (i, item) in self.modules[root].ast.items.iter().enumerate() {
+            if let ItemKind::Param(p) = &item.kind {
+                params.push((p.name.name.clone(), ItemRef { module: root, item: i }));
+            }
+        }
+        let mut param_values = Vec::new();
+        for (name, r) in params {
+            if let Some(v) = self.param_value(r) {
+                param_values.push((name, v));
+            }
+        }
+        self.check_device();
+        // Every op, route and taskflow of non-std modules; std items when used.
+        for m in 0..self.modules.len() {
+            if self.modules[m].std_name.is_some() && m != root {
+                continue;
+            }
+            for i in 0..self.modules[m].ast.items.len() {
+                let r = ItemRef { module: m, item: i };
+                match &self.item(r).kind {
+                    ItemKind::Route(_) => {
+                        self.route_id(r);
+                    }
+                    ItemKind::Op(_) => {
+                        self.op_sig(r);
+                    }
+                    ItemKind::Profile(_) if m == root => self.check_profile_item(r),
+                    ItemKind::Signature(_) if m == root => self.check_signature_item(r),
+                    _ => {}
+                }
+            }
+        }
+        for i in 0..self.modules[root].ast.items.len() {
+            let r = ItemRef { module: root, item: i };
+            if let ItemKind::Taskflow(_) = &self.item(r).kind {
+                self.check_taskflow(r);
+            }
+        }
+        self.check_schedules();
+        self.finish_routes();
+        let device = self.device.clone()?;
+        Some(ir::Program {
+            params: param_values,
+            device,
+            routes: self.routes.iter().map(|r| r.spec.clone()).collect(),
+            ops: std::mem::take(&mut self.ops),
+            taskflows: std::mem::take(&mut self.taskflows),
+            schedules: std::mem::take(&mut self.schedules),
+        })
+    }
+}

@@ -1,0 +1,345 @@
+//! The typed op graph: the first level of the IR.
+//!
+//! In: produced by [`crate::check`] from a checked program. Out: consumed by lowering (tiles),
+//! the CLI's `lower --emit ops` dump and the REPL. A value of these types is valid by
+//! construction: every shape is concrete (ragged receive-window dimensions carry their
+//! routing), every op call has its engine, tiling and analysed body, and every index refers
+//! to an existing tensor, op or routing.
+
+pub mod body;
+mod dump;
+
+pub use body::*;
+pub use dump::{program_json, program_text};
+
+use crate::Span;
+use std::collections::BTreeMap;
+
+/// Element types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    Bf16,
+    F16,
+    F32,
+    I32,
+}
+
+impl DType {
+    pub fn parse(s: &str) -> Option<DType> {
+        Some(match s {
+            "bf16" => DType::Bf16,
+            "f16" => DType::F16,
+            "f32" => DType::F32,
+            "i32" => DType::I32,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Bf16 => "bf16",
+            DType::F16 => "f16",
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+        }
+    }
+    pub fn size(self) -> u64 {
+        match self {
+            DType::Bf16 | DType::F16 => 2,
+            DType::F32 | DType::I32 => 4,
+        }
+    }
+}
+
+/// The two kinds of core of an Ascend die.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// Cube cores: matrix products.
+    Aic,
+    /// Vector cores: elementwise work and communication.
+    Aiv,
+}
+
+impl Engine {
+    pub fn parse(s: &str) -> Option<Engine> {
+        match s {
+            "aic" => Some(Engine::Aic),
+            "aiv" => Some(Engine::Aiv),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Aic => "aic",
+            Engine::Aiv => "aiv",
+        }
+    }
+}
+
+/// Index of a routing in [`Program::routes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct RouteId(pub u32);
+/// Index of an op definition in [`Program::ops`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct OpId(pub u32);
+/// Index of a tensor in [`Taskflow::tensors`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct TensorId(pub u32);
+/// Index of an op call in [`Taskflow::nodes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct NodeId(pub u32);
+
+/// A concrete dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    Fixed(u64),
+    /// The rows a rank receives through a routing: ragged across ranks, bounded by the
+    /// routing's receive-window capacity.
+    Recv(RouteId),
+}
+
+impl Dim {
+    pub fn fixed(self) -> Option<u64> {
+        match self {
+            Dim::Fixed(n) => Some(n),
+            Dim::Recv(_) => None,
+        }
+    }
+}
+
+/// Where a tensor lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Home {
+    /// A taskflow input, in each rank's HBM.
+    Input,
+    /// An intermediate result in each rank's HBM.
+    Hbm,
+    /// A receive window (symmetric memory) written by remote puts.
+    Window,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<Dim>,
+    pub home: Home,
+    /// Rows grouped by local expert of this routing (`group(m)` is defined).
+    pub grouped: Option<RouteId>,
+    /// The op call producing it; `None` for inputs.
+    pub producer: Option<NodeId>,
+    pub span: Span,
+}
+
+/// One op call of a taskflow.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub op: OpId,
+    /// The `let` name, or `out`/the output name for the returned call, or `op#N` for nested.
+    pub name: String,
+    pub inputs: Vec<TensorId>,
+    pub routes: Vec<RouteId>,
+    pub output: TensorId,
+    pub engine: Engine,
+    pub dtype: DType,
+    /// Tile size per index variable of the body (after defaults and clamping).
+    pub tile: Vec<(String, u64)>,
+    /// Ordering hints (`ratr`).
+    pub order: Vec<String>,
+    pub priority: i64,
+    /// The body with concrete ranges and offsets for this call.
+    pub body: ConcreteBody,
+    pub span: Span,
+}
+
+/// A checked taskflow: the op graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Taskflow {
+    pub name: String,
+    pub tensors: Vec<Tensor>,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<(String, TensorId)>,
+    /// In a topological order (the order of the source).
+    pub nodes: Vec<Node>,
+    pub span: Span,
+}
+
+impl Taskflow {
+    pub fn tensor(&self, id: TensorId) -> &Tensor {
+        &self.tensors[id.0 as usize]
+    }
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.0 as usize]
+    }
+}
+
+/// A checked op definition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpDef {
+    pub name: String,
+    pub is_comm: bool,
+    pub engine: Engine,
+    pub docs: Vec<String>,
+    /// The signature as written (for dumps and the REPL).
+    pub signature: String,
+    pub span: Span,
+}
+
+/// A routing kind with its arguments, and the routing it produces once materialised.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteSpec {
+    pub name: String,
+    pub kind: RouteKind,
+    pub experts: u64,
+    pub topk: u64,
+    pub ranks: u64,
+    /// Tokens per rank (bound by the first taskflow that routes a tensor).
+    pub tokens: u64,
+    /// Receive-window rows per rank.
+    pub capacity: u64,
+    pub span: Span,
+}
+
+impl RouteSpec {
+    pub fn local_experts(&self) -> u64 {
+        self.experts / self.ranks.max(1)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RouteKind {
+    Balanced,
+    Uniform { seed: u64 },
+    Zipf { s: f64, seed: u64 },
+    Hotspot { max_over_mean: f64, seed: u64 },
+    File { path: String, weights: Option<String> },
+}
+
+/// A value of a constant expression.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Value {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+    /// A bare name used as a value (`priority: critical_path`).
+    Name(String),
+}
+
+impl Value {
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Int(i) => Some(*i as f64),
+            Value::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Int(_) => "an integer",
+            Value::Float(_) => "a float",
+            Value::Bool(_) => "a boolean",
+            Value::Str(_) => "a string",
+            Value::Name(_) => "a name",
+        }
+    }
+}
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Float(x) => write!(f, "{x}"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Str(s) => write!(f, "{s:?}"),
+            Value::Name(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// The dimension of a physical quantity, for device constants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Quantity {
+    Count,
+    Ratio,
+    Bytes,
+    Frequency,
+    Time,
+    Bandwidth,
+    BytesPerCycle,
+    FlopsPerCycle,
+    Cycles,
+}
+
+/// One device constant, normalised to base units (B, Hz, s, B/s, ...).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceField {
+    pub value: f64,
+    pub quantity: Quantity,
+    /// The unit as written in the profile, for display.
+    pub unit: String,
+    pub docs: Vec<String>,
+    pub span: Span,
+}
+
+/// The device of a program: a profile with overrides.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Device {
+    pub profile: String,
+    pub fields: BTreeMap<String, DeviceField>,
+}
+
+impl Device {
+    /// A field's value in base units. Required fields are guaranteed by the checker.
+    pub fn get(&self, name: &str) -> f64 {
+        self.fields.get(name).map_or(0.0, |f| f.value)
+    }
+    pub fn ranks(&self) -> u64 {
+        self.get("ranks") as u64
+    }
+}
+
+/// The selected schedule of a taskflow.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduleSpec {
+    pub taskflow: Option<String>,
+    pub policy: String,
+    pub options: BTreeMap<String, Value>,
+    pub span: Span,
+}
+
+/// A checked program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    /// Parameters of the root file (and those it imports), in definition order.
+    pub params: Vec<(String, Value)>,
+    pub device: Device,
+    pub routes: Vec<RouteSpec>,
+    pub ops: Vec<OpDef>,
+    pub taskflows: Vec<Taskflow>,
+    pub schedules: Vec<ScheduleSpec>,
+}
+
+impl Program {
+    pub fn route(&self, id: RouteId) -> &RouteSpec {
+        &self.routes[id.0 as usize]
+    }
+    pub fn op(&self, id: OpId) -> &OpDef {
+        &self.ops[id.0 as usize]
+    }
+    pub fn taskflow(&self, name: &str) -> Option<&Taskflow> {
+        self.taskflows.iter().find(|t| t.name == name)
+    }
+    /// The schedule that applies to a taskflow: its own, else the file-wide one.
+    pub fn schedule_for(&self, taskflow: &str) -> Option<&ScheduleSpec> {
+        self.schedules
+            .iter()
+            .find(|s| s.taskflow.as_deref() == Some(taskflow))
+            .or_else(|| self.schedules.iter().find(|s| s.taskflow.is_none()))
+    }
+}

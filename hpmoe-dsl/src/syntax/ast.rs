@@ -392,3 +392,228 @@ impl Expr {
         }
     }
 }
+
+/// Sets every span in the tree to `Span::default()`, so that two parses of different texts
+/// (e.g. a file and its formatted form) compare equal when their trees are.
+pub fn erase_spans(file: &mut File) {
+    fn ident(i: &mut Ident) {
+        i.span = Span::default();
+    }
+    fn expr(e: &mut Expr) {
+        e.span = Span::default();
+        match &mut e.kind {
+            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Str(_) | ExprKind::Name(_) | ExprKind::Error => {}
+            ExprKind::Neg(x) => expr(x),
+            ExprKind::Binary(_, l, r) => {
+                expr(l);
+                expr(r);
+            }
+            ExprKind::Call { callee, args: a } => {
+                expr(callee);
+                args(a);
+            }
+            ExprKind::Index { base, index } => {
+                expr(base);
+                index.iter_mut().for_each(expr);
+            }
+            ExprKind::Field { base, field } => {
+                expr(base);
+                ident(field);
+            }
+            ExprKind::Tuple(items) => items.iter_mut().for_each(expr),
+            ExprKind::Sum { binders, body } => {
+                for b in binders {
+                    match b {
+                        Binder::Full(v) => ident(v),
+                        Binder::InGroup { var, group } => {
+                            ident(var);
+                            ident(group);
+                        }
+                    }
+                }
+                expr(body);
+            }
+        }
+    }
+    fn args(a: &mut [Arg]) {
+        for a in a {
+            if let Some(n) = &mut a.name {
+                ident(n);
+            }
+            expr(&mut a.value);
+        }
+    }
+    fn fields(fs: &mut [Field]) {
+        for f in fs {
+            ident(&mut f.name);
+            expr(&mut f.value);
+            if let Some(u) = &mut f.unit {
+                ident(&mut u.num);
+                if let Some(d) = &mut u.den {
+                    ident(d);
+                }
+                u.span = Span::default();
+            }
+            f.span = Span::default();
+        }
+    }
+    fn tensor(t: &mut TensorType) {
+        ident(&mut t.dtype);
+        t.dims.iter_mut().for_each(expr);
+        t.span = Span::default();
+    }
+    fn op_params(ps: &mut [OpParam]) {
+        for p in ps {
+            ident(&mut p.name);
+            match &mut p.ty {
+                ParamType::Tensor(t) => tensor(t),
+                ParamType::Route(s) => *s = Span::default(),
+            }
+            p.span = Span::default();
+        }
+    }
+    for item in &mut file.items {
+        item.span = Span::default();
+        match &mut item.kind {
+            ItemKind::Import(im) => {
+                match &mut im.source {
+                    ImportSource::Std(path) => path.iter_mut().for_each(ident),
+                    ImportSource::File(_, s) => *s = Span::default(),
+                }
+                match &mut im.names {
+                    ImportNames::All(s) => *s = Span::default(),
+                    ImportNames::List(names) => names.iter_mut().for_each(ident),
+                }
+            }
+            ItemKind::Param(p) => {
+                ident(&mut p.name);
+                expr(&mut p.value);
+            }
+            ItemKind::Device(d) => {
+                ident(&mut d.profile);
+                fields(&mut d.fields);
+            }
+            ItemKind::Route(r) => {
+                ident(&mut r.name);
+                ident(&mut r.kind);
+                args(&mut r.args);
+                r.args_span = Span::default();
+            }
+            ItemKind::Op(o) => {
+                ident(&mut o.name);
+                o.generics.iter_mut().for_each(ident);
+                op_params(&mut o.params);
+                tensor(&mut o.ret);
+                if let Some(e) = &mut o.engine {
+                    ident(e);
+                }
+                fields(&mut o.tile);
+                for s in &mut o.body {
+                    match s {
+                        Stmt::Let { name, value, span } => {
+                            ident(name);
+                            expr(value);
+                            *span = Span::default();
+                        }
+                        Stmt::Assign {
+                            target,
+                            index,
+                            value,
+                            span,
+                            ..
+                        } => {
+                            ident(target);
+                            index.iter_mut().for_each(expr);
+                            expr(value);
+                            *span = Span::default();
+                        }
+                        Stmt::Put {
+                            target,
+                            rank,
+                            index,
+                            value,
+                            span,
+                            ..
+                        } => {
+                            ident(target);
+                            expr(rank);
+                            index.iter_mut().for_each(expr);
+                            expr(value);
+                            *span = Span::default();
+                        }
+                    }
+                }
+                o.body_span = Span::default();
+            }
+            ItemKind::Taskflow(t) => {
+                ident(&mut t.name);
+                op_params(&mut t.params);
+                match &mut t.ret {
+                    TaskflowRet::Single(ty) => tensor(ty),
+                    TaskflowRet::Named(outs) => {
+                        for (n, ty) in outs {
+                            ident(n);
+                            tensor(ty);
+                        }
+                    }
+                }
+                for s in &mut t.body {
+                    match &mut s.kind {
+                        FlowStmtKind::Let { name, value } => {
+                            ident(name);
+                            expr(value);
+                        }
+                        FlowStmtKind::Return { value } => expr(value),
+                    }
+                    for a in &mut s.annots {
+                        match a {
+                            Annot::Tile { fields: fs, span } => {
+                                fields(fs);
+                                *span = Span::default();
+                            }
+                            Annot::On { engine, span } => {
+                                ident(engine);
+                                *span = Span::default();
+                            }
+                            Annot::Order { hints, span } => {
+                                hints.iter_mut().for_each(ident);
+                                *span = Span::default();
+                            }
+                            Annot::Priority { value, span } => {
+                                expr(value);
+                                *span = Span::default();
+                            }
+                        }
+                    }
+                    s.span = Span::default();
+                }
+                t.body_span = Span::default();
+            }
+            ItemKind::Schedule(s) => {
+                if let Some(t) = &mut s.taskflow {
+                    ident(t);
+                }
+                ident(&mut s.policy);
+                fields(&mut s.options);
+            }
+            ItemKind::Profile(p) => {
+                ident(&mut p.name);
+                if let Some(b) = &mut p.base {
+                    ident(b);
+                }
+                fields(&mut p.fields);
+            }
+            ItemKind::Signature(s) => {
+                ident(&mut s.name);
+                for p in &mut s.params {
+                    ident(&mut p.name);
+                    p.ty.iter_mut().for_each(ident);
+                    if let Some(d) = &mut p.default {
+                        expr(d);
+                    }
+                    p.span = Span::default();
+                }
+            }
+        }
+    }
+}

@@ -113,9 +113,6 @@ impl Parser {
     fn at_kw(&self, kw: &str) -> bool {
         matches!(self.peek_kind(), TokenKind::Ident(s) if s == kw)
     }
-    fn at_kw_n(&self, n: usize, kw: &str) -> bool {
-        matches!(self.peek_at(n), TokenKind::Ident(s) if s == kw)
-    }
     fn eat_kw(&mut self, kw: &str) -> bool {
         if self.at_kw(kw) {
             self.bump();
@@ -820,7 +817,7 @@ impl Parser {
         if self.eat_kw("put") {
             let target = self.expect_ident("the window to put into (`out`)")?;
             self.expect_punct(Punct::At)?;
-            let rank = self.postfix_expr()?;
+            let rank = self.postfix_expr_opts(false)?;
             if !self.at_open(Delim::Bracket) {
                 return Err(self.error_expected("`[` and the destination index"));
             }
@@ -1027,6 +1024,11 @@ impl Parser {
     }
 
     fn postfix_expr(&mut self) -> PResult<Expr> {
+        self.postfix_expr_opts(true)
+    }
+
+    /// A primary with calls, field accesses and (if `index`) indexing.
+    fn postfix_expr_opts(&mut self, index: bool) -> PResult<Expr> {
         let mut e = self.primary()?;
         loop {
             if self.at_open(Delim::Paren) {
@@ -1039,7 +1041,7 @@ impl Parser {
                     },
                     span,
                 };
-            } else if self.at_open(Delim::Bracket) {
+            } else if index && self.at_open(Delim::Bracket) {
                 let (index, s) = self.delimited(Delim::Bracket, Punct::Comma, "an index", |p| p.expr())?;
                 let span = e.span.to(s);
                 e = Expr {

@@ -1,0 +1,349 @@
+//! Constant expressions: params (evaluated lazily, cycles reported), overrides from the
+//! command line, and checked integer arithmetic.
+
+use super::{Checker, ItemRef, ModId, ParamState};
+use crate::diag::{Code, Diagnostic};
+use crate::ir::Value;
+use crate::syntax::ast::{BinOp, Expr, ExprKind, ItemKind};
+use crate::syntax::token::Span;
+
+/// How bare names that are not params are treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BareNames {
+    /// An error (params, dimensions).
+    Reject,
+    /// A [`Value::Name`] (schedule options such as `priority: critical_path`).
+    Accept,
+}
+
+impl Checker<'_> {
+    pub(super) fn apply_param_overrides(&mut self) {
+        let root = self.root;
+        for ov in self.opts.overrides.clone() {
+            if ov.name.starts_with("device.") {
+                continue;
+            }
+            match self.lookup(root, &ov.name) {
+                Some(r) if matches!(self.item(r).kind, ItemKind::Param(_)) => {
+                    let v = match ov.value {
+                        Value::Int(_) | Value::Float(_) | Value::Bool(_) => ov.value.clone(),
+                        _ => {
+                            self.err(
+                                Diagnostic::error(Code::BadOverride, format!("`--set {}={}`: a param takes a number", ov.name, ov.value))
+                                    .help("write e.g. `--set tokens=1024`"),
+                            );
+                            continue;
+                        }
+                    };
+                    self.params.insert(r, ParamState::Done(Some(v)));
+                }
+                _ => {
+                    let names = self.names_where(root, |k| matches!(k, ItemKind::Param(_)));
+                    let mut d = Diagnostic::error(Code::BadOverride, format!("`--set {}`: the program has no param `{}`", ov.name, ov.name));
+                    if let Some(b) = crate::suggest::closest(&ov.name, names.iter().map(|s| s.as_str())) {
+                        d = d.help(format!("did you mean `{b}`?"));
+                    } else if names.is_empty() {
+                        d = d.help("the program defines no params");
+                    } else {
+                        d = d.help(format!("the params are: {}", names.join(", ")));
+                    }
+                    self.err(d);
+                }
+            }
+        }
+    }
+
+    /// The value of a param item, evaluating it on first use.
+    pub(crate) fn param_value(&mut self, r: ItemRef) -> Option<Value> {
+        match self.params.get(&r) {
+            Some(ParamState::Done(v)) => return v.clone(),
+            Some(ParamState::InProgress) => {
+                let (name, span) = match &self.item(r).kind {
+                    ItemKind::Param(p) => (p.name.name.clone(), p.name.span),
+                    _ => return None,
+                };
+                self.err(
+                    Diagnostic::error(Code::UnknownName, format!("param `{name}` is defined in terms of itself"))
+                        .primary(span, "this param's value depends on itself")
+                        .help("break the cycle: give one of the params a literal value"),
+                );
+                self.params.insert(r, ParamState::Done(None));
+                return None;
+            }
+            None => {}
+        }
+        self.params.insert(r, ParamState::InProgress);
+        let value = match &self.item(r).kind {
+            ItemKind::Param(p) => p.value.clone(),
+            _ => return None,
+        };
+        let v = self.eval_const(r.module, &value, BareNames::Reject);
+        // A cycle may have already marked it.
+        if let Some(ParamState::Done(None)) = self.params.get(&r) {
+            return None;
+        }
+        self.params.insert(r, ParamState::Done(v.clone()));
+        v
+    }
+
+    /// Evaluates a constant expression in a module's scope.
+    pub(crate) fn eval_const(&mut self, m: ModId, e: &Expr, bare: BareNames) -> Option<Value> {
+        match &e.kind {
+            ExprKind::Int(v) => match i64::try_from(*v) {
+                Ok(i) => Some(Value::Int(i)),
+                Err(_) => {
+                    self.err(
+                        Diagnostic::error(Code::Overflow, format!("`{v}` does not fit in a signed 64-bit integer"))
+                            .primary(e.span, "too large")
+                            .note("integers are at most 9223372036854775807"),
+                    );
+                    None
+                }
+            },
+            ExprKind::Float(f) => Some(Value::Float(*f)),
+            ExprKind::Str(s) => Some(Value::Str(s.clone())),
+            ExprKind::Name(n) => {
+                if let Some(r) = self.lookup(m, n) {
+                    if let ItemKind::Param(_) = self.item(r).kind {
+                        return self.param_value(r);
+                    }
+                    if bare == BareNames::Accept {
+                        return Some(Value::Name(n.clone()));
+                    }
+                    let kind = item_kind_word(&self.item(r).kind);
+                    self.err(
+                        Diagnostic::error(Code::WrongKind, format!("`{n}` is {kind}, not a param"))
+                            .primary(e.span, "expected a constant"),
+                    );
+                    return None;
+                }
+                match n.as_str() {
+                    "true" => return Some(Value::Bool(true)),
+                    "false" => return Some(Value::Bool(false)),
+                    _ => {}
+                }
+                if bare == BareNames::Accept {
+                    return Some(Value::Name(n.clone()));
+                }
+                self.unknown_name(m, n, e.span, "param");
+                None
+            }
+            ExprKind::Neg(inner) => {
+                let v = self.eval_const(m, inner, BareNames::Reject)?;
+                match v {
+                    Value::Int(i) => match i.checked_neg() {
+                        Some(x) => Some(Value::Int(x)),
+                        None => {
+                            self.overflow(e.span);
+                            None
+                        }
+                    },
+                    Value::Float(f) => Some(Value::Float(-f)),
+                    other => {
+                        self.type_mismatch(e.span, "a number", &other);
+                        None
+                    }
+                }
+            }
+            ExprKind::Binary(op, a, b) => {
+                let x = self.eval_const(m, a, BareNames::Reject);
+                let y = self.eval_const(m, b, BareNames::Reject);
+                let (x, y) = (x?, y?);
+                self.arith(*op, x, y, e.span, b.span)
+            }
+            ExprKind::Call { callee, args } => {
+                let fname = callee.name().unwrap_or("");
+                if !matches!(fname, "min" | "max" | "ceil_div" | "floor_div") {
+                    self.err(
+                        Diagnostic::error(Code::UnknownName, format!("`{fname}` is not a function of constant expressions"))
+                            .primary(callee.span, "unknown function")
+                            .help("constant expressions may use min, max, ceil_div and floor_div"),
+                    );
+                    return None;
+                }
+                if args.len() != 2 || args.iter().any(|a| a.name.is_some()) {
+                    self.err(
+                        Diagnostic::error(Code::WrongArgCount, format!("`{fname}` takes 2 positional arguments, got {}", args.len()))
+                            .primary(e.span, "here"),
+                    );
+                    return None;
+                }
+                let x = self.eval_const(m, &args[0].value, BareNames::Reject);
+                let y = self.eval_const(m, &args[1].value, BareNames::Reject);
+                let (x, y) = (x?, y?);
+                match (fname, x, y) {
+                    ("min", Value::Int(a), Value::Int(b)) => Some(Value::Int(a.min(b))),
+                    ("max", Value::Int(a), Value::Int(b)) => Some(Value::Int(a.max(b))),
+                    ("min", a, b) | ("max", a, b) => {
+                        let (Some(a), Some(b)) = (a.as_f64(), b.as_f64()) else {
+                            self.err(Diagnostic::error(Code::TypeMismatch, format!("`{fname}` takes numbers")).primary(e.span, "here"));
+                            return None;
+                        };
+                        Some(Value::Float(if fname == "min" { a.min(b) } else { a.max(b) }))
+                    }
+                    (_, Value::Int(a), Value::Int(b)) => {
+                        if b == 0 {
+                            self.err(Diagnostic::error(Code::DivisionByZero, "division by zero").primary(args[1].value.span, "this is zero"));
+                            return None;
+                        }
+                        let q = a.div_euclid(b);
+                        if fname == "floor_div" || a.rem_euclid(b) == 0 {
+                            Some(Value::Int(q))
+                        } else {
+                            q.checked_add(1).map(Value::Int).or_else(|| {
+                                self.overflow(e.span);
+                                None
+                            })
+                        }
+                    }
+                    (_, a, b) => {
+                        let bad = if matches!(a, Value::Int(_)) { b } else { a };
+                        self.type_mismatch(e.span, "integers", &bad);
+                        None
+                    }
+                }
+            }
+            ExprKind::Field { .. } | ExprKind::Index { .. } | ExprKind::Tuple(_) | ExprKind::Sum { .. } => {
+                self.err(
+                    Diagnostic::error(Code::TypeMismatch, "not a constant expression")
+                        .primary(e.span, "expected a number built from literals and params"),
+                );
+                None
+            }
+            ExprKind::Error => None,
+        }
+    }
+
+    /// Checked arithmetic on two values.
+    pub(crate) fn arith(&mut self, op: BinOp, x: Value, y: Value, span: Span, rhs_span: Span) -> Option<Value> {
+        match (x, y) {
+            (Value::Int(a), Value::Int(b)) => {
+                let r = match op {
+                    BinOp::Add => a.checked_add(b),
+                    BinOp::Sub => a.checked_sub(b),
+                    BinOp::Mul => a.checked_mul(b),
+                    BinOp::Div | BinOp::Rem => {
+                        if b == 0 {
+                            self.err(
+                                Diagnostic::error(Code::DivisionByZero, "division by zero")
+                                    .primary(rhs_span, "this is zero"),
+                            );
+                            return None;
+                        }
+                        if op == BinOp::Div && a % b != 0 {
+                            self.err(
+                                Diagnostic::error(Code::NotDivisible, format!("{a} / {b} is not exact"))
+                                    .primary(span, format!("{a} is not a multiple of {b}"))
+                                    .help("integer `/` must divide exactly; use `ceil_div(a, b)` or `floor_div(a, b)` to round"),
+                            );
+                            return None;
+                        }
+                        if op == BinOp::Div {
+                            a.checked_div(b)
+                        } else {
+                            a.checked_rem(b)
+                        }
+                    }
+                };
+                match r {
+                    Some(v) => Some(Value::Int(v)),
+                    None => {
+                        self.overflow(span);
+                        None
+                    }
+                }
+            }
+            (a, b) => {
+                let (Some(fa), Some(fb)) = (a.as_f64(), b.as_f64()) else {
+                    let bad = if a.as_f64().is_none() { a } else { b };
+                    self.type_mismatch(span, "numbers", &bad);
+                    return None;
+                };
+                let r = match op {
+                    BinOp::Add => fa + fb,
+                    BinOp::Sub => fa - fb,
+                    BinOp::Mul => fa * fb,
+                    BinOp::Div => {
+                        if fb == 0.0 {
+                            self.err(Diagnostic::error(Code::DivisionByZero, "division by zero").primary(rhs_span, "this is zero"));
+                            return None;
+                        }
+                        fa / fb
+                    }
+                    BinOp::Rem => {
+                        if fb == 0.0 {
+                            self.err(Diagnostic::error(Code::DivisionByZero, "division by zero").primary(rhs_span, "this is zero"));
+                            return None;
+                        }
+                        fa % fb
+                    }
+                };
+                if !r.is_finite() {
+                    self.overflow(span);
+                    return None;
+                }
+                Some(Value::Float(r))
+            }
+        }
+    }
+
+    pub(crate) fn overflow(&mut self, span: Span) {
+        self.err(
+            Diagnostic::error(Code::Overflow, "arithmetic overflow")
+                .primary(span, "the result does not fit in 64 bits")
+                .note("shape and parameter arithmetic is checked; it never wraps"),
+        );
+    }
+
+    pub(crate) fn type_mismatch(&mut self, span: Span, expected: &str, got: &Value) {
+        self.err(
+            Diagnostic::error(Code::TypeMismatch, format!("expected {expected}, found {} `{got}`", got.kind()))
+                .primary(span, format!("expected {expected}")),
+        );
+    }
+
+    /// Reports an unknown name with a suggestion from the module's scope.
+    pub(crate) fn unknown_name(&mut self, m: ModId, name: &str, span: Span, what: &str) {
+        self.unknown_name_among(m, name, span, what, &[]);
+    }
+
+    pub(crate) fn unknown_name_among(&mut self, m: ModId, name: &str, span: Span, what: &str, local: &[String]) {
+        if self.modules[m].poisoned.contains(name) {
+            return;
+        }
+        let mut cands: Vec<String> = local.to_vec();
+        cands.extend(self.modules[m].scope.keys().cloned());
+        let mut d = Diagnostic::error(Code::UnknownName, format!("unknown {what} `{name}`")).primary(span, "not defined");
+        if let Some(b) = crate::suggest::closest(name, cands.iter().map(|s| s.as_str())) {
+            d = d.help(format!("did you mean `{b}`?"));
+        }
+        self.err(d);
+    }
+
+    /// An integer value, or a diagnostic.
+    pub(crate) fn expect_int(&mut self, v: Value, span: Span, what: &str) -> Option<i64> {
+        match v {
+            Value::Int(i) => Some(i),
+            other => {
+                self.type_mismatch(span, what, &other);
+                None
+            }
+        }
+    }
+}
+
+pub(crate) fn item_kind_word(k: &ItemKind) -> &'static str {
+    match k {
+        ItemKind::Import(_) => "an import",
+        ItemKind::Param(_) => "a param",
+        ItemKind::Device(_) => "a device",
+        ItemKind::Route(_) => "a routing",
+        ItemKind::Op(o) if o.kind == crate::syntax::ast::OpKind::Comm => "a comm op",
+        ItemKind::Op(_) => "an op",
+        ItemKind::Taskflow(_) => "a taskflow",
+        ItemKind::Schedule(_) => "a schedule",
+        ItemKind::Profile(_) => "a device profile",
+        ItemKind::Signature(s) if s.kind == crate::syntax::ast::SignatureKind::Routing => "a routing kind",
+        ItemKind::Signature(_) => "a scheduling policy",
+    }
+}

@@ -1,0 +1,1578 @@
+//! Taskflows: op calls are resolved, their dtypes and symbolic shapes unified with the
+//! arguments, their bodies made concrete (index ranges, coverage of the output), their
+//! engines and tiles checked against the device's buffers. Also the schedules.
+
+use super::consts::BareNames;
+use super::ops::{OpSig, PSig, RDim, SIdx, STarget, Sym, DT, SS};
+use super::{Checker, ItemRef};
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{self, BodyStmt, BodyVar, ConcreteBody, Contraction, DType, Dim, Engine, Home, Index, NodeId, RouteFn, RouteId, SExpr, Target, Tensor, TensorId, Value, VarKind, VarRange};
+use crate::syntax::ast::{Annot, Expr, ExprKind, FlowStmtKind, ItemKind, ParamType, SignatureKind, TaskflowRet, TensorType};
+use crate::syntax::token::Span;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// An argument of an op call.
+#[derive(Clone, Copy, Debug)]
+enum ArgVal {
+    Tensor(TensorId),
+    Route(RouteId),
+}
+
+/// A bound shape symbol: its value and the argument it came from.
+#[derive(Clone, Debug)]
+struct Bound {
+    dim: Dim,
+    span: Span,
+    from: String,
+}
+
+struct Flow {
+    module: usize,
+    tf: ir::Taskflow,
+    /// `let` names and inputs → tensor, definition span, used.
+    names: BTreeMap<String, (TensorId, Span, bool)>,
+    /// `let` names whose call failed (already reported): uses stay silent.
+    poisoned: std::collections::BTreeSet<String>,
+    nested: usize,
+}
+
+/// A range being inferred for a body variable.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum R {
+    Unknown,
+    Fixed(i64, i64),
+    Recv(RouteId),
+}
+
+impl Checker<'_> {
+    fn flow_dim(&mut self, m: usize, e: &Expr) -> Option<Dim> {
+        if let ExprKind::Field { base, field } = &e.kind {
+            let rn = base.name().unwrap_or("");
+            let r = match self.lookup(m, rn) {
+                Some(r) if matches!(self.item(r).kind, ItemKind::Route(_)) => r,
+                _ => {
+                    self.err(Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing")).primary(base.span, "expected a `route` name"));
+                    return None;
+                }
+            };
+            let id = self.route_id(r)?;
+            let spec = self.routes[id.0 as usize].spec.clone();
+            let d = super::ops::RDIMS.iter().find(|(n, _)| *n == field.name).map(|(_, d)| *d);
+            return match d {
+                Some(RDim::Recv) => Some(Dim::Recv(id)),
+                Some(RDim::Topk) => Some(Dim::Fixed(spec.topk)),
+                Some(RDim::Experts) => Some(Dim::Fixed(spec.experts)),
+                Some(RDim::LocalExperts) => Some(Dim::Fixed(spec.local_experts())),
+                Some(RDim::Ranks) => Some(Dim::Fixed(spec.ranks)),
+                Some(RDim::Tokens) => match self.routes[id.0 as usize].tokens_bound {
+                    Some(_) => Some(Dim::Fixed(spec.tokens)),
+                    None => {
+                        self.err(
+                            Diagnostic::error(Code::UnboundShapeSymbol, format!("`{rn}.tokens` is not known here"))
+                                .primary(e.span, "no tensor has been routed through it yet")
+                                .help("use the param that sizes the tokens"),
+                        );
+                        None
+                    }
+                },
+                None => {
+                    self.err(Diagnostic::error(Code::UnknownName, format!("a routing has no dimension `{}`", field.name)).primary(field.span, "unknown"));
+                    None
+                }
+            };
+        }
+        let v = self.eval_const(m, e, BareNames::Reject)?;
+        let n = self.expect_int(v, e.span, "an integer dimension")?;
+        if n < 1 {
+            self.err(Diagnostic::error(Code::NegativeDimension, format!("dimension {n} must be at least 1")).primary(e.span, "not a valid size"));
+            return None;
+        }
+        Some(Dim::Fixed(n as u64))
+    }
+
+    fn flow_type(&mut self, m: usize, t: &TensorType) -> Option<(DType, Vec<Dim>)> {
+        let dtype = match DType::parse(&t.dtype.name) {
+            Some(d) => d,
+            None => {
+                let mut d = Diagnostic::error(Code::UnknownDtype, format!("unknown dtype `{}`", t.dtype.name)).primary(t.dtype.span, "not a dtype");
+                if let Some(b) = crate::suggest::closest(&t.dtype.name, ["bf16", "f16", "f32", "i32"].into_iter()) {
+                    d = d.help(format!("did you mean `{b}`?"));
+                }
+                self.err(d);
+                return None;
+            }
+        };
+        let mut dims = Vec::new();
+        let mut ok = true;
+        for d in &t.dims {
+            match self.flow_dim(m, d) {
+                Some(x) => dims.push(x),
+                None => ok = false,
+            }
+        }
+        ok.then_some((dtype, dims))
+    }
+
+    fn show_dim(&self, d: Dim) -> String {
+        match d {
+            Dim::Fixed(n) => n.to_string(),
+            Dim::Recv(r) => format!("{}.recv", self.routes[r.0 as usize].spec.name),
+        }
+    }
+
+    fn show_shape(&self, dt: DType, dims: &[Dim]) -> String {
+        format!("{}[{}]", dt.name(), dims.iter().map(|d| self.show_dim(*d)).collect::<Vec<_>>().join(", "))
+    }
+
+    pub(super) fn check_taskflow(&mut self, r: ItemRef) {
+        let item = self.item(r).clone();
+        let ItemKind::Taskflow(tfd) = &item.kind else { return };
+        let mut fl = Flow {
+            module: r.module,
+            tf: ir::Taskflow {
+                name: tfd.name.name.clone(),
+                tensors: Vec::new(),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                nodes: Vec::new(),
+                span: item.span,
+            },
+            names: BTreeMap::new(),
+            poisoned: Default::default(),
+            nested: 0,
+        };
+        let mut ok = true;
+        for p in &tfd.params {
+            let ParamType::Tensor(t) = &p.ty else {
+                self.err(
+                    Diagnostic::error(Code::WrongKind, "a taskflow input is a tensor")
+                        .primary(p.span, "routings are declared with `route` at the top level"),
+                );
+                ok = false;
+                continue;
+            };
+            if fl.names.contains_key(&p.name.name) {
+                self.err(Diagnostic::error(Code::DuplicateDefinition, format!("input `{}` is declared twice", p.name.name)).primary(p.name.span, "again here"));
+                ok = false;
+                continue;
+            }
+            let Some((dtype, shape)) = self.flow_type(r.module, t) else {
+                ok = false;
+                continue;
+            };
+            let id = TensorId(fl.tf.tensors.len() as u32);
+            let grouped = match shape.first() {
+                Some(Dim::Recv(r)) => Some(*r),
+                _ => None,
+            };
+            fl.tf.tensors.push(Tensor {
+                name: p.name.name.clone(),
+                dtype,
+                shape,
+                home: Home::Input,
+                grouped,
+                producer: None,
+                span: p.span,
+            });
+            fl.tf.inputs.push(id);
+            fl.names.insert(p.name.name.clone(), (id, p.name.span, true));
+        }
+        // Declared outputs.
+        let declared: Vec<(String, Span, Option<(DType, Vec<Dim>)>)> = match &tfd.ret {
+            TaskflowRet::Single(t) => vec![("out".to_string(), t.span, self.flow_type(r.module, t))],
+            TaskflowRet::Named(list) => list.iter().map(|(n, t)| (n.name.clone(), t.span, self.flow_type(r.module, t))).collect(),
+        };
+        let mut returned = false;
+        for (si, st) in tfd.body.iter().enumerate() {
+            match &st.kind {
+                FlowStmtKind::Let { name, value } => {
+                    if returned {
+                        self.err(Diagnostic::error(Code::UnexpectedToken, "statement after `return`").primary(st.span, "never reached"));
+                        ok = false;
+                    }
+                    if fl.names.contains_key(&name.name) {
+                        let prev = fl.names[&name.name].1;
+                        self.err(
+                            Diagnostic::error(Code::DuplicateDefinition, format!("`{}` is already defined in this taskflow", name.name))
+                                .primary(name.span, "defined again here")
+                                .secondary(prev, "first defined here"),
+                        );
+                        ok = false;
+                        continue;
+                    }
+                    match self.flow_call(&mut fl, value, &st.annots, &name.name, true) {
+                        Some(t) => {
+                            fl.names.insert(name.name.clone(), (t, name.span, false));
+                        }
+                        None => {
+                            fl.poisoned.insert(name.name.clone());
+                            ok = false;
+                        }
+                    }
+                }
+                FlowStmtKind::Return { value } => {
+                    returned = true;
+                    let _ = si;
+                    let items: Vec<&Expr> = match &value.kind {
+                        ExprKind::Tuple(xs) => xs.iter().collect(),
+                        _ => vec![value],
+                    };
+                    if items.len() != declared.len() {
+                        self.err(
+                            Diagnostic::error(Code::WrongArgCount, format!("the taskflow returns {} output(s), but `return` gives {}", declared.len(), items.len()))
+                                .primary(value.span, "wrong number of outputs")
+                                .secondary(tfd.body_span, "in this taskflow"),
+                        );
+                        ok = false;
+                        continue;
+                    }
+                    for (e, (oname, dspan, dty)) in items.into_iter().zip(&declared) {
+                        let annots = if value.kind == e.kind { &st.annots[..] } else { &[] };
+                        let Some(t) = self.flow_call(&mut fl, e, annots, oname, false) else {
+                            ok = false;
+                            continue;
+                        };
+                        let got = fl.tf.tensor(t).clone();
+                        if let Some((dt, dims)) = dty {
+                            if got.dtype != *dt || got.shape != *dims {
+                                let code = if got.dtype != *dt { Code::DtypeMismatch } else { Code::ShapeMismatch };
+                                self.err(
+                                    Diagnostic::error(code, format!("output `{oname}` is declared {} but the taskflow returns {}", self.show_shape(*dt, dims), self.show_shape(got.dtype, &got.shape)))
+                                        .primary(e.span, format!("this is {}", self.show_shape(got.dtype, &got.shape)))
+                                        .secondary(*dspan, "declared here"),
+                                );
+                                ok = false;
+                            }
+                        } else {
+                            ok = false;
+                        }
+                        fl.tf.outputs.push((oname.clone(), t));
+                    }
+                }
+            }
+        }
+        if !returned {
+            self.err(
+                Diagnostic::error(Code::MissingReturn, format!("taskflow `{}` has no `return`", tfd.name.name))
+                    .primary(tfd.body_span, "the body must end with `return ...;`"),
+            );
+            ok = false;
+        }
+        for (n, (_, sp, used)) in &fl.names {
+            if !used {
+                self.diags.push(
+                    Diagnostic::warning(Code::UnusedValue, format!("`{n}` is computed but never used"))
+                        .primary(*sp, "unused")
+                        .help("remove it, or use it"),
+                );
+            }
+        }
+        if ok {
+            self.taskflows.push(fl.tf);
+        }
+    }
+
+    /// Checks a call (or a name) in a taskflow; returns the tensor it produces.
+    fn flow_call(&mut self, fl: &mut Flow, e: &Expr, annots: &[Annot], name: &str, is_let: bool) -> Option<TensorId> {
+        match &e.kind {
+            ExprKind::Name(n) => {
+                if let Some((t, _, used)) = fl.names.get_mut(n) {
+                    *used = true;
+                    if !annots.is_empty() {
+                        let sp = annots[0].span();
+                        self.err(Diagnostic::error(Code::UnexpectedToken, "annotations apply to op calls").primary(sp, "not after a name"));
+                        return None;
+                    }
+                    if is_let {
+                        self.err(
+                            Diagnostic::error(Code::WrongKind, format!("`let {name} = {n}` only renames a tensor"))
+                                .primary(e.span, "expected an op call")
+                                .help(format!("use `{n}` directly")),
+                        );
+                        return None;
+                    }
+                    return Some(*t);
+                }
+                if fl.poisoned.contains(n) {
+                    return None;
+                }
+                let locals: Vec<String> = fl.names.keys().cloned().collect();
+                if let Some(r) = self.lookup(fl.module, n) {
+                    let w = super::consts::item_kind_word(&self.item(r).kind);
+                    self.err(Diagnostic::error(Code::WrongKind, format!("`{n}` is {w}, not a tensor")).primary(e.span, "expected a tensor"));
+                } else {
+                    self.unknown_name_among(fl.module, n, e.span, "tensor", &locals);
+                }
+                None
+            }
+            ExprKind::Call { callee, args } => {
+                let Some(fname) = callee.name() else {
+                    self.err(Diagnostic::error(Code::WrongKind, "only ops can be called").primary(callee.span, "expected an op name"));
+                    return None;
+                };
+                let op_ref = match self.lookup(fl.module, fname) {
+                    Some(r) if matches!(self.item(r).kind, ItemKind::Op(_)) => r,
+                    Some(r) => {
+                        let w = super::consts::item_kind_word(&self.item(r).kind);
+                        self.err(Diagnostic::error(Code::WrongKind, format!("`{fname}` is {w}, not an op")).primary(callee.span, "cannot be called"));
+                        return None;
+                    }
+                    None => {
+                        self.unknown_op(fl.module, fname, callee.span, fl);
+                        return None;
+                    }
+                };
+                // Arguments (nested calls first).
+                let mut vals = Vec::new();
+                let mut spans = Vec::new();
+                let mut ok = true;
+                for a in args {
+                    if let Some(n) = &a.name {
+                        self.err(Diagnostic::error(Code::UnknownArgument, "op arguments are positional").primary(n.span, "remove the name"));
+                        ok = false;
+                        continue;
+                    }
+                    spans.push(a.value.span);
+                    match &a.value.kind {
+                        ExprKind::Name(n) if !fl.names.contains_key(n) && self.lookup(fl.module, n).is_some_and(|r| matches!(self.item(r).kind, ItemKind::Route(_))) => {
+                            let rr = self.lookup(fl.module, n)?;
+                            match self.route_id(rr) {
+                                Some(id) => vals.push(ArgVal::Route(id)),
+                                None => ok = false,
+                            }
+                        }
+                        ExprKind::Call { .. } => {
+                            fl.nested += 1;
+                            let nm = format!("{}#{}", KindName::kind_name(&a.value.kind), fl.nested);
+                            match self.flow_call(fl, &a.value, &[], &nm, false) {
+                                Some(t) => vals.push(ArgVal::Tensor(t)),
+                                None => ok = false,
+                            }
+                        }
+                        _ => match self.flow_call(fl, &a.value, &[], "", false) {
+                            Some(t) => vals.push(ArgVal::Tensor(t)),
+                            None => ok = false,
+                        },
+                    }
+                }
+                let sig = self.op_sig(op_ref)?;
+                if !ok {
+                    return None;
+                }
+                self.instantiate(fl, &sig, &vals, &spans, e.span, annots, name)
+            }
+            _ => {
+                self.err(Diagnostic::error(Code::WrongKind, "expected an op call or a tensor name").primary(e.span, "not a call"));
+                None
+            }
+        }
+    }
+
+    fn unknown_op(&mut self, m: usize, fname: &str, span: Span, fl: &Flow) {
+        if self.modules[m].poisoned.contains(fname) {
+            return;
+        }
+        // Known in the stdlib but not imported?
+        if let Some(sm) = self.modules.iter().position(|x| x.std_name.as_deref() == Some("moe")).or_else(|| self.load_std("moe", &mut Vec::new())) {
+            if self.modules[sm].ast.items.iter().any(|it| matches!(it.kind, ItemKind::Op(_)) && it.kind.name().is_some_and(|n| n.name == fname)) {
+                self.err(
+                    Diagnostic::error(Code::UnknownName, format!("unknown op `{fname}`"))
+                        .primary(span, "not imported")
+                        .help(format!("import it: `import std::moe::{fname};`")),
+                );
+                return;
+            }
+        }
+        let mut cands = self.names_where(m, |k| matches!(k, ItemKind::Op(_)));
+        if let Some(sm) = self.modules.iter().position(|x| x.std_name.as_deref() == Some("moe")) {
+            cands.extend(self.modules[sm].ast.items.iter().filter_map(|it| match &it.kind {
+                ItemKind::Op(o) => Some(o.name.name.clone()),
+                _ => None,
+            }));
+        }
+        let _ = fl;
+        let mut d = Diagnostic::error(Code::UnknownName, format!("unknown op `{fname}`")).primary(span, "not defined");
+        if let Some(b) = crate::suggest::closest(fname, cands.iter().map(|s| s.as_str())) {
+            d = d.help(format!("did you mean `{b}`?"));
+        }
+        self.err(d);
+    }
+
+    /// Evaluates a symbolic integer. `Ok(None)`: depends on an unbound symbol.
+    fn eval_sym(&mut self, s: &Sym, binds: &[Option<Bound>], routes: &[Option<RouteId>], span: Span) -> Result<Option<Dim>, ()> {
+        match s {
+            // Negative values travel wrapped in `Dim::Fixed` and are read back as i64.
+            Sym::Int(i) => Ok(Some(Dim::Fixed(*i as u64))),
+            Sym::Var(v) => Ok(binds.get(*v).and_then(|b| b.as_ref()).map(|b| b.dim)),
+            Sym::Route(p, d) => {
+                let Some(id) = routes.get(*p).copied().flatten() else { return Ok(None) };
+                let st = &self.routes[id.0 as usize];
+                Ok(match d {
+                    RDim::Recv => Some(Dim::Recv(id)),
+                    RDim::Tokens => st.tokens_bound.map(|_| Dim::Fixed(st.spec.tokens)),
+                    RDim::Topk => Some(Dim::Fixed(st.spec.topk)),
+                    RDim::Experts => Some(Dim::Fixed(st.spec.experts)),
+                    RDim::LocalExperts => Some(Dim::Fixed(st.spec.local_experts())),
+                    RDim::Ranks => Some(Dim::Fixed(st.spec.ranks)),
+                })
+            }
+            Sym::Neg(a) => {
+                let Some(x) = self.eval_sym(a, binds, routes, span)? else { return Ok(None) };
+                let x = self.fixed_of(x, span)?;
+                self.int_dim(-x, span)
+            }
+            Sym::Bin(_, a, b) | Sym::Call(_, a, b) => {
+                let x = self.eval_sym(a, binds, routes, span)?;
+                let y = self.eval_sym(b, binds, routes, span)?;
+                let (Some(x), Some(y)) = (x, y) else { return Ok(None) };
+                let x = self.fixed_of(x, span)?;
+                let y = self.fixed_of(y, span)?;
+                let r = match s {
+                    Sym::Bin(op, ..) => match self.arith(*op, Value::Int(x), Value::Int(y), span, span) {
+                        Some(Value::Int(v)) => v,
+                        _ => return Err(()),
+                    },
+                    Sym::Call(f, ..) => match f.as_str() {
+                        "min" => x.min(y),
+                        "max" => x.max(y),
+                        _ if y == 0 => {
+                            self.err(Diagnostic::error(Code::DivisionByZero, "division by zero in a dimension").primary(span, "here"));
+                            return Err(());
+                        }
+                        "floor_div" => x.div_euclid(y),
+                        _ => x.div_euclid(y) + i64::from(x.rem_euclid(y) != 0),
+                    },
+                    _ => return Err(()),
+                };
+                self.int_dim(r, span)
+            }
+        }
+    }
+
+    /// An integer as a dimension value (negative values are kept as a "fixed" wrap-free
+    /// marker only for offsets; callers of dimensions check positivity).
+    fn int_dim(&mut self, v: i64, _span: Span) -> Result<Option<Dim>, ()> {
+        Ok(Some(Dim::Fixed(v as u64)))
+    }
+
+    fn fixed_of(&mut self, d: Dim, span: Span) -> Result<i64, ()> {
+        match d {
+            Dim::Fixed(n) => Ok(n as i64),
+            Dim::Recv(r) => {
+                let name = self.routes[r.0 as usize].spec.name.clone();
+                self.err(
+                    Diagnostic::error(Code::ShapeMismatch, format!("`{name}.recv` is ragged and cannot be used in arithmetic"))
+                        .primary(span, "arithmetic on a ragged dimension")
+                        .note("the number of received rows differs per rank; it can only be passed through whole"),
+                );
+                Err(())
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn instantiate(&mut self, fl: &mut Flow, sig: &Rc<OpSig>, vals: &[ArgVal], spans: &[Span], call_span: Span, annots: &[Annot], name: &str) -> Option<TensorId> {
+        if vals.len() != sig.params.len() {
+            self.err(
+                Diagnostic::error(Code::WrongArgCount, format!("`{}` takes {} argument(s), got {}", sig.name, sig.params.len(), vals.len()))
+                    .primary(call_span, "wrong number of arguments")
+                    .note(format!("the signature is `{}`", sig.signature_text()))
+                    .secondary(sig.name_span, "defined here"),
+            );
+            return None;
+        }
+        let mut gen: Vec<Option<(DType, Span, String)>> = vec![None; sig.generics.len()];
+        let mut routes: Vec<Option<RouteId>> = vec![None; sig.params.len()];
+        let mut ok = true;
+        // Kinds, routing params, dtypes, ranks.
+        for (i, (p, v)) in sig.params.iter().zip(vals).enumerate() {
+            match (p, v) {
+                (PSig::Route { .. }, ArgVal::Route(id)) => routes[i] = Some(*id),
+                (PSig::Tensor { name: pn, ty, .. }, ArgVal::Tensor(t)) => {
+                    let tt = fl.tf.tensor(*t).clone();
+                    if tt.shape.len() != ty.dims.len() {
+                        self.err(
+                            Diagnostic::error(Code::RankMismatch, format!("`{}` expects `{pn}` with {} dimension(s), got `{}` with {}", sig.name, ty.dims.len(), tt.name, tt.shape.len()))
+                                .primary(spans[i], format!("this is {}", self.show_shape(tt.dtype, &tt.shape)))
+                                .note(format!("the signature is `{}`", sig.signature_text())),
+                        );
+                        ok = false;
+                    }
+                    match ty.dtype {
+                        DT::Concrete(d) if d != tt.dtype => {
+                            self.err(
+                                Diagnostic::error(Code::DtypeMismatch, format!("`{}` expects `{pn}` of dtype {}, got {}", sig.name, d.name(), tt.dtype.name()))
+                                    .primary(spans[i], format!("this is {}", tt.dtype.name())),
+                            );
+                            ok = false;
+                        }
+                        DT::Generic(g) => match &gen[g] {
+                            Some((d, sp, from)) if *d != tt.dtype => {
+                                self.err(
+                                    Diagnostic::error(
+                                        Code::DtypeMismatch,
+                                        format!("`{}` is {} from `{from}` but {} from `{pn}`", sig.generics[g], d.name(), tt.dtype.name()),
+                                    )
+                                    .primary(spans[i], format!("this is {}", tt.dtype.name()))
+                                    .secondary(*sp, format!("{} = {} from here", sig.generics[g], d.name()))
+                                    .help("convert one of them, or make the op generic over two dtypes"),
+                                );
+                                ok = false;
+                            }
+                            Some(_) => {}
+                            None => gen[g] = Some((tt.dtype, spans[i], pn.clone())),
+                        },
+                        _ => {}
+                    }
+                }
+                (PSig::Route { name: pn, .. }, ArgVal::Tensor(t)) => {
+                    let tn = fl.tf.tensor(*t).name.clone();
+                    self.err(Diagnostic::error(Code::WrongKind, format!("`{}` expects a routing for `{pn}`, got the tensor `{tn}`", sig.name)).primary(spans[i], "expected a routing"));
+                    ok = false;
+                }
+                (PSig::Tensor { name: pn, .. }, ArgVal::Route(r)) => {
+                    let rn = self.routes[r.0 as usize].spec.name.clone();
+                    self.err(Diagnostic::error(Code::WrongKind, format!("`{}` expects a tensor for `{pn}`, got the routing `{rn}`", sig.name)).primary(spans[i], "expected a tensor"));
+                    ok = false;
+                }
+            }
+        }
+        if !ok {
+            return None;
+        }
+        // Shape unification.
+        let mut binds: Vec<Option<Bound>> = vec![None; sig.syms.len()];
+        struct C {
+            sym: Sym,
+            actual: Dim,
+            span: Span,
+            desc: String,
+        }
+        let mut pending = Vec::new();
+        for (i, (p, v)) in sig.params.iter().zip(vals).enumerate() {
+            if let (PSig::Tensor { name: pn, ty, .. }, ArgVal::Tensor(t)) = (p, v) {
+                let tt = fl.tf.tensor(*t);
+                for (k, (s, d)) in ty.dims.iter().zip(&tt.shape).enumerate() {
+                    pending.push(C {
+                        sym: s.clone(),
+                        actual: *d,
+                        span: spans[i],
+                        desc: format!("dimension {k} of `{pn}`"),
+                    });
+                }
+            }
+        }
+        loop {
+            let mut progress = false;
+            let mut next = Vec::new();
+            for c in pending {
+                match self.eval_sym(&c.sym, &binds, &routes, c.span) {
+                    Err(()) => ok = false,
+                    Ok(Some(d)) => {
+                        if d != c.actual {
+                            let shown = c.sym.show(&sig.syms, &sig.params);
+                            let mut vs = Vec::new();
+                            c.sym.vars(&mut vs);
+                            let mut diag = Diagnostic::error(
+                                Code::ShapeMismatch,
+                                format!(
+                                    "shape mismatch in `{}`: {} is {}, but the signature says {shown} = {}",
+                                    sig.name,
+                                    c.desc,
+                                    self.show_dim(c.actual),
+                                    self.show_dim(d)
+                                ),
+                            )
+                            .primary(c.span, format!("{} is {}", c.desc, self.show_dim(c.actual)));
+                            for v in vs {
+                                if let Some(b) = &binds[v] {
+                                    let bd = self.show_dim(b.dim);
+                                    diag = diag.secondary(b.span, format!("{} = {bd} from {}", sig.syms[v], b.from));
+                                }
+                            }
+                            if let Sym::Route(p, rd) = &c.sym {
+                                if let Some(id) = routes[*p] {
+                                    if *rd == RDim::Tokens {
+                                        if let Some(bs) = self.routes[id.0 as usize].tokens_bound {
+                                            diag = diag.secondary(bs, format!("{}.tokens = {} from here", self.routes[id.0 as usize].spec.name, self.routes[id.0 as usize].spec.tokens));
+                                        }
+                                    }
+                                }
+                            }
+                            diag = diag.note(format!("the signature is `{}`", sig.signature_text()));
+                            self.err(diag);
+                            ok = false;
+                        }
+                    }
+                    Ok(None) => {
+                        if let Sym::Var(v) = &c.sym {
+                            binds[*v] = Some(Bound { dim: c.actual, span: c.span, from: c.desc.clone() });
+                            progress = true;
+                        } else if let (Sym::Route(p, RDim::Tokens), Dim::Fixed(n)) = (&c.sym, c.actual) {
+                            if let Some(id) = routes[*p] {
+                                let st = &mut self.routes[id.0 as usize];
+                                st.spec.tokens = n;
+                                st.tokens_bound = Some(c.span);
+                                progress = true;
+                            }
+                        } else if let Some((v, val)) = self.solve_linear(&c.sym, c.actual, &binds, &routes, c.span) {
+                            binds[v] = Some(Bound { dim: Dim::Fixed(val), span: c.span, from: c.desc.clone() });
+                            progress = true;
+                            // Re-check this constraint with the binding.
+                            next.push(c);
+                        } else {
+                            next.push(c);
+                        }
+                    }
+                }
+            }
+            if next.is_empty() {
+                break;
+            }
+            if !progress {
+                for c in next {
+                    self.err(
+                        Diagnostic::error(
+                            Code::UnboundShapeSymbol,
+                            format!("cannot determine {} of `{}` from `{}`", c.sym.show(&sig.syms, &sig.params), sig.name, self.show_dim(c.actual)),
+                        )
+                        .primary(c.span, "this dimension does not determine the symbols")
+                        .note(format!("the signature is `{}`", sig.signature_text())),
+                    );
+                }
+                ok = false;
+                break;
+            }
+            pending = next;
+        }
+        if !ok {
+            return None;
+        }
+        // The result.
+        let dtype = match sig.ret.dtype {
+            DT::Concrete(d) => d,
+            DT::Generic(g) => gen[g].as_ref()?.0,
+        };
+        let mut out_shape = Vec::new();
+        for (s, sp) in sig.ret.dims.iter().zip(&sig.ret.dim_spans) {
+            match self.eval_sym(s, &binds, &routes, call_span) {
+                Ok(Some(Dim::Fixed(n))) if n as i64 >= 1 => out_shape.push(Dim::Fixed(n)),
+                Ok(Some(Dim::Recv(r))) => out_shape.push(Dim::Recv(r)),
+                Ok(Some(Dim::Fixed(n))) => {
+                    self.err(
+                        Diagnostic::error(Code::NegativeDimension, format!("the result of `{}` would have dimension {}", sig.name, n as i64))
+                            .primary(call_span, "in this call")
+                            .secondary(*sp, "computed from this"),
+                    );
+                    return None;
+                }
+                Ok(None) => {
+                    self.err(
+                        Diagnostic::error(Code::UnboundShapeSymbol, format!("the result dimension {} of `{}` is not determined", s.show(&sig.syms, &sig.params), sig.name))
+                            .primary(call_span, "in this call")
+                            .secondary(*sp, "this dimension"),
+                    );
+                    return None;
+                }
+                Err(()) => return None,
+            }
+        }
+        // Inputs' dtypes and shapes.
+        let inputs: Vec<TensorId> = vals
+            .iter()
+            .filter_map(|v| match v {
+                ArgVal::Tensor(t) => Some(*t),
+                ArgVal::Route(_) => None,
+            })
+            .collect();
+        let route_ids: Vec<RouteId> = routes.iter().flatten().copied().collect();
+        for t in &inputs {
+            if let Some((_, _, used)) = fl.names.values_mut().find(|(id, _, _)| id == t) {
+                *used = true;
+            }
+        }
+        let in_shapes: Vec<(DType, Vec<Dim>)> = inputs.iter().map(|t| (fl.tf.tensor(*t).dtype, fl.tf.tensor(*t).shape.clone())).collect();
+        let body = self.concretize(sig, &binds, &routes, &in_shapes, &out_shape, call_span)?;
+        // Annotations.
+        let mut engine = sig.engine;
+        let mut tile_over: Vec<(String, u64, Span)> = Vec::new();
+        let mut order = Vec::new();
+        let mut priority = 0i64;
+        let mut seen_annot: BTreeMap<&str, Span> = BTreeMap::new();
+        for a in annots {
+            let key = match a {
+                Annot::Tile { .. } => "tile",
+                Annot::On { .. } => "on",
+                Annot::Order { .. } => "order",
+                Annot::Priority { .. } => "priority",
+            };
+            if let Some(prev) = seen_annot.insert(key, a.span()) {
+                self.err(Diagnostic::error(Code::DuplicateArgument, format!("`{key}` is given twice")).primary(a.span(), "again here").secondary(prev, "first here"));
+                ok = false;
+                continue;
+            }
+            match a {
+                Annot::On { engine: e, .. } => match Engine::parse(&e.name) {
+                    Some(x) => {
+                        if sig.is_comm && x != Engine::Aiv {
+                            self.err(
+                                Diagnostic::error(Code::WrongEngine, format!("`{}` communicates, which the vector cores drive; it cannot run on `{}`", sig.name, e.name))
+                                    .primary(e.span, "comm ops run on aiv"),
+                            );
+                            ok = false;
+                        } else if x == Engine::Aic && sig.contraction.is_none() {
+                            self.err(
+                                Diagnostic::error(Code::WrongEngine, format!("`{}` is not a contraction, so the cube cores cannot run it", sig.name))
+                                    .primary(e.span, "`aic` runs only `sum(k) a[..] * b[..]`")
+                                    .secondary(sig.body_span, "the op's body")
+                                    .help("remove `on aic`"),
+                            );
+                            ok = false;
+                        } else {
+                            engine = x;
+                        }
+                    }
+                    None => {
+                        let mut d = Diagnostic::error(Code::UnknownEngine, format!("unknown engine `{}`", e.name)).primary(e.span, "expected `aic` or `aiv`");
+                        if let Some(b) = crate::suggest::closest(&e.name, ["aic", "aiv"].into_iter()) {
+                            d = d.help(format!("did you mean `{b}`?"));
+                        }
+                        self.err(d);
+                        ok = false;
+                    }
+                },
+                Annot::Tile { fields, .. } => {
+                    for f in fields {
+                        if let Some(prev) = tile_over.iter().find(|(n, _, _)| *n == f.name.name) {
+                            let p = prev.2;
+                            self.err(Diagnostic::error(Code::DuplicateArgument, format!("tile key `{}` is given twice", f.name.name)).primary(f.span, "again here").secondary(p, "first here"));
+                            ok = false;
+                            continue;
+                        }
+                        if !body.vars.iter().any(|v| v.name == f.name.name) {
+                            let mut names: Vec<String> = body.vars.iter().map(|v| v.name.clone()).collect();
+                            names.sort();
+                            names.dedup();
+                            let mut d = Diagnostic::error(Code::BadTile, format!("`{}` is not an index variable of `{}`", f.name.name, sig.name)).primary(f.name.span, "unknown tile key");
+                            d = match crate::suggest::closest(&f.name.name, names.iter().map(|s| s.as_str())) {
+                                Some(b) => d.help(format!("did you mean `{b}`? the index variables are: {}", names.join(", "))),
+                                None => d.help(format!("the index variables of `{}` are: {}", sig.name, names.join(", "))),
+                            };
+                            self.err(d);
+                            ok = false;
+                            continue;
+                        }
+                        let Some(v) = self.eval_const(fl.module, &f.value, BareNames::Reject) else {
+                            ok = false;
+                            continue;
+                        };
+                        let Some(n) = self.expect_int(v, f.value.span, "an integer tile size") else {
+                            ok = false;
+                            continue;
+                        };
+                        if n < 1 {
+                            self.err(Diagnostic::error(Code::BadTile, format!("tile size {n} for `{}` must be at least 1", f.name.name)).primary(f.value.span, "too small"));
+                            ok = false;
+                            continue;
+                        }
+                        tile_over.push((f.name.name.clone(), n as u64, f.span));
+                    }
+                }
+                Annot::Order { hints, .. } => {
+                    for h in hints {
+                        if h.name != "ratr" {
+                            let mut d = Diagnostic::error(Code::UnknownArgument, format!("unknown ordering hint `{}`", h.name)).primary(h.span, "not a hint");
+                            d = d.help(if crate::suggest::closest(&h.name, ["ratr"].into_iter()).is_some() { "did you mean `ratr`?" } else { "the ordering hint is `ratr` (rank-aware reordering of communication tiles)" });
+                            self.err(d);
+                            ok = false;
+                        } else if !sig.is_comm {
+                            self.err(
+                                Diagnostic::error(Code::InvalidValue, format!("`order(ratr)` reorders communication, but `{}` does not communicate", sig.name))
+                                    .primary(h.span, "only for comm ops"),
+                            );
+                            ok = false;
+                        } else {
+                            order.push(h.name.clone());
+                        }
+                    }
+                }
+                Annot::Priority { value, .. } => {
+                    let Some(v) = self.eval_const(fl.module, value, BareNames::Reject) else {
+                        ok = false;
+                        continue;
+                    };
+                    match self.expect_int(v, value.span, "an integer priority") {
+                        Some(p) => priority = p,
+                        None => ok = false,
+                    }
+                }
+            }
+        }
+        if !ok {
+            return None;
+        }
+        // Tiles: call > op default > whole range.
+        let mut names: Vec<String> = Vec::new();
+        for v in &body.vars {
+            if !names.contains(&v.name) {
+                names.push(v.name.clone());
+            }
+        }
+        let mut tile = Vec::new();
+        for n in names {
+            let size = tile_over
+                .iter()
+                .find(|(k, _, _)| *k == n)
+                .map(|(_, s, _)| *s)
+                .or_else(|| sig.tile.iter().find(|(k, _, _)| *k == n).map(|(_, s, _)| *s));
+            let extent = body.vars.iter().filter(|v| v.name == n).filter_map(|v| match v.range {
+                VarRange::Fixed { lo, hi } => Some((hi - lo).max(0) as u64),
+                _ => None,
+            }).max();
+            let size = match (size, extent) {
+                (Some(s), Some(e)) => s.min(e.max(1)),
+                (Some(s), None) => s,
+                (None, Some(e)) => e.max(1),
+                // Ragged ranges without a tile: one tile of the whole window.
+                (None, None) => u64::MAX,
+            };
+            tile.push((n, size));
+        }
+        let tile_span = annots.iter().find(|a| matches!(a, Annot::Tile { .. })).map_or(call_span, |a| a.span());
+        if !self.check_buffers(sig, &body, &tile, &in_shapes, dtype, engine, call_span, tile_span) {
+            return None;
+        }
+        // The output tensor.
+        let out_id = TensorId(fl.tf.tensors.len() as u32);
+        let node_id = NodeId(fl.tf.nodes.len() as u32);
+        let grouped = match out_shape.first() {
+            Some(Dim::Recv(r)) => Some(*r),
+            _ => None,
+        };
+        fl.tf.tensors.push(Tensor {
+            name: name.to_string(),
+            dtype,
+            shape: out_shape,
+            home: if sig.is_comm { Home::Window } else { Home::Hbm },
+            grouped,
+            producer: Some(node_id),
+            span: call_span,
+        });
+        fl.tf.nodes.push(ir::Node {
+            op: sig.id,
+            name: name.to_string(),
+            inputs,
+            routes: route_ids,
+            output: out_id,
+            engine,
+            dtype,
+            tile,
+            order,
+            priority,
+            body,
+            span: call_span,
+        });
+        Some(out_id)
+    }
+
+    /// Solves `sym = actual` for its single unbound symbol when `sym` is linear in it.
+    fn solve_linear(&mut self, s: &Sym, actual: Dim, binds: &[Option<Bound>], routes: &[Option<RouteId>], span: Span) -> Option<(usize, u64)> {
+        let Dim::Fixed(target) = actual else { return None };
+        let mut vs = Vec::new();
+        s.vars(&mut vs);
+        vs.retain(|v| binds[*v].is_none());
+        vs.dedup();
+        if vs.len() != 1 {
+            return None;
+        }
+        let v = vs[0];
+        let mut tmp = binds.to_vec();
+        let at = |tmp: &mut Vec<Option<Bound>>, x: u64, ck: &mut Self| -> Option<i64> {
+            tmp[v] = Some(Bound { dim: Dim::Fixed(x), span, from: String::new() });
+            // Evaluate silently: errors here mean "not linear".
+            let before = ck.diags.len();
+            let r = ck.eval_sym(s, tmp, routes, span);
+            let ok = ck.diags.len() == before;
+            if !ok {
+                ck.diags = {
+                    let mut d = std::mem::take(&mut ck.diags).into_vec();
+                    d.truncate(before);
+                    let mut nd = crate::diag::Diagnostics::new();
+                    nd.extend(d);
+                    nd
+                };
+                return None;
+            }
+            match r {
+                Ok(Some(Dim::Fixed(n))) => Some(n as i64),
+                _ => None,
+            }
+        };
+        let f1 = at(&mut tmp, 1, self)?;
+        let f2 = at(&mut tmp, 2, self)?;
+        let a = f2.checked_sub(f1)?;
+        let b = f1.checked_sub(a)?;
+        if a == 0 {
+            return None;
+        }
+        let num = (target as i64).checked_sub(b)?;
+        if num % a != 0 || num / a < 1 {
+            return None;
+        }
+        let x = (num / a) as u64;
+        let check = at(&mut tmp, x, self)?;
+        (check == target as i64).then_some((v, x))
+    }
+
+    /// Makes a body concrete for a call: offsets evaluated, variable ranges inferred, output
+    /// coverage checked.
+    #[allow(clippy::too_many_arguments)]
+    fn concretize(&mut self, sig: &OpSig, binds: &[Option<Bound>], routes: &[Option<RouteId>], ins: &[(DType, Vec<Dim>)], out: &[Dim], call: Span) -> Option<ConcreteBody> {
+        let nv = sig.body.vars.len();
+        let mut ranges = vec![R::Unknown; nv];
+        let mut ok = true;
+        let eval_off = |ck: &mut Self, s: &Sym| -> Option<i64> {
+            match ck.eval_sym(s, binds, routes, call) {
+                Ok(Some(Dim::Fixed(n))) => Some(n as i64),
+                Ok(Some(Dim::Recv(_))) => {
+                    ck.err(Diagnostic::error(Code::BadIndex, "a ragged dimension cannot be an index offset").primary(call, "in this call"));
+                    None
+                }
+                _ => None,
+            }
+        };
+        // Convert indices and collect range constraints.
+        let constrain = |ck: &mut Self, ranges: &mut Vec<R>, var: usize, r: R, span: Span, what: &str| -> bool {
+            let cur = ranges[var];
+            let new = match (cur, r) {
+                (R::Unknown, x) => x,
+                (x, R::Unknown) => x,
+                (R::Fixed(a, b), R::Fixed(c, d)) => R::Fixed(a.max(c), b.min(d)),
+                (R::Recv(a), R::Recv(b)) if a == b => R::Recv(a),
+                (x, y) => {
+                    let show = |ck: &Self, r: R| match r {
+                        R::Fixed(a, b) => format!("{a}..{b}"),
+                        R::Recv(id) => format!("the rows of `{}.recv`", ck.routes[id.0 as usize].spec.name),
+                        R::Unknown => "?".into(),
+                    };
+                    let (sx, sy) = (show(ck, x), show(ck, y));
+                    ck.err(
+                        Diagnostic::error(Code::ShapeMismatch, format!("index `{}` ranges over {sx} in one place and {sy} in another", sig.body.vars[var].name))
+                            .primary(span, what.to_string())
+                            .secondary(call, "in this call"),
+                    );
+                    return false;
+                }
+            };
+            if let R::Fixed(a, b) = new {
+                if a >= b {
+                    ck.err(
+                        Diagnostic::error(Code::IndexOutOfRange, format!("index `{}` has no valid value: its uses allow {a}..{b}", sig.body.vars[var].name))
+                            .primary(span, "this use leaves no valid index")
+                            .secondary(call, "in this call"),
+                    );
+                    return false;
+                }
+            }
+            ranges[var] = new;
+            true
+        };
+        let mut conv = |ck: &mut Self, ranges: &mut Vec<R>, ix: &SIdx, dim: Option<Dim>| -> Option<Index> {
+            match ix {
+                SIdx::Affine { var, coef, offset, span } => {
+                    let off = eval_off(ck, offset)?;
+                    match dim {
+                        Some(Dim::Fixed(n)) => {
+                            let n = n as i64;
+                            let (lo, hi) = if *coef > 0 {
+                                (div_ceil(-off, *coef), div_floor(n - 1 - off, *coef) + 1)
+                            } else {
+                                (div_ceil(n - 1 - off, *coef), div_floor(-off, *coef) + 1)
+                            };
+                            if !constrain(ck, ranges, *var, R::Fixed(lo, hi), *span, "indexes a dimension of this size") {
+                                return None;
+                            }
+                        }
+                        Some(Dim::Recv(r)) => {
+                            if *coef != 1 || off != 0 {
+                                ck.err(
+                                    Diagnostic::error(Code::IndexOutOfRange, "rows of a receive window can only be indexed by a plain variable")
+                                        .primary(*span, "an offset or a factor on a ragged dimension")
+                                        .secondary(call, "in this call"),
+                                );
+                                return None;
+                            }
+                            if !constrain(ck, ranges, *var, R::Recv(r), *span, "indexes received rows") {
+                                return None;
+                            }
+                        }
+                        None => {}
+                    }
+                    Some(Index::Affine { var: *var, coef: *coef, offset: off })
+                }
+                SIdx::Const(s, span) => {
+                    let c = eval_off(ck, s)?;
+                    match dim {
+                        Some(Dim::Fixed(n)) if c < 0 || c >= n as i64 => {
+                            ck.err(Diagnostic::error(Code::IndexOutOfRange, format!("index {c} is outside 0..{n}")).primary(*span, "out of range").secondary(call, "in this call"));
+                            return None;
+                        }
+                        Some(Dim::Recv(_)) => {
+                            ck.err(Diagnostic::error(Code::IndexOutOfRange, "a constant index into received rows").primary(*span, "the number of rows differs per rank"));
+                            return None;
+                        }
+                        _ => {}
+                    }
+                    Some(Index::Const(c))
+                }
+                SIdx::Group(v, span) => {
+                    // The group is the local expert of a received row.
+                    Some(Index::Group(*v)).filter(|_| {
+                        let _ = (span, dim);
+                        true
+                    })
+                }
+                SIdx::Route { param, func, args, span } => {
+                    let Some(id) = routes.get(*param).copied().flatten() else { return None };
+                    let st = ck.routes[id.0 as usize].spec.clone();
+                    if func.arity() == 2 {
+                        let tokens = if ck.routes[id.0 as usize].tokens_bound.is_some() { st.tokens as i64 } else { i64::MAX };
+                        if !constrain(ck, ranges, args[0], R::Fixed(0, tokens), *span, "a token of the routing") {
+                            return None;
+                        }
+                        if !constrain(ck, ranges, args[1], R::Fixed(0, st.topk as i64), *span, "a choice of the routing") {
+                            return None;
+                        }
+                    } else if !constrain(ck, ranges, args[0], R::Recv(id), *span, "a received row of the routing") {
+                        return None;
+                    }
+                    Some(Index::Route { route: id, func: *func, args: args.clone() })
+                }
+            }
+        };
+        // Group indices constrain the group variable's dimension and need grouped rows.
+        let mut stmts = Vec::new();
+        for st in &sig.body.stmts {
+            let target = match &st.target {
+                STarget::Out(ix) => {
+                    let mut v = Vec::new();
+                    for (k, i) in ix.iter().enumerate() {
+                        match conv(self, &mut ranges, i, out.get(k).copied()) {
+                            Some(x) => v.push(x),
+                            None => ok = false,
+                        }
+                    }
+                    Target::Out(v)
+                }
+                STarget::Put { rank, index } => {
+                    let rk = conv(self, &mut ranges, rank, None);
+                    let mut v = Vec::new();
+                    for (k, i) in index.iter().enumerate() {
+                        match conv(self, &mut ranges, i, out.get(k).copied()) {
+                            Some(x) => v.push(x),
+                            None => ok = false,
+                        }
+                    }
+                    match rk {
+                        Some(r) => Target::Put { rank: r, index: v },
+                        None => {
+                            ok = false;
+                            continue;
+                        }
+                    }
+                }
+            };
+            let value = self.conc_expr(&st.value, ins, routes, &mut ranges, &mut conv, &mut ok, call);
+            if let Some(value) = value {
+                stmts.push(BodyStmt {
+                    target,
+                    accumulate: st.accumulate,
+                    value,
+                    vars: st.vars.clone(),
+                });
+            } else {
+                ok = false;
+            }
+        }
+        if !ok {
+            return None;
+        }
+        // Group-index checks.
+        let mut group_dims: Vec<(usize, Dim, Span)> = Vec::new();
+        collect_group_uses(sig, ins, out, &mut group_dims);
+        for (v, dim, span) in group_dims {
+            let R::Recv(route) = ranges[v] else {
+                self.err(
+                    Diagnostic::error(Code::NotGrouped, format!("`group({})` needs rows grouped by expert", sig.body.vars[v].name))
+                        .primary(span, "these rows do not come from a receive window")
+                        .secondary(call, "in this call")
+                        .note("rows are grouped when their dimension is a routing's `r.recv`"),
+                );
+                return None;
+            };
+            let local = self.routes[route.0 as usize].spec.local_experts();
+            if dim != Dim::Fixed(local) {
+                let got = self.show_dim(dim);
+                let rn = self.routes[route.0 as usize].spec.name.clone();
+                self.err(
+                    Diagnostic::error(Code::ShapeMismatch, format!("`group(...)` indexes a dimension of size {got}, but routing `{rn}` has {local} local experts"))
+                        .primary(call, format!("expected {local} groups (experts / ranks)"))
+                        .secondary(span, "the group index"),
+                );
+                return None;
+            }
+        }
+        // Reduction variables bound to a group.
+        let mut vars = Vec::new();
+        for (i, v) in sig.body.vars.iter().enumerate() {
+            let range = match (v.group_of, ranges[i]) {
+                (Some(g), R::Recv(route)) => VarRange::GroupRows { route, group: g },
+                (Some(_), _) => {
+                    self.err(
+                        Diagnostic::error(Code::NotGrouped, format!("`{}` ranges over the rows of a group, but it does not index received rows", v.name))
+                            .primary(v.span, "bound here")
+                            .secondary(call, "in this call"),
+                    );
+                    return None;
+                }
+                (None, R::Fixed(lo, hi)) => VarRange::Fixed { lo, hi },
+                (None, R::Recv(r)) => VarRange::Recv(r),
+                (None, R::Unknown) => {
+                    self.err(
+                        Diagnostic::error(Code::UnboundShapeSymbol, format!("the range of index `{}` cannot be determined", v.name))
+                            .primary(v.span, "it indexes no tensor dimension")
+                            .secondary(call, "in this call")
+                            .help("use the variable to index a tensor, or remove it"),
+                    );
+                    return None;
+                }
+            };
+            if let VarRange::Fixed { hi, .. } = range {
+                if hi == i64::MAX {
+                    self.err(
+                        Diagnostic::error(Code::UnboundShapeSymbol, format!("the range of `{}` needs the routing's token count", v.name))
+                            .primary(v.span, "ranges over the routing's tokens")
+                            .secondary(call, "no tensor in this call gives the number of tokens"),
+                    );
+                    return None;
+                }
+            }
+            vars.push(BodyVar { name: v.name.clone(), kind: v.kind, range });
+        }
+        let body = ConcreteBody {
+            vars,
+            stmts,
+            contraction: sig.contraction.as_ref().map(|(l, r, red)| Contraction { lhs: *l, rhs: *r, reduce: red.clone() }),
+        };
+        if !sig.is_comm && !self.check_coverage(sig, &body, out, call) {
+            return None;
+        }
+        Some(body)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn conc_expr(
+        &mut self,
+        e: &SS,
+        ins: &[(DType, Vec<Dim>)],
+        routes: &[Option<RouteId>],
+        ranges: &mut Vec<R>,
+        conv: &mut impl FnMut(&mut Self, &mut Vec<R>, &SIdx, Option<Dim>) -> Option<Index>,
+        ok: &mut bool,
+        call: Span,
+    ) -> Option<SExpr> {
+        Some(match e {
+            SS::Const(c) => SExpr::Const(*c),
+            SS::Var(v) => SExpr::Var(*v),
+            SS::Sym(s) => match self.eval_sym(s, &[], routes, call) {
+                Ok(Some(Dim::Fixed(n))) => SExpr::Const(n as i64 as f64),
+                _ => {
+                    // Shape symbols need the bindings; evaluate through a constant index.
+                    match conv(self, ranges, &SIdx::Const(s.clone(), call), None)? {
+                        Index::Const(c) => SExpr::Const(c as f64),
+                        _ => return None,
+                    }
+                }
+            },
+            SS::Route { param, func, args } => {
+                let id = routes.get(*param).copied().flatten()?;
+                let ix = SIdx::Route { param: *param, func: *func, args: args.clone(), span: call };
+                conv(self, ranges, &ix, None)?;
+                SExpr::Route { route: id, func: *func, args: args.clone() }
+            }
+            SS::Read { input, index, .. } => {
+                let shape = &ins.get(*input)?.1;
+                let mut v = Vec::new();
+                for (k, ix) in index.iter().enumerate() {
+                    match conv(self, ranges, ix, shape.get(k).copied()) {
+                        Some(x) => v.push(x),
+                        None => *ok = false,
+                    }
+                }
+                if v.len() != index.len() {
+                    return None;
+                }
+                SExpr::Read { input: *input, index: v }
+            }
+            SS::Neg(a) => SExpr::Neg(Box::new(self.conc_expr(a, ins, routes, ranges, conv, ok, call)?)),
+            SS::Bin(op, a, b) => {
+                let x = self.conc_expr(a, ins, routes, ranges, conv, ok, call);
+                let y = self.conc_expr(b, ins, routes, ranges, conv, ok, call);
+                SExpr::Bin(*op, Box::new(x?), Box::new(y?))
+            }
+            SS::Call(f, args) => {
+                let mut xs = Vec::new();
+                for a in args {
+                    xs.push(self.conc_expr(a, ins, routes, ranges, conv, ok, call)?);
+                }
+                SExpr::Call(*f, xs)
+            }
+            SS::Sum { vars, body } => SExpr::Sum {
+                vars: vars.clone(),
+                body: Box::new(self.conc_expr(body, ins, routes, ranges, conv, ok, call)?),
+            },
+        })
+    }
+
+    /// The statements of a compute op must write every output element exactly once.
+    fn check_coverage(&mut self, sig: &OpSig, body: &ConcreteBody, out: &[Dim], call: Span) -> bool {
+        // Each statement writes a box: per dimension an interval (ragged: the whole window).
+        let mut boxes: Vec<(Vec<(i64, i64)>, Span)> = Vec::new();
+        for (st, sst) in body.stmts.iter().zip(&sig.body.stmts) {
+            let Target::Out(ix) = &st.target else { continue };
+            let mut b = Vec::new();
+            for (k, i) in ix.iter().enumerate() {
+                let iv = match (i, out.get(k)) {
+                    (Index::Affine { var, coef: 1, offset }, Some(Dim::Fixed(_))) => match body.vars[*var].range {
+                        VarRange::Fixed { lo, hi } => (lo + offset, hi + offset),
+                        _ => (0, 1),
+                    },
+                    (_, Some(Dim::Recv(_))) => (0, 1),
+                    _ => (0, 0),
+                };
+                b.push(iv);
+            }
+            boxes.push((b, sst.span));
+        }
+        let full: Vec<(i64, i64)> = out
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => (0, *n as i64),
+                Dim::Recv(_) => (0, 1),
+            })
+            .collect();
+        let vol = |b: &[(i64, i64)]| b.iter().fold(1i128, |a, (lo, hi)| a * (hi - lo).max(0) as i128);
+        for i in 0..boxes.len() {
+            for j in i + 1..boxes.len() {
+                let overlap = boxes[i].0.iter().zip(&boxes[j].0).all(|(a, b)| a.0.max(b.0) < a.1.min(b.1));
+                if overlap {
+                    self.err(
+                        Diagnostic::error(Code::BodyCoverage, format!("two statements of `{}` write the same elements of `out`", sig.name))
+                            .primary(boxes[j].1, "writes again")
+                            .secondary(boxes[i].1, "already written here")
+                            .secondary(call, "in this call"),
+                    );
+                    return false;
+                }
+            }
+        }
+        let total: i128 = boxes.iter().map(|(b, _)| vol(b)).sum();
+        let want = vol(&full);
+        if total != want {
+            // Name one uncovered dimension range for the message.
+            let mut detail = String::new();
+            for (k, (lo, hi)) in full.iter().enumerate() {
+                let covered: Vec<(i64, i64)> = boxes.iter().map(|(b, _)| b[k]).collect();
+                let mut gaps = Vec::new();
+                let mut sorted = covered.clone();
+                sorted.sort();
+                let mut at = *lo;
+                for (a, b) in sorted {
+                    if a > at {
+                        gaps.push((at, a));
+                    }
+                    at = at.max(b);
+                }
+                if at < *hi {
+                    gaps.push((at, *hi));
+                }
+                if let Some((a, b)) = gaps.first() {
+                    detail = format!("; for example, indices {a}..{b} of dimension {k} are never written");
+                    break;
+                }
+            }
+            self.err(
+                Diagnostic::error(Code::BodyCoverage, format!("the body of `{}` writes {total} of the {want} elements of `out`{detail}", sig.name))
+                    .primary(sig.body_span, "does not cover the output")
+                    .secondary(call, "in this call")
+                    .help("each element of `out` must be written exactly once: add statements for the rest, or fix the output type"),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// Checks that a tile fits the engine's buffers (double-buffered).
+    #[allow(clippy::too_many_arguments)]
+    fn check_buffers(&mut self, sig: &OpSig, body: &ConcreteBody, tile: &[(String, u64)], ins: &[(DType, Vec<Dim>)], out_dtype: DType, engine: Engine, call: Span, tile_span: Span) -> bool {
+        let Some(dev) = self.device.clone() else { return true };
+        if sig.is_comm {
+            // Puts stream through the UB in `put_chunk_bytes` chunks: any tile fits.
+            return true;
+        }
+        let tile_of = |name: &str| tile.iter().find(|(n, _)| n == name).map_or(1, |(_, s)| *s);
+        let ext = |v: usize, row: Option<usize>| -> u64 {
+            if Some(v) == row {
+                return 1;
+            }
+            let t = tile_of(&body.vars[v].name);
+            match body.vars[v].range {
+                VarRange::Fixed { lo, hi } => t.min((hi - lo).max(1) as u64),
+                _ => t,
+            }
+        };
+        let region = |ix: &[Index], row: Option<usize>| -> u128 {
+            ix.iter()
+                .map(|i| match i {
+                    Index::Affine { var, coef, .. } => (coef.unsigned_abs() as u128) * (ext(*var, row) as u128 - 1) + 1,
+                    _ => 1,
+                })
+                .product()
+        };
+        let tile_text = tile.iter().map(|(n, s)| if *s == u64::MAX { format!("{n}: all") } else { format!("{n}: {s}") }).collect::<Vec<_>>().join(", ");
+        match (engine, &body.contraction) {
+            (Engine::Aic, Some(c)) => {
+                let mut lhs = 0u128;
+                let mut rhs = 0u128;
+                let mut outb = 0u128;
+                for st in &body.stmts {
+                    st.value.for_each_read(&mut |input, ix| {
+                        let b = region(ix, None) * ins.get(input).map_or(2, |x| x.0.size()) as u128;
+                        if input == c.lhs && lhs == 0 {
+                            lhs = b;
+                        } else {
+                            rhs = rhs.max(b);
+                        }
+                    });
+                    if let Target::Out(ix) = &st.target {
+                        outb = region(ix, None) * 4;
+                    }
+                }
+                let checks = [
+                    ("L0A", 2 * lhs, dev.get("l0a_size"), "the left operand's k-step, double-buffered"),
+                    ("L0B", 2 * rhs, dev.get("l0b_size"), "the right operand's k-step, double-buffered"),
+                    ("L0C", outb, dev.get("l0c_size"), "the f32 accumulator of the output tile"),
+                    ("L1", 2 * (lhs + rhs), dev.get("l1_size"), "both operand panels, double-buffered"),
+                ];
+                for (buf, need, cap, what) in checks {
+                    if need as f64 > cap {
+                        self.err(
+                            Diagnostic::error(
+                                Code::TileExceedsL0,
+                                format!("the tile ({tile_text}) of `{}` needs {} of {buf}, which holds {}", sig.name, kib(need as f64), kib(cap)),
+                            )
+                            .primary(tile_span, format!("{buf} overflows"))
+                            .secondary(call, "in this call")
+                            .note(format!("{buf} holds {what}"))
+                            .help("use smaller `m`, `n` or `k` tiles (e.g. `tile(m: 128, n: 256, k: 64)` for bf16)"),
+                        );
+                        return false;
+                    }
+                }
+                true
+            }
+            _ => {
+                // The vector core streams its tile through the UB by rows of the first output
+                // dimension: one row of every operand, double-buffered, must fit.
+                let row = body.stmts.iter().find_map(|st| match &st.target {
+                    Target::Out(ix) => ix.first().and_then(|i| match i {
+                        Index::Affine { var, .. } => Some(*var),
+                        _ => None,
+                    }),
+                    _ => None,
+                });
+                let mut per_row = 0u128;
+                for st in &body.stmts {
+                    st.value.for_each_read(&mut |input, ix| {
+                        per_row += region(ix, row) * ins.get(input).map_or(2, |x| x.0.size()) as u128;
+                    });
+                    if let Target::Out(ix) = &st.target {
+                        per_row += region(ix, row) * out_dtype.size() as u128;
+                    }
+                }
+                let need = 2 * per_row;
+                let cap = dev.get("ub_size");
+                if need as f64 > cap {
+                    let rn = row.map_or("the first index".to_string(), |r| format!("`{}`", body.vars[r].name));
+                    self.err(
+                        Diagnostic::error(
+                            Code::TileExceedsUb,
+                            format!("one row of the tile ({tile_text}) of `{}` needs {} of Unified Buffer, which holds {}", sig.name, kib(need as f64), kib(cap)),
+                        )
+                        .primary(tile_span, "does not fit in the Unified Buffer")
+                        .secondary(call, "in this call")
+                        .note(format!("a vector core streams a tile row by row ({rn}); a row of every input and of the output, double-buffered, must fit"))
+                        .help("tile the inner dimensions smaller"),
+                    );
+                    return false;
+                }
+                true
+            }
+        }
+    }
+
+    /// Checks the schedules of the root module.
+    pub(super) fn check_schedules(&mut self) {
+        let root = self.root;
+        let decls: Vec<(crate::syntax::ast::ScheduleDecl, Span)> = self.modules[root]
+            .ast
+            .items
+            .iter()
+            .filter_map(|it| match &it.kind {
+                ItemKind::Schedule(s) => Some((s.clone(), it.span)),
+                _ => None,
+            })
+            .collect();
+        let mut seen: BTreeMap<Option<String>, Span> = BTreeMap::new();
+        for (d, span) in decls {
+            let key = d.taskflow.as_ref().map(|t| t.name.clone());
+            if let Some(prev) = seen.insert(key.clone(), span) {
+                self.err(
+                    Diagnostic::error(Code::DuplicateDefinition, format!("two schedules for {}", key.as_deref().map_or("all taskflows".to_string(), |k| format!("`{k}`"))))
+                        .primary(span, "again here")
+                        .secondary(prev, "first here"),
+                );
+                continue;
+            }
+            if let Some(t) = &d.taskflow {
+                let is_tf = self.lookup(root, &t.name).is_some_and(|r| matches!(self.item(r).kind, ItemKind::Taskflow(_)));
+                if !is_tf {
+                    let names = self.names_where(root, |k| matches!(k, ItemKind::Taskflow(_)));
+                    let mut diag = Diagnostic::error(Code::NoTaskflow, format!("no taskflow `{}` to schedule", t.name)).primary(t.span, "not a taskflow");
+                    if let Some(b) = crate::suggest::closest(&t.name, names.iter().map(|s| s.as_str())) {
+                        diag = diag.help(format!("did you mean `{b}`?"));
+                    }
+                    self.err(diag);
+                    continue;
+                }
+            }
+            let pol = match self.lookup(root, &d.policy.name) {
+                Some(p) if matches!(&self.item(p).kind, ItemKind::Signature(s) if s.kind == SignatureKind::Policy) => p,
+                _ => {
+                    let names = self.names_where(root, |k| matches!(k, ItemKind::Signature(s) if s.kind == SignatureKind::Policy));
+                    let mut diag = Diagnostic::error(Code::UnknownPolicy, format!("unknown scheduling policy `{}`", d.policy.name)).primary(d.policy.span, "not a policy");
+                    diag = match crate::suggest::closest(&d.policy.name, names.iter().map(|s| s.as_str())) {
+                        Some(b) => diag.help(format!("did you mean `{b}`?")),
+                        None => diag.help(format!("the policies are: {}", names.join(", "))),
+                    };
+                    self.err(diag);
+                    continue;
+                }
+            };
+            let args: Vec<crate::syntax::ast::Arg> = d
+                .options
+                .iter()
+                .map(|f| crate::syntax::ast::Arg { name: Some(f.name.clone()), value: f.value.clone() })
+                .collect();
+            let Some(vals) = self.match_sig(pol, &args, span, "policy") else { continue };
+            self.schedules.push(ir::ScheduleSpec {
+                taskflow: key,
+                policy: d.policy.name.clone(),
+                options: vals.into_iter().map(|(k, (v, _))| (k, v)).collect(),
+                span,
+            });
+        }
+    }
+}
+
+fn kib(bytes: f64) -> String {
+    if bytes >= 1024.0 * 1024.0 {
+        format!("{:.1} MiB", bytes / 1048576.0)
+    } else {
+        format!("{:.1} KiB", bytes / 1024.0)
+    }
+}
+
+fn div_floor(a: i64, b: i64) -> i64 {
+    let q = a / b;
+    if (a % b != 0) && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    }
+}
+
+fn div_ceil(a: i64, b: i64) -> i64 {
+    -div_floor(-a, b)
+}
+
+
+/// Every `group(v)` index with the dimension it indexes.
+fn collect_group_uses(sig: &OpSig, ins: &[(DType, Vec<Dim>)], out: &[Dim], acc: &mut Vec<(usize, Dim, Span)>) {
+    fn walk(e: &SS, ins: &[(DType, Vec<Dim>)], acc: &mut Vec<(usize, Dim, Span)>) {
+        match e {
+            SS::Read { input, index, .. } => {
+                for (k, ix) in index.iter().enumerate() {
+                    if let SIdx::Group(v, sp) = ix {
+                        if let Some(d) = ins.get(*input).and_then(|x| x.1.get(k)) {
+                            acc.push((*v, *d, *sp));
+                        }
+                    }
+                }
+            }
+            SS::Neg(a) => walk(a, ins, acc),
+            SS::Bin(_, a, b) => {
+                walk(a, ins, acc);
+                walk(b, ins, acc);
+            }
+            SS::Call(_, xs) => xs.iter().for_each(|x| walk(x, ins, acc)),
+            SS::Sum { body, .. } => walk(body, ins, acc),
+            _ => {}
+        }
+    }
+    for st in &sig.body.stmts {
+        walk(&st.value, ins, acc);
+        if let STarget::Out(ix) = &st.target {
+            for (k, i) in ix.iter().enumerate() {
+                if let SIdx::Group(v, sp) = i {
+                    if let Some(d) = out.get(k) {
+                        acc.push((*v, *d, *sp));
+                    }
+                }
+            }
+        }
+    }
+    // A `sum(m in group(g))` makes `g` index groups: its dimension is the output's.
+    for (i, v) in sig.body.vars.iter().enumerate() {
+        if let Some(g) = v.group_of {
+            for st in &sig.body.stmts {
+                if let STarget::Out(ix) = &st.target {
+                    for (k, idx) in ix.iter().enumerate() {
+                        if matches!(idx, SIdx::Affine { var, .. } if *var == g) {
+                            if let Some(d) = out.get(k) {
+                                acc.push((i, *d, v.span));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+trait KindName {
+    fn kind_name(&self) -> String;
+}
+
+impl KindName for ExprKind {
+    fn kind_name(&self) -> String {
+        match self {
+            ExprKind::Call { callee, .. } => callee.name().unwrap_or("call").to_string(),
+            _ => "value".into(),
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _uses(_: VarKind, _: RouteFn) {}

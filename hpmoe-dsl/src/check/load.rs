@@ -1,0 +1,293 @@
+//! Loading: the root file and, transitively, every module it imports (standard modules from
+//! the embedded stdlib, files relative to the importer). Detects missing files and cycles,
+//! then builds each module's scope.
+
+use super::{Checker, ItemRef, ModId, Module};
+use crate::diag::{Code, Diagnostic};
+use crate::stdlib;
+use crate::syntax::ast::{ImportNames, ImportSource, ItemKind};
+use crate::syntax::token::{FileId, Span};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// At most this many modules per program (a guard against pathological import graphs).
+const MAX_MODULES: usize = 256;
+
+impl Checker<'_> {
+    pub(super) fn load_root(&mut self, file: FileId) -> Option<ModId> {
+        let path = self.sources.get(file).and_then(|f| f.path.clone());
+        let mut stack = Vec::new();
+        let root = self.load_module(file, None, path, &mut stack);
+        // Prelude modules are always loaded.
+        for name in stdlib::PRELUDE {
+            self.load_std(name, &mut Vec::new());
+        }
+        Some(root)
+    }
+
+    fn parse_into(&mut self, file: FileId, std_name: Option<String>, path: Option<PathBuf>) -> ModId {
+        let text = self.sources.get(file).map(|f| f.text.clone()).unwrap_or_default();
+        let (ast, diags, _) = crate::syntax::parse_text(&text, file);
+        self.diags.extend(diags);
+        self.modules.push(Module {
+            file,
+            ast,
+            std_name,
+            path,
+            scope: BTreeMap::new(),
+            poisoned: Default::default(),
+        });
+        self.modules.len() - 1
+    }
+
+    /// Loads a module and its imports; `stack` holds the canonical paths being loaded.
+    fn load_module(&mut self, file: FileId, std_name: Option<String>, path: Option<PathBuf>, stack: &mut Vec<PathBuf>) -> ModId {
+        let m = self.parse_into(file, std_name, path.clone());
+        if let Some(p) = &path {
+            stack.push(p.clone());
+        }
+        let imports: Vec<(ImportSource, Span)> = self.modules[m]
+            .ast
+            .items
+            .iter()
+            .filter_map(|it| match &it.kind {
+                ItemKind::Import(imp) => Some((imp.source.clone(), it.span)),
+                _ => None,
+            })
+            .collect();
+        for (src, span) in imports {
+            match src {
+                ImportSource::Std(path) => {
+                    if path.len() != 2 || path[0].name != "std" {
+                        let sp = path.first().map(|p| p.span).unwrap_or(span);
+                        let sp = path.iter().fold(sp, |a, p| a.to(p.span));
+                        self.err(
+                            Diagnostic::error(Code::UnknownModule, "unknown module path")
+                                .primary(sp, "not a standard module")
+                                .help(format!(
+                                    "standard modules are {}; files are imported with `import \"file.hpm\";`",
+                                    stdlib::MODULES.iter().map(|(n, _)| format!("`std::{n}`")).collect::<Vec<_>>().join(", ")
+                                )),
+                        );
+                        continue;
+                    }
+                    let name = &path[1];
+                    if stdlib::module(&name.name).is_none() {
+                        let mut d = Diagnostic::error(Code::UnknownModule, format!("no standard module `std::{}`", name.name))
+                            .primary(name.span, "unknown module");
+                        if let Some(b) = crate::suggest::closest(&name.name, stdlib::MODULES.iter().map(|(n, _)| *n)) {
+                            d = d.help(format!("did you mean `std::{b}`?"));
+                        }
+                        self.err(d);
+                        continue;
+                    }
+                    self.load_std(&name.name, stack);
+                }
+                ImportSource::File(rel, sp) => {
+                    self.load_file_import(m, &rel, sp, stack);
+                }
+            }
+        }
+        if path.is_some() {
+            stack.pop();
+        }
+        m
+    }
+
+    pub(super) fn load_std(&mut self, name: &str, stack: &mut Vec<PathBuf>) -> Option<ModId> {
+        if let Some(i) = self.modules.iter().position(|m| m.std_name.as_deref() == Some(name)) {
+            return Some(i);
+        }
+        let text = stdlib::module(name)?;
+        let file = self.sources.add(format!("<std>/{name}.hpm"), None, text);
+        Some(self.load_module(file, Some(name.to_string()), None, stack))
+    }
+
+    fn load_file_import(&mut self, from: ModId, rel: &str, span: Span, stack: &mut Vec<PathBuf>) -> Option<ModId> {
+        let base = self.modules[from].path.as_ref().and_then(|p| p.parent().map(|d| d.to_path_buf()));
+        let joined = match base {
+            Some(b) => b.join(rel),
+            None => PathBuf::from(rel),
+        };
+        let canon = match std::fs::canonicalize(&joined) {
+            Ok(c) => c,
+            Err(e) => {
+                self.err(
+                    Diagnostic::error(Code::FileNotFound, format!("cannot import `{rel}`: {e}"))
+                        .primary(span, "this file cannot be read")
+                        .note(format!("looked for {}", joined.display())),
+                );
+                return None;
+            }
+        };
+        if let Some(pos) = stack.iter().position(|p| *p == canon) {
+            let chain: Vec<String> = stack[pos..]
+                .iter()
+                .chain(std::iter::once(&canon))
+                .map(|p| p.file_name().map_or_else(|| p.display().to_string(), |f| f.to_string_lossy().into_owned()))
+                .collect();
+            self.err(
+                Diagnostic::error(Code::ImportCycle, format!("import cycle: {}", chain.join(" -> ")))
+                    .primary(span, "this import closes the cycle")
+                    .help("move the shared items to a file that both import"),
+            );
+            return None;
+        }
+        if let Some(i) = self.modules.iter().position(|m| m.path.as_ref() == Some(&canon)) {
+            return Some(i);
+        }
+        if self.modules.len() >= MAX_MODULES {
+            self.err(
+                Diagnostic::error(Code::LimitExceeded, format!("more than {MAX_MODULES} imported files"))
+                    .primary(span, "one import too many"),
+            );
+            return None;
+        }
+        let text = match std::fs::read_to_string(&canon) {
+            Ok(t) => t,
+            Err(e) => {
+                self.err(
+                    Diagnostic::error(Code::FileNotFound, format!("cannot import `{rel}`: {e}"))
+                        .primary(span, "this file cannot be read"),
+                );
+                return None;
+            }
+        };
+        let file = self.sources.add(joined.display().to_string(), Some(canon.clone()), text);
+        Some(self.load_module(file, None, Some(canon), stack))
+    }
+
+    /// The module an import refers to (already loaded).
+    fn import_target(&self, from: ModId, src: &ImportSource) -> Option<ModId> {
+        match src {
+            ImportSource::Std(path) => {
+                let name = &path.get(1)?.name;
+                if path.len() != 2 {
+                    return None;
+                }
+                self.modules.iter().position(|m| m.std_name.as_deref() == Some(name.as_str()))
+            }
+            ImportSource::File(rel, _) => {
+                let base = self.modules[from].path.as_ref().and_then(|p| p.parent().map(|d| d.to_path_buf()));
+                let joined = match base {
+                    Some(b) => b.join(rel),
+                    None => PathBuf::from(rel),
+                };
+                let canon = std::fs::canonicalize(joined).ok()?;
+                self.modules.iter().position(|m| m.path.as_ref() == Some(&canon))
+            }
+        }
+    }
+
+    /// Builds a module's scope: its own items, the prelude, and its imports.
+    pub(super) fn build_scope(&mut self, m: ModId) {
+        let mut scope: BTreeMap<String, (ItemRef, Span)> = BTreeMap::new();
+        let items_len = self.modules[m].ast.items.len();
+        for i in 0..items_len {
+            let item = &self.modules[m].ast.items[i];
+            if matches!(item.kind, ItemKind::Schedule(_)) {
+                continue;
+            }
+            let Some(name) = item.kind.name().cloned() else { continue };
+            if let Some((prev, _)) = scope.get(&name.name) {
+                let prev_span = self.item(*prev).kind.name().map_or(name.span, |n| n.span);
+                self.err(
+                    Diagnostic::error(Code::DuplicateDefinition, format!("`{}` is defined twice", name.name))
+                        .primary(name.span, "defined again here")
+                        .secondary(prev_span, "first defined here")
+                        .help("rename one of them"),
+                );
+                continue;
+            }
+            scope.insert(name.name.clone(), (ItemRef { module: m, item: i }, name.span));
+        }
+        // The prelude: routing kinds and policies, unless shadowed.
+        for p in stdlib::PRELUDE {
+            let Some(pm) = self.modules.iter().position(|x| x.std_name.as_deref() == Some(*p)) else { continue };
+            if pm == m {
+                continue;
+            }
+            for (i, item) in self.modules[pm].ast.items.iter().enumerate() {
+                if let Some(n) = item.kind.name() {
+                    scope.entry(n.name.clone()).or_insert((ItemRef { module: pm, item: i }, n.span));
+                }
+            }
+        }
+        // Imports.
+        let imports: Vec<(ImportSource, ImportNames)> = self.modules[m]
+            .ast
+            .items
+            .iter()
+            .filter_map(|it| match &it.kind {
+                ItemKind::Import(imp) => Some((imp.source.clone(), imp.names.clone())),
+                _ => None,
+            })
+            .collect();
+        for (src, names) in imports {
+            let Some(t) = self.import_target(m, &src) else { continue };
+            let module_desc = match &src {
+                ImportSource::Std(p) => p.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join("::"),
+                ImportSource::File(f, _) => format!("\"{f}\""),
+            };
+            let mut bring = Vec::new();
+            match names {
+                ImportNames::All(sp) => {
+                    for (i, item) in self.modules[t].ast.items.iter().enumerate() {
+                        if let Some(n) = item.kind.name() {
+                            if !matches!(item.kind, ItemKind::Schedule(_)) {
+                                bring.push((n.name.clone(), ItemRef { module: t, item: i }, sp));
+                            }
+                        }
+                    }
+                }
+                ImportNames::List(list) => {
+                    for id in list {
+                        let found = self.modules[t].ast.items.iter().position(|it| {
+                            !matches!(it.kind, ItemKind::Schedule(_)) && it.kind.name().is_some_and(|n| n.name == id.name)
+                        });
+                        match found {
+                            Some(i) => bring.push((id.name.clone(), ItemRef { module: t, item: i }, id.span)),
+                            None => {
+                                self.modules[m].poisoned.insert(id.name.clone());
+                                let mut d = Diagnostic::error(
+                                    Code::UnknownModule,
+                                    format!("`{module_desc}` has no item `{}`", id.name),
+                                )
+                                .primary(id.span, "not found in this module");
+                                let names: Vec<String> = self.modules[t]
+                                    .ast
+                                    .items
+                                    .iter()
+                                    .filter_map(|it| it.kind.name().map(|n| n.name.clone()))
+                                    .collect();
+                                if let Some(b) = crate::suggest::closest(&id.name, names.iter().map(|s| s.as_str())) {
+                                    d = d.help(format!("did you mean `{b}`?"));
+                                } else if !names.is_empty() {
+                                    d = d.help(format!("it defines: {}", names.join(", ")));
+                                }
+                                self.err(d);
+                            }
+                        }
+                    }
+                }
+            }
+            for (name, r, sp) in bring {
+                match scope.get(&name) {
+                    Some((prev, _)) if *prev == r => {}
+                    Some((prev, psp)) if prev.module == m || self.modules[prev.module].std_name.as_deref().is_none_or(|n| !stdlib::PRELUDE.contains(&n)) => {
+                        let psp = *psp;
+                        self.err(
+                            Diagnostic::error(Code::DuplicateDefinition, format!("`{name}` is imported but already defined"))
+                                .primary(sp, "imported here")
+                                .secondary(psp, "already defined here"),
+                        );
+                    }
+                    _ => {
+                        scope.insert(name, (r, sp));
+                    }
+                }
+            }
+        }
+        self.modules[m].scope = scope;
+    }
+}

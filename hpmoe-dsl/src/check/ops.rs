@@ -1,0 +1,1093 @@
+//! Op definitions: signatures (dtype generics, symbolic shapes, routing parameters) and
+//! bodies, analysed into a symbolic form ([`SymBody`]) that each call makes concrete.
+
+use super::consts::BareNames;
+use super::{Checker, ItemRef};
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{DType, Engine, Func, OpId, RouteFn, Value, VarKind};
+use crate::syntax::ast::{self, BinOp, Binder, Expr, ExprKind, ItemKind, OpKind, ParamType, Stmt};
+use crate::syntax::token::Span;
+use std::rc::Rc;
+
+/// A dimension of a routing, usable in shapes as `r.recv` and so on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RDim {
+    Recv,
+    Tokens,
+    Topk,
+    Experts,
+    LocalExperts,
+    Ranks,
+}
+
+pub(crate) const RDIMS: &[(&str, RDim)] = &[
+    ("recv", RDim::Recv),
+    ("tokens", RDim::Tokens),
+    ("topk", RDim::Topk),
+    ("experts", RDim::Experts),
+    ("local_experts", RDim::LocalExperts),
+    ("ranks", RDim::Ranks),
+];
+
+/// A symbolic integer: a dimension or an offset of an op signature or body.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Sym {
+    Int(i64),
+    /// A shape symbol of the op (`M`, `N`).
+    Var(usize),
+    /// A dimension of the op's `param`-th (routing) parameter.
+    Route(usize, RDim),
+    Neg(Box<Sym>),
+    Bin(BinOp, Box<Sym>, Box<Sym>),
+    /// `min`, `max`, `ceil_div`, `floor_div`.
+    Call(String, Box<Sym>, Box<Sym>),
+}
+
+impl Sym {
+    pub fn vars(&self, out: &mut Vec<usize>) {
+        match self {
+            Sym::Var(v) => out.push(*v),
+            Sym::Neg(a) => a.vars(out),
+            Sym::Bin(_, a, b) | Sym::Call(_, a, b) => {
+                a.vars(out);
+                b.vars(out);
+            }
+            Sym::Int(_) | Sym::Route(..) => {}
+        }
+    }
+    pub fn show(&self, syms: &[String], params: &[PSig]) -> String {
+        match self {
+            Sym::Int(i) => i.to_string(),
+            Sym::Var(v) => syms.get(*v).cloned().unwrap_or_default(),
+            Sym::Route(p, d) => {
+                let r = params.get(*p).map_or("r".to_string(), |p| p.name().to_string());
+                let dn = RDIMS.iter().find(|(_, x)| x == d).map_or("?", |(n, _)| n);
+                format!("{r}.{dn}")
+            }
+            Sym::Neg(a) => format!("-{}", a.show(syms, params)),
+            Sym::Bin(op, a, b) => format!("{} {} {}", a.show(syms, params), op.as_str(), b.show(syms, params)),
+            Sym::Call(f, a, b) => format!("{f}({}, {})", a.show(syms, params), b.show(syms, params)),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum DT {
+    Generic(usize),
+    Concrete(DType),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct TSig {
+    pub dtype: DT,
+    pub dims: Vec<Sym>,
+    pub dim_spans: Vec<Span>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum PSig {
+    Tensor { name: String, ty: TSig, input: usize, span: Span },
+    Route { name: String, span: Span },
+}
+
+impl PSig {
+    pub fn name(&self) -> &str {
+        match self {
+            PSig::Tensor { name, .. } | PSig::Route { name, .. } => name,
+        }
+    }
+}
+
+/// A symbolic index.
+#[derive(Clone, Debug)]
+pub(crate) enum SIdx {
+    Affine { var: usize, coef: i64, offset: Sym, span: Span },
+    Const(Sym, Span),
+    Group(usize, Span),
+    Route { param: usize, func: RouteFn, args: Vec<usize>, span: Span },
+}
+
+impl SIdx {
+    pub fn span(&self) -> Span {
+        match self {
+            SIdx::Affine { span, .. } | SIdx::Const(_, span) | SIdx::Group(_, span) | SIdx::Route { span, .. } => *span,
+        }
+    }
+}
+
+/// A symbolic scalar expression.
+#[derive(Clone, Debug)]
+pub(crate) enum SS {
+    Const(f64),
+    Read { input: usize, index: Vec<SIdx>, span: Span },
+    Var(usize),
+    Sym(Sym),
+    Route { param: usize, func: RouteFn, args: Vec<usize> },
+    Neg(Box<SS>),
+    Bin(BinOp, Box<SS>, Box<SS>),
+    Call(Func, Vec<SS>),
+    Sum { vars: Vec<usize>, body: Box<SS> },
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum STarget {
+    Out(Vec<SIdx>),
+    Put { rank: SIdx, index: Vec<SIdx> },
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct SVar {
+    pub name: String,
+    pub kind: VarKind,
+    /// For `sum(m in group(g))`: the variable `g`.
+    pub group_of: Option<usize>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct SStmt {
+    pub target: STarget,
+    pub accumulate: bool,
+    pub value: SS,
+    pub vars: Vec<usize>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SymBody {
+    pub vars: Vec<SVar>,
+    pub stmts: Vec<SStmt>,
+}
+
+/// A checked op definition.
+#[derive(Clone, Debug)]
+pub(crate) struct OpSig {
+    pub id: OpId,
+    pub item: ItemRef,
+    pub name: String,
+    pub is_comm: bool,
+    pub engine: Engine,
+    pub generics: Vec<String>,
+    pub params: Vec<PSig>,
+    pub ret: TSig,
+    pub syms: Vec<String>,
+    pub body: SymBody,
+    pub tile: Vec<(String, u64, Span)>,
+    /// `(lhs input, rhs input, reduction vars)` when the body is `sum(k) a * b`.
+    pub contraction: Option<(usize, usize, Vec<usize>)>,
+    pub name_span: Span,
+    pub body_span: Span,
+}
+
+impl OpSig {
+    pub fn tensor_params(&self) -> impl Iterator<Item = (&str, &TSig)> {
+        self.params.iter().filter_map(|p| match p {
+            PSig::Tensor { name, ty, .. } => Some((name.as_str(), ty)),
+            PSig::Route { .. } => None,
+        })
+    }
+    pub fn input_names(&self) -> Vec<String> {
+        self.tensor_params().map(|(n, _)| n.to_string()).collect()
+    }
+    pub fn signature_text(&self) -> String {
+        let dt = |d: &DT| match d {
+            DT::Generic(i) => self.generics.get(*i).cloned().unwrap_or_default(),
+            DT::Concrete(t) => t.name().to_string(),
+        };
+        let ty = |t: &TSig| {
+            format!(
+                "{}[{}]",
+                dt(&t.dtype),
+                t.dims.iter().map(|d| d.show(&self.syms, &self.params)).collect::<Vec<_>>().join(", ")
+            )
+        };
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|p| match p {
+                PSig::Tensor { name, ty: t, .. } => format!("{name}: {}", ty(t)),
+                PSig::Route { name, .. } => format!("{name}: route"),
+            })
+            .collect();
+        let generics = if self.generics.is_empty() { String::new() } else { format!("<{}>", self.generics.join(", ")) };
+        let kw = if self.is_comm { "comm" } else { "op" };
+        format!("{kw} {}{generics}({}) -> {} on {}", self.name, params.join(", "), ty(&self.ret), self.engine.name())
+    }
+}
+
+/// Names with a fixed meaning inside op bodies.
+const RESERVED: &[&str] = &["out", "sum", "group", "put", "let", "on", "tile", "in"];
+
+/// State while building one op's signature and body.
+struct Ctx {
+    item: ItemRef,
+    is_comm: bool,
+    generics: Vec<String>,
+    params: Vec<PSig>,
+    syms: Vec<String>,
+    /// Whether new shape symbols may be created (only in the signature).
+    sig_mode: bool,
+    vars: Vec<SVar>,
+    /// Variables and lets in scope (innermost last).
+    scope: Vec<(String, Local)>,
+    ret_rank: usize,
+    failed: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Local {
+    Var(usize),
+    Let(Expr),
+}
+
+impl Checker<'_> {
+    /// The checked signature of an op item (checked once).
+    pub(crate) fn op_sig(&mut self, r: ItemRef) -> Option<Rc<OpSig>> {
+        if let Some(s) = self.op_sigs.get(&r) {
+            return s.clone();
+        }
+        // Insert a failure first so a (malformed) recursion cannot loop.
+        self.op_sigs.insert(r, None);
+        let sig = self.check_op(r).map(Rc::new);
+        self.op_sigs.insert(r, sig.clone());
+        sig
+    }
+
+    fn check_op(&mut self, r: ItemRef) -> Option<OpSig> {
+        let item = self.item(r).clone();
+        let ItemKind::Op(def) = &item.kind else { return None };
+        let mut cx = Ctx {
+            item: r,
+            is_comm: def.kind == OpKind::Comm,
+            generics: Vec::new(),
+            params: Vec::new(),
+            syms: Vec::new(),
+            sig_mode: true,
+            vars: Vec::new(),
+            scope: Vec::new(),
+            ret_rank: def.ret.dims.len(),
+            failed: false,
+        };
+        for g in &def.generics {
+            if DType::parse(&g.name).is_some() || cx.generics.contains(&g.name) {
+                self.err(Diagnostic::error(Code::DuplicateDefinition, format!("dtype parameter `{}` clashes with a dtype or another parameter", g.name)).primary(g.span, "rename it"));
+                cx.failed = true;
+            }
+            cx.generics.push(g.name.clone());
+        }
+        // Parameters.
+        let mut input = 0;
+        for p in &def.params {
+            if RESERVED.contains(&p.name.name.as_str()) {
+                self.err(Diagnostic::error(Code::ReservedName, format!("`{}` is reserved and cannot name a parameter", p.name.name)).primary(p.name.span, "reserved"));
+                cx.failed = true;
+            }
+            if cx.params.iter().any(|q| q.name() == p.name.name) {
+                self.err(Diagnostic::error(Code::DuplicateDefinition, format!("parameter `{}` is declared twice", p.name.name)).primary(p.name.span, "again here"));
+                cx.failed = true;
+                continue;
+            }
+            match &p.ty {
+                ParamType::Route(_) => cx.params.push(PSig::Route { name: p.name.name.clone(), span: p.span }),
+                ParamType::Tensor(t) => {
+                    // Dims may refer to routing params declared anywhere in the list.
+                    cx.params.push(PSig::Route { name: String::new(), span: p.span });
+                    let _ = t;
+                    input += 1;
+                }
+            }
+        }
+        // Now build tensor types (routing params are all known).
+        let mut input_i = 0;
+        for (i, p) in def.params.iter().enumerate() {
+            if let ParamType::Tensor(t) = &p.ty {
+                let ty = self.tsig(&mut cx, t);
+                cx.params[i] = PSig::Tensor {
+                    name: p.name.name.clone(),
+                    ty: ty.unwrap_or(TSig { dtype: DT::Concrete(DType::F32), dims: Vec::new(), dim_spans: Vec::new(), span: t.span }),
+                    input: input_i,
+                    span: p.span,
+                };
+                input_i += 1;
+            }
+        }
+        let _ = input;
+        let ret = self.tsig(&mut cx, &def.ret);
+        cx.sig_mode = false;
+        // Every symbol of the result must be bound by a parameter.
+        if let Some(ret) = &ret {
+            let mut bound = Vec::new();
+            for p in &cx.params {
+                if let PSig::Tensor { ty, .. } = p {
+                    for d in &ty.dims {
+                        d.vars(&mut bound);
+                    }
+                }
+            }
+            for (d, sp) in ret.dims.iter().zip(&ret.dim_spans) {
+                let mut vs = Vec::new();
+                d.vars(&mut vs);
+                for v in vs {
+                    if !bound.contains(&v) {
+                        self.err(
+                            Diagnostic::error(Code::UnboundShapeSymbol, format!("`{}` in the result type is not bound by any parameter", cx.syms[v]))
+                                .primary(*sp, "no input determines this dimension")
+                                .help("use the symbol in a parameter's type, or a param or routing dimension"),
+                        );
+                        cx.failed = true;
+                    }
+                }
+            }
+            if let DT::Generic(g) = ret.dtype {
+                let used = cx.params.iter().any(|p| matches!(p, PSig::Tensor { ty, .. } if ty.dtype == DT::Generic(g)));
+                if !used {
+                    self.err(Diagnostic::error(Code::UnboundShapeSymbol, format!("dtype `{}` of the result is not bound by any parameter", cx.generics[g])).primary(ret.span, "no input has this dtype"));
+                    cx.failed = true;
+                }
+            }
+        }
+        // Engine.
+        let engine = if cx.is_comm {
+            if let Some(e) = &def.engine {
+                if e.name != "aiv" {
+                    self.err(
+                        Diagnostic::error(Code::WrongEngine, format!("communication runs on the vector cores, not `{}`", e.name))
+                            .primary(e.span, "comm ops run on aiv")
+                            .help("remove `on ...` or write `on aiv`"),
+                    );
+                    cx.failed = true;
+                }
+            }
+            Engine::Aiv
+        } else {
+            match def.engine.as_ref().and_then(|e| Engine::parse(&e.name)) {
+                Some(e) => e,
+                None => {
+                    let e = def.engine.as_ref()?;
+                    let mut d = Diagnostic::error(Code::UnknownEngine, format!("unknown engine `{}`", e.name)).primary(e.span, "expected `aic` or `aiv`");
+                    if let Some(b) = crate::suggest::closest(&e.name, ["aic", "aiv"].into_iter()) {
+                        d = d.help(format!("did you mean `{b}`?"));
+                    }
+                    self.err(d);
+                    cx.failed = true;
+                    Engine::Aiv
+                }
+            }
+        };
+        // Body.
+        let body = self.build_body(&mut cx, &def.body, def.body_span);
+        let contraction = contraction_of(&body);
+        if !cx.is_comm && engine == Engine::Aic && contraction.is_none() && !cx.failed {
+            self.err(
+                Diagnostic::error(Code::WrongEngine, format!("op `{}` is not a contraction, so it cannot run on the cube cores", def.name.name))
+                    .primary(def.engine.as_ref().map_or(def.name.span, |e| e.span), "`aic` runs only `out[..] = sum(k) a[..] * b[..]`")
+                    .help("run it `on aiv`"),
+            );
+            cx.failed = true;
+        }
+        // Default tiles.
+        let mut tile = Vec::new();
+        for f in &def.tile {
+            let Some(v) = self.eval_const(r.module, &f.value, BareNames::Reject) else {
+                cx.failed = true;
+                continue;
+            };
+            let Some(n) = self.expect_int(v, f.value.span, "an integer tile size") else {
+                cx.failed = true;
+                continue;
+            };
+            if n < 1 {
+                self.err(Diagnostic::error(Code::BadTile, format!("tile size {n} for `{}` must be at least 1", f.name.name)).primary(f.value.span, "too small"));
+                cx.failed = true;
+                continue;
+            }
+            if !body.vars.iter().any(|v| v.name == f.name.name) {
+                let names = var_names(&body);
+                let mut d = Diagnostic::error(Code::BadTile, format!("`{}` is not an index variable of `{}`", f.name.name, def.name.name)).primary(f.name.span, "unknown tile key");
+                d = match crate::suggest::closest(&f.name.name, names.iter().map(|s| s.as_str())) {
+                    Some(b) => d.help(format!("did you mean `{b}`?")),
+                    None => d.help(format!("the index variables are: {}", names.join(", "))),
+                };
+                self.err(d);
+                cx.failed = true;
+                continue;
+            }
+            tile.push((f.name.name.clone(), n as u64, f.span));
+        }
+        if cx.failed {
+            return None;
+        }
+        let ret = ret?;
+        let id = OpId(self.ops.len() as u32);
+        let sig = OpSig {
+            id,
+            item: r,
+            name: def.name.name.clone(),
+            is_comm: cx.is_comm,
+            engine,
+            generics: cx.generics,
+            params: cx.params,
+            ret,
+            syms: cx.syms,
+            body,
+            tile,
+            contraction,
+            name_span: def.name.span,
+            body_span: def.body_span,
+        };
+        self.ops.push(crate::ir::OpDef {
+            name: sig.name.clone(),
+            is_comm: sig.is_comm,
+            engine,
+            docs: item.docs.clone(),
+            signature: sig.signature_text(),
+            span: item.span,
+        });
+        Some(sig)
+    }
+
+    fn tsig(&mut self, cx: &mut Ctx, t: &ast::TensorType) -> Option<TSig> {
+        let dtype = if let Some(g) = cx.generics.iter().position(|g| *g == t.dtype.name) {
+            DT::Generic(g)
+        } else if let Some(d) = DType::parse(&t.dtype.name) {
+            DT::Concrete(d)
+        } else {
+            let mut cands: Vec<&str> = vec!["bf16", "f16", "f32", "i32"];
+            cands.extend(cx.generics.iter().map(|s| s.as_str()));
+            let mut d = Diagnostic::error(Code::UnknownDtype, format!("unknown dtype `{}`", t.dtype.name)).primary(t.dtype.span, "not a dtype");
+            d = match crate::suggest::closest(&t.dtype.name, cands.iter().copied()) {
+                Some(b) => d.help(format!("did you mean `{b}`?")),
+                None => d.help("dtypes are bf16, f16, f32, i32, or a generic parameter declared as `op name<T>(...)`"),
+            };
+            self.err(d);
+            cx.failed = true;
+            return None;
+        };
+        let mut dims = Vec::new();
+        let mut dim_spans = Vec::new();
+        for d in &t.dims {
+            match self.sym(cx, d) {
+                Some(s) => dims.push(s),
+                None => {
+                    cx.failed = true;
+                    return None;
+                }
+            }
+            dim_spans.push(d.span);
+        }
+        Some(TSig { dtype, dims, dim_spans, span: t.span })
+    }
+
+    /// A symbolic integer from an expression of a signature or an index offset.
+    fn sym(&mut self, cx: &mut Ctx, e: &Expr) -> Option<Sym> {
+        match &e.kind {
+            ExprKind::Int(v) => match i64::try_from(*v) {
+                Ok(i) => Some(Sym::Int(i)),
+                Err(_) => {
+                    self.overflow(e.span);
+                    None
+                }
+            },
+            ExprKind::Name(n) => {
+                if let Some(i) = cx.syms.iter().position(|s| s == n) {
+                    return Some(Sym::Var(i));
+                }
+                if let Some(r) = self.lookup(cx.item.module, n) {
+                    if matches!(self.item(r).kind, ItemKind::Param(_)) {
+                        let v = self.param_value(r)?;
+                        return self.expect_int(v, e.span, "an integer").map(Sym::Int);
+                    }
+                }
+                if cx.params.iter().any(|p| p.name() == n) || cx.generics.contains(n) {
+                    self.err(Diagnostic::error(Code::WrongKind, format!("`{n}` is not a dimension")).primary(e.span, "expected a shape symbol, a param or a routing dimension"));
+                    return None;
+                }
+                if cx.sig_mode {
+                    cx.syms.push(n.clone());
+                    return Some(Sym::Var(cx.syms.len() - 1));
+                }
+                let mut cands = cx.syms.clone();
+                cands.extend(cx.scope.iter().map(|(n, _)| n.clone()));
+                self.unknown_name_among(cx.item.module, n, e.span, "name", &cands);
+                None
+            }
+            ExprKind::Field { base, field } => {
+                let rn = base.name().unwrap_or("");
+                let Some(pi) = cx.params.iter().position(|p| matches!(p, PSig::Route { name, .. } if name == rn)) else {
+                    self.err(
+                        Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing parameter of this op"))
+                            .primary(base.span, "expected a parameter declared `r: route`"),
+                    );
+                    return None;
+                };
+                match RDIMS.iter().find(|(n, _)| *n == field.name) {
+                    Some((_, d)) => Some(Sym::Route(pi, *d)),
+                    None => {
+                        let mut d = Diagnostic::error(Code::UnknownName, format!("a routing has no dimension `{}`", field.name)).primary(field.span, "unknown");
+                        d = match crate::suggest::closest(&field.name, RDIMS.iter().map(|(n, _)| *n)) {
+                            Some(b) => d.help(format!("did you mean `{b}`?")),
+                            None => d.help(format!("the dimensions are: {}", RDIMS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))),
+                        };
+                        self.err(d);
+                        None
+                    }
+                }
+            }
+            ExprKind::Neg(a) => Some(Sym::Neg(Box::new(self.sym(cx, a)?))),
+            ExprKind::Binary(op, a, b) => {
+                let x = self.sym(cx, a);
+                let y = self.sym(cx, b);
+                Some(Sym::Bin(*op, Box::new(x?), Box::new(y?)))
+            }
+            ExprKind::Call { callee, args } if matches!(callee.name(), Some("min" | "max" | "ceil_div" | "floor_div")) && args.len() == 2 => {
+                let x = self.sym(cx, &args[0].value);
+                let y = self.sym(cx, &args[1].value);
+                Some(Sym::Call(callee.name().unwrap_or("").to_string(), Box::new(x?), Box::new(y?)))
+            }
+            _ => {
+                self.err(
+                    Diagnostic::error(Code::BadIndex, "not a dimension expression")
+                        .primary(e.span, "expected an integer expression over shape symbols, params and routing dimensions"),
+                );
+                None
+            }
+        }
+    }
+
+    fn build_body(&mut self, cx: &mut Ctx, stmts: &[Stmt], body_span: Span) -> SymBody {
+        let mut body = SymBody::default();
+        let mut lets: Vec<(String, Local)> = Vec::new();
+        let mut any_write = false;
+        for st in stmts {
+            match st {
+                Stmt::Let { name, value, .. } => {
+                    if RESERVED.contains(&name.name.as_str()) {
+                        self.err(Diagnostic::error(Code::ReservedName, format!("`{}` is reserved", name.name)).primary(name.span, "reserved"));
+                        cx.failed = true;
+                        continue;
+                    }
+                    lets.push((name.name.clone(), Local::Let(value.clone())));
+                }
+                Stmt::Assign { target, index, accumulate, value, span } => {
+                    any_write = true;
+                    if cx.is_comm {
+                        self.err(
+                            Diagnostic::error(Code::BadComm, "a comm op writes with `put`")
+                                .primary(*span, "not a put")
+                                .help("write `put out @ r.rank(t, j) [r.slot(t, j), h] = x[t, h];`"),
+                        );
+                        cx.failed = true;
+                        continue;
+                    }
+                    if target.name != "out" {
+                        self.err(
+                            Diagnostic::error(Code::UnknownName, format!("an op body writes `out`, not `{}`", target.name))
+                                .primary(target.span, "write `out[...] = ...`"),
+                        );
+                        cx.failed = true;
+                        continue;
+                    }
+                    cx.scope = lets.clone();
+                    let first_var = cx.vars.len();
+                    if index.len() != cx.ret_rank {
+                        self.err(
+                            Diagnostic::error(Code::RankMismatch, format!("`out` has {} dimensions, indexed with {}", cx.ret_rank, index.len()))
+                                .primary(*span, "wrong number of indices"),
+                        );
+                        cx.failed = true;
+                        continue;
+                    }
+                    let mut lhs = Vec::new();
+                    for ix in index {
+                        match self.lhs_index(cx, ix) {
+                            Some(i) => lhs.push(i),
+                            None => cx.failed = true,
+                        }
+                    }
+                    let v = self.scalar(cx, value);
+                    let vars: Vec<usize> = (first_var..cx.vars.len()).filter(|&v| cx.vars[v].kind == VarKind::Out).collect();
+                    if let (Some(v), true) = (v, lhs.len() == index.len()) {
+                        body.stmts.push(SStmt {
+                            target: STarget::Out(lhs),
+                            accumulate: *accumulate,
+                            value: v,
+                            vars,
+                            span: *span,
+                        });
+                    } else {
+                        cx.failed = true;
+                    }
+                }
+                Stmt::Put { target, rank, index, accumulate, value, span } => {
+                    any_write = true;
+                    if !cx.is_comm {
+                        self.err(
+                            Diagnostic::error(Code::BadComm, "`put` is only allowed in a `comm` op")
+                                .primary(*span, "communication in a compute op")
+                                .help("declare the op with `comm` instead of `op`"),
+                        );
+                        cx.failed = true;
+                        continue;
+                    }
+                    if target.name != "out" {
+                        self.err(Diagnostic::error(Code::UnknownName, format!("a comm op puts into `out`, not `{}`", target.name)).primary(target.span, "write `put out @ ...`"));
+                        cx.failed = true;
+                        continue;
+                    }
+                    cx.scope = lets.clone();
+                    let first_var = cx.vars.len();
+                    let rank_ix = self.index(cx, rank);
+                    if let Some(SIdx::Route { func, .. }) = &rank_ix {
+                        if !matches!(func, RouteFn::Rank | RouteFn::SrcRank) {
+                            self.err(
+                                Diagnostic::error(Code::BadComm, format!("`r.{}` is not a rank", func.name()))
+                                    .primary(rank.span, "the destination must be `r.rank(t, j)` or `r.src_rank(m)`"),
+                            );
+                            cx.failed = true;
+                        }
+                    } else if rank_ix.is_some() {
+                        self.err(
+                            Diagnostic::error(Code::BadComm, "the destination rank of a put comes from the routing")
+                                .primary(rank.span, "expected `r.rank(t, j)` or `r.src_rank(m)`"),
+                        );
+                        cx.failed = true;
+                    }
+                    if index.len() != cx.ret_rank {
+                        self.err(
+                            Diagnostic::error(Code::RankMismatch, format!("`out` has {} dimensions, indexed with {}", cx.ret_rank, index.len()))
+                                .primary(*span, "wrong number of indices"),
+                        );
+                        cx.failed = true;
+                        continue;
+                    }
+                    let mut ixs = Vec::new();
+                    for ix in index {
+                        match self.index(cx, ix) {
+                            Some(i) => ixs.push(i),
+                            None => cx.failed = true,
+                        }
+                    }
+                    let v = self.scalar(cx, value);
+                    let vars: Vec<usize> = (first_var..cx.vars.len()).filter(|&v| cx.vars[v].kind == VarKind::Iter).collect();
+                    if let (Some(v), Some(rk), true) = (v, rank_ix, ixs.len() == index.len()) {
+                        body.stmts.push(SStmt {
+                            target: STarget::Put { rank: rk, index: ixs },
+                            accumulate: *accumulate,
+                            value: v,
+                            vars,
+                            span: *span,
+                        });
+                    } else {
+                        cx.failed = true;
+                    }
+                }
+            }
+        }
+        if !any_write && !cx.failed {
+            self.err(
+                Diagnostic::error(Code::BodyCoverage, "the op body never writes `out`")
+                    .primary(body_span, "empty body")
+                    .help("add `out[i, j] = ...;`"),
+            );
+            cx.failed = true;
+        }
+        body.vars = std::mem::take(&mut cx.vars);
+        body
+    }
+
+    fn new_var(&mut self, cx: &mut Ctx, name: &str, kind: VarKind, span: Span) -> usize {
+        cx.vars.push(SVar {
+            name: name.to_string(),
+            kind,
+            group_of: None,
+            span,
+        });
+        let id = cx.vars.len() - 1;
+        cx.scope.push((name.to_string(), Local::Var(id)));
+        id
+    }
+
+    fn lookup_var(cx: &Ctx, name: &str) -> Option<usize> {
+        cx.scope.iter().rev().find(|(n, _)| n == name).and_then(|(_, l)| match l {
+            Local::Var(v) => Some(*v),
+            Local::Let(_) => None,
+        })
+    }
+
+    /// Whether a name denotes a constant (a shape symbol or a param), not a variable.
+    fn is_const_name(&self, cx: &Ctx, name: &str) -> bool {
+        cx.syms.iter().any(|s| s == name)
+            || self.lookup(cx.item.module, name).is_some_and(|r| matches!(self.item(r).kind, ItemKind::Param(_)))
+    }
+
+    /// An index of `out` on the left of `=`: a new variable, optionally with an offset.
+    fn lhs_index(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SIdx> {
+        let (name, nspan, offset) = match &e.kind {
+            ExprKind::Name(n) => (n.clone(), e.span, Sym::Int(0)),
+            ExprKind::Binary(op @ (BinOp::Add | BinOp::Sub), a, b) if a.name().is_some_and(|n| !self.is_const_name(cx, n)) => {
+                let off = self.sym(cx, b)?;
+                let off = if *op == BinOp::Sub { Sym::Neg(Box::new(off)) } else { off };
+                (a.name().unwrap_or_default().to_string(), a.span, off)
+            }
+            ExprKind::Binary(BinOp::Add, a, b) if b.name().is_some_and(|n| !self.is_const_name(cx, n)) => {
+                let off = self.sym(cx, a)?;
+                (b.name().unwrap_or_default().to_string(), b.span, off)
+            }
+            _ => {
+                self.err(
+                    Diagnostic::error(Code::BadIndex, "an output index must be an index variable, optionally plus a constant")
+                        .primary(e.span, "expected `i` or `i + C`"),
+                );
+                return None;
+            }
+        };
+        if self.is_const_name(cx, &name) || RESERVED.contains(&name.as_str()) || cx.params.iter().any(|p| p.name() == name) {
+            self.err(
+                Diagnostic::error(Code::BadIndex, format!("`{name}` is not a fresh index variable"))
+                    .primary(nspan, "a shape symbol, param or tensor here")
+                    .help("name output indices with new lowercase names, e.g. `out[m, n]`"),
+            );
+            return None;
+        }
+        if Self::lookup_var(cx, &name).is_some() {
+            self.err(Diagnostic::error(Code::DuplicateDefinition, format!("index variable `{name}` is used twice in `out[...]`")).primary(nspan, "each output dimension needs its own variable"));
+            return None;
+        }
+        let var = self.new_var(cx, &name, VarKind::Out, nspan);
+        Some(SIdx::Affine { var, coef: 1, offset, span: e.span })
+    }
+
+    /// Resolves or (in comm statements) introduces a variable used in an index or value.
+    fn var_use(&mut self, cx: &mut Ctx, name: &str, span: Span) -> Option<usize> {
+        if let Some(v) = Self::lookup_var(cx, name) {
+            return Some(v);
+        }
+        if cx.is_comm && !self.is_const_name(cx, name) && !cx.params.iter().any(|p| p.name() == name) && !RESERVED.contains(&name) {
+            return Some(self.new_var(cx, name, VarKind::Iter, span));
+        }
+        None
+    }
+
+    /// A tensor index on the right-hand side or in a put.
+    fn index(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SIdx> {
+        let bad = |ck: &mut Self| {
+            ck.err(
+                Diagnostic::error(Code::BadIndex, "not an affine index")
+                    .primary(e.span, "expected `i`, `i + c`, `a * i + c`, a constant, `group(m)` or a routing function")
+                    .note("an index is affine in one index variable"),
+            );
+            None
+        };
+        match &e.kind {
+            ExprKind::Name(n) => {
+                if let Some(v) = self.var_use(cx, n, e.span) {
+                    return Some(SIdx::Affine { var: v, coef: 1, offset: Sym::Int(0), span: e.span });
+                }
+                if self.is_const_name(cx, n) {
+                    return Some(SIdx::Const(self.sym(cx, e)?, e.span));
+                }
+                let cands: Vec<String> = cx.scope.iter().map(|(n, _)| n.clone()).collect();
+                self.unknown_name_among(cx.item.module, n, e.span, "index variable", &cands);
+                None
+            }
+            ExprKind::Int(_) => Some(SIdx::Const(self.sym(cx, e)?, e.span)),
+            ExprKind::Binary(op, a, b) => {
+                let la = self.index(cx, a)?;
+                let lb = self.index(cx, b)?;
+                match (op, la, lb) {
+                    (BinOp::Add, SIdx::Affine { var, coef, offset, .. }, SIdx::Const(c, _)) | (BinOp::Add, SIdx::Const(c, _), SIdx::Affine { var, coef, offset, .. }) => Some(SIdx::Affine {
+                        var,
+                        coef,
+                        offset: Sym::Bin(BinOp::Add, Box::new(offset), Box::new(c)),
+                        span: e.span,
+                    }),
+                    (BinOp::Sub, SIdx::Affine { var, coef, offset, .. }, SIdx::Const(c, _)) => Some(SIdx::Affine {
+                        var,
+                        coef,
+                        offset: Sym::Bin(BinOp::Sub, Box::new(offset), Box::new(c)),
+                        span: e.span,
+                    }),
+                    (BinOp::Mul, SIdx::Const(Sym::Int(k), _), SIdx::Affine { var, coef, offset, .. }) | (BinOp::Mul, SIdx::Affine { var, coef, offset, .. }, SIdx::Const(Sym::Int(k), _)) => {
+                        let Some(c2) = coef.checked_mul(k) else {
+                            self.overflow(e.span);
+                            return None;
+                        };
+                        Some(SIdx::Affine {
+                            var,
+                            coef: c2,
+                            offset: Sym::Bin(BinOp::Mul, Box::new(offset), Box::new(Sym::Int(k))),
+                            span: e.span,
+                        })
+                    }
+                    (_, SIdx::Const(x, _), SIdx::Const(y, _)) => Some(SIdx::Const(Sym::Bin(*op, Box::new(x), Box::new(y)), e.span)),
+                    _ => bad(self),
+                }
+            }
+            ExprKind::Call { callee, args } => {
+                if callee.name() == Some("group") {
+                    if args.len() != 1 {
+                        self.err(Diagnostic::error(Code::WrongArgCount, format!("`group` takes 1 argument, got {}", args.len())).primary(e.span, "here"));
+                        return None;
+                    }
+                    let Some(vn) = args[0].value.name() else { return bad(self) };
+                    let Some(v) = self.var_use(cx, vn, args[0].value.span) else {
+                        let cands: Vec<String> = cx.scope.iter().map(|(n, _)| n.clone()).collect();
+                        self.unknown_name_among(cx.item.module, vn, args[0].value.span, "index variable", &cands);
+                        return None;
+                    };
+                    return Some(SIdx::Group(v, e.span));
+                }
+                if let ExprKind::Field { .. } = &callee.kind {
+                    let (param, func, args) = self.route_call(cx, e)?;
+                    return Some(SIdx::Route { param, func, args, span: e.span });
+                }
+                bad(self)
+            }
+            _ => bad(self),
+        }
+    }
+
+    /// `r.func(vars)` → (routing param, function, variables).
+    fn route_call(&mut self, cx: &mut Ctx, e: &Expr) -> Option<(usize, RouteFn, Vec<usize>)> {
+        let ExprKind::Call { callee, args } = &e.kind else { return None };
+        let ExprKind::Field { base, field } = &callee.kind else { return None };
+        let rn = base.name().unwrap_or("");
+        let Some(param) = cx.params.iter().position(|p| matches!(p, PSig::Route { name, .. } if name == rn)) else {
+            self.err(Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing parameter of this op")).primary(base.span, "expected a parameter declared `r: route`"));
+            return None;
+        };
+        let Some(func) = RouteFn::parse(&field.name) else {
+            let names: Vec<&str> = RouteFn::all().iter().map(|f| f.name()).collect();
+            let mut d = Diagnostic::error(Code::UnknownName, format!("a routing has no function `{}`", field.name)).primary(field.span, "unknown");
+            d = match crate::suggest::closest(&field.name, names.iter().copied()) {
+                Some(b) => d.help(format!("did you mean `{b}`?")),
+                None => d.help(format!("the routing functions are: {}", names.join(", "))),
+            };
+            self.err(d);
+            return None;
+        };
+        if !cx.is_comm {
+            self.err(
+                Diagnostic::error(Code::BadComm, format!("`{rn}.{}` is only available in `comm` ops", field.name))
+                    .primary(e.span, "routing functions describe communication"),
+            );
+            return None;
+        }
+        if args.len() != func.arity() {
+            self.err(
+                Diagnostic::error(Code::WrongArgCount, format!("`{rn}.{}` takes {} argument(s), got {}", field.name, func.arity(), args.len()))
+                    .primary(e.span, "wrong number of arguments")
+                    .help(if func.arity() == 2 { "sending side: `r.rank(t, j)` with a token and a choice" } else { "receiving side: `r.src_rank(m)` with a received row" }),
+            );
+            return None;
+        }
+        let mut vars = Vec::new();
+        for a in args {
+            let Some(n) = a.value.name() else {
+                self.err(Diagnostic::error(Code::BadIndex, "routing functions take index variables").primary(a.value.span, "expected a variable"));
+                return None;
+            };
+            match self.var_use(cx, n, a.value.span) {
+                Some(v) => vars.push(v),
+                None => {
+                    self.err(Diagnostic::error(Code::BadIndex, format!("`{n}` is not an index variable")).primary(a.value.span, "expected a variable"));
+                    return None;
+                }
+            }
+        }
+        Some((param, func, vars))
+    }
+
+    /// A scalar expression of a body.
+    fn scalar(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SS> {
+        match &e.kind {
+            ExprKind::Int(v) => Some(SS::Const(*v as f64)),
+            ExprKind::Float(f) => Some(SS::Const(*f)),
+            ExprKind::Name(n) => {
+                if let Some((_, l)) = cx.scope.iter().rev().find(|(x, _)| x == n).cloned() {
+                    return match l {
+                        Local::Var(v) => Some(SS::Var(v)),
+                        Local::Let(expr) => {
+                            // Inline the let in the current scope; lets see only earlier lets.
+                            let pos = cx.scope.iter().rposition(|(x, _)| x == n).unwrap_or(0);
+                            let saved = cx.scope.split_off(pos);
+                            let r = self.scalar(cx, &expr);
+                            cx.scope.extend(saved);
+                            r
+                        }
+                    };
+                }
+                if cx.params.iter().any(|p| p.name() == n) {
+                    self.err(
+                        Diagnostic::error(Code::WrongKind, format!("`{n}` is a tensor or routing; index it"))
+                            .primary(e.span, "expected a scalar")
+                            .help(format!("write `{n}[i, j]`")),
+                    );
+                    return None;
+                }
+                if self.is_const_name(cx, n) {
+                    return Some(SS::Sym(self.sym(cx, e)?));
+                }
+                if let Some(v) = self.var_use(cx, n, e.span) {
+                    return Some(SS::Var(v));
+                }
+                let cands: Vec<String> = cx.scope.iter().map(|(n, _)| n.clone()).chain(cx.params.iter().map(|p| p.name().to_string())).collect();
+                self.unknown_name_among(cx.item.module, n, e.span, "name", &cands);
+                None
+            }
+            ExprKind::Str(_) | ExprKind::Tuple(_) => {
+                self.err(Diagnostic::error(Code::TypeMismatch, "not a scalar expression").primary(e.span, "expected a number, a tensor element or a function"));
+                None
+            }
+            ExprKind::Neg(a) => Some(SS::Neg(Box::new(self.scalar(cx, a)?))),
+            ExprKind::Binary(op, a, b) => {
+                let x = self.scalar(cx, a);
+                let y = self.scalar(cx, b);
+                Some(SS::Bin(*op, Box::new(x?), Box::new(y?)))
+            }
+            ExprKind::Index { base, index } => {
+                let Some(tn) = base.name() else {
+                    self.err(Diagnostic::error(Code::BadIndex, "only tensor parameters can be indexed").primary(base.span, "expected a tensor name"));
+                    return None;
+                };
+                let Some((input, rank)) = cx.params.iter().find_map(|p| match p {
+                    PSig::Tensor { name, ty, input, .. } if name == tn => Some((*input, ty.dims.len())),
+                    _ => None,
+                }) else {
+                    if tn == "out" {
+                        self.err(Diagnostic::error(Code::BadIndex, "`out` cannot be read in its own definition").primary(base.span, "reads of the output are not allowed"));
+                        return None;
+                    }
+                    let cands: Vec<String> = cx.params.iter().map(|p| p.name().to_string()).collect();
+                    let mut d = Diagnostic::error(Code::UnknownName, format!("unknown tensor `{tn}`")).primary(base.span, "not a parameter of this op");
+                    if let Some(b) = crate::suggest::closest(tn, cands.iter().map(|s| s.as_str())) {
+                        d = d.help(format!("did you mean `{b}`?"));
+                    }
+                    self.err(d);
+                    return None;
+                };
+                if index.len() != rank {
+                    self.err(
+                        Diagnostic::error(Code::RankMismatch, format!("`{tn}` has {rank} dimension(s), indexed with {}", index.len()))
+                            .primary(e.span, "wrong number of indices"),
+                    );
+                    return None;
+                }
+                let mut ixs = Vec::new();
+                let mut ok = true;
+                for ix in index {
+                    match self.index(cx, ix) {
+                        Some(i) => ixs.push(i),
+                        None => ok = false,
+                    }
+                }
+                ok.then_some(SS::Read { input, index: ixs, span: e.span })
+            }
+            ExprKind::Call { callee, args } => {
+                if let ExprKind::Field { .. } = &callee.kind {
+                    let (param, func, vars) = self.route_call(cx, e)?;
+                    if !matches!(func, RouteFn::Weight | RouteFn::SrcWeight) {
+                        self.err(
+                            Diagnostic::error(Code::BadComm, format!("`r.{}` is an index, not a value", func.name()))
+                                .primary(e.span, "use it inside `[...]`")
+                                .help("the routing values are `r.weight(t, j)` and `r.src_weight(m)`"),
+                        );
+                        return None;
+                    }
+                    return Some(SS::Route { param, func, args: vars });
+                }
+                let fname = callee.name().unwrap_or("");
+                let Some(f) = Func::parse(fname) else {
+                    let names: Vec<&str> = Func::all().iter().map(|f| f.name()).collect();
+                    let mut d = Diagnostic::error(Code::UnknownName, format!("unknown function `{fname}`")).primary(callee.span, "not a scalar function");
+                    d = match crate::suggest::closest(fname, names.iter().copied()) {
+                        Some(b) => d.help(format!("did you mean `{b}`?")),
+                        None => d.help(format!("the functions are: {}", names.join(", "))),
+                    };
+                    self.err(d);
+                    return None;
+                };
+                if args.len() != f.arity() {
+                    self.err(
+                        Diagnostic::error(Code::WrongArgCount, format!("`{fname}` takes {} argument(s), got {}", f.arity(), args.len()))
+                            .primary(e.span, "wrong number of arguments"),
+                    );
+                    return None;
+                }
+                let mut xs = Vec::new();
+                for a in args {
+                    xs.push(self.scalar(cx, &a.value));
+                }
+                Some(SS::Call(f, xs.into_iter().collect::<Option<Vec<_>>>()?))
+            }
+            ExprKind::Sum { binders, body } => {
+                let mark = cx.scope.len();
+                let mut vars = Vec::new();
+                for b in binders {
+                    let v = b.var();
+                    if Self::lookup_var(cx, &v.name).is_some() || self.is_const_name(cx, &v.name) {
+                        self.err(Diagnostic::error(Code::DuplicateDefinition, format!("reduction variable `{}` shadows another name", v.name)).primary(v.span, "choose a new name"));
+                        cx.scope.truncate(mark);
+                        return None;
+                    }
+                    let id = self.new_var(cx, &v.name, VarKind::Reduce, v.span);
+                    if let Binder::InGroup { group, .. } = b {
+                        match Self::lookup_var(cx, &group.name) {
+                            Some(g) if g != id => cx.vars[id].group_of = Some(g),
+                            _ => {
+                                self.err(Diagnostic::error(Code::UnknownName, format!("`{}` is not an index variable", group.name)).primary(group.span, "expected an output index variable"));
+                                cx.scope.truncate(mark);
+                                return None;
+                            }
+                        }
+                    }
+                    vars.push(id);
+                }
+                let inner = self.scalar(cx, body);
+                cx.scope.truncate(mark);
+                Some(SS::Sum { vars, body: Box::new(inner?) })
+            }
+            ExprKind::Field { .. } => {
+                self.err(
+                    Diagnostic::error(Code::TypeMismatch, "a routing dimension is not a scalar value here")
+                        .primary(e.span, "expected a scalar")
+                        .help("routing values are `r.weight(t, j)` and `r.src_weight(m)`"),
+                );
+                None
+            }
+            ExprKind::Error => None,
+        }
+    }
+}
+
+fn var_names(b: &SymBody) -> Vec<String> {
+    let mut v: Vec<String> = b.vars.iter().map(|x| x.name.clone()).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn contraction_of(b: &SymBody) -> Option<(usize, usize, Vec<usize>)> {
+    if b.stmts.len() != 1 {
+        return None;
+    }
+    let st = &b.stmts[0];
+    if !matches!(st.target, STarget::Out(_)) {
+        return None;
+    }
+    let SS::Sum { vars, body } = &st.value else { return None };
+    let SS::Bin(BinOp::Mul, a, c) = &**body else { return None };
+    match (&**a, &**c) {
+        (SS::Read { input: x, .. }, SS::Read { input: y, .. }) => Some((*x, *y, vars.clone())),
+        _ => None,
+    }
+}
+
+/// Evaluates a value that must be an integer (helper for tiles).
+pub(crate) fn value_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        _ => None,
+    }
+}

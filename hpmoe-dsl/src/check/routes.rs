@@ -1,0 +1,408 @@
+//! Routings and builtin signatures: `route r = kind(args);` is matched against the routing
+//! kind's signature in `std::route`, validated (sizes, reachability of hotspots), and, once
+//! the taskflows have bound its token count, materialised to check receive-window capacity.
+
+use super::consts::BareNames;
+use super::{Checker, ItemRef};
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{RouteId, RouteKind, RouteSpec, Value};
+use crate::syntax::ast::{Arg, ItemKind, SigParam, SignatureKind};
+use crate::syntax::token::Span;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug)]
+pub(crate) struct RouteState {
+    pub spec: RouteSpec,
+    pub item: ItemRef,
+    /// Where the token count was bound (a taskflow input or op call).
+    pub tokens_bound: Option<Span>,
+    pub capacity_factor: f64,
+}
+
+/// A signature parameter's type.
+#[derive(Clone, Debug, PartialEq)]
+enum SigType {
+    Int,
+    Float,
+    Bool,
+    Str,
+    OneOf(Vec<String>),
+}
+
+fn sig_type(p: &SigParam) -> SigType {
+    if p.ty.len() == 1 {
+        match p.ty[0].name.as_str() {
+            "int" => return SigType::Int,
+            "float" => return SigType::Float,
+            "bool" => return SigType::Bool,
+            "str" => return SigType::Str,
+            _ => {}
+        }
+    }
+    SigType::OneOf(p.ty.iter().map(|i| i.name.clone()).collect())
+}
+
+fn describe(t: &SigType) -> String {
+    match t {
+        SigType::Int => "an integer".into(),
+        SigType::Float => "a number".into(),
+        SigType::Bool => "`true` or `false`".into(),
+        SigType::Str => "a string".into(),
+        SigType::OneOf(v) => format!("one of {}", v.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+impl Checker<'_> {
+    /// Matches arguments against a signature item; returns every parameter's value.
+    pub(crate) fn match_sig(&mut self, sig: ItemRef, args: &[Arg], span: Span, what: &str) -> Option<BTreeMap<String, (Value, Span)>> {
+        let ItemKind::Signature(s) = &self.item(sig).kind else { return None };
+        let s = s.clone();
+        let mut given: BTreeMap<String, (Value, Span)> = BTreeMap::new();
+        let mut ok = true;
+        let mut positional_done = false;
+        for (i, a) in args.iter().enumerate() {
+            let p = match &a.name {
+                Some(n) => {
+                    positional_done = true;
+                    match s.params.iter().find(|p| p.name.name == n.name) {
+                        Some(p) => p,
+                        None => {
+                            let names: Vec<&str> = s.params.iter().map(|p| p.name.name.as_str()).collect();
+                            let mut d = Diagnostic::error(Code::UnknownArgument, format!("{what} `{}` has no argument `{}`", s.name.name, n.name))
+                                .primary(n.span, "unknown argument");
+                            if let Some(b) = crate::suggest::closest(&n.name, names.iter().copied()) {
+                                d = d.help(format!("did you mean `{b}`?"));
+                            } else {
+                                d = d.help(format!("the arguments are: {}", names.join(", ")));
+                            }
+                            self.err(d);
+                            ok = false;
+                            continue;
+                        }
+                    }
+                }
+                None => {
+                    if positional_done {
+                        self.err(Diagnostic::error(Code::UnexpectedToken, "a positional argument after a named one").primary(a.value.span, "name this argument"));
+                        ok = false;
+                        continue;
+                    }
+                    match s.params.get(i) {
+                        Some(p) => p,
+                        None => {
+                            self.err(
+                                Diagnostic::error(Code::WrongArgCount, format!("{what} `{}` takes at most {} arguments", s.name.name, s.params.len()))
+                                    .primary(a.value.span, "one too many"),
+                            );
+                            ok = false;
+                            continue;
+                        }
+                    }
+                }
+            };
+            let pname = p.name.name.clone();
+            if let Some((_, prev)) = given.get(&pname) {
+                let prev = *prev;
+                self.err(
+                    Diagnostic::error(Code::DuplicateArgument, format!("argument `{pname}` is given twice"))
+                        .primary(a.value.span, "again here")
+                        .secondary(prev, "first here"),
+                );
+                ok = false;
+                continue;
+            }
+            let ty = sig_type(p);
+            let bare = if matches!(ty, SigType::OneOf(_)) { BareNames::Accept } else { BareNames::Reject };
+            let Some(v) = self.eval_const(self.root, &a.value, bare) else {
+                ok = false;
+                continue;
+            };
+            match self.coerce(v, &ty, a.value.span, &pname) {
+                Some(v) => {
+                    given.insert(pname, (v, a.value.span));
+                }
+                None => ok = false,
+            }
+        }
+        for p in &s.params {
+            if given.contains_key(&p.name.name) {
+                continue;
+            }
+            match &p.default {
+                Some(d) => {
+                    let ty = sig_type(p);
+                    let bare = if matches!(ty, SigType::OneOf(_)) { BareNames::Accept } else { BareNames::Reject };
+                    if let Some(v) = self.eval_const(sig.module, d, bare).and_then(|v| self.coerce(v, &ty, d.span, &p.name.name)) {
+                        given.insert(p.name.name.clone(), (v, span));
+                    }
+                }
+                None => {
+                    self.err(
+                        Diagnostic::error(Code::MissingArgument, format!("{what} `{}` needs the argument `{}`", s.name.name, p.name.name))
+                            .primary(span, format!("`{}` is missing", p.name.name))
+                            .help(format!("add `{}: {}`", p.name.name, describe(&sig_type(p)).replace("an integer", "N"))),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(given)
+    }
+
+    fn coerce(&mut self, v: Value, ty: &SigType, span: Span, name: &str) -> Option<Value> {
+        let r = match (ty, &v) {
+            (SigType::Int, Value::Int(_)) => Some(v.clone()),
+            (SigType::Float, Value::Int(i)) => Some(Value::Float(*i as f64)),
+            (SigType::Float, Value::Float(_)) => Some(v.clone()),
+            (SigType::Bool, Value::Bool(_)) => Some(v.clone()),
+            (SigType::Str, Value::Str(_)) => Some(v.clone()),
+            (SigType::OneOf(list), Value::Name(n)) if list.contains(n) => Some(v.clone()),
+            _ => None,
+        };
+        if r.is_none() {
+            let mut d = Diagnostic::error(Code::InvalidValue, format!("`{name}` takes {}, not {} `{v}`", describe(ty), v.kind()))
+                .primary(span, format!("expected {}", describe(ty)));
+            if let (SigType::OneOf(list), Value::Name(n)) = (ty, &v) {
+                if let Some(b) = crate::suggest::closest(n, list.iter().map(|s| s.as_str())) {
+                    d = d.help(format!("did you mean `{b}`?"));
+                }
+            }
+            self.err(d);
+        }
+        r
+    }
+
+    /// Checks a signature declared in the root (defaults must match their types).
+    pub(super) fn check_signature_item(&mut self, r: ItemRef) {
+        let ItemKind::Signature(s) = &self.item(r).kind else { return };
+        let s = s.clone();
+        let mut seen: BTreeMap<String, Span> = BTreeMap::new();
+        for p in &s.params {
+            if let Some(prev) = seen.insert(p.name.name.clone(), p.name.span) {
+                self.err(Diagnostic::error(Code::DuplicateDefinition, format!("parameter `{}` is declared twice", p.name.name)).primary(p.name.span, "again here").secondary(prev, "first here"));
+            }
+            if let Some(d) = &p.default {
+                let ty = sig_type(p);
+                let bare = if matches!(ty, SigType::OneOf(_)) { BareNames::Accept } else { BareNames::Reject };
+                if let Some(v) = self.eval_const(r.module, d, bare) {
+                    self.coerce(v, &ty, d.span, &p.name.name);
+                }
+            }
+        }
+    }
+
+    /// The routing of a `route` item, checking it on first use.
+    pub(crate) fn route_id(&mut self, r: ItemRef) -> Option<RouteId> {
+        if let Some(id) = self.route_of.get(&r) {
+            return *id;
+        }
+        let id = self.check_route(r);
+        self.route_of.insert(r, id);
+        id
+    }
+
+    fn check_route(&mut self, r: ItemRef) -> Option<RouteId> {
+        let ItemKind::Route(decl) = &self.item(r).kind else { return None };
+        let decl = decl.clone();
+        let item_span = self.item(r).span;
+        let sig = match self.lookup(r.module, &decl.kind.name) {
+            Some(s) if matches!(&self.item(s).kind, ItemKind::Signature(x) if x.kind == SignatureKind::Routing) => s,
+            _ => {
+                let kinds = self.names_where(r.module, |k| matches!(k, ItemKind::Signature(x) if x.kind == SignatureKind::Routing));
+                let mut d = Diagnostic::error(Code::UnknownRouting, format!("unknown routing kind `{}`", decl.kind.name)).primary(decl.kind.span, "not a routing kind");
+                if let Some(b) = crate::suggest::closest(&decl.kind.name, kinds.iter().map(|s| s.as_str())) {
+                    d = d.help(format!("did you mean `{b}`?"));
+                } else {
+                    d = d.help(format!("the routing kinds are: {}", kinds.join(", ")));
+                }
+                self.err(d);
+                return None;
+            }
+        };
+        let args = self.match_sig(sig, &decl.args, decl.args_span, "routing")?;
+        let int = |k: &str| match args.get(k) {
+            Some((Value::Int(i), s)) => Some((*i, *s)),
+            _ => None,
+        };
+        let float = |k: &str| match args.get(k) {
+            Some((Value::Float(f), s)) => Some((*f, *s)),
+            _ => None,
+        };
+        let (experts, es) = int("experts")?;
+        let topk = match &decl.kind.name[..] {
+            "file" => None,
+            _ => Some(int("topk")?),
+        };
+        let seed = int("seed").map_or(0, |(s, _)| s as u64);
+        let (cf, cfs) = float("capacity_factor").unwrap_or((0.0, decl.args_span));
+        let ranks = self.device.as_ref().map(|d| d.ranks());
+        let mut ok = true;
+        let mut bad = |ck: &mut Self, span: Span, msg: String, help: Option<String>| {
+            let mut d = Diagnostic::error(Code::BadRouting, msg).primary(span, "invalid");
+            if let Some(h) = help {
+                d = d.help(h);
+            }
+            ck.err(d);
+            ok = false;
+        };
+        if experts < 1 {
+            bad(self, es, format!("`experts` must be at least 1, got {experts}"), None);
+        }
+        if let Some((k, ks)) = topk {
+            if k < 1 {
+                bad(self, ks, format!("`topk` must be at least 1, got {k}"), None);
+            } else if k > experts {
+                bad(self, ks, format!("`topk` = {k} is larger than `experts` = {experts}"), Some("each token picks topk distinct experts".into()));
+            }
+        }
+        if let Some(n) = ranks {
+            if experts >= 1 && experts as u64 % n != 0 {
+                bad(
+                    self,
+                    es,
+                    format!("{experts} experts do not divide evenly over {n} ranks"),
+                    Some(format!("use a multiple of {n} experts, or change the device's `ranks`")),
+                );
+            }
+        }
+        if !(cf.is_finite() && cf >= 0.0) {
+            bad(self, cfs, format!("`capacity_factor` must be 0 (exact) or positive, got {cf}"), None);
+        }
+        let kind = match decl.kind.name.as_str() {
+            "balanced" => RouteKind::Balanced,
+            "uniform" => RouteKind::Uniform { seed },
+            "zipf" => {
+                let (s, ss) = float("s")?;
+                if !(s.is_finite() && s >= 0.0) {
+                    bad(self, ss, format!("the Zipf exponent `s` must be at least 0, got {s}"), None);
+                }
+                RouteKind::Zipf { s, seed }
+            }
+            "hotspot" => {
+                let (f, fs) = float("max_over_mean")?;
+                if let (Some(n), Some((k, _))) = (ranks, topk) {
+                    if ok {
+                        let fmax = crate::route::hotspot_max(experts as u64, k as u64, n);
+                        if !(f >= 1.0 && f <= fmax + 1e-9) {
+                            self.err(
+                                Diagnostic::error(Code::HotspotUnreachable, format!("a hotspot factor of {f} cannot be reached"))
+                                    .primary(fs, format!("reachable: 1 to {fmax:.3}"))
+                                    .note(format!(
+                                        "with {experts} experts on {n} ranks and top-{k}, sending every token to experts 0..{} gives the hottest rank {fmax:.3} times the mean",
+                                        k - 1
+                                    )),
+                            );
+                            ok = false;
+                        }
+                    }
+                }
+                RouteKind::Hotspot { max_over_mean: f, seed }
+            }
+            "file" => {
+                let (path, ps) = match args.get("path") {
+                    Some((Value::Str(p), s)) => (p.clone(), *s),
+                    _ => return None,
+                };
+                let weights = match args.get("weights") {
+                    Some((Value::Str(w), _)) if !w.is_empty() => Some(w.clone()),
+                    _ => None,
+                };
+                let _ = ps;
+                RouteKind::File { path, weights }
+            }
+            other => {
+                // A routing kind declared by the user: its generator does not exist.
+                self.err(
+                    Diagnostic::error(Code::UnknownRouting, format!("routing kind `{other}` has no generator"))
+                        .primary(decl.kind.span, "declared, but not a builtin routing")
+                        .help("the builtin routings are balanced, uniform, zipf, hotspot and file"),
+                );
+                return None;
+            }
+        };
+        // For file routings topk comes from the file; read its header now.
+        let topk = match (&kind, topk) {
+            (_, Some((k, _))) => k,
+            (RouteKind::File { path, .. }, None) => {
+                let base = self.modules[r.module].path.as_ref().and_then(|p| p.parent().map(|d| d.to_path_buf()));
+                let p = base.map_or_else(|| std::path::PathBuf::from(path), |b| b.join(path));
+                match crate::npy::read(&p) {
+                    Ok(a) if a.shape.len() == 3 => a.shape[2] as i64,
+                    Ok(a) => {
+                        self.err(Diagnostic::error(Code::BadRouting, format!("`{path}` has shape {:?}; expected [ranks, tokens, topk]", a.shape)).primary(decl.args_span, "here"));
+                        return None;
+                    }
+                    Err(e) => {
+                        self.err(Diagnostic::error(Code::FileNotFound, format!("cannot read routing file `{path}`: {e}")).primary(decl.args_span, "here"));
+                        return None;
+                    }
+                }
+            }
+            _ => return None,
+        };
+        if !ok {
+            return None;
+        }
+        let id = RouteId(self.routes.len() as u32);
+        self.routes.push(RouteState {
+            spec: RouteSpec {
+                name: decl.name.name.clone(),
+                kind,
+                experts: experts as u64,
+                topk: topk as u64,
+                ranks: ranks.unwrap_or(1),
+                tokens: 0,
+                capacity: 0,
+                span: item_span,
+            },
+            item: r,
+            tokens_bound: None,
+            capacity_factor: cf,
+        });
+        Some(id)
+    }
+
+    /// Materialises every routing whose token count is known and checks its windows.
+    pub(super) fn finish_routes(&mut self) {
+        for i in 0..self.routes.len() {
+            let st = self.routes[i].clone();
+            if st.tokens_bound.is_none() {
+                // Never used by a taskflow: nothing to size.
+                continue;
+            }
+            let base = self.modules[st.item.module].path.as_ref().and_then(|p| p.parent().map(|d| d.to_path_buf()));
+            let routing = match crate::route::Routing::generate(&st.spec, base.as_deref()) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.err(Diagnostic::error(Code::BadRouting, format!("routing `{}`: {e}", st.spec.name)).primary(st.spec.span, "cannot be generated"));
+                    continue;
+                }
+            };
+            let counts = routing.recv_counts();
+            let max = counts.iter().copied().max().unwrap_or(0);
+            let capacity = if st.capacity_factor > 0.0 {
+                let c = (st.capacity_factor * (st.spec.tokens * st.spec.topk) as f64).ceil() as u64;
+                if let Some((rank, &got)) = counts.iter().enumerate().find(|(_, &c2)| c2 > c) {
+                    let mut d = Diagnostic::error(
+                        Code::RecvOverflow,
+                        format!("routing `{}` sends {got} rows to rank {rank}, but its receive window holds {c}", st.spec.name),
+                    )
+                    .primary(st.spec.span, format!("capacity {c} rows per rank"))
+                    .note(format!(
+                        "capacity = ceil(capacity_factor {} x tokens {} x topk {}); the busiest rank receives {max} rows",
+                        st.capacity_factor, st.spec.tokens, st.spec.topk
+                    ))
+                    .help(format!("raise `capacity_factor` to at least {:.3}, or use 0 to size the window exactly", max as f64 / (st.spec.tokens * st.spec.topk) as f64));
+                    if let Some(b) = st.tokens_bound {
+                        d = d.secondary(b, "routed here");
+                    }
+                    self.err(d);
+                }
+                c
+            } else {
+                max
+            };
+            self.routes[i].spec.capacity = capacity;
+        }
+    }
+}

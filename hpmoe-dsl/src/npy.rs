@@ -1,0 +1,196 @@
+//! Reading and writing NumPy `.npy` files (format versions 1.0 to 3.0, little-endian,
+//! C order) for routings, inputs and dumps.
+
+use std::io::Write;
+
+/// Element types we read and write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NpyType {
+    I32,
+    I64,
+    F32,
+    F64,
+}
+
+impl NpyType {
+    fn descr(self) -> &'static str {
+        match self {
+            NpyType::I32 => "<i4",
+            NpyType::I64 => "<i8",
+            NpyType::F32 => "<f4",
+            NpyType::F64 => "<f8",
+        }
+    }
+    fn size(self) -> usize {
+        match self {
+            NpyType::I32 | NpyType::F32 => 4,
+            NpyType::I64 | NpyType::F64 => 8,
+        }
+    }
+}
+
+/// An array read from a file: its shape and its values widened to f64 (exact for i32/f32).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Array {
+    pub dtype: NpyType,
+    pub shape: Vec<usize>,
+    pub data: Vec<f64>,
+}
+
+/// Largest array accepted (elements), so a corrupt header cannot exhaust memory.
+pub const MAX_ELEMENTS: usize = 1 << 31;
+
+/// Parses `.npy` bytes.
+pub fn parse(bytes: &[u8]) -> Result<Array, String> {
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return Err("not a .npy file (missing the \\x93NUMPY magic)".into());
+    }
+    let major = bytes[6];
+    let (hlen, start): (usize, usize) = match major {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 => {
+            if bytes.len() < 12 {
+                return Err("truncated header".into());
+            }
+            (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
+        }
+        v => return Err(format!("unsupported .npy format version {v}")),
+    };
+    let header = bytes
+        .get(start..start.saturating_add(hlen))
+        .ok_or("truncated header")?;
+    let header = std::str::from_utf8(header).map_err(|_| "the header is not text")?;
+    let descr = dict_value(header, "descr").ok_or("the header has no 'descr'")?;
+    let descr = descr.trim().trim_matches(|c| c == '\'' || c == '"');
+    let dtype = match descr {
+        "<i4" | "|i4" => NpyType::I32,
+        "<i8" => NpyType::I64,
+        "<f4" => NpyType::F32,
+        "<f8" => NpyType::F64,
+        other => return Err(format!("unsupported dtype '{other}' (expected <i4, <i8, <f4 or <f8)")),
+    };
+    let fortran = dict_value(header, "fortran_order").ok_or("the header has no 'fortran_order'")?;
+    if fortran.trim() != "False" {
+        return Err("Fortran-order arrays are not supported".into());
+    }
+    let shape_text = dict_value(header, "shape").ok_or("the header has no 'shape'")?;
+    let inner = shape_text
+        .trim()
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .ok_or("malformed 'shape'")?;
+    let mut shape = Vec::new();
+    for part in inner.split(',') {
+        let p = part.trim();
+        if p.is_empty() {
+            continue;
+        }
+        shape.push(p.parse::<usize>().map_err(|_| format!("malformed dimension '{p}' in 'shape'"))?);
+    }
+    let count = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .ok_or("the array is too large")?;
+    let data_start = start + hlen;
+    let need = count * dtype.size();
+    let raw = bytes
+        .get(data_start..data_start + need)
+        .ok_or_else(|| format!("the file holds fewer than the {count} elements its header announces"))?;
+    let data = raw
+        .chunks_exact(dtype.size())
+        .map(|c| match dtype {
+            NpyType::I32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            NpyType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            NpyType::I64 => i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64,
+            NpyType::F64 => f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
+        })
+        .collect();
+    Ok(Array { dtype, shape, data })
+}
+
+/// The text of a key's value in the header's Python dict literal.
+fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
+    let pat1 = format!("'{key}':");
+    let pat2 = format!("\"{key}\":");
+    let i = header.find(&pat1).map(|i| i + pat1.len()).or_else(|| header.find(&pat2).map(|i| i + pat2.len()))?;
+    let rest = &header[i..];
+    let rest_trim = rest.trim_start();
+    if rest_trim.starts_with('(') {
+        let end = rest_trim.find(')')?;
+        return Some(&rest_trim[..=end]);
+    }
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// Reads a file.
+pub fn read(path: &std::path::Path) -> Result<Array, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if meta.len() > (MAX_ELEMENTS as u64) * 8 + 4096 {
+        return Err("the file is too large".into());
+    }
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    parse(&bytes)
+}
+
+/// Encodes an array as `.npy` (version 1.0).
+pub fn encode(dtype: NpyType, shape: &[usize], data: &[f64]) -> Vec<u8> {
+    let shape_txt = match shape.len() {
+        1 => format!("({},)", shape[0]),
+        _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+    };
+    let mut header = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {shape_txt}, }}", dtype.descr());
+    // Pad so that the data starts on a multiple of 64 bytes, ending with a newline.
+    let total = 10 + header.len() + 1;
+    let pad = (64 - total % 64) % 64;
+    header.push_str(&" ".repeat(pad));
+    header.push('\n');
+    let mut out = Vec::with_capacity(10 + header.len() + data.len() * dtype.size());
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for &v in data {
+        match dtype {
+            NpyType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
+            NpyType::I64 => out.extend_from_slice(&(v as i64).to_le_bytes()),
+            NpyType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+            NpyType::F64 => out.extend_from_slice(&v.to_le_bytes()),
+        }
+    }
+    out
+}
+
+/// Writes a file.
+pub fn write(path: &std::path::Path, dtype: NpyType, shape: &[usize], data: &[f64]) -> std::io::Result<()> {
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(&encode(dtype, shape, data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let data: Vec<f64> = (0..24).map(|i| i as f64 - 3.0).collect();
+        for t in [NpyType::I32, NpyType::I64, NpyType::F32, NpyType::F64] {
+            let bytes = encode(t, &[2, 3, 4], &data);
+            assert_eq!((bytes.len() - data.len() * t.size()) % 64, 0, "header is padded to 64 bytes");
+            let a = parse(&bytes).unwrap();
+            assert_eq!(a.shape, vec![2, 3, 4]);
+            assert_eq!(a.dtype, t);
+            assert_eq!(a.data, data);
+        }
+    }
+
+    #[test]
+    fn rejects_corrupt() {
+        assert!(parse(b"hello").is_err());
+        let mut b = encode(NpyType::F32, &[4], &[1.0, 2.0, 3.0, 4.0]);
+        b.truncate(b.len() - 2);
+        assert!(parse(&b).unwrap_err().contains("fewer"));
+        let huge = encode(NpyType::F32, &[1 << 40, 1 << 40], &[]);
+        assert!(parse(&huge).is_err());
+    }
+}

@@ -1,0 +1,355 @@
+//! Routings: a [`RouteSpec`] in, the expert choices and gate weights of every token on every
+//! rank out, with the receive counts derived from them. Deterministic: a seeded SplitMix64
+//! generator, the same on every platform.
+
+use crate::ir::{RouteKind, RouteSpec};
+use std::path::Path;
+
+/// The largest number of (rank, token, choice) entries a routing may have.
+pub const MAX_ENTRIES: u64 = 1 << 28;
+
+/// A materialised routing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Routing {
+    pub ranks: usize,
+    pub tokens: usize,
+    pub topk: usize,
+    pub experts: usize,
+    /// Expert ids, `[rank][token][choice]` flattened.
+    pub expert: Vec<u32>,
+    /// Gate weights, same layout; positive and summing to 1 per token.
+    pub weight: Vec<f32>,
+}
+
+/// SplitMix64: small, fast, and fixed forever so routings never change between versions.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The largest `max_over_mean` a hotspot routing can reach.
+pub fn hotspot_max(experts: u64, topk: u64, ranks: u64) -> f64 {
+    let local = experts / ranks.max(1);
+    (topk.min(local) * ranks) as f64 / topk as f64
+}
+
+impl Routing {
+    fn idx(&self, rank: usize, token: usize, j: usize) -> usize {
+        (rank * self.tokens + token) * self.topk + j
+    }
+
+    /// The expert of token `t` of rank `s`, choice `j`.
+    pub fn expert_of(&self, s: usize, t: usize, j: usize) -> usize {
+        self.expert[self.idx(s, t, j)] as usize
+    }
+
+    pub fn local_experts(&self) -> usize {
+        self.experts / self.ranks
+    }
+
+    /// Rows each rank receives (one per (token, choice) routed to one of its experts).
+    pub fn recv_counts(&self) -> Vec<u64> {
+        let local = self.local_experts();
+        let mut c = vec![0u64; self.ranks];
+        for &e in &self.expert {
+            c[e as usize / local] += 1;
+        }
+        c
+    }
+
+    /// Rows each expert receives.
+    pub fn expert_counts(&self) -> Vec<u64> {
+        let mut c = vec![0u64; self.experts];
+        for &e in &self.expert {
+            c[e as usize] += 1;
+        }
+        c
+    }
+
+    /// Generates the routing of a spec. `base` is the directory `file(...)` paths are
+    /// relative to.
+    pub fn generate(spec: &RouteSpec, base: Option<&Path>) -> Result<Routing, String> {
+        let ranks = spec.ranks as usize;
+        let tokens = spec.tokens as usize;
+        let topk = spec.topk as usize;
+        let experts = spec.experts as usize;
+        if ranks == 0 || topk == 0 || experts == 0 || topk > experts || experts % ranks != 0 {
+            return Err("invalid routing sizes".into());
+        }
+        let entries = spec.ranks.checked_mul(spec.tokens).and_then(|x| x.checked_mul(spec.topk));
+        if entries.is_none_or(|n| n > MAX_ENTRIES) {
+            return Err(format!(
+                "{} ranks x {} tokens x {} choices is more than the {} routing entries allowed",
+                spec.ranks, spec.tokens, spec.topk, MAX_ENTRIES
+            ));
+        }
+        let n = ranks * tokens * topk;
+        let mut r = Routing {
+            ranks,
+            tokens,
+            topk,
+            experts,
+            expert: vec![0; n],
+            weight: vec![0.0; n],
+        };
+        let seed = match &spec.kind {
+            RouteKind::Balanced => 0,
+            RouteKind::Uniform { seed } | RouteKind::Zipf { seed, .. } | RouteKind::Hotspot { seed, .. } => *seed,
+            RouteKind::File { .. } => 0,
+        };
+        match &spec.kind {
+            RouteKind::Balanced => r.fill_balanced(|_, _| true),
+            RouteKind::Uniform { seed } => {
+                let mut rng = Rng::new(*seed);
+                let w = vec![1.0; experts];
+                r.fill_weighted(&mut rng, &w);
+            }
+            RouteKind::Zipf { s, seed } => {
+                let mut rng = Rng::new(*seed);
+                let w: Vec<f64> = (0..experts).map(|i| 1.0 / ((i + 1) as f64).powf(*s)).collect();
+                r.fill_weighted(&mut rng, &w);
+            }
+            RouteKind::Hotspot { max_over_mean, seed } => {
+                let fmax = hotspot_max(spec.experts, spec.topk, spec.ranks);
+                let p = if fmax > 1.0 { ((max_over_mean - 1.0) / (fmax - 1.0)).clamp(0.0, 1.0) } else { 0.0 };
+                let hot_per_rank = (p * tokens as f64).round() as usize;
+                let mut rng = Rng::new(*seed);
+                // Choose the hot tokens of each rank by a seeded shuffle.
+                let mut hot = vec![false; ranks * tokens];
+                let mut perm: Vec<usize> = (0..tokens).collect();
+                for s in 0..ranks {
+                    for i in (1..tokens).rev() {
+                        let j = rng.below(i as u64 + 1) as usize;
+                        perm.swap(i, j);
+                    }
+                    for &t in &perm[..hot_per_rank] {
+                        hot[s * tokens + t] = true;
+                    }
+                }
+                r.fill_balanced(|s, t| !hot[s * tokens + t]);
+                for s in 0..ranks {
+                    for t in 0..tokens {
+                        if hot[s * tokens + t] {
+                            for j in 0..topk {
+                                let i = r.idx(s, t, j);
+                                r.expert[i] = j as u32;
+                            }
+                        }
+                    }
+                }
+            }
+            RouteKind::File { path, weights } => {
+                r.fill_file(path, weights.as_deref(), base)?;
+            }
+        }
+        let has_file_weights = matches!(&spec.kind, RouteKind::File { weights: Some(_), .. });
+        if !has_file_weights {
+            r.fill_gate_weights(seed);
+        }
+        Ok(r)
+    }
+
+    /// Balanced choices for the tokens where `pick` holds: token g = s * tokens + t (counted
+    /// over all ranks) picks experts (g * topk + j) mod experts.
+    fn fill_balanced(&mut self, pick: impl Fn(usize, usize) -> bool) {
+        let mut g = 0usize;
+        for s in 0..self.ranks {
+            for t in 0..self.tokens {
+                if !pick(s, t) {
+                    continue;
+                }
+                for j in 0..self.topk {
+                    let i = self.idx(s, t, j);
+                    self.expert[i] = ((g * self.topk + j) % self.experts) as u32;
+                }
+                g += 1;
+            }
+        }
+    }
+
+    /// `topk` distinct experts per token, drawn by weight without replacement.
+    fn fill_weighted(&mut self, rng: &mut Rng, w: &[f64]) {
+        let mut cum = Vec::with_capacity(w.len());
+        let mut acc = 0.0;
+        for &x in w {
+            acc += x;
+            cum.push(acc);
+        }
+        let total = acc;
+        let mut chosen = Vec::with_capacity(self.topk);
+        for s in 0..self.ranks {
+            for t in 0..self.tokens {
+                chosen.clear();
+                for _ in 0..self.topk {
+                    let mut pickd = None;
+                    for _ in 0..64 {
+                        let u = rng.unit() * total;
+                        let e = cum.partition_point(|&c| c <= u).min(w.len() - 1);
+                        if !chosen.contains(&e) {
+                            pickd = Some(e);
+                            break;
+                        }
+                    }
+                    // Fallback after many collisions: the heaviest expert not yet chosen.
+                    let e = pickd.unwrap_or_else(|| {
+                        (0..w.len())
+                            .filter(|e| !chosen.contains(e))
+                            .max_by(|a, b| w[*a].total_cmp(&w[*b]).then(b.cmp(a)))
+                            .unwrap_or(0)
+                    });
+                    chosen.push(e);
+                }
+                for (j, &e) in chosen.iter().enumerate() {
+                    let i = self.idx(s, t, j);
+                    self.expert[i] = e as u32;
+                }
+            }
+        }
+    }
+
+    fn fill_gate_weights(&mut self, seed: u64) {
+        let mut rng = Rng::new(seed ^ 0x6A09_E667_F3BC_C908);
+        for tok in 0..self.ranks * self.tokens {
+            let base = tok * self.topk;
+            let mut sum = 0.0;
+            for j in 0..self.topk {
+                let u = 0.1 + 0.9 * rng.unit();
+                self.weight[base + j] = u as f32;
+                sum += u;
+            }
+            for j in 0..self.topk {
+                self.weight[base + j] = (self.weight[base + j] as f64 / sum) as f32;
+            }
+        }
+    }
+
+    fn fill_file(&mut self, path: &str, weights: Option<&str>, base: Option<&Path>) -> Result<(), String> {
+        let p = base.map_or_else(|| Path::new(path).to_path_buf(), |b| b.join(path));
+        let a = crate::npy::read(&p).map_err(|e| format!("`{path}`: {e}"))?;
+        let want = vec![self.ranks, self.tokens, self.topk];
+        if a.shape.len() != 3 || a.shape[0] != self.ranks || a.shape[1] != self.tokens {
+            return Err(format!(
+                "`{path}` has shape {:?}, expected [ranks, tokens, topk] = {:?}",
+                a.shape, want
+            ));
+        }
+        if a.shape[2] != self.topk {
+            return Err(format!("`{path}` has {} choices per token, the routing says topk = {}", a.shape[2], self.topk));
+        }
+        if !matches!(a.dtype, crate::npy::NpyType::I32 | crate::npy::NpyType::I64) {
+            return Err(format!("`{path}` holds floats; expert ids must be int32"));
+        }
+        for (i, &v) in a.data.iter().enumerate() {
+            if v < 0.0 || v >= self.experts as f64 {
+                return Err(format!("`{path}`: entry {i} is expert {v}, outside 0..{}", self.experts));
+            }
+            self.expert[i] = v as u32;
+        }
+        for tok in 0..self.ranks * self.tokens {
+            let c = &self.expert[tok * self.topk..(tok + 1) * self.topk];
+            for j in 0..c.len() {
+                if c[..j].contains(&c[j]) {
+                    return Err(format!(
+                        "`{path}`: token {} of rank {} chooses expert {} twice",
+                        tok % self.tokens,
+                        tok / self.tokens,
+                        c[j]
+                    ));
+                }
+            }
+        }
+        if let Some(wp) = weights {
+            let p = base.map_or_else(|| Path::new(wp).to_path_buf(), |b| b.join(wp));
+            let w = crate::npy::read(&p).map_err(|e| format!("`{wp}`: {e}"))?;
+            if w.shape != want {
+                return Err(format!("`{wp}` has shape {:?}, expected {:?}", w.shape, want));
+            }
+            for (i, &v) in w.data.iter().enumerate() {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(format!("`{wp}`: weight {i} is {v}; weights must be finite and non-negative"));
+                }
+                self.weight[i] = v as f32;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(kind: RouteKind, ranks: u64, tokens: u64, experts: u64, topk: u64) -> RouteSpec {
+        RouteSpec {
+            name: "r".into(),
+            kind,
+            experts,
+            topk,
+            ranks,
+            tokens,
+            capacity: 0,
+            span: Default::default(),
+        }
+    }
+
+    #[test]
+    fn balanced_is_balanced() {
+        let r = Routing::generate(&spec(RouteKind::Balanced, 4, 64, 16, 4), None).unwrap();
+        assert!(r.expert_counts().iter().all(|&c| c == 4 * 64 * 4 / 16));
+        assert!(r.recv_counts().iter().all(|&c| c == 64 * 4));
+    }
+
+    #[test]
+    fn choices_distinct_and_weights_normalised() {
+        for kind in [
+            RouteKind::Uniform { seed: 3 },
+            RouteKind::Zipf { s: 1.2, seed: 3 },
+            RouteKind::Hotspot { max_over_mean: 2.0, seed: 3 },
+        ] {
+            let r = Routing::generate(&spec(kind, 4, 50, 16, 4), None).unwrap();
+            for tok in 0..4 * 50 {
+                let c = &r.expert[tok * 4..tok * 4 + 4];
+                for j in 0..4 {
+                    assert!(!c[..j].contains(&c[j]));
+                }
+                let s: f32 = r.weight[tok * 4..tok * 4 + 4].iter().sum();
+                assert!((s - 1.0).abs() < 1e-5);
+            }
+        }
+    }
+
+    #[test]
+    fn hotspot_reaches_its_factor() {
+        let r = Routing::generate(&spec(RouteKind::Hotspot { max_over_mean: 2.5, seed: 1 }, 8, 1000, 64, 8), None).unwrap();
+        let c = r.recv_counts();
+        let mean = c.iter().sum::<u64>() as f64 / c.len() as f64;
+        let max = *c.iter().max().unwrap() as f64;
+        assert!((max / mean - 2.5).abs() < 0.05, "got {}", max / mean);
+    }
+
+    #[test]
+    fn deterministic() {
+        let a = Routing::generate(&spec(RouteKind::Zipf { s: 1.0, seed: 7 }, 2, 100, 8, 2), None).unwrap();
+        let b = Routing::generate(&spec(RouteKind::Zipf { s: 1.0, seed: 7 }, 2, 100, 8, 2), None).unwrap();
+        assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,232 @@
+//! The command-line interface: arguments in (clap), output on stdout/stderr and an exit code
+//! out: 0 success, 1 a user error (diagnostics printed), 2 a usage error.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use hpmoe_dsl::check::{self, Options, Override};
+use hpmoe_dsl::diag::{self, RenderStyle};
+use hpmoe_dsl::SourceMap;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "hpmoe", version, about = "Design, verify and simulate tile-level MoE schedules for Ascend NPUs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Human,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Emit {
+    /// The typed op graph.
+    Ops,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Check a program: names, types, shapes, engines, buffers, routings.
+    Check {
+        file: PathBuf,
+        /// Override a param (`tokens=1024`) or a device field (`device.ranks=16`).
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
+    /// Check and print an intermediate form.
+    Lower {
+        file: PathBuf,
+        #[arg(long, value_enum, default_value_t = Emit::Ops)]
+        emit: Emit,
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
+    /// Format a program in the canonical layout (in place, or check only).
+    Fmt {
+        files: Vec<PathBuf>,
+        /// Do not write; exit with 1 if a file is not formatted.
+        #[arg(long)]
+        check: bool,
+        /// Print the formatted text instead of writing the file.
+        #[arg(long)]
+        stdout: bool,
+    },
+    /// Explain an error code (`hpmoe explain E0501`), or list them all.
+    Explain {
+        code: Option<String>,
+        #[arg(long)]
+        list: bool,
+    },
+}
+
+/// Runs the CLI on the process arguments; returns the exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    run(cli.command)
+}
+
+fn style() -> RenderStyle {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    if std::io::stderr().is_terminal() && !no_color {
+        RenderStyle::Graphical
+    } else {
+        RenderStyle::Plain
+    }
+}
+
+fn parse_overrides(set: &[String]) -> Result<Vec<Override>, String> {
+    set.iter().map(|s| Override::parse(s)).collect()
+}
+
+/// Checks a file; prints diagnostics; returns the program on success.
+fn checked(file: &PathBuf, set: &[String], format: Format) -> Result<(hpmoe_dsl::ir::Program, SourceMap), i32> {
+    let overrides = match parse_overrides(set) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: --set {e}");
+            return Err(2);
+        }
+    };
+    let mut sources = SourceMap::new();
+    let outcome = check::check_path(file, &Options { overrides }, &mut sources);
+    let ds = outcome.diagnostics;
+    match format {
+        Format::Human => {
+            if !ds.is_empty() {
+                eprint!("{}", diag::render_all(ds.as_slice(), ds.dropped(), &sources, style()));
+            }
+        }
+        Format::Json => {
+            if outcome.program.is_none() {
+                let list: Vec<_> = ds.as_slice().iter().map(|d| diag::to_json(d, &sources)).collect();
+                println!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
+            }
+        }
+    }
+    match outcome.program {
+        Some(p) => Ok((p, sources)),
+        None => Err(1),
+    }
+}
+
+fn run(cmd: Command) -> i32 {
+    match cmd {
+        Command::Check { file, set, format } => match checked(&file, &set, format) {
+            Ok((p, _)) => {
+                if format == Format::Json {
+                    println!("{}", serde_json::json!({ "ok": true, "diagnostics": [], "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>() }));
+                } else {
+                    let nodes: usize = p.taskflows.iter().map(|t| t.nodes.len()).sum();
+                    println!(
+                        "ok: {} taskflow(s), {} op call(s), {} routing(s), device {} with {} ranks",
+                        p.taskflows.len(),
+                        nodes,
+                        p.routes.len(),
+                        p.device.profile,
+                        p.device.ranks()
+                    );
+                }
+                0
+            }
+            Err(code) => code,
+        },
+        Command::Lower { file, emit, set, format } => match checked(&file, &set, format) {
+            Ok((p, _)) => {
+                match (emit, format) {
+                    (Emit::Ops, Format::Human) => print!("{}", hpmoe_dsl::ir::program_text(&p)),
+                    (Emit::Ops, Format::Json) => {
+                        println!("{}", serde_json::to_string_pretty(&hpmoe_dsl::ir::program_json(&p)).unwrap_or_default())
+                    }
+                }
+                0
+            }
+            Err(code) => code,
+        },
+        Command::Fmt { files, check, stdout } => fmt(&files, check, stdout),
+        Command::Explain { code, list } => explain(code.as_deref(), list),
+    }
+}
+
+fn fmt(files: &[PathBuf], check: bool, to_stdout: bool) -> i32 {
+    if files.is_empty() {
+        eprintln!("error: no files given");
+        return 2;
+    }
+    let mut status = 0;
+    for f in files {
+        let text = match std::fs::read_to_string(f) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: cannot read `{}`: {e}", f.display());
+                status = 1;
+                continue;
+            }
+        };
+        match hpmoe_dsl::syntax::fmt::format_source(&text) {
+            Ok(out) => {
+                if to_stdout {
+                    print!("{out}");
+                } else if check {
+                    if out != text {
+                        println!("{} is not formatted", f.display());
+                        status = 1;
+                    }
+                } else if out != text {
+                    if let Err(e) = std::fs::write(f, out) {
+                        eprintln!("error: cannot write `{}`: {e}", f.display());
+                        status = 1;
+                    }
+                }
+            }
+            Err(ds) => {
+                let mut sources = SourceMap::new();
+                let id = sources.add(f.display().to_string(), Some(f.clone()), text);
+                let ds: Vec<_> = ds.into_iter().map(|mut d| {
+                    for l in &mut d.labels {
+                        l.span.file = id;
+                    }
+                    d
+                }).collect();
+                eprint!("{}", diag::render_all(&ds, 0, &sources, style()));
+                status = 1;
+            }
+        }
+    }
+    status
+}
+
+fn explain(code: Option<&str>, list: bool) -> i32 {
+    let mut out = std::io::stdout().lock();
+    if list || code.is_none() {
+        for c in diag::CODES {
+            let _ = writeln!(out, "{}  {:<24} {}", c.code, c.name, c.summary);
+        }
+        return 0;
+    }
+    let code = code.unwrap_or_default();
+    let found = hpmoe_dsl::Code::parse(code).or_else(|| diag::CODES.iter().find(|c| c.name == code).map(|c| c.code));
+    match found {
+        Some(c) => {
+            let info = c.info();
+            let _ = writeln!(out, "{} ({}): {}\n\n{}", c, info.name, info.summary, info.explanation);
+            0
+        }
+        None => {
+            eprintln!("error: `{code}` is not an hpmoe error code; `hpmoe explain --list` lists them");
+            1
+        }
+    }
+}
