@@ -127,6 +127,9 @@ fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
 /// Reads a file.
 pub fn read(path: &std::path::Path) -> Result<Array, String> {
     let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
     if meta.len() > (MAX_ELEMENTS as u64) * 8 + 4096 {
         return Err("the file is too large".into());
     }

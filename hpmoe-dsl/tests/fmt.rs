@@ -1,7 +1,7 @@
 //! The canonical formatter (`hpmoe_dsl::syntax::fmt`).
 //!
 //! Properties, over every `.hpm` file of the repository that parses (`stdlib`, `examples`,
-//! `tests/ok`, `tests/err`, found at test time) and over the messy inputs in `tests/fmt/`:
+//! `tests/ok`, `tests/err`, `tests/grammar`, found at test time) and over the messy inputs in `tests/fmt/`:
 //!
 //! 1. idempotence: `fmt(fmt(x)) == fmt(x)`;
 //! 2. round trip: `parse(fmt(x)) == parse(x)` ignoring spans;
@@ -20,14 +20,6 @@ use hpmoe_dsl::syntax::token::TokenKind;
 use hpmoe_dsl::FileId;
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
-
-/// Inputs of `tests/fmt/` that the parser does not accept yet (a parser bug, reported): they
-/// are checked as soon as they parse.
-const KNOWN_PARSER_BUGS: &[&str] = &[
-    // `put out @ RANK [INDEX]`: the rank is parsed with `postfix_expr`, which takes
-    // `[INDEX]` as an index of the rank expression.
-    "comm_put.hpm",
-];
 
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -57,7 +49,7 @@ fn own_inputs() -> Vec<PathBuf> {
 fn corpus() -> Vec<PathBuf> {
     let root = manifest().join("..");
     let mut v = Vec::new();
-    for d in ["stdlib", "examples", "tests/ok", "tests/err"] {
+    for d in ["stdlib", "examples", "tests/ok", "tests/err", "tests/grammar"] {
         collect_hpm(&root.join(d), &mut v);
     }
     v.sort();
@@ -96,13 +88,13 @@ fn check_properties(src: &str) -> Result<String, String> {
         }
     };
     if twice != once {
-        return Err(format!(
-            "not idempotent\n--- once ---\n{once}\n--- twice ---\n{twice}"
-        ));
+        return Err(format!("not idempotent\n--- once ---\n{once}\n--- twice ---\n{twice}"));
     }
     let (tree2, comments2) = parse_clean(&once).ok_or("the output does not parse")?;
     if tree2 != tree {
-        return Err(format!("the tree changed\n--- output ---\n{once}\n--- before ---\n{tree:#?}\n--- after ---\n{tree2:#?}"));
+        return Err(format!(
+            "the tree changed\n--- output ---\n{once}\n--- before ---\n{tree:#?}\n--- after ---\n{tree2:#?}"
+        ));
     }
     for c in &comments {
         if !once.contains(&c.text) {
@@ -119,26 +111,18 @@ fn check_properties(src: &str) -> Result<String, String> {
     Ok(once)
 }
 
-fn is_known_bug(p: &Path) -> bool {
-    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| KNOWN_PARSER_BUGS.contains(&n))
-}
-
 #[test]
 fn own_inputs_parse() {
     let inputs = own_inputs();
-    assert!(inputs.len() >= 10, "expected the inputs in tests/fmt/, found {}", inputs.len());
+    assert!(
+        inputs.len() >= 10,
+        "expected the inputs in tests/fmt/, found {}",
+        inputs.len()
+    );
     for p in inputs {
-        let src = read(&p);
-        let parses = parse_clean(&src).is_some();
-        if is_known_bug(&p) {
-            if !parses {
-                eprintln!("note: {} does not parse yet (known parser bug)", p.display());
-            }
-        } else {
-            let (_, diags, _) = parse_text(&src, FileId(0));
-            let msgs: Vec<_> = diags.iter().map(|d| d.message.clone()).collect();
-            assert!(parses, "{} does not parse: {msgs:?}", p.display());
-        }
+        let (_, diags, _) = parse_text(&read(&p), FileId(0));
+        let msgs: Vec<_> = diags.iter().map(|d| d.message.clone()).collect();
+        assert!(msgs.is_empty(), "{} does not parse: {msgs:?}", p.display());
     }
 }
 
@@ -174,54 +158,10 @@ fn properties_hold_on_the_corpus() {
 fn snapshots_of_own_inputs() {
     for p in own_inputs() {
         let src = read(&p);
-        let Ok(out) = format_source(&src) else {
-            assert!(is_known_bug(&p), "{} does not parse", p.display());
-            continue;
-        };
+        let out = format_source(&src).unwrap_or_else(|d| panic!("{}: {d:?}", p.display()));
         let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("input").to_string();
         insta::assert_snapshot!(stem, out);
     }
-}
-
-/// `put` statements cannot be parsed yet (see [`KNOWN_PARSER_BUGS`]): builds them by hand.
-#[test]
-fn put_statements() {
-    let src = "comm dispatch<T>(x: T[S, H], r: route) -> T[r.recv, H] tile(t: 128) {\n    \
-               out[r.slot(t, j), h] = x[t, h];\n    out[r.src_token(m), h] += r.src_weight(m) * y[m, h];\n}\n";
-    let (mut file, diags, comments) = parse_text(src, FileId(0));
-    assert!(diags.is_empty(), "{diags:?}");
-    let rank = |text: &str| -> Expr {
-        let (f, d, _) = parse_text(&format!("param p = {text};"), FileId(0));
-        assert!(d.is_empty(), "{d:?}");
-        match &f.items[0].kind {
-            ast::ItemKind::Param(p) => p.value.clone(),
-            _ => unreachable!(),
-        }
-    };
-    let ranks = [rank("r.rank(t, j)"), rank("r.src_rank(m) + 1")];
-    let ast::ItemKind::Op(op) = &mut file.items[0].kind else {
-        panic!("not an op")
-    };
-    for (stmt, rank) in op.body.iter_mut().zip(ranks) {
-        if let ast::Stmt::Assign {
-            target,
-            index,
-            accumulate,
-            value,
-            span,
-        } = stmt.clone()
-        {
-            *stmt = ast::Stmt::Put {
-                target,
-                rank,
-                index,
-                accumulate,
-                value,
-                span,
-            };
-        }
-    }
-    insta::assert_snapshot!("put_statements", format_file(&file, &comments, src));
 }
 
 #[test]
@@ -274,10 +214,37 @@ fn exact_expressions() {
 }
 
 #[test]
+fn exact_put_ranks() {
+    let cases = [
+        ("r.rank(t, j)", "r.rank(t, j)"),
+        ("(r.rank(t, j))", "r.rank(t, j)"),
+        ("me", "me"),
+        ("(a + 1)", "(a + 1)"),
+        ("(-a)", "(-a)"),
+        ("(peers[t])", "(peers[t])"),
+        ("(peers[t]).next(1)", "(peers[t].next(1))"),
+        ("(sum(k) a)", "(sum(k) a)"),
+    ];
+    let mut bad = Vec::new();
+    for (input, want) in cases {
+        let src = format!("comm c(x: T[M], r: route) -> T[M] {{ put out @ {input} [m] = x[m]; }}");
+        let got = format_source(&src).unwrap_or_else(|d| panic!("{input}: {d:?}"));
+        let want = format!("comm c(x: T[M], r: route) -> T[M] {{\n    put out @ {want} [m] = x[m];\n}}\n");
+        if got != want {
+            bad.push(format!("{input}: got {got:?}, want {want:?}"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
 fn edge_inputs() {
     assert_eq!(format_source("").unwrap(), "");
     assert_eq!(format_source("  \n\n ").unwrap(), "");
-    assert_eq!(format_source("// only\n\n\n/* comments */").unwrap(), "// only\n\n/* comments */\n");
+    assert_eq!(
+        format_source("// only\n\n\n/* comments */").unwrap(),
+        "// only\n\n/* comments */\n"
+    );
     assert_eq!(format_source("//! doc").unwrap(), "//! doc\n");
     assert_eq!(format_source("///\nparam a=1;").unwrap(), "///\nparam a = 1;\n");
     assert!(format_source("param = ;").is_err());
@@ -285,7 +252,12 @@ fn edge_inputs() {
     assert!(format_source("param a = \"unterminated;").is_err());
     // Text that does not belong to the tree must not make it panic.
     let (file, _, comments) = parse_text("param a = 1; // c\nop f() -> T[M] on aiv { out[m] = 1; }", FileId(0));
-    for src in ["", "x", "param", "\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}"] {
+    for src in [
+        "",
+        "x",
+        "param",
+        "\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}",
+    ] {
         let _ = format_file(&file, &comments, src);
     }
 }
@@ -340,14 +312,25 @@ fn expr() -> impl Strategy<Value = Expr> {
         prop_oneof![
             inner.clone().prop_map(|x| mk(ExprKind::Neg(Box::new(x)))),
             (op, inner.clone(), inner.clone()).prop_map(|(o, l, r)| mk(ExprKind::Binary(o, Box::new(l), Box::new(r)))),
-            (inner.clone(), proptest::collection::vec(arg, 0..3))
-                .prop_map(|(c, args)| mk(ExprKind::Call { callee: Box::new(c), args })),
-            (inner.clone(), proptest::collection::vec(inner.clone(), 0..3))
-                .prop_map(|(b, index)| mk(ExprKind::Index { base: Box::new(b), index })),
-            (inner.clone(), ident()).prop_map(|(b, field)| mk(ExprKind::Field { base: Box::new(b), field })),
+            (inner.clone(), proptest::collection::vec(arg, 0..3)).prop_map(|(c, args)| mk(ExprKind::Call {
+                callee: Box::new(c),
+                args
+            })),
+            (inner.clone(), proptest::collection::vec(inner.clone(), 0..3)).prop_map(|(b, index)| mk(
+                ExprKind::Index {
+                    base: Box::new(b),
+                    index
+                }
+            )),
+            (inner.clone(), ident()).prop_map(|(b, field)| mk(ExprKind::Field {
+                base: Box::new(b),
+                field
+            })),
             proptest::collection::vec(inner.clone(), 0..3).prop_map(|v| mk(ExprKind::Tuple(v))),
-            (proptest::collection::vec(binder, 1..3), inner)
-                .prop_map(|(binders, body)| mk(ExprKind::Sum { binders, body: Box::new(body) })),
+            (proptest::collection::vec(binder, 1..3), inner).prop_map(|(binders, body)| mk(ExprKind::Sum {
+                binders,
+                body: Box::new(body)
+            })),
         ]
     })
 }
@@ -393,6 +376,26 @@ proptest! {
         prop_assert_eq!(&got, &e, "{}", text);
         let out = format_source(&text).map_err(|d| TestCaseError::fail(format!("{d:?}")))?;
         prop_assert_eq!(format_source(&out).ok(), Some(out.clone()));
+    }
+
+    /// The same as the rank of a `put`, where the index that follows must not be taken as
+    /// an index of the rank.
+    #[test]
+    fn put_ranks_round_trip(e in expr()) {
+        let text = format!("comm c(x: T[M], r: route) -> T[M] {{ put out @ ({}) [m] = x[m]; }}", expr_text(&e));
+        let out = format_source(&text).map_err(|d| TestCaseError::fail(format!("{text}: {d:?}")))?;
+        let (f, diags, _) = parse_text(&out, FileId(0));
+        prop_assert!(diags.is_empty(), "{}: {:?}", out, diags);
+        let mut f = f;
+        erase_spans(&mut f);
+        let rank = match &f.items[0].kind {
+            ast::ItemKind::Op(o) => match &o.body[0] {
+                ast::Stmt::Put { rank, .. } => rank.clone(),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        prop_assert_eq!(&rank, &e, "{}", out);
     }
 }
 

@@ -158,6 +158,8 @@ impl Checker<'_> {
                 continue;
             }
             let Some((dtype, shape)) = self.flow_type(r.module, t) else {
+                // Already reported: uses of the input stay silent.
+                fl.poisoned.insert(p.name.name.clone());
                 ok = false;
                 continue;
             };
@@ -1329,6 +1331,9 @@ impl Checker<'_> {
             let t = tile_of(&body.vars[v].name);
             match body.vars[v].range {
                 VarRange::Fixed { lo, hi } => t.min((hi - lo).max(1) as u64),
+                // Untiled received rows (their number is known only after routing) are
+                // streamed one row at a time.
+                _ if t == u64::MAX => 1,
                 _ => t,
             }
         };
@@ -1384,23 +1389,40 @@ impl Checker<'_> {
             }
             _ => {
                 // The vector core streams its tile through the UB by rows of the first output
-                // dimension: one row of every operand, double-buffered, must fit.
-                let row = body.stmts.iter().find_map(|st| match &st.target {
+                // dimension: one row of every operand, double-buffered, must fit. A region read
+                // several times (by one or several statements) is loaded once.
+                let row_name = body.stmts.iter().find_map(|st| match &st.target {
                     Target::Out(ix) => ix.first().and_then(|i| match i {
-                        Index::Affine { var, .. } => Some(*var),
+                        Index::Affine { var, .. } => Some(body.vars[*var].name.clone()),
                         _ => None,
                     }),
                     _ => None,
                 });
+                let key = |ix: &[Index]| -> String {
+                    ix.iter()
+                        .map(|i| match i {
+                            Index::Affine { var, coef, offset } => format!("{}*{}+{}", coef, body.vars[*var].name, offset),
+                            Index::Const(c) => c.to_string(),
+                            Index::Group(v) => format!("g({})", body.vars[*v].name),
+                            Index::Route { func, args, .. } => format!("{}{:?}", func.name(), args),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                let mut seen = std::collections::BTreeSet::new();
                 let mut per_row = 0u128;
                 for st in &body.stmts {
+                    let row = st.vars.iter().copied().find(|&v| Some(&body.vars[v].name) == row_name.as_ref());
                     st.value.for_each_read(&mut |input, ix| {
-                        per_row += region(ix, row) * ins.get(input).map_or(2, |x| x.0.size()) as u128;
+                        if seen.insert((input, key(ix))) {
+                            per_row += region(ix, row) * ins.get(input).map_or(2, |x| x.0.size()) as u128;
+                        }
                     });
                     if let Target::Out(ix) = &st.target {
                         per_row += region(ix, row) * out_dtype.size() as u128;
                     }
                 }
+                let row = body.vars.iter().position(|v| Some(&v.name) == row_name.as_ref());
                 let need = 2 * per_row;
                 let cap = dev.get("ub_size");
                 if need as f64 > cap {

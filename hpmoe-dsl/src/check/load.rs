@@ -8,7 +8,7 @@ use crate::stdlib;
 use crate::syntax::ast::{ImportNames, ImportSource, ItemKind};
 use crate::syntax::token::{FileId, Span};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// At most this many modules per program (a guard against pathological import graphs).
 const MAX_MODULES: usize = 256;
@@ -100,7 +100,15 @@ impl Checker<'_> {
         }
         let text = stdlib::module(name)?;
         let file = self.sources.add(format!("<std>/{name}.hpm"), None, text);
-        Some(self.load_module(file, Some(name.to_string()), None, stack))
+        let first_new = self.modules.len();
+        let m = self.load_module(file, Some(name.to_string()), None, stack);
+        // Loaded late (e.g. the default device): its scope was not built with the others.
+        if self.scopes_built {
+            for new in first_new..self.modules.len() {
+                self.build_scope(new);
+            }
+        }
+        Some(m)
     }
 
     fn load_file_import(&mut self, from: ModId, rel: &str, span: Span, stack: &mut Vec<PathBuf>) -> Option<ModId> {
@@ -109,13 +117,19 @@ impl Checker<'_> {
             Some(b) => b.join(rel),
             None => PathBuf::from(rel),
         };
+        // The name shown in diagnostics: relative to the importer's shown name, so a root
+        // given as a relative path shows its imports relative too.
+        let shown = match self.sources.get(self.modules[from].file) {
+            Some(f) if f.path.is_some() => Path::new(&f.name).parent().map_or_else(|| PathBuf::from(rel), |d| d.join(rel)),
+            _ => joined.clone(),
+        };
         let canon = match std::fs::canonicalize(&joined) {
             Ok(c) => c,
             Err(e) => {
                 self.err(
                     Diagnostic::error(Code::FileNotFound, format!("cannot import `{rel}`: {e}"))
                         .primary(span, "this file cannot be read")
-                        .note(format!("looked for {}", joined.display())),
+                        .note(format!("looked for {}", shown.display())),
                 );
                 return None;
             }
@@ -143,7 +157,7 @@ impl Checker<'_> {
             );
             return None;
         }
-        let text = match std::fs::read_to_string(&canon) {
+        let text = match read_source(&canon) {
             Ok(t) => t,
             Err(e) => {
                 self.err(
@@ -153,7 +167,7 @@ impl Checker<'_> {
                 return None;
             }
         };
-        let file = self.sources.add(joined.display().to_string(), Some(canon.clone()), text);
+        let file = self.sources.add(shown.display().to_string(), Some(canon.clone()), text);
         Some(self.load_module(file, None, Some(canon), stack))
     }
 
@@ -290,4 +304,19 @@ impl Checker<'_> {
         }
         self.modules[m].scope = scope;
     }
+}
+
+/// The largest source file accepted.
+pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
+
+/// Reads a source file: a regular file of at most [`MAX_SOURCE_BYTES`], as UTF-8.
+pub fn read_source(path: &std::path::Path) -> std::io::Result<String> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > MAX_SOURCE_BYTES {
+        return Err(std::io::Error::other(format!("larger than {} MiB", MAX_SOURCE_BYTES >> 20)));
+    }
+    std::fs::read_to_string(path)
 }

@@ -93,7 +93,7 @@ pub struct Outcome {
 
 /// Checks a file on disk and everything it imports.
 pub fn check_path(path: &Path, opts: &Options, sources: &mut SourceMap) -> Outcome {
-    let text = match std::fs::read_to_string(path) {
+    let text = match load::read_source(path) {
         Ok(t) => t,
         Err(e) => {
             let mut ds = Diagnostics::new();
@@ -126,6 +126,8 @@ pub fn check_file(file: FileId, opts: &Options, sources: &mut SourceMap) -> Outc
     let program = ck.run(file);
     let mut diagnostics = std::mem::take(&mut ck.diags);
     diagnostics.sort();
+    // A `let` of an op body is checked where it is used: report each problem once.
+    diagnostics.dedup();
     let program = if diagnostics.has_errors() { None } else { program };
     Outcome {
         program,
@@ -177,6 +179,8 @@ pub(crate) struct Checker<'a> {
     pub op_sigs: HashMap<ItemRef, Option<Rc<ops::OpSig>>>,
     pub taskflows: Vec<ir::Taskflow>,
     pub schedules: Vec<ir::ScheduleSpec>,
+    /// Set once every loaded module's scope is built; modules loaded later build their own.
+    pub scopes_built: bool,
 }
 
 impl std::fmt::Debug for Checker<'_> {
@@ -201,6 +205,7 @@ impl<'a> Checker<'a> {
             op_sigs: HashMap::new(),
             taskflows: Vec::new(),
             schedules: Vec::new(),
+            scopes_built: false,
         }
     }
 
@@ -232,6 +237,7 @@ impl<'a> Checker<'a> {
         for m in 0..self.modules.len() {
             self.build_scope(m);
         }
+        self.scopes_built = true;
         self.apply_param_overrides();
         let root = self.root;
         // Params of the root, in order (errors in each are reported once).

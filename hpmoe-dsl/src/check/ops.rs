@@ -743,9 +743,18 @@ impl Checker<'_> {
             }
         };
         if self.is_const_name(cx, &name) || RESERVED.contains(&name.as_str()) || cx.params.iter().any(|p| p.name() == name) {
+            let what = if cx.syms.iter().any(|s| *s == name) {
+                "a shape symbol of the signature"
+            } else if cx.params.iter().any(|p| p.name() == name) {
+                "a parameter of this op"
+            } else if RESERVED.contains(&name.as_str()) {
+                "a reserved name"
+            } else {
+                "a `param` of the program"
+            };
             self.err(
                 Diagnostic::error(Code::BadIndex, format!("`{name}` is not a fresh index variable"))
-                    .primary(nspan, "a shape symbol, param or tensor here")
+                    .primary(nspan, format!("`{name}` is {what}"))
                     .help("name output indices with new lowercase names, e.g. `out[m, n]`"),
             );
             return None;
@@ -909,10 +918,19 @@ impl Checker<'_> {
                     return match l {
                         Local::Var(v) => Some(SS::Var(v)),
                         Local::Let(expr) => {
-                            // Inline the let in the current scope; lets see only earlier lets.
+                            // Inline the let in the current scope; lets see only earlier lets
+                            // and the statement's index variables (not the reduction variables
+                            // of the `sum` it is used in).
                             let pos = cx.scope.iter().rposition(|(x, _)| x == n).unwrap_or(0);
                             let saved = cx.scope.split_off(pos);
+                            let index_vars: Vec<(String, Local)> = saved
+                                .iter()
+                                .filter(|(_, l)| matches!(l, Local::Var(v) if cx.vars[*v].kind != VarKind::Reduce))
+                                .cloned()
+                                .collect();
+                            cx.scope.extend(index_vars);
                             let r = self.scalar(cx, &expr);
+                            cx.scope.truncate(pos);
                             cx.scope.extend(saved);
                             r
                         }

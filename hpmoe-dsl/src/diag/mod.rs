@@ -154,4 +154,16 @@ impl Diagnostics {
         self.list
             .sort_by_key(|d| d.span().map(|s| (s.file, s.lo, s.hi)).unwrap_or_default());
     }
+    /// Removes repeated identical diagnostics (call after [`Diagnostics::sort`]).
+    pub fn dedup(&mut self) {
+        let mut kept: Vec<Diagnostic> = Vec::with_capacity(self.list.len());
+        for d in std::mem::take(&mut self.list) {
+            let same_span = d.span();
+            let dup = kept.iter().rev().take_while(|k| k.span() == same_span).any(|k| *k == d);
+            if !dup {
+                kept.push(d);
+            }
+        }
+        self.list = kept;
+    }
 }

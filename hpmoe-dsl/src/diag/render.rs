@@ -129,8 +129,48 @@ fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
     }
 }
 
+/// Lines longer than this are not drawn with a source excerpt (the excerpt would be
+/// unreadable, and very long lines exceed what the drawing library supports).
+const MAX_DRAWN_LINE: usize = 2000;
+
+fn has_long_line(d: &Diagnostic, sources: &SourceMap) -> bool {
+    d.labels.iter().any(|l| {
+        let Some(f) = sources.get(l.span.file) else { return false };
+        let text = &f.text;
+        let lo = (l.span.lo as usize).min(text.len());
+        let hi = (l.span.hi as usize).clamp(lo, text.len());
+        let start = text.get(..lo).and_then(|t| t.rfind('\n')).map_or(0, |p| p + 1);
+        let end = text.get(hi..).and_then(|t| t.find('\n')).map_or(text.len(), |p| hi + p);
+        end - start > MAX_DRAWN_LINE
+    })
+}
+
+/// A compact rendering without source excerpts: `error[E0101]: message` and locations.
+fn render_compact(d: &Diagnostic, sources: &SourceMap) -> String {
+    let mut out = format!("{}[{}]: {}\n", sev_word(d.severity), d.code, d.message);
+    for l in &d.labels {
+        let name = sources.get(l.span.file).map_or("<unknown>", |f| f.name.as_str());
+        let (line, col) = sources.line_col(l.span).unwrap_or((0, 0));
+        out.push_str(&format!("  --> {name}:{line}:{col}"));
+        if !l.message.is_empty() {
+            out.push_str(&format!(": {}", l.message));
+        }
+        out.push('\n');
+    }
+    if let Some(h) = &d.help {
+        out.push_str(&format!("  help: {h}\n"));
+    }
+    for n in &d.notes {
+        out.push_str(&format!("  note: {n}\n"));
+    }
+    out
+}
+
 /// Renders one diagnostic to a string.
 pub fn render(d: &Diagnostic, sources: &SourceMap, style: RenderStyle) -> String {
+    if has_long_line(d, sources) {
+        return render_compact(d, sources);
+    }
     let theme = match style {
         RenderStyle::Graphical => GraphicalTheme::unicode(),
         RenderStyle::Plain => GraphicalTheme::none(),
@@ -142,7 +182,7 @@ pub fn render(d: &Diagnostic, sources: &SourceMap, style: RenderStyle) -> String
     let md = to_miette(d, sources);
     let mut out = String::new();
     if handler.render_report(&mut out, &md).is_err() {
-        out = format!("{}[{}]: {}\n", sev_word(d.severity), d.code, d.message);
+        out = render_compact(d, sources);
     }
     out
 }

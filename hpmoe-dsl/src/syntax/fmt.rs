@@ -1,6 +1,6 @@
 //! The canonical formatter.
 //!
-//! In: a parsed [`ast::File`], the comments the lexer collected and the source text. Out: the
+//! In: a parsed [`File`], the comments the lexer collected and the source text. Out: the
 //! file in canonical layout ([`format_file`]); [`format_source`] parses first and refuses text
 //! with syntax errors.
 //!
@@ -30,8 +30,8 @@
 //! stays at the end of its line. A comment inside a construct that is printed on one line
 //! moves: a `//` comment to its own line just before the line, a `/* */` comment to the end of
 //! the line. One mechanism does this: comments sorted by position, each flushed the first time
-//! a printed line reaches past its start (see [`Printer::lead`], [`Printer::eol`],
-//! [`Printer::flush_before`]); whatever is left is printed at the end of the file.
+//! a printed line reaches past its start (see `Printer::lead`, `Printer::eol`,
+//! `Printer::flush_before`); whatever is left is printed at the end of the file.
 
 use super::ast::*;
 use super::lexer::{self, Comment};
@@ -219,6 +219,16 @@ pub fn expr_text(e: &Expr) -> String {
     s
 }
 
+/// Whether `e` can be the rank of a `put` without parentheses: calls and field accesses but
+/// no indexing (`put out @ RANK [INDEX]`: the index that follows belongs to the statement).
+fn rank_is_plain(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Call { callee: b, .. } | ExprKind::Field { base: b, .. } => is_postfix_level(b) && rank_is_plain(b),
+        ExprKind::Index { .. } | ExprKind::Neg(_) | ExprKind::Binary(..) | ExprKind::Sum { .. } => false,
+        _ => true,
+    }
+}
+
 fn postfix_text(e: &Expr) -> String {
     let mut s = String::new();
     write_wrapped(e, !is_postfix_level(e), false, &mut s);
@@ -397,7 +407,11 @@ fn stmt_lines(st: &Stmt, indent: usize) -> Vec<String> {
             let prefix = format!(
                 "put {} @ {} [{}] {} ",
                 target.name,
-                postfix_text(rank),
+                if rank_is_plain(rank) {
+                    expr_text(rank)
+                } else {
+                    format!("({})", expr_text(rank))
+                },
                 exprs_text(index),
                 op(*accumulate)
             );
@@ -447,7 +461,12 @@ impl List<'_> {
         if self.elems.is_empty() {
             return format!("{}{}", self.open, self.close);
         }
-        let body = self.elems.iter().map(|e| e.text.as_str()).collect::<Vec<_>>().join(", ");
+        let body = self
+            .elems
+            .iter()
+            .map(|e| e.text.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
         if self.spaced {
             format!("{} {body} {}", self.open, self.close)
         } else {
@@ -689,7 +708,10 @@ impl<'a> Printer<'a> {
             i += 1;
         }
         for k in 0..docs.len() {
-            let (a, b) = spans.as_ref().and_then(|v| v.get(k)).map_or((lo_, lo_), |s| (lo(*s), hi(*s)));
+            let (a, b) = spans
+                .as_ref()
+                .and_then(|v| v.get(k))
+                .map_or((lo_, lo_), |s| (lo(*s), hi(*s)));
             things.push((a, b, Thing::Doc(k)));
         }
         things.sort_by_key(|t| t.0);
@@ -873,9 +895,21 @@ impl<'a> Printer<'a> {
     /// Prints a construct made of text and lists, starting at `lo` and ending at `end` in the
     /// source; `opens` when its last line ends with an opening brace.
     #[allow(clippy::too_many_arguments)]
-    fn segs(&mut self, indent: usize, lo_: usize, docs: &[String], policy: Blank, segs: &[Seg], end: usize, opens: bool) {
+    fn segs(
+        &mut self,
+        indent: usize,
+        lo_: usize,
+        docs: &[String],
+        policy: Blank,
+        segs: &[Seg],
+        end: usize,
+        opens: bool,
+    ) {
         let vert = self.layout(indent, segs);
-        let open_hi = |l: &List| l.delims.map_or_else(|| l.elems.first().map_or(end, |e| e.lo), |(o, _)| hi(o));
+        let open_hi = |l: &List| {
+            l.delims
+                .map_or_else(|| l.elems.first().map_or(end, |e| e.lo), |(o, _)| hi(o))
+        };
         let first_hi = segs
             .iter()
             .enumerate()
@@ -911,7 +945,9 @@ impl<'a> Printer<'a> {
             let suffix = self.eol(e.hi);
             self.raw_line(indent, &format!("{},{suffix}", e.text));
         }
-        let close = l.delims.map_or_else(|| l.elems.last().map_or(0, |e| e.hi), |(_, c)| lo(c));
+        let close = l
+            .delims
+            .map_or_else(|| l.elems.last().map_or(0, |e| e.hi), |(_, c)| lo(c));
         self.flush_before(indent, close);
     }
 
@@ -956,13 +992,18 @@ impl<'a> Printer<'a> {
             ItemKind::Import(im) => {
                 let (head, after) = match &im.source {
                     ImportSource::Std(path) => (
-                        format!("import {}", path.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join("::")),
+                        format!(
+                            "import {}",
+                            path.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join("::")
+                        ),
                         path.last().map_or(lo_, |p| hi(p.span)),
                     ),
                     ImportSource::File(f, s) => (format!("import {}", quote(f)), hi(*s)),
                 };
                 let segs = match &im.names {
-                    ImportNames::All(_) if matches!(im.source, ImportSource::File(..)) => vec![Seg::Text(format!("{head};"))],
+                    ImportNames::All(_) if matches!(im.source, ImportSource::File(..)) => {
+                        vec![Seg::Text(format!("{head};"))]
+                    }
                     ImportNames::All(_) => vec![Seg::Text(format!("{head}::*;"))],
                     ImportNames::List(names) if names.len() == 1 && matches!(im.source, ImportSource::Std(_)) => {
                         vec![Seg::Text(format!("{head}::{};", names[0].name))]
@@ -1120,9 +1161,8 @@ impl<'a> Printer<'a> {
     /// ` {` (and the position after it) or ` {}` for a body with neither statements nor
     /// comments.
     fn body_open(&self, n_stmts: usize, body: Span) -> (&'static str, usize, bool) {
-        let has_comment = (self.first..self.comments.len()).any(|i| {
-            !self.done[i] && lo(self.comments[i].span) > lo(body) && lo(self.comments[i].span) < hi(body)
-        });
+        let has_comment = (self.first..self.comments.len())
+            .any(|i| !self.done[i] && lo(self.comments[i].span) > lo(body) && lo(self.comments[i].span) < hi(body));
         if n_stmts == 0 && !has_comment {
             (" {}", hi(body), false)
         } else {
@@ -1137,7 +1177,12 @@ impl<'a> Printer<'a> {
         };
         let mut head = format!("{kw} {}", o.name.name);
         if !o.generics.is_empty() {
-            let g = o.generics.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ");
+            let g = o
+                .generics
+                .iter()
+                .map(|g| g.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
             let _ = write!(head, "<{g}>");
         }
         let mut segs = vec![
@@ -1187,7 +1232,9 @@ impl<'a> Printer<'a> {
         let mut found = None;
         let mut i = start;
         while i + 1 < self.toks.len() && self.tok_lo(i) < to {
-            if matches!(&self.toks[i].kind, TokenKind::Ident(s) if s == "tile") && self.toks[i + 1].kind == TokenKind::Open(Delim::Paren) {
+            if matches!(&self.toks[i].kind, TokenKind::Ident(s) if s == "tile")
+                && self.toks[i + 1].kind == TokenKind::Open(Delim::Paren)
+            {
                 found = Some(i + 1);
             }
             i += 1;

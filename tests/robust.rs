@@ -1,0 +1,119 @@
+//! No input makes the front end panic: random bytes, random token soups, and mutations of
+//! every corpus file (truncation at token boundaries, deletion and duplication of tokens)
+//! are lexed, parsed and checked; each must end with a program or with diagnostics.
+
+use hpmoe_dsl::check::{check_text, Options};
+use hpmoe_dsl::syntax::lexer::tokenize;
+use hpmoe_dsl::syntax::token::TokenKind;
+use hpmoe_dsl::{FileId, SourceMap};
+use proptest::prelude::*;
+use std::path::{Path, PathBuf};
+
+fn corpus() -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    for dir in ["stdlib", "examples", "tests/ok", "tests/err"] {
+        let mut stack = vec![PathBuf::from(dir)];
+        while let Some(d) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&d) else { continue };
+            let mut entries: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+            entries.sort();
+            for p in entries {
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|e| e == "hpm") {
+                    if let Ok(t) = std::fs::read_to_string(&p) {
+                        out.push((p, t));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs the whole front end on a text; returns whether it produced a program.
+fn front_end(text: &str, dir: Option<&Path>) -> bool {
+    let mut sources = SourceMap::new();
+    let out = check_text("input.hpm", text, dir, &Options::default(), &mut sources);
+    // Rendering must not panic either.
+    for d in out.diagnostics.as_slice() {
+        let _ = hpmoe_dsl::diag::render(d, &sources, hpmoe_dsl::diag::RenderStyle::Plain);
+        let _ = hpmoe_dsl::diag::to_json(d, &sources);
+    }
+    assert!(out.program.is_some() || out.diagnostics.has_errors(), "no program and no error");
+    out.program.is_some()
+}
+
+/// The byte ranges of a text's tokens.
+fn token_ranges(text: &str) -> Vec<(usize, usize)> {
+    let (toks, _, _) = tokenize(text, FileId(0));
+    toks.iter()
+        .filter(|t| t.kind != TokenKind::Eof)
+        .map(|t| (t.span.lo as usize, t.span.hi as usize))
+        .collect()
+}
+
+#[test]
+fn corpus_mutations_never_panic() {
+    let files = corpus();
+    assert!(files.len() >= 10, "the corpus is missing");
+    for (path, text) in &files {
+        let dir = path.parent();
+        let toks = token_ranges(text);
+        // Keep the run short on big files: visit about 60 cut points per file.
+        let stride = (toks.len() / 60).max(1);
+        for (i, &(lo, hi)) in toks.iter().enumerate().step_by(stride) {
+            // Truncation after token i.
+            front_end(&text[..hi], dir);
+            // Deletion of token i.
+            let deleted = format!("{}{}", &text[..lo], &text[hi..]);
+            front_end(&deleted, dir);
+            // Duplication of token i.
+            let dup = format!("{}{}{}", &text[..hi], &text[lo..hi], &text[hi..]);
+            front_end(&dup, dir);
+            let _ = i;
+        }
+    }
+}
+
+#[test]
+fn deep_nesting_is_a_diagnostic() {
+    for open in ["(", "[", "{", "-"] {
+        let depth = 100_000;
+        let text = format!("param x = {}1;", open.repeat(depth));
+        assert!(!front_end(&text, None));
+    }
+    let sum = format!("op f<T>(x: T[N]) -> T[N] on aiv {{ out[n] = {}x[n]; }}", "sum(k) ".repeat(5000));
+    assert!(!front_end(&sum, None));
+}
+
+#[test]
+fn huge_literals_are_diagnostics() {
+    assert!(!front_end("param x = 99999999999999999999999999;", None));
+    assert!(!front_end("param x = 1e999;", None));
+    assert!(!front_end("param x = 9223372036854775807 + 1;", None));
+    assert!(!front_end("param x = 4294967296 * 4294967296;", None));
+}
+
+const FRAGMENTS: &[&str] = &[
+    "import", "std", "::", "moe", "{", "}", "(", ")", "[", "]", ",", ";", ":", "param", "x", "=", "1", "2.5", "+", "-",
+    "*", "/", "%", "op", "comm", "on", "aiv", "aic", "taskflow", "let", "return", "tile", "route", "r", "balanced", "sum",
+    "out", "put", "@", "->", "<", ">", "T", "bf16", "device", "ascend_a3", "schedule", "interleaved", "profile", "\"f.hpm\"",
+    "///doc\n", "// c\n", "/*", "*/", "group", "in", "+=", ".", "..", "m", "n", "k", "N", "M", "\"", "0x", "1e", "é", "`",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        front_end(&text, None);
+    }
+
+    #[test]
+    fn token_soup_never_panics(idx in proptest::collection::vec(0..FRAGMENTS.len(), 0..120)) {
+        let text: Vec<&str> = idx.iter().map(|&i| FRAGMENTS[i]).collect();
+        front_end(&text.join(" "), None);
+    }
+}
