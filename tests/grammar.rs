@@ -94,7 +94,10 @@ fn judge(src: &str, o: &Outcome) -> Verdict {
             // The errors after it are its consequences.
             return Verdict::Intentional("nesting deeper than 256 levels");
         }
-        if o.parser_diags.iter().any(|d| d.code == Code::LiteralTooLarge && d.message.contains("float")) {
+        if o.parser_diags
+            .iter()
+            .any(|d| d.code == Code::LiteralTooLarge && d.message.contains("float"))
+        {
             // The lexer drops a float that is not finite, so errors may follow.
             return Verdict::Intentional("number literal out of range");
         }
@@ -153,25 +156,25 @@ struct KnownBug {
 
 #[derive(Clone, Copy)]
 enum Shows {
-    /// The parser rejects a valid text with errors like this one.
+    /// The parser rejects a valid text with errors like this one. (No such bug is known at the
+    /// moment; `put` statements were one until the parser read the rank without indexing.)
+    #[allow(dead_code)]
     ParserError(fn(&Diagnostic) -> bool),
     /// The parser accepts an invalid text that has this property.
     ParserAccepts(fn(&str) -> bool),
 }
 
-const KNOWN_BUGS: &[KnownBug] = &[
-    KnownBug {
-        id: "float-suffix-accepted",
-        what: "The lexer rejects a number with a letter suffix (`1GB`: \"suffixes are not \
+const KNOWN_BUGS: &[KnownBug] = &[KnownBug {
+    id: "float-suffix-accepted",
+    what: "The lexer rejects a number with a letter suffix (`1GB`: \"suffixes are not \
                allowed\") only for integers and exponent-only floats without a sign: after a \
                float with a fraction (`1.6TB`, `1.5e`) or a signed exponent (`1e-3x`) it starts \
                a new identifier token. So `bw: 1.6TB/s` is accepted as `1.6 TB/s` while \
                `bw: 1TB/s` is an error. Fix: a `SuffixedNumber` pattern for floats too.",
-        minimal: "device = d { bw: 1.6TB/s };",
-        should_accept: false,
-        shows: Shows::ParserAccepts(float_runs_into_ident),
-    },
-];
+    minimal: "device = d { bw: 1.6TB/s };",
+    should_accept: false,
+    shows: Shows::ParserAccepts(float_runs_into_ident),
+}];
 
 /// Whether a float token is directly followed (no space) by an identifier.
 fn float_runs_into_ident(src: &str) -> bool {
@@ -323,7 +326,12 @@ fn corpus_agrees() {
             }
         }
     }
-    println!("corpus: {} files, {} classified, {} failures", files.len(), classified.len(), failures.len());
+    println!(
+        "corpus: {} files, {} classified, {} failures",
+        files.len(),
+        classified.len(),
+        failures.len()
+    );
     for c in &classified {
         println!("  classified: {c}");
     }
@@ -356,16 +364,14 @@ fn words(s: &str) -> Toks {
 
 /// Concatenates generated parts.
 fn seq(parts: Vec<Gen>) -> Gen {
-    parts
-        .into_iter()
-        .fold(Just(Vec::new()).boxed(), |acc, p| {
-            (acc, p)
-                .prop_map(|(mut a, b)| {
-                    a.extend(b);
-                    a
-                })
-                .boxed()
-        })
+    parts.into_iter().fold(Just(Vec::new()).boxed(), |acc, p| {
+        (acc, p)
+            .prop_map(|(mut a, b)| {
+                a.extend(b);
+                a
+            })
+            .boxed()
+    })
 }
 
 fn opt(g: Gen) -> Gen {
@@ -398,9 +404,8 @@ fn list(item: Gen, min: usize, max: usize, open: &'static str, close: &'static s
 /// are not reserved). `sum` is left out: before `(` it starts a sum.
 fn name() -> Gen {
     select(vec![
-        "x", "y", "w_up", "tokens", "hidden", "M", "N", "K", "T", "_", "a1", "r", "bf16", "group",
-        "in", "on", "tile", "order", "priority", "route", "let", "return", "put", "param", "op",
-        "taskflow",
+        "x", "y", "w_up", "tokens", "hidden", "M", "N", "K", "T", "_", "a1", "r", "bf16", "group", "in", "on", "tile",
+        "order", "priority", "route", "let", "return", "put", "param", "op", "taskflow",
     ])
     .prop_map(|s| vec![s.to_string()])
     .boxed()
@@ -408,8 +413,23 @@ fn name() -> Gen {
 
 fn number() -> Gen {
     select(vec![
-        "0", "1", "42", "4096", "1_000", "0xFF", "0x_1f", "0b1010", "0o17", "18446744073709551615",
-        "1.5", "1e12", "1.6e-3", "0.85", "2.5E+3", "1_0.5_", "1e_5",
+        "0",
+        "1",
+        "42",
+        "4096",
+        "1_000",
+        "0xFF",
+        "0x_1f",
+        "0b1010",
+        "0o17",
+        "18446744073709551615",
+        "1.5",
+        "1e12",
+        "1.6e-3",
+        "0.85",
+        "2.5E+3",
+        "1_0.5_",
+        "1e_5",
     ])
     .prop_map(|s| vec![s.to_string()])
     .boxed()
@@ -433,7 +453,13 @@ fn expr() -> Gen {
         .boxed();
         prop_oneof![
             // a + b, a * b, ...
-            seq(vec![inner.clone(), select(vec!["+", "-", "*", "/", "%"]).prop_map(|s| vec![s.to_string()]).boxed(), inner.clone()]),
+            seq(vec![
+                inner.clone(),
+                select(vec!["+", "-", "*", "/", "%"])
+                    .prop_map(|s| vec![s.to_string()])
+                    .boxed(),
+                inner.clone()
+            ]),
             seq(vec![lit("-"), inner.clone()]),
             list(inner.clone(), 0, 3, "(", ")"),
             // calls, indexes and fields
@@ -449,9 +475,13 @@ fn expr() -> Gen {
 
 fn docs() -> Gen {
     many(
-        select(vec!["/// A doc line.\n", "///\n", "/// `code` and /* not a comment */\n"])
-            .prop_map(|s| vec![s.to_string()])
-            .boxed(),
+        select(vec![
+            "/// A doc line.\n",
+            "///\n",
+            "/// `code` and /* not a comment */\n",
+        ])
+        .prop_map(|s| vec![s.to_string()])
+        .boxed(),
         2,
     )
 }
@@ -495,14 +525,28 @@ fn op_signature() -> Gen {
 }
 
 fn op_body() -> Gen {
-    let target = select(vec!["out", "route", "y", "acc"]).prop_map(|s| vec![s.to_string()]).boxed();
-    let assign_op = select(vec!["=", "+="]).prop_map(|s| vec![s.to_string()]).boxed();
-    let rank = select(vec!["r . rank ( t , j )", "r . src_rank ( m )", "0", "( ranks [ t ] )", "peer"])
-        .prop_map(words)
+    let target = select(vec!["out", "route", "y", "acc"])
+        .prop_map(|s| vec![s.to_string()])
         .boxed();
+    let assign_op = select(vec!["=", "+="]).prop_map(|s| vec![s.to_string()]).boxed();
+    let rank = select(vec![
+        "r . rank ( t , j )",
+        "r . src_rank ( m )",
+        "0",
+        "( ranks [ t ] )",
+        "peer",
+    ])
+    .prop_map(words)
+    .boxed();
     let stmt = prop_oneof![
         seq(vec![lit("let"), name(), lit("="), expr(), lit(";")]),
-        seq(vec![target, list(expr(), 0, 3, "[", "]"), assign_op.clone(), expr(), lit(";")]),
+        seq(vec![
+            target,
+            list(expr(), 0, 3, "[", "]"),
+            assign_op.clone(),
+            expr(),
+            lit(";")
+        ]),
         seq(vec![
             lit("put"),
             name(),
@@ -531,14 +575,27 @@ fn annotation() -> Gen {
 fn item() -> Gen {
     let import = prop_oneof![
         lit(r#"import "ops.hpm" ;"#),
-        seq(vec![lit(r#"import "ops.hpm" ::"#), prop_oneof![lit("*"), list(name(), 0, 3, "{", "}")].boxed(), lit(";")]),
-        seq(vec![lit("import std :: moe ::"), prop_oneof![lit("*"), list(name(), 0, 3, "{", "}")].boxed(), lit(";")]),
+        seq(vec![
+            lit(r#"import "ops.hpm" ::"#),
+            prop_oneof![lit("*"), list(name(), 0, 3, "{", "}")].boxed(),
+            lit(";")
+        ]),
+        seq(vec![
+            lit("import std :: moe ::"),
+            prop_oneof![lit("*"), list(name(), 0, 3, "{", "}")].boxed(),
+            lit(";")
+        ]),
         lit("import std :: device :: ascend_a3 ;"),
         lit("import a :: b ;"),
     ]
     .boxed();
     let param = seq(vec![lit("param"), name(), lit("="), expr(), lit(";")]);
-    let device = seq(vec![lit("device ="), name(), opt(list(unit_field(), 0, 3, "{", "}")), lit(";")]);
+    let device = seq(vec![
+        lit("device ="),
+        name(),
+        opt(list(unit_field(), 0, 3, "{", "}")),
+        lit(";"),
+    ]);
     let route = seq(vec![
         lit("route"),
         name(),
@@ -562,7 +619,11 @@ fn item() -> Gen {
         op_body(),
     ]);
     let flow_stmt = seq(vec![
-        prop_oneof![seq(vec![lit("let"), name(), lit("="), expr()]), seq(vec![lit("return"), expr()])].boxed(),
+        prop_oneof![
+            seq(vec![lit("let"), name(), lit("="), expr()]),
+            seq(vec![lit("return"), expr()])
+        ]
+        .boxed(),
         many(annotation(), 3),
         lit(";"),
     ]);
@@ -603,7 +664,9 @@ fn item() -> Gen {
         opt(seq(vec![lit("="), expr()])),
     ]);
     let signature = seq(vec![
-        select(vec!["routing", "policy"]).prop_map(|s| vec![s.to_string()]).boxed(),
+        select(vec!["routing", "policy"])
+            .prop_map(|s| vec![s.to_string()])
+            .boxed(),
         name(),
         list(sig_param, 0, 3, "(", ")"),
         lit(";"),
@@ -617,10 +680,18 @@ fn item() -> Gen {
 /// A valid program: inner docs, items, and comments spread between the tokens.
 fn program() -> Gen {
     let inner_docs = many(
-        select(vec!["//! The file.\n", "//!\n"]).prop_map(|s| vec![s.to_string()]).boxed(),
+        select(vec!["//! The file.\n", "//!\n"])
+            .prop_map(|s| vec![s.to_string()])
+            .boxed(),
         2,
     );
-    let comment = select(vec!["/* c */", "/* a /* nested */ b */", "/**/", "// line\n", "//// four\n"]);
+    let comment = select(vec![
+        "/* c */",
+        "/* a /* nested */ b */",
+        "/**/",
+        "// line\n",
+        "//// four\n",
+    ]);
     (
         inner_docs,
         prop::collection::vec(item(), 1..=5),
@@ -658,7 +729,10 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::Swap(a, b)),
         any::<Index>().prop_map(Mutation::Truncate),
         any::<Index>().prop_map(Mutation::DeleteChar),
-        (any::<Index>(), select(vec![' ', '/', '*', '.', '_', 'e', '1', '"', '(', ']', ':', '-', '!']))
+        (
+            any::<Index>(),
+            select(vec![' ', '/', '*', '.', '_', 'e', '1', '"', '(', ']', ':', '-', '!'])
+        )
             .prop_map(|(i, c)| Mutation::InsertChar(i, c)),
     ]
 }
@@ -731,7 +805,10 @@ fn check(src: &str, tally: &RefCell<Tally>) -> Result<(), TestCaseError> {
 
 /// A runner for `cases` cases, or `PROPTEST_CASES` when set (for longer runs by hand).
 fn runner(cases: u32) -> TestRunner {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(cases);
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
     TestRunner::new(ProptestConfig {
         cases,
         failure_persistence: None,
@@ -764,7 +841,10 @@ fn generated_programs_and_mutants_agree() {
         panic!("{e}");
     }
     let m = mutants.borrow();
-    assert!(m.rejected > 0 && m.accepted > 0, "the mutations should give both valid and invalid texts: {m:?}");
+    assert!(
+        m.rejected > 0 && m.accepted > 0,
+        "the mutations should give both valid and invalid texts: {m:?}"
+    );
 }
 
 /// Short strings of lexically interesting characters in a few places of a program: numbers,
@@ -772,10 +852,9 @@ fn generated_programs_and_mutants_agree() {
 #[test]
 fn lexical_fragments_agree() {
     let alphabet = vec![
-        "0", "1", "9", "e", "E", "x", "b", "o", "f", "_", ".", "+", "-", "\"", "\\", "n", "'", "/",
-        "*", "!", " ", "\n", "a", ":", "#", "é", "0x", "0b", "1.5", "//", "/*", "*/", "///", "//!",
-        "\t", "\r", "\u{0C}", "\u{0B}", "\u{A0}", "=", ">", "<", "(", ")", "[", "]", "{", "}",
-        ",", ";", "|", "@",
+        "0", "1", "9", "e", "E", "x", "b", "o", "f", "_", ".", "+", "-", "\"", "\\", "n", "'", "/", "*", "!", " ",
+        "\n", "a", ":", "#", "é", "0x", "0b", "1.5", "//", "/*", "*/", "///", "//!", "\t", "\r", "\u{0C}", "\u{0B}",
+        "\u{A0}", "=", ">", "<", "(", ")", "[", "]", "{", "}", ",", ";", "|", "@",
     ];
     let fragment = prop::collection::vec(select(alphabet), 0..10).prop_map(|v| v.concat());
     let context = select(vec![

@@ -7,6 +7,10 @@ use divan::Bencher;
 use hpmoe_dsl::check::{check_text, Options};
 use hpmoe_dsl::SourceMap;
 
+/// The allocator of the `hpmoe` binary, so the figures are the tool's.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     divan::main();
 }

@@ -126,7 +126,8 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_taskflow(&mut self, r: ItemRef) {
-        let item = self.item(r).clone();
+        let file = self.file_of(r);
+        let item = &file.items[r.item];
         let ItemKind::Taskflow(tfd) = &item.kind else { return };
         let mut fl = Flow {
             module: r.module,
@@ -208,6 +209,8 @@ impl Checker<'_> {
                             fl.names.insert(name.name.clone(), (t, name.span, false));
                         }
                         None => {
+                            // Names the failed call reads are not "unused".
+                            mark_used(&mut fl, value);
                             fl.poisoned.insert(name.name.clone());
                             ok = false;
                         }
@@ -232,6 +235,7 @@ impl Checker<'_> {
                     for (e, (oname, dspan, dty)) in items.into_iter().zip(&declared) {
                         let annots = if value.kind == e.kind { &st.annots[..] } else { &[] };
                         let Some(t) = self.flow_call(&mut fl, e, annots, oname, false) else {
+                            mark_used(&mut fl, e);
                             ok = false;
                             continue;
                         };
@@ -320,7 +324,19 @@ impl Checker<'_> {
                         self.err(Diagnostic::error(Code::WrongKind, format!("`{fname}` is {w}, not an op")).primary(callee.span, "cannot be called"));
                         return None;
                     }
+                    None if fl.names.contains_key(fname) || fl.poisoned.contains(fname) => {
+                        mark_used(fl, e);
+                        if fl.names.contains_key(fname) {
+                            self.err(
+                                Diagnostic::error(Code::WrongKind, format!("`{fname}` is a tensor, not an op"))
+                                    .primary(callee.span, "cannot be called")
+                                    .help("only ops and comm ops can be called"),
+                            );
+                        }
+                        return None;
+                    }
                     None => {
+                        mark_used(fl, e);
                         self.unknown_op(fl.module, fname, callee.span, fl);
                         return None;
                     }
@@ -1105,10 +1121,16 @@ impl Checker<'_> {
         collect_group_uses(sig, ins, out, &mut group_dims);
         for (v, dim, span) in group_dims {
             let R::Recv(route) = ranges[v] else {
+                // The rows come from an argument: point at the call, not into the op.
+                let var = &sig.body.vars[v];
+                let what = match var.group_of {
+                    Some(g) => format!("sum({} in group({}))", var.name, sig.body.vars[g].name),
+                    None => format!("group({})", var.name),
+                };
                 self.err(
-                    Diagnostic::error(Code::NotGrouped, format!("`group({})` needs rows grouped by expert", sig.body.vars[v].name))
-                        .primary(span, "these rows do not come from a receive window")
-                        .secondary(call, "in this call")
+                    Diagnostic::error(Code::NotGrouped, format!("`{}` needs rows grouped by expert for `{what}`", sig.name))
+                        .primary(call, "these rows do not come from a receive window")
+                        .secondary(span, "the rows' expert is read here")
                         .note("rows are grouped when their dimension is a routing's `r.recv`"),
                 );
                 return None;
@@ -1318,7 +1340,8 @@ impl Checker<'_> {
     /// Checks that a tile fits the engine's buffers (double-buffered).
     #[allow(clippy::too_many_arguments)]
     fn check_buffers(&mut self, sig: &OpSig, body: &ConcreteBody, tile: &[(String, u64)], ins: &[(DType, Vec<Dim>)], out_dtype: DType, engine: Engine, call: Span, tile_span: Span) -> bool {
-        let Some(dev) = self.device.clone() else { return true };
+        let Some(dev) = self.device.as_ref() else { return true };
+        let (l0a, l0b, l0c, l1, ub) = (dev.get("l0a_size"), dev.get("l0b_size"), dev.get("l0c_size"), dev.get("l1_size"), dev.get("ub_size"));
         if sig.is_comm {
             // Puts stream through the UB in `put_chunk_bytes` chunks: any tile fits.
             return true;
@@ -1365,10 +1388,10 @@ impl Checker<'_> {
                     }
                 }
                 let checks = [
-                    ("L0A", 2 * lhs, dev.get("l0a_size"), "the left operand's k-step, double-buffered"),
-                    ("L0B", 2 * rhs, dev.get("l0b_size"), "the right operand's k-step, double-buffered"),
-                    ("L0C", outb, dev.get("l0c_size"), "the f32 accumulator of the output tile"),
-                    ("L1", 2 * (lhs + rhs), dev.get("l1_size"), "both operand panels, double-buffered"),
+                    ("L0A", 2 * lhs, l0a, "the left operand's k-step, double-buffered"),
+                    ("L0B", 2 * rhs, l0b, "the right operand's k-step, double-buffered"),
+                    ("L0C", outb, l0c, "the f32 accumulator of the output tile"),
+                    ("L1", 2 * (lhs + rhs), l1, "both operand panels, double-buffered"),
                 ];
                 for (buf, need, cap, what) in checks {
                     if need as f64 > cap {
@@ -1424,7 +1447,7 @@ impl Checker<'_> {
                 }
                 let row = body.vars.iter().position(|v| Some(&v.name) == row_name.as_ref());
                 let need = 2 * per_row;
-                let cap = dev.get("ub_size");
+                let cap = ub;
                 if need as f64 > cap {
                     let rn = row.map_or("the first index".to_string(), |r| format!("`{}`", body.vars[r].name));
                     self.err(
@@ -1469,6 +1492,9 @@ impl Checker<'_> {
             }
             if let Some(t) = &d.taskflow {
                 let is_tf = self.lookup(root, &t.name).is_some_and(|r| matches!(self.item(r).kind, ItemKind::Taskflow(_)));
+                if !is_tf && self.modules[root].poisoned.contains(&t.name) {
+                    continue; // the taskflow did not parse
+                }
                 if !is_tf {
                     let names = self.names_where(root, |k| matches!(k, ItemKind::Taskflow(_)));
                     let mut diag = Diagnostic::error(Code::NoTaskflow, format!("no taskflow `{}` to schedule", t.name)).primary(t.span, "not a taskflow");
@@ -1580,6 +1606,20 @@ fn collect_group_uses(sig: &OpSig, ins: &[(DType, Vec<Dim>)], out: &[Dim], acc: 
                 }
             }
         }
+    }
+}
+
+/// Marks every taskflow name an expression reads as used.
+fn mark_used(fl: &mut Flow, e: &Expr) {
+    match &e.kind {
+        ExprKind::Name(n) => {
+            if let Some((_, _, used)) = fl.names.get_mut(n) {
+                *used = true;
+            }
+        }
+        ExprKind::Call { args, .. } => args.iter().for_each(|a| mark_used(fl, &a.value)),
+        ExprKind::Tuple(xs) => xs.iter().for_each(|x| mark_used(fl, x)),
+        _ => {}
     }
 }
 

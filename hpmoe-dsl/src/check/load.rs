@@ -28,14 +28,17 @@ impl Checker<'_> {
     fn parse_into(&mut self, file: FileId, std_name: Option<String>, path: Option<PathBuf>) -> ModId {
         let text = self.sources.get(file).map(|f| f.text.clone()).unwrap_or_default();
         let (ast, diags, _) = crate::syntax::parse_text(&text, file);
+        // Items and `let`s that failed to parse are dropped from the AST: uses of their names
+        // would only repeat the syntax error, so they stay silent.
+        let poisoned = if diags.is_empty() { Default::default() } else { declared_names(&text, file) };
         self.diags.extend(diags);
         self.modules.push(Module {
             file,
-            ast,
+            ast: std::rc::Rc::new(ast),
             std_name,
             path,
             scope: BTreeMap::new(),
-            poisoned: Default::default(),
+            poisoned,
         });
         self.modules.len() - 1
     }
@@ -319,4 +322,18 @@ pub fn read_source(path: &std::path::Path) -> std::io::Result<String> {
         return Err(std::io::Error::other(format!("larger than {} MiB", MAX_SOURCE_BYTES >> 20)));
     }
     std::fs::read_to_string(path)
+}
+
+/// Every name that follows a defining keyword (`param NAME`, `op NAME`, `let NAME`, ...)
+/// in a text, found from its tokens alone, so it works where the parse failed.
+fn declared_names(text: &str, file: FileId) -> std::collections::BTreeSet<String> {
+    use crate::syntax::token::TokenKind;
+    const DEFINING: &[&str] = &["param", "route", "op", "comm", "taskflow", "profile", "routing", "policy", "let"];
+    let (toks, _, _) = crate::syntax::lexer::tokenize(text, file);
+    toks.windows(2)
+        .filter_map(|w| match (&w[0].kind, &w[1].kind) {
+            (TokenKind::Ident(kw), TokenKind::Ident(name)) if DEFINING.contains(&kw.as_str()) => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
 }

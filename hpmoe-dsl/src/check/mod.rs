@@ -148,7 +148,7 @@ pub(crate) struct ItemRef {
 #[derive(Debug)]
 pub(crate) struct Module {
     pub file: FileId,
-    pub ast: ast::File,
+    pub ast: Rc<ast::File>,
     /// `Some("moe")` for `std::moe`.
     pub std_name: Option<String>,
     pub path: Option<PathBuf>,
@@ -215,6 +215,11 @@ impl<'a> Checker<'a> {
 
     pub fn item(&self, r: ItemRef) -> &ast::Item {
         &self.modules[r.module].ast.items[r.item]
+    }
+
+    /// A shared handle to an item's file, so the item can be read while the checker changes.
+    pub fn file_of(&self, r: ItemRef) -> Rc<ast::File> {
+        Rc::clone(&self.modules[r.module].ast)
     }
 
     /// Looks a name up in a module's scope.

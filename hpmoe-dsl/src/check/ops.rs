@@ -255,7 +255,8 @@ impl Checker<'_> {
     }
 
     fn check_op(&mut self, r: ItemRef) -> Option<OpSig> {
-        let item = self.item(r).clone();
+        let file = self.file_of(r);
+        let item = &file.items[r.item];
         let ItemKind::Op(def) = &item.kind else { return None };
         let mut cx = Ctx {
             item: r,
@@ -313,10 +314,13 @@ impl Checker<'_> {
             }
         }
         let _ = input;
+        // A parameter whose type failed has no dimensions: checking the result and the body
+        // against it would only report follow-on errors.
+        let params_ok = !cx.failed;
         let ret = self.tsig(&mut cx, &def.ret);
         cx.sig_mode = false;
         // Every symbol of the result must be bound by a parameter.
-        if let Some(ret) = &ret {
+        if let (Some(ret), true) = (&ret, params_ok) {
             let mut bound = Vec::new();
             for p in &cx.params {
                 if let PSig::Tensor { ty, .. } = p {
@@ -376,6 +380,9 @@ impl Checker<'_> {
             }
         };
         // Body.
+        if !params_ok {
+            return None;
+        }
         let body = self.build_body(&mut cx, &def.body, def.body_span);
         let contraction = contraction_of(&body);
         if !cx.is_comm && engine == Engine::Aic && contraction.is_none() && !cx.failed {
@@ -565,7 +572,7 @@ impl Checker<'_> {
                     if RESERVED.contains(&name.name.as_str()) {
                         self.err(Diagnostic::error(Code::ReservedName, format!("`{}` is reserved", name.name)).primary(name.span, "reserved"));
                         cx.failed = true;
-                        continue;
+                        // Kept in scope so that its uses are not reported again.
                     }
                     lets.push((name.name.clone(), Local::Let(value.clone())));
                 }
@@ -604,6 +611,11 @@ impl Checker<'_> {
                             Some(i) => lhs.push(i),
                             None => cx.failed = true,
                         }
+                    }
+                    if lhs.len() != index.len() {
+                        // The value's index variables were not introduced: checking it would
+                        // only report them as unknown.
+                        continue;
                     }
                     let v = self.scalar(cx, value);
                     let vars: Vec<usize> = (first_var..cx.vars.len()).filter(|&v| cx.vars[v].kind == VarKind::Out).collect();

@@ -58,6 +58,9 @@ impl Checker<'_> {
         let ItemKind::Signature(s) = &self.item(sig).kind else { return None };
         let s = s.clone();
         let mut given: BTreeMap<String, (Value, Span)> = BTreeMap::new();
+        // Parameters given an argument, valid or not (an invalid one is not also "missing").
+        let mut attempted: Vec<String> = Vec::new();
+        let mut misplaced = false;
         let mut ok = true;
         let mut positional_done = false;
         for (i, a) in args.iter().enumerate() {
@@ -85,6 +88,7 @@ impl Checker<'_> {
                     if positional_done {
                         self.err(Diagnostic::error(Code::UnexpectedToken, "a positional argument after a named one").primary(a.value.span, "name this argument"));
                         ok = false;
+                        misplaced = true;
                         continue;
                     }
                     match s.params.get(i) {
@@ -101,6 +105,7 @@ impl Checker<'_> {
                 }
             };
             let pname = p.name.name.clone();
+            attempted.push(pname.clone());
             if let Some((_, prev)) = given.get(&pname) {
                 let prev = *prev;
                 self.err(
@@ -126,6 +131,10 @@ impl Checker<'_> {
         }
         for p in &s.params {
             if given.contains_key(&p.name.name) {
+                continue;
+            }
+            if attempted.contains(&p.name.name) || (misplaced && p.default.is_none()) {
+                // Already reported: an invalid value, or an argument we could not place.
                 continue;
             }
             match &p.default {

@@ -17,7 +17,7 @@ pub enum RenderStyle {
 struct MietteDiag {
     message: String,
     code: String,
-    severity: Severity,
+    severity: miette::Severity,
     help: Option<String>,
     labels: Vec<LabeledSpan>,
     source: Option<NamedSource<String>>,
@@ -45,10 +45,7 @@ impl miette::Diagnostic for MietteDiag {
         }
     }
     fn severity(&self) -> Option<miette::Severity> {
-        Some(match self.severity {
-            Severity::Error => miette::Severity::Error,
-            Severity::Warning => miette::Severity::Warning,
-        })
+        Some(self.severity)
     }
     fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
         self.help
@@ -109,7 +106,8 @@ fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
                 related.push(MietteDiag {
                     message: if l.message.is_empty() { "see here".into() } else { l.message.clone() },
                     code: String::new(),
-                    severity: Severity::Warning,
+                    // A location in another file that explains the main one: not a warning.
+                    severity: miette::Severity::Advice,
                     help: None,
                     labels: vec![labeled(l.span, &other.text, "", true)],
                     source: Some(NamedSource::new(&other.name, other.text.to_string())),
@@ -121,7 +119,10 @@ fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
     MietteDiag {
         message: d.message.clone(),
         code: d.code.to_string(),
-        severity: d.severity,
+        severity: match d.severity {
+            Severity::Error => miette::Severity::Error,
+            Severity::Warning => miette::Severity::Warning,
+        },
         help,
         labels,
         source,

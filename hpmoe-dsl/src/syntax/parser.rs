@@ -83,12 +83,23 @@ impl Parser {
             self.toks[self.pos - 1].span
         }
     }
+    /// Consumes the current token and returns it. Its text is moved out (the buffer keeps
+    /// only the kind's shape and the span), so no string is copied.
     fn bump(&mut self) -> Token {
-        let t = self.peek().clone();
-        if t.kind != TokenKind::Eof {
+        let i = self.pos.min(self.toks.len() - 1);
+        let t = &mut self.toks[i];
+        let kind = match &mut t.kind {
+            TokenKind::Ident(s) => TokenKind::Ident(std::mem::take(s)),
+            TokenKind::Str(s) => TokenKind::Str(std::mem::take(s)),
+            TokenKind::Doc(s) => TokenKind::Doc(std::mem::take(s)),
+            TokenKind::InnerDoc(s) => TokenKind::InnerDoc(std::mem::take(s)),
+            other => other.clone(),
+        };
+        let tok = Token { kind, span: t.span };
+        if tok.kind != TokenKind::Eof {
             self.pos += 1;
         }
-        t
+        tok
     }
     fn at_eof(&self) -> bool {
         *self.peek_kind() == TokenKind::Eof
@@ -150,12 +161,13 @@ impl Parser {
     }
 
     fn expect_ident(&mut self, what: &str) -> PResult<Ident> {
-        match self.peek_kind().clone() {
-            TokenKind::Ident(name) => {
-                let span = self.bump().span;
-                Ok(Ident { name, span })
-            }
-            _ => Err(self.error_expected(what)),
+        if !matches!(self.peek_kind(), TokenKind::Ident(_)) {
+            return Err(self.error_expected(what));
+        }
+        let t = self.bump();
+        match t.kind {
+            TokenKind::Ident(name) => Ok(Ident { name, span: t.span }),
+            _ => Err(Reported),
         }
     }
 
@@ -383,19 +395,20 @@ impl Parser {
             }
             return None;
         }
-        let res = match self.peek_kind().clone() {
-            TokenKind::Ident(kw) => match kw.as_str() {
-                "import" => self.import().map(ItemKind::Import),
-                "param" => self.param().map(ItemKind::Param),
-                "device" => self.device().map(ItemKind::Device),
-                "route" => self.route().map(ItemKind::Route),
-                "op" | "comm" => self.op_def().map(ItemKind::Op),
-                "taskflow" => self.taskflow().map(ItemKind::Taskflow),
-                "schedule" => self.schedule().map(ItemKind::Schedule),
-                "profile" => self.profile().map(ItemKind::Profile),
-                "routing" | "policy" => self.signature().map(ItemKind::Signature),
-                _ => Err(self.error_item()),
-            },
+        let kw = match self.peek_kind() {
+            TokenKind::Ident(kw) => ITEM_KEYWORDS.iter().position(|k| k == kw),
+            _ => None,
+        };
+        let res = match kw.map(|i| ITEM_KEYWORDS[i]) {
+            Some("import") => self.import().map(ItemKind::Import),
+            Some("param") => self.param().map(ItemKind::Param),
+            Some("device") => self.device().map(ItemKind::Device),
+            Some("route") => self.route().map(ItemKind::Route),
+            Some("op" | "comm") => self.op_def().map(ItemKind::Op),
+            Some("taskflow") => self.taskflow().map(ItemKind::Taskflow),
+            Some("schedule") => self.schedule().map(ItemKind::Schedule),
+            Some("profile") => self.profile().map(ItemKind::Profile),
+            Some("routing" | "policy") => self.signature().map(ItemKind::Signature),
             _ => Err(self.error_item()),
         };
         match res {
@@ -1069,30 +1082,16 @@ impl Parser {
     }
 
     fn primary(&mut self) -> PResult<Expr> {
-        let t = self.peek().clone();
-        let kind = match t.kind {
-            TokenKind::Int(v) => {
-                self.bump();
-                ExprKind::Int(v.unwrap_or(0))
-            }
-            TokenKind::Float(v) => {
-                self.bump();
-                ExprKind::Float(v)
-            }
-            TokenKind::Str(s) => {
-                self.bump();
-                ExprKind::Str(s)
-            }
-            TokenKind::Ident(ref name) if name == "sum" && matches!(self.peek_at(1), TokenKind::Open(Delim::Paren)) => {
+        match self.peek_kind() {
+            TokenKind::Ident(name) if name == "sum" && matches!(self.peek_at(1), TokenKind::Open(Delim::Paren)) => {
                 return self.sum();
-            }
-            TokenKind::Ident(name) => {
-                self.bump();
-                ExprKind::Name(name)
             }
             TokenKind::Open(Delim::Paren) => {
                 let (mut items, span) = self.delimited(Delim::Paren, Punct::Comma, "an expression", |p| p.expr())?;
-                let trailing_comma = matches!(self.toks.get(self.pos.wrapping_sub(2)).map(|t| &t.kind), Some(TokenKind::Punct(Punct::Comma)));
+                let trailing_comma = matches!(
+                    self.toks.get(self.pos.wrapping_sub(2)).map(|t| &t.kind),
+                    Some(TokenKind::Punct(Punct::Comma))
+                );
                 if items.len() == 1 && !trailing_comma {
                     let mut e = items.remove(0);
                     e.span = span;
@@ -1103,7 +1102,16 @@ impl Parser {
                     span,
                 });
             }
+            TokenKind::Int(_) | TokenKind::Float(_) | TokenKind::Str(_) | TokenKind::Ident(_) => {}
             _ => return Err(self.error_expected("an expression")),
+        }
+        let t = self.bump();
+        let kind = match t.kind {
+            TokenKind::Int(v) => ExprKind::Int(v.unwrap_or(0)),
+            TokenKind::Float(v) => ExprKind::Float(v),
+            TokenKind::Str(s) => ExprKind::Str(s),
+            TokenKind::Ident(name) => ExprKind::Name(name),
+            _ => return Err(Reported),
         };
         Ok(Expr { kind, span: t.span })
     }
