@@ -4,8 +4,10 @@
 //!
 //! In: every `.hpm` file under `stdlib/`, `examples/`, `tests/ok/`, `tests/err/` and
 //! `tests/grammar/` (walked at test time), programs generated from the grammar, mutations of
-//! them (a token deleted, duplicated, swapped, or the text truncated), and short lexical
-//! fragments. Out: a failure naming the input whenever the two disagree.
+//! them (a token deleted, duplicated or swapped, the text truncated at a token, a character
+//! deleted or inserted), and short lexical fragments in a few places of a program. Out: a
+//! failure naming the input (shrunk, for generated ones) whenever the two disagree. Set
+//! `PROPTEST_CASES` for a longer run than the default 256 cases per property.
 //!
 //! Two kinds of disagreement are classified instead of failing, and counted in the summary
 //! each test prints (`cargo test --test grammar -- --nocapture`):
@@ -167,10 +169,10 @@ enum Shows {
 const KNOWN_BUGS: &[KnownBug] = &[KnownBug {
     id: "float-suffix-accepted",
     what: "The lexer rejects a number with a letter suffix (`1GB`: \"suffixes are not \
-               allowed\") only for integers and exponent-only floats without a sign: after a \
-               float with a fraction (`1.6TB`, `1.5e`) or a signed exponent (`1e-3x`) it starts \
-               a new identifier token. So `bw: 1.6TB/s` is accepted as `1.6 TB/s` while \
-               `bw: 1TB/s` is an error. Fix: a `SuffixedNumber` pattern for floats too.",
+          allowed\") only for integers and exponent-only floats without a sign: after a float \
+          with a fraction (`1.6TB`, `1.5e`) or a signed exponent (`1e-3x`) it starts a new \
+          identifier token. So `bw: 1.6TB/s` is accepted as `1.6 TB/s` while `bw: 1TB/s` is an \
+          error. Fix: `SuffixedNumber` patterns for those floats too.",
     minimal: "device = d { bw: 1.6TB/s };",
     should_accept: false,
     shows: Shows::ParserAccepts(float_runs_into_ident),

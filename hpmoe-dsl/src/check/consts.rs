@@ -297,7 +297,7 @@ impl Checker<'_> {
 
     pub(crate) fn type_mismatch(&mut self, span: Span, expected: &str, got: &Value) {
         self.err(
-            Diagnostic::error(Code::TypeMismatch, format!("expected {expected}, found {} `{got}`", got.kind()))
+            Diagnostic::error(Code::TypeMismatch, format!("expected {expected}, found {} `{}`", got.kind(), show_value(got)))
                 .primary(span, format!("expected {expected}")),
         );
     }
@@ -329,6 +329,15 @@ impl Checker<'_> {
                 None
             }
         }
+    }
+}
+
+/// A value as written in a message: a whole float keeps its `.0`, so `4.0` is not shown as
+/// the integer `4`.
+pub(crate) fn show_value(v: &Value) -> String {
+    match v {
+        Value::Float(f) if f.is_finite() && f.fract() == 0.0 => format!("{f:.1}"),
+        other => other.to_string(),
     }
 }
 

@@ -79,6 +79,21 @@ pub fn unit(name: &str) -> Option<(Quantity, f64)> {
     UNITS.iter().find(|(n, _, _)| *n == name).map(|(_, q, f)| (*q, *f))
 }
 
+/// A quantity in words, for messages.
+fn quantity_word(q: Quantity) -> &'static str {
+    match q {
+        Quantity::Count => "a count",
+        Quantity::Ratio => "a ratio",
+        Quantity::Bytes => "a size in bytes",
+        Quantity::Frequency => "a frequency",
+        Quantity::Time => "a time",
+        Quantity::Bandwidth => "a bandwidth",
+        Quantity::BytesPerCycle => "bytes per cycle",
+        Quantity::FlopsPerCycle => "FLOP per cycle",
+        Quantity::Cycles => "a number of cycles",
+    }
+}
+
 fn units_of(q: Quantity) -> String {
     UNITS
         .iter()
@@ -149,13 +164,24 @@ impl Checker<'_> {
                 self.unknown_unit(&utext, unit_ast.span);
                 continue;
             };
-            if let Some(&(_, rq)) = REQUIRED_FIELDS.iter().find(|(n, _)| *n == f.name.name) {
-                if rq != q {
+            match REQUIRED_FIELDS.iter().find(|(n, _)| *n == f.name.name) {
+                Some(&(_, rq)) if rq != q => {
                     self.err(
-                        Diagnostic::error(Code::UnitMismatch, format!("`{}` is a {:?} quantity, but `{utext}` is a {:?} unit", f.name.name, rq, q))
+                        Diagnostic::error(Code::UnitMismatch, format!("`{}` is {}, but `{utext}` is a unit of {}", f.name.name, quantity_word(rq), quantity_word(q)))
                             .primary(unit_ast.span, "wrong kind of unit")
                             .help(format!("use one of: {}", units_of(rq))),
                     );
+                    continue;
+                }
+                Some(_) => {}
+                None => {
+                    // A misspelt field would otherwise be ignored, and the base's value kept.
+                    let mut d = Diagnostic::error(Code::UnknownProfileField, format!("`{}` is not a device field", f.name.name)).primary(f.name.span, "unknown field");
+                    d = match crate::suggest::closest(&f.name.name, REQUIRED_FIELDS.iter().map(|(n, _)| *n)) {
+                        Some(b) => d.help(format!("did you mean `{b}`?")),
+                        None => d.help(format!("the fields are: {}", REQUIRED_FIELDS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))),
+                    };
+                    self.err(d);
                     continue;
                 }
             }
@@ -198,14 +224,19 @@ impl Checker<'_> {
 
     fn validate_device(&mut self, fields: &BTreeMap<String, DeviceField>, span: Span) -> bool {
         let mut ok = true;
-        for (name, _) in REQUIRED_FIELDS {
-            if !fields.contains_key(*name) {
-                self.err(
-                    Diagnostic::error(Code::MissingArgument, format!("the device profile lacks `{name}`"))
-                        .primary(span, format!("`{name}` is not defined")),
-                );
-                ok = false;
-            }
+        let missing: Vec<&str> = REQUIRED_FIELDS.iter().map(|(n, _)| *n).filter(|n| !fields.contains_key(*n)).collect();
+        if !missing.is_empty() {
+            let list = missing.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+            let msg = match missing.len() {
+                1 => format!("the device profile lacks {list}"),
+                n => format!("the device profile lacks {n} fields: {list}"),
+            };
+            self.err(
+                Diagnostic::error(Code::MissingArgument, msg)
+                    .primary(span, "incomplete profile")
+                    .help("define the fields, or derive the profile from a complete one: `profile NAME : ascend_a3 { ... }`"),
+            );
+            ok = false;
         }
         for (name, f) in fields {
             let bad = !f.value.is_finite()
@@ -346,7 +377,7 @@ impl Checker<'_> {
                 };
                 if q != existing.quantity {
                     self.err(
-                        Diagnostic::error(Code::UnitMismatch, format!("`{}` is measured in {} (a {:?} quantity), not `{t}`", f.name.name, existing.unit, existing.quantity))
+                        Diagnostic::error(Code::UnitMismatch, format!("`{}` is {}, measured in {}, not in `{t}`", f.name.name, quantity_word(existing.quantity), existing.unit))
                             .primary(u.span, "wrong kind of unit")
                             .help(format!("use one of: {}", units_of(existing.quantity))),
                     );
@@ -393,7 +424,7 @@ impl Checker<'_> {
                         Some((q, f)) if q == existing.quantity => x * f,
                         Some(_) => {
                             self.err(
-                                Diagnostic::error(Code::UnitMismatch, format!("`--set device.{name}`: `{u}` is not a unit of {:?}", existing.quantity))
+                                Diagnostic::error(Code::UnitMismatch, format!("`--set device.{name}`: `{u}` is not a unit of {}", quantity_word(existing.quantity)))
                                     .help(format!("use one of: {}", units_of(existing.quantity))),
                             );
                             return false;

@@ -961,7 +961,9 @@ impl Checker<'_> {
             }
         };
         // Convert indices and collect range constraints.
-        let constrain = |ck: &mut Self, ranges: &mut Vec<R>, var: usize, r: R, span: Span, what: &str| -> bool {
+        // The use that last narrowed each variable's range (to explain coverage gaps).
+        let mut narrowed: Vec<Option<Span>> = vec![None; nv];
+        let mut constrain = |ck: &mut Self, ranges: &mut Vec<R>, var: usize, r: R, span: Span, what: &str| -> bool {
             let cur = ranges[var];
             let new = match (cur, r) {
                 (R::Unknown, x) => x,
@@ -991,6 +993,11 @@ impl Checker<'_> {
                             .secondary(call, "in this call"),
                     );
                     return false;
+                }
+            }
+            if let (R::Fixed(a, b), R::Fixed(c, d)) = (cur, new) {
+                if c > a || d < b {
+                    narrowed[var] = Some(span);
                 }
             }
             ranges[var] = new;
@@ -1189,7 +1196,7 @@ impl Checker<'_> {
             stmts,
             contraction: sig.contraction.as_ref().map(|(l, r, red)| Contraction { lhs: *l, rhs: *r, reduce: red.clone() }),
         };
-        if !sig.is_comm && !self.check_coverage(sig, &body, out, call) {
+        if !sig.is_comm && !self.check_coverage(sig, &body, out, call, &narrowed) {
             return None;
         }
         Some(body)
@@ -1260,7 +1267,7 @@ impl Checker<'_> {
     }
 
     /// The statements of a compute op must write every output element exactly once.
-    fn check_coverage(&mut self, sig: &OpSig, body: &ConcreteBody, out: &[Dim], call: Span) -> bool {
+    fn check_coverage(&mut self, sig: &OpSig, body: &ConcreteBody, out: &[Dim], call: Span, narrowed: &[Option<Span>]) -> bool {
         // Each statement writes a box: per dimension an interval (ragged: the whole window).
         let mut boxes: Vec<(Vec<(i64, i64)>, Span)> = Vec::new();
         for (st, sst) in body.stmts.iter().zip(&sig.body.stmts) {
@@ -1326,12 +1333,17 @@ impl Checker<'_> {
                     break;
                 }
             }
-            self.err(
-                Diagnostic::error(Code::BodyCoverage, format!("the body of `{}` writes {total} of the {want} elements of `out`{detail}", sig.name))
-                    .primary(sig.body_span, "does not cover the output")
-                    .secondary(call, "in this call")
-                    .help("each element of `out` must be written exactly once: add statements for the rest, or fix the output type"),
-            );
+            let mut d = Diagnostic::error(Code::BodyCoverage, format!("the body of `{}` writes {total} of the {want} elements of `out`{detail}", sig.name))
+                .primary(sig.body_span, "does not cover the output")
+                .secondary(call, "in this call")
+                .help("each element of `out` must be written exactly once: add statements for the rest, or fix the output type");
+            // An output index whose range a read with an offset shortened.
+            for (v, var) in body.vars.iter().enumerate() {
+                if let (VarKind::Out, Some(sp), VarRange::Fixed { lo, hi }) = (var.kind, narrowed.get(v).copied().flatten(), var.range) {
+                    d = d.secondary(sp, format!("this index keeps `{}` in {lo}..{hi}", var.name));
+                }
+            }
+            self.err(d);
             return false;
         }
         true

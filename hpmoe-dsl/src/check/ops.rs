@@ -413,7 +413,7 @@ impl Checker<'_> {
                 let names = var_names(&body);
                 let mut d = Diagnostic::error(Code::BadTile, format!("`{}` is not an index variable of `{}`", f.name.name, def.name.name)).primary(f.name.span, "unknown tile key");
                 d = match crate::suggest::closest(&f.name.name, names.iter().map(|s| s.as_str())) {
-                    Some(b) => d.help(format!("did you mean `{b}`?")),
+                    Some(b) => d.help(format!("did you mean `{b}`? the index variables are: {}", names.join(", "))),
                     None => d.help(format!("the index variables are: {}", names.join(", "))),
                 };
                 self.err(d);

@@ -169,7 +169,7 @@ impl Checker<'_> {
             _ => None,
         };
         if r.is_none() {
-            let mut d = Diagnostic::error(Code::InvalidValue, format!("`{name}` takes {}, not {} `{v}`", describe(ty), v.kind()))
+            let mut d = Diagnostic::error(Code::InvalidValue, format!("`{name}` takes {}, not {} `{}`", describe(ty), v.kind(), super::consts::show_value(&v)))
                 .primary(span, format!("expected {}", describe(ty)));
             if let (SigType::OneOf(list), Value::Name(n)) = (ty, &v) {
                 if let Some(b) = crate::suggest::closest(n, list.iter().map(|s| s.as_str())) {
