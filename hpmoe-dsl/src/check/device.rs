@@ -72,6 +72,9 @@ pub const REQUIRED_FIELDS: &[(&str, Quantity)] = &[
     ("system_counter", Quantity::Frequency),
 ];
 
+/// The deepest chain of profile inheritance accepted.
+const MAX_PROFILE_DEPTH: usize = 16;
+
 /// The largest number of ranks a device may have.
 pub const MAX_RANKS: f64 = 4096.0;
 
@@ -118,18 +121,42 @@ fn split_number_unit(s: &str) -> Option<(f64, &str)> {
 
 impl Checker<'_> {
     /// Resolves a profile item into its fields (base first), reporting errors in the profile.
-    fn profile_fields(&mut self, r: ItemRef, depth: usize) -> Option<BTreeMap<String, DeviceField>> {
+    /// `chain`: the profiles that derive from `r`, outermost first (reports about the
+    /// inheritance go to the outermost one, which the user is checking).
+    fn profile_fields(&mut self, r: ItemRef, chain: &mut Vec<ItemRef>) -> Option<BTreeMap<String, DeviceField>> {
         let ItemKind::Profile(p) = &self.item(r).kind else { return None };
         let p = p.clone();
         let mut fields = BTreeMap::new();
         if let Some(base) = &p.base {
-            if depth > 16 {
-                self.err(Diagnostic::error(Code::LimitExceeded, "profile inheritance deeper than 16 levels (or a cycle)").primary(base.span, "here"));
-                return None;
-            }
             match self.lookup(r.module, &base.name) {
                 Some(b) if matches!(self.item(b).kind, ItemKind::Profile(_)) => {
-                    fields = self.profile_fields(b, depth + 1)?;
+                    let name_of = |ck: &Self, x: ItemRef| ck.item(x).kind.name().map_or_else(String::new, |n| n.name.clone());
+                    let first = chain.first().copied().unwrap_or(r);
+                    let first_base = match &self.item(first).kind {
+                        ItemKind::Profile(fp) => fp.base.as_ref().map_or(base.span, |b| b.span),
+                        _ => base.span,
+                    };
+                    if let Some(pos) = chain.iter().chain(std::iter::once(&r)).position(|x| *x == b) {
+                        let names: Vec<String> = chain.iter().chain([r, b].iter()).skip(pos).map(|x| name_of(self, *x)).collect();
+                        self.err(
+                            Diagnostic::error(Code::LimitExceeded, format!("profile inheritance has a cycle: {}", names.join(" -> ")))
+                                .primary(first_base, "this base leads back to a profile already on the way")
+                                .help("derive one of the profiles from a profile outside the cycle"),
+                        );
+                        return None;
+                    }
+                    if chain.len() >= MAX_PROFILE_DEPTH {
+                        self.err(
+                            Diagnostic::error(Code::LimitExceeded, format!("profile `{}` inherits through more than {MAX_PROFILE_DEPTH} levels", name_of(self, first)))
+                                .primary(first_base, "too deep")
+                                .help("copy fields into a profile nearer the top of the chain"),
+                        );
+                        return None;
+                    }
+                    chain.push(r);
+                    let base_fields = self.profile_fields(b, chain);
+                    chain.pop();
+                    fields = base_fields?;
                 }
                 Some(_) => {
                     self.err(Diagnostic::error(Code::WrongKind, format!("`{}` is not a device profile", base.name)).primary(base.span, "expected a profile"));
@@ -216,7 +243,7 @@ impl Checker<'_> {
 
     /// Checks a profile defined in the root module (so errors in it are reported even unused).
     pub(super) fn check_profile_item(&mut self, r: ItemRef) {
-        if let Some(fields) = self.profile_fields(r, 0) {
+        if let Some(fields) = self.profile_fields(r, &mut Vec::new()) {
             let span = self.item(r).kind.name().map_or(self.item(r).span, |n| n.span);
             self.validate_device(&fields, span);
         }
@@ -322,7 +349,7 @@ impl Checker<'_> {
                 (ItemRef { module: m, item: i }, Vec::new(), "ascend_a3".to_string(), Span::default())
             }
         };
-        let Some(mut fields) = self.profile_fields(profile_ref, 0) else { return };
+        let Some(mut fields) = self.profile_fields(profile_ref, &mut Vec::new()) else { return };
         let mut ok = true;
         let mut seen: BTreeMap<String, Span> = BTreeMap::new();
         for f in &decl_fields {

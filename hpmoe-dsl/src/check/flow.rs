@@ -266,7 +266,8 @@ impl Checker<'_> {
             ok = false;
         }
         for (n, (_, sp, used)) in &fl.names {
-            if !used {
+            // Without a `return`, what is unused is not known yet.
+            if !used && returned {
                 self.diags.push(
                     Diagnostic::warning(Code::UnusedValue, format!("`{n}` is computed but never used"))
                         .primary(*sp, "unused")

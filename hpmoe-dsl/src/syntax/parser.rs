@@ -45,10 +45,9 @@ impl Parser {
         loop {
             let t = src.next_token();
             let eof = t.kind == TokenKind::Eof;
-            // Tokens the lexer already reported are dropped; the parser sees the rest.
-            if t.kind != TokenKind::Error {
-                toks.push(t);
-            }
+            // Tokens the lexer already reported stay, so an expression can use them as a
+            // placeholder; errors at them are not reported twice.
+            toks.push(t);
             if eof {
                 break;
             }
@@ -139,6 +138,10 @@ impl Parser {
 
     fn error_expected(&mut self, what: &str) -> Reported {
         let t = self.peek().clone();
+        if t.kind == TokenKind::Error {
+            // Already reported by the lexer.
+            return Reported;
+        }
         let d = Diagnostic::error(
             Code::UnexpectedToken,
             format!("expected {what}, found {}", t.kind.describe()),
@@ -426,6 +429,10 @@ impl Parser {
 
     fn error_item(&mut self) -> Reported {
         let t = self.peek().clone();
+        if t.kind == TokenKind::Error {
+            self.bump();
+            return Reported;
+        }
         let mut d = Diagnostic::error(
             Code::UnexpectedToken,
             format!("expected an item, found {}", t.kind.describe()),
@@ -1102,7 +1109,7 @@ impl Parser {
                     span,
                 });
             }
-            TokenKind::Int(_) | TokenKind::Float(_) | TokenKind::Str(_) | TokenKind::Ident(_) => {}
+            TokenKind::Int(_) | TokenKind::Float(_) | TokenKind::Str(_) | TokenKind::Ident(_) | TokenKind::Error => {}
             _ => return Err(self.error_expected("an expression")),
         }
         let t = self.bump();
@@ -1111,6 +1118,7 @@ impl Parser {
             TokenKind::Float(v) => ExprKind::Float(v),
             TokenKind::Str(s) => ExprKind::Str(s),
             TokenKind::Ident(name) => ExprKind::Name(name),
+            TokenKind::Error => ExprKind::Error,
             _ => return Err(Reported),
         };
         Ok(Expr { kind, span: t.span })
