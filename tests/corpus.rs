@@ -41,7 +41,7 @@
 //! [`RenderStyle::Plain`] into `tests/snapshots/`; update them with
 //! `INSTA_UPDATE=always cargo test --test corpus` and review the diff.
 
-use hpmoe_dsl::check::{check_path, Options, Outcome};
+use hpmoe_dsl::check::{check_path, Options, Outcome, Override};
 use hpmoe_dsl::diag::{render_all, RenderStyle, CODES};
 use hpmoe_dsl::{Code, Severity, SourceMap};
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,8 +50,14 @@ use std::path::{Path, PathBuf};
 
 /// Codes that the error corpus does not cover, each with the reason.
 const EXCLUDED: &[(Code, &str)] = &[
-    (Code::BadOverride, "only `--set NAME=VALUE` options produce it, never a file (tested through the CLI options)"),
-    (Code::NoDevice, "never emitted: a program without `device = ...` gets the default `ascend_a3` device"),
+    (
+        Code::BadOverride,
+        "only `--set NAME=VALUE` options produce it, never a file: see `command_line_overrides`",
+    ),
+    (
+        Code::NoDevice,
+        "never emitted: a program without `device = ...` gets the default `ascend_a3` device",
+    ),
 ];
 
 /// One expected or reported diagnostic: file name as shown, 1-based line, code, severity.
@@ -165,7 +171,9 @@ fn parse_annotations(name: &str, text: &str) -> Result<Vec<Key>, String> {
                 } else {
                     spec.parse::<usize>().ok()
                 };
-                parsed.filter(|&l| l >= 1).ok_or_else(|| bad("expected `@+N`, `@-N` or `@N`"))?
+                parsed
+                    .filter(|&l| l >= 1)
+                    .ok_or_else(|| bad("expected `@+N`, `@-N` or `@N`"))?
             } else {
                 return Err(bad("expected a space or `@` after the marker"));
             };
@@ -206,14 +214,21 @@ fn compare(path: &Path, must_fail: bool) -> Result<(), String> {
     }
     if !must_fail {
         for k in expected.iter().filter(|k| k.3 == Severity::Error) {
-            problems.push(format!("announces an error, but tests/ok files must check: {}", show_key(k)));
+            problems.push(format!(
+                "announces an error, but tests/ok files must check: {}",
+                show_key(k)
+            ));
         }
     }
     for k in expected.difference(&reported) {
         problems.push(format!("expected, not reported:  {}", show_key(k)));
     }
     for k in reported.difference(&expected) {
-        problems.push(format!("reported, not expected:  {}  ({})", show_key(k), c.message_of(k)));
+        problems.push(format!(
+            "reported, not expected:  {}  ({})",
+            show_key(k),
+            c.message_of(k)
+        ));
     }
     if problems.is_empty() {
         return Ok(());
@@ -231,7 +246,12 @@ fn run_all(paths: &[PathBuf], must_fail: bool) {
     let failures: Vec<String> = paths.iter().filter_map(|p| compare(p, must_fail).err()).collect();
     eprintln!("checked {} files, {} failed", paths.len(), failures.len());
     if !failures.is_empty() {
-        panic!("{} of {} files disagree with their annotations:\n\n{}", failures.len(), paths.len(), failures.join("\n\n"));
+        panic!(
+            "{} of {} files disagree with their annotations:\n\n{}",
+            failures.len(),
+            paths.len(),
+            failures.join("\n\n")
+        );
     }
 }
 
@@ -270,16 +290,27 @@ fn every_code_is_covered_twice_by_the_err_corpus() {
             missing.push(format!("{} ({}): announced {n} time(s)", info.code, info.name));
         }
     }
-    assert!(missing.is_empty(), "codes covered fewer than twice by tests/err:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "codes covered fewer than twice by tests/err:\n{}",
+        missing.join("\n")
+    );
     let covered = CODES.iter().filter(|i| count.contains_key(&i.code)).count();
-    eprintln!("{covered} of {} codes covered; excluded: {:?}", CODES.len(), EXCLUDED.iter().map(|(c, _)| c.to_string()).collect::<Vec<_>>());
+    eprintln!(
+        "{covered} of {} codes covered; excluded: {:?}",
+        CODES.len(),
+        EXCLUDED.iter().map(|(c, _)| c.to_string()).collect::<Vec<_>>()
+    );
 }
 
 #[test]
 fn examples_and_stdlib_check_clean() {
     let mut paths = roots("examples");
     paths.extend(roots("stdlib"));
-    assert!(paths.len() >= 5, "expected the example and the four stdlib modules, found {paths:?}");
+    assert!(
+        paths.len() >= 5,
+        "expected the example and the four stdlib modules, found {paths:?}"
+    );
     let mut failures = Vec::new();
     for p in &paths {
         match check(p) {
@@ -288,12 +319,62 @@ fn examples_and_stdlib_check_clean() {
             Err(e) => failures.push(e),
         }
     }
-    assert!(failures.is_empty(), "these files do not check clean:\n\n{}", failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "these files do not check clean:\n\n{}",
+        failures.join("\n\n")
+    );
+}
+
+/// `--set` overrides are not part of a file: the codes they produce are checked here.
+#[test]
+fn command_line_overrides() {
+    let run = |sets: &[&str]| -> Vec<(Code, Severity)> {
+        let overrides = sets
+            .iter()
+            .map(|s| Override::parse(s).unwrap_or_else(|e| panic!("{s}: {e}")))
+            .collect();
+        let mut sources = SourceMap::new();
+        let out = check_path(
+            Path::new("tests/ok/moe_forward.hpm"),
+            &Options { overrides },
+            &mut sources,
+        );
+        out.diagnostics
+            .as_slice()
+            .iter()
+            .map(|d| (d.code, d.severity))
+            .collect()
+    };
+    assert_eq!(
+        run(&[
+            "tokens=1024",
+            "device.link_efficiency=0.5",
+            "device.hbm_bandwidth=1.2TB/s"
+        ]),
+        vec![]
+    );
+    assert_eq!(run(&["tokns=1024"]), vec![(Code::BadOverride, Severity::Error)]);
+    assert_eq!(run(&["tokens=many"]), vec![(Code::BadOverride, Severity::Error)]);
+    assert_eq!(
+        run(&["device.ub_size=fast"]),
+        vec![(Code::BadOverride, Severity::Error)]
+    );
+    assert_eq!(
+        run(&["device.ub_size=1.2GHz"]),
+        vec![(Code::UnitMismatch, Severity::Error)]
+    );
+    assert_eq!(
+        run(&["device.ub_sise=1"]),
+        vec![(Code::UnknownProfileField, Severity::Error)]
+    );
+    // A value that makes the program wrong is reported in the program.
+    assert_eq!(run(&["topk=100"]), vec![(Code::BadRouting, Severity::Error)]);
 }
 
 /// Representative error files whose rendered diagnostics are snapshotted.
 const SNAPSHOTS: &[&str] = &[
-    "syntax_unbalanced",
+    "syntax_unexpected",
     "names_unknown_op",
     "args_routing",
     "dtype_mismatch",

@@ -13,8 +13,10 @@
 pub mod check;
 pub mod diag;
 pub mod ir;
+pub mod lower;
 pub mod npy;
 pub mod route;
+pub mod schedule;
 pub mod source;
 pub mod stdlib;
 pub mod suggest;

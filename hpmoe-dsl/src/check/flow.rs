@@ -12,6 +12,9 @@ use crate::syntax::token::Span;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+/// A tensor's dtype and dimensions.
+type Shape = (DType, Vec<Dim>);
+
 /// An argument of an op call.
 #[derive(Clone, Copy, Debug)]
 enum ArgVal {
@@ -111,7 +114,31 @@ impl Checker<'_> {
                 None => ok = false,
             }
         }
+        if ok && !self.tensor_fits(dtype, &dims, t.span) {
+            return None;
+        }
         ok.then_some((dtype, dims))
+    }
+
+    /// Whether a tensor's size in bytes fits in a signed 64-bit integer (received rows count
+    /// once); reports an overflow otherwise.
+    fn tensor_fits(&mut self, dtype: DType, dims: &[Dim], span: Span) -> bool {
+        let mut bytes = dtype.size() as i64;
+        for d in dims {
+            if let Dim::Fixed(n) = d {
+                match i64::try_from(*n).ok().and_then(|n| bytes.checked_mul(n)) {
+                    Some(b) => bytes = b,
+                    None => {
+                        self.err(
+                            Diagnostic::error(Code::Overflow, format!("the tensor {} is too large", self.show_shape(dtype, dims)))
+                                .primary(span, "its size in bytes does not fit in 64 bits"),
+                        );
+                        return false;
+                    }
+                }
+            }
+        }
+        true
     }
 
     fn show_dim(&self, d: Dim) -> String {
@@ -182,7 +209,7 @@ impl Checker<'_> {
             fl.names.insert(p.name.name.clone(), (id, p.name.span, true));
         }
         // Declared outputs.
-        let declared: Vec<(String, Span, Option<(DType, Vec<Dim>)>)> = match &tfd.ret {
+        let declared: Vec<(String, Span, Option<Shape>)> = match &tfd.ret {
             TaskflowRet::Single(t) => vec![("out".to_string(), t.span, self.flow_type(r.module, t))],
             TaskflowRet::Named(list) => list.iter().map(|(n, t)| (n.name.clone(), t.span, self.flow_type(r.module, t))).collect(),
         };
@@ -697,6 +724,9 @@ impl Checker<'_> {
                 Err(()) => return None,
             }
         }
+        if !self.tensor_fits(dtype, &out_shape, call_span) {
+            return None;
+        }
         // Inputs' dtypes and shapes.
         let inputs: Vec<TensorId> = vals
             .iter()
@@ -1060,7 +1090,7 @@ impl Checker<'_> {
                     })
                 }
                 SIdx::Route { param, func, args, span } => {
-                    let Some(id) = routes.get(*param).copied().flatten() else { return None };
+                    let id = routes.get(*param).copied().flatten()?;
                     let st = ck.routes[id.0 as usize].spec.clone();
                     if func.arity() == 2 {
                         let tokens = if ck.routes[id.0 as usize].tokens_bound.is_some() { st.tokens as i64 } else { i64::MAX };

@@ -264,6 +264,10 @@ impl Checker<'_> {
                         });
                         match found {
                             Some(i) => bring.push((id.name.clone(), ItemRef { module: t, item: i }, id.span)),
+                            None if self.modules[t].poisoned.contains(&id.name) => {
+                                // The item did not parse in its file: already reported there.
+                                self.modules[m].poisoned.insert(id.name.clone());
+                            }
                             None => {
                                 self.modules[m].poisoned.insert(id.name.clone());
                                 let mut d = Diagnostic::error(

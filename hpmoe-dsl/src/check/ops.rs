@@ -4,7 +4,7 @@
 use super::consts::BareNames;
 use super::{Checker, ItemRef};
 use crate::diag::{Code, Diagnostic};
-use crate::ir::{DType, Engine, Func, OpId, RouteFn, Value, VarKind};
+use crate::ir::{DType, Engine, Func, OpId, RouteFn, VarKind};
 use crate::syntax::ast::{self, BinOp, Binder, Expr, ExprKind, ItemKind, OpKind, ParamType, Stmt};
 use crate::syntax::token::Span;
 use std::rc::Rc;
@@ -87,8 +87,8 @@ pub(crate) struct TSig {
 
 #[derive(Clone, Debug)]
 pub(crate) enum PSig {
-    Tensor { name: String, ty: TSig, input: usize, span: Span },
-    Route { name: String, span: Span },
+    Tensor { name: String, ty: TSig, input: usize },
+    Route { name: String },
 }
 
 impl PSig {
@@ -108,19 +108,11 @@ pub(crate) enum SIdx {
     Route { param: usize, func: RouteFn, args: Vec<usize>, span: Span },
 }
 
-impl SIdx {
-    pub fn span(&self) -> Span {
-        match self {
-            SIdx::Affine { span, .. } | SIdx::Const(_, span) | SIdx::Group(_, span) | SIdx::Route { span, .. } => *span,
-        }
-    }
-}
-
 /// A symbolic scalar expression.
 #[derive(Clone, Debug)]
 pub(crate) enum SS {
     Const(f64),
-    Read { input: usize, index: Vec<SIdx>, span: Span },
+    Read { input: usize, index: Vec<SIdx> },
     Var(usize),
     Sym(Sym),
     Route { param: usize, func: RouteFn, args: Vec<usize> },
@@ -164,7 +156,6 @@ pub(crate) struct SymBody {
 #[derive(Clone, Debug)]
 pub(crate) struct OpSig {
     pub id: OpId,
-    pub item: ItemRef,
     pub name: String,
     pub is_comm: bool,
     pub engine: Engine,
@@ -181,15 +172,6 @@ pub(crate) struct OpSig {
 }
 
 impl OpSig {
-    pub fn tensor_params(&self) -> impl Iterator<Item = (&str, &TSig)> {
-        self.params.iter().filter_map(|p| match p {
-            PSig::Tensor { name, ty, .. } => Some((name.as_str(), ty)),
-            PSig::Route { .. } => None,
-        })
-    }
-    pub fn input_names(&self) -> Vec<String> {
-        self.tensor_params().map(|(n, _)| n.to_string()).collect()
-    }
     pub fn signature_text(&self) -> String {
         let dt = |d: &DT| match d {
             DT::Generic(i) => self.generics.get(*i).cloned().unwrap_or_default(),
@@ -279,21 +261,28 @@ impl Checker<'_> {
         }
         // Parameters.
         let mut input = 0;
+        let mut seen: Vec<(&str, Span)> = Vec::new();
         for p in &def.params {
             if RESERVED.contains(&p.name.name.as_str()) {
                 self.err(Diagnostic::error(Code::ReservedName, format!("`{}` is reserved and cannot name a parameter", p.name.name)).primary(p.name.span, "reserved"));
                 cx.failed = true;
             }
-            if cx.params.iter().any(|q| q.name() == p.name.name) {
-                self.err(Diagnostic::error(Code::DuplicateDefinition, format!("parameter `{}` is declared twice", p.name.name)).primary(p.name.span, "again here"));
+            // (Tensor parameters are placeholders without a name until their types are built,
+            // so duplicates are found by the names as written. Every parameter keeps its slot.)
+            if let Some((_, prev)) = seen.iter().find(|(n, _)| *n == p.name.name) {
+                self.err(
+                    Diagnostic::error(Code::DuplicateDefinition, format!("parameter `{}` is declared twice", p.name.name))
+                        .primary(p.name.span, "again here")
+                        .secondary(*prev, "first here"),
+                );
                 cx.failed = true;
-                continue;
             }
+            seen.push((&p.name.name, p.name.span));
             match &p.ty {
-                ParamType::Route(_) => cx.params.push(PSig::Route { name: p.name.name.clone(), span: p.span }),
+                ParamType::Route(_) => cx.params.push(PSig::Route { name: p.name.name.clone() }),
                 ParamType::Tensor(t) => {
                     // Dims may refer to routing params declared anywhere in the list.
-                    cx.params.push(PSig::Route { name: String::new(), span: p.span });
+                    cx.params.push(PSig::Route { name: String::new() });
                     let _ = t;
                     input += 1;
                 }
@@ -308,7 +297,6 @@ impl Checker<'_> {
                     name: p.name.name.clone(),
                     ty: ty.unwrap_or(TSig { dtype: DT::Concrete(DType::F32), dims: Vec::new(), dim_spans: Vec::new(), span: t.span }),
                     input: input_i,
-                    span: p.span,
                 };
                 input_i += 1;
             }
@@ -429,7 +417,6 @@ impl Checker<'_> {
         let id = OpId(self.ops.len() as u32);
         let sig = OpSig {
             id,
-            item: r,
             name: def.name.name.clone(),
             is_comm: cx.is_comm,
             engine,
@@ -755,7 +742,7 @@ impl Checker<'_> {
             }
         };
         if self.is_const_name(cx, &name) || RESERVED.contains(&name.as_str()) || cx.params.iter().any(|p| p.name() == name) {
-            let what = if cx.syms.iter().any(|s| *s == name) {
+            let what = if cx.syms.contains(&name) {
                 "a shape symbol of the signature"
             } else if cx.params.iter().any(|p| p.name() == name) {
                 "a parameter of this op"
@@ -841,10 +828,41 @@ impl Checker<'_> {
                             span: e.span,
                         })
                     }
+                    // `c - i`: a reversed index.
+                    (BinOp::Sub, SIdx::Const(c, _), SIdx::Affine { var, coef, offset, .. }) => {
+                        let Some(neg) = coef.checked_neg() else {
+                            self.overflow(e.span);
+                            return None;
+                        };
+                        Some(SIdx::Affine {
+                            var,
+                            coef: neg,
+                            offset: Sym::Bin(BinOp::Sub, Box::new(c), Box::new(offset)),
+                            span: e.span,
+                        })
+                    }
                     (_, SIdx::Const(x, _), SIdx::Const(y, _)) => Some(SIdx::Const(Sym::Bin(*op, Box::new(x), Box::new(y)), e.span)),
                     _ => bad(self),
                 }
             }
+            ExprKind::Neg(a) => match self.index(cx, a)? {
+                SIdx::Const(Sym::Int(k), _) => match k.checked_neg() {
+                    Some(n) => Some(SIdx::Const(Sym::Int(n), e.span)),
+                    None => {
+                        self.overflow(e.span);
+                        None
+                    }
+                },
+                SIdx::Const(c, _) => Some(SIdx::Const(Sym::Neg(Box::new(c)), e.span)),
+                SIdx::Affine { var, coef, offset, .. } => match coef.checked_neg() {
+                    Some(neg) => Some(SIdx::Affine { var, coef: neg, offset: Sym::Neg(Box::new(offset)), span: e.span }),
+                    None => {
+                        self.overflow(e.span);
+                        None
+                    }
+                },
+                _ => bad(self),
+            },
             ExprKind::Call { callee, args } => {
                 if callee.name() == Some("group") {
                     if args.len() != 1 {
@@ -1012,7 +1030,7 @@ impl Checker<'_> {
                         None => ok = false,
                     }
                 }
-                ok.then_some(SS::Read { input, index: ixs, span: e.span })
+                ok.then_some(SS::Read { input, index: ixs })
             }
             ExprKind::Call { callee, args } => {
                 if let ExprKind::Field { .. } = &callee.kind {
@@ -1114,10 +1132,3 @@ fn contraction_of(b: &SymBody) -> Option<(usize, usize, Vec<usize>)> {
     }
 }
 
-/// Evaluates a value that must be an integer (helper for tiles).
-pub(crate) fn value_int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        _ => None,
-    }
-}

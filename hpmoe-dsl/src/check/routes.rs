@@ -265,7 +265,7 @@ impl Checker<'_> {
             }
         }
         if let Some(n) = ranks {
-            if experts >= 1 && experts as u64 % n != 0 {
+            if experts >= 1 && (experts as u64).checked_rem(n) != Some(0) {
                 bad(
                     self,
                     es,
@@ -352,6 +352,9 @@ impl Checker<'_> {
         if !ok {
             return None;
         }
+        // The device is invalid (already reported) when it has no ranks: the routing cannot be
+        // sized, and whatever uses it would only report follow-on errors.
+        let ranks = ranks?;
         let id = RouteId(self.routes.len() as u32);
         self.routes.push(RouteState {
             spec: RouteSpec {
@@ -359,7 +362,7 @@ impl Checker<'_> {
                 kind,
                 experts: experts as u64,
                 topk: topk as u64,
-                ranks: ranks.unwrap_or(1),
+                ranks,
                 tokens: 0,
                 capacity: 0,
                 span: item_span,
@@ -398,7 +401,7 @@ impl Checker<'_> {
                     )
                     .primary(st.spec.span, format!("capacity {c} rows per rank"))
                     .note(format!(
-                        "capacity = ceil(capacity_factor {} x tokens {} x topk {}); the busiest rank receives {max} rows",
+                        "capacity = ceil(capacity_factor {:?} x tokens {} x topk {}); the busiest rank receives {max} rows",
                         st.capacity_factor, st.spec.tokens, st.spec.topk
                     ))
                     .help(format!("raise `capacity_factor` to at least {:.3}, or use 0 to size the window exactly", max as f64 / (st.spec.tokens * st.spec.topk) as f64));

@@ -25,6 +25,8 @@ enum Format {
 enum Emit {
     /// The typed op graph.
     Ops,
+    /// The tile tasks and their dependencies.
+    Tasks,
 }
 
 #[derive(Subcommand, Debug)]
@@ -149,6 +151,31 @@ fn run(cmd: Command) -> i32 {
                     (Emit::Ops, Format::Human) => print!("{}", hpmoe_dsl::ir::program_text(&p)),
                     (Emit::Ops, Format::Json) => {
                         println!("{}", serde_json::to_string_pretty(&hpmoe_dsl::ir::program_json(&p)).unwrap_or_default())
+                    }
+                    (Emit::Tasks, _) => {
+                        let base = file.parent().map(|d| d.to_path_buf());
+                        let layouts = match hpmoe_dsl::lower::layouts(&p, false, base.as_deref()) {
+                            Ok(l) => l,
+                            Err(d) => {
+                                eprint!("{}", diag::render(&d, &SourceMap::new(), style()));
+                                return 1;
+                            }
+                        };
+                        for tf in &p.taskflows {
+                            let t0 = std::time::Instant::now();
+                            match hpmoe_dsl::lower::lower(&p, tf, layouts.clone(), &Default::default()) {
+                                Ok(g) => {
+                                    println!("taskflow {}: {} tasks, {} edges ({:.3} s)", tf.name, g.len(), g.edges(), t0.elapsed().as_secs_f64());
+                                    for (n, op, e, c) in hpmoe_dsl::lower::counts_per_node(&p, tf, &g) {
+                                        println!("  {n:<12} {op:<14} {:<4} {c:>10}", e.name());
+                                    }
+                                }
+                                Err(d) => {
+                                    eprint!("{}", diag::render(&d, &SourceMap::new(), style()));
+                                    return 1;
+                                }
+                            }
+                        }
                     }
                 }
                 0

@@ -1,0 +1,199 @@
+//! Receive-window layouts: where every routed row lands. Per destination rank the window is
+//! grouped by local expert; inside an expert, rows are ordered by (source rank, token,
+//! choice). In the exact layout a group holds exactly the rows routed to it; in the static
+//! layout (the reference runtime's worst-case capacity) every (expert, source rank) segment
+//! reserves `tokens` rows, most of them padding.
+
+use crate::route::Routing;
+
+/// No source: a padding row of a static window.
+pub const NO_SOURCE: u32 = u32::MAX;
+
+/// One row a rank sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendEntry {
+    pub token: u32,
+    pub choice: u32,
+    /// Destination row in the destination rank's window.
+    pub slot: u32,
+}
+
+/// One row a rank receives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvEntry {
+    pub src_rank: u32,
+    pub src_token: u32,
+    pub src_choice: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct RouteLayout {
+    pub routing: Routing,
+    pub static_capacity: bool,
+    /// `[rank][local expert + 1]`: first window row of each local expert (exclusive end last).
+    pub group_off: Vec<Vec<u32>>,
+    /// `[rank][row]`: where each window row comes from.
+    pub recv: Vec<Vec<RecvEntry>>,
+    /// `[rank]`: rows sent, sorted by (destination expert, token, choice).
+    pub send: Vec<Vec<SendEntry>>,
+    /// `[rank][expert + 1]`: offsets into `send` by destination expert.
+    pub send_off: Vec<Vec<u32>>,
+}
+
+impl RouteLayout {
+    pub fn new(routing: Routing, static_capacity: bool) -> Self {
+        let (ranks, tokens, topk, experts) = (routing.ranks, routing.tokens, routing.topk, routing.experts);
+        let local = routing.local_experts();
+        // count[(source, expert)]
+        let mut count = vec![0u32; ranks * experts];
+        for s in 0..ranks {
+            for t in 0..tokens {
+                for j in 0..topk {
+                    count[s * experts + routing.expert_of(s, t, j)] += 1;
+                }
+            }
+        }
+        // Segment start of (expert e, source s) in e's rank window.
+        let mut seg = vec![0u32; ranks * experts];
+        let mut group_off = vec![vec![0u32; local + 1]; ranks];
+        for d in 0..ranks {
+            let mut at = 0u32;
+            for el in 0..local {
+                let e = d * local + el;
+                group_off[d][el] = at;
+                for s in 0..ranks {
+                    seg[s * experts + e] = at;
+                    at += if static_capacity { tokens as u32 } else { count[s * experts + e] };
+                }
+            }
+            group_off[d][local] = at;
+        }
+        let mut recv: Vec<Vec<RecvEntry>> = (0..ranks)
+            .map(|d| {
+                vec![
+                    RecvEntry {
+                        src_rank: NO_SOURCE,
+                        src_token: NO_SOURCE,
+                        src_choice: NO_SOURCE,
+                    };
+                    group_off[d][local] as usize
+                ]
+            })
+            .collect();
+        let mut send = Vec::with_capacity(ranks);
+        let mut send_off = Vec::with_capacity(ranks);
+        for s in 0..ranks {
+            // Bucket this rank's rows by destination expert, keeping token order.
+            let mut off = vec![0u32; experts + 1];
+            for e in 0..experts {
+                off[e + 1] = off[e] + count[s * experts + e];
+            }
+            let mut fill = off.clone();
+            let mut list = vec![SendEntry { token: 0, choice: 0, slot: 0 }; off[experts] as usize];
+            for t in 0..tokens {
+                for j in 0..topk {
+                    let e = routing.expert_of(s, t, j);
+                    let i = fill[e] as usize;
+                    let slot = seg[s * experts + e] + (fill[e] - off[e]);
+                    list[i] = SendEntry {
+                        token: t as u32,
+                        choice: j as u32,
+                        slot,
+                    };
+                    fill[e] += 1;
+                    let d = e / local;
+                    recv[d][slot as usize] = RecvEntry {
+                        src_rank: s as u32,
+                        src_token: t as u32,
+                        src_choice: j as u32,
+                    };
+                }
+            }
+            send.push(list);
+            send_off.push(off);
+        }
+        RouteLayout {
+            routing,
+            static_capacity,
+            group_off,
+            recv,
+            send,
+            send_off,
+        }
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.routing.ranks
+    }
+    pub fn local_experts(&self) -> usize {
+        self.routing.local_experts()
+    }
+    /// Window rows of a rank.
+    pub fn rows(&self, rank: usize) -> u32 {
+        *self.group_off[rank].last().unwrap_or(&0)
+    }
+    /// The local expert of a window row.
+    pub fn group_of_row(&self, rank: usize, row: u32) -> usize {
+        self.group_off[rank].partition_point(|&o| o <= row).saturating_sub(1)
+    }
+    /// The destination rank of an expert.
+    pub fn rank_of_expert(&self, e: usize) -> usize {
+        e / self.local_experts()
+    }
+    /// Capacity reserved per (expert, source) segment in the static layout.
+    pub fn segment_capacity(&self) -> u32 {
+        self.routing.tokens as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{RouteKind, RouteSpec};
+
+    fn routing(kind: RouteKind) -> Routing {
+        let spec = RouteSpec {
+            name: "r".into(),
+            kind,
+            experts: 8,
+            topk: 2,
+            ranks: 4,
+            tokens: 20,
+            capacity: 0,
+            span: Default::default(),
+        };
+        Routing::generate(&spec, None).unwrap()
+    }
+
+    #[test]
+    fn exact_layout_is_a_bijection() {
+        let l = RouteLayout::new(routing(RouteKind::Zipf { s: 1.0, seed: 3 }), false);
+        let mut seen = 0;
+        for s in 0..4 {
+            for e in &l.send[s] {
+                let d = l.rank_of_expert(l.routing.expert_of(s, e.token as usize, e.choice as usize));
+                let r = l.recv[d][e.slot as usize];
+                assert_eq!((r.src_rank, r.src_token, r.src_choice), (s as u32, e.token, e.choice));
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 4 * 20 * 2);
+        for d in 0..4 {
+            assert!(l.recv[d].iter().all(|r| r.src_rank != NO_SOURCE));
+            // Rows of a group belong to the group's expert.
+            for (row, r) in l.recv[d].iter().enumerate() {
+                let g = l.group_of_row(d, row as u32);
+                let e = l.routing.expert_of(r.src_rank as usize, r.src_token as usize, r.src_choice as usize);
+                assert_eq!(e, d * 2 + g);
+            }
+        }
+    }
+
+    #[test]
+    fn static_layout_reserves_worst_case() {
+        let l = RouteLayout::new(routing(RouteKind::Balanced), true);
+        for d in 0..4 {
+            assert_eq!(l.rows(d), 2 * 4 * 20);
+        }
+    }
+}

@@ -1,0 +1,586 @@
+//! Tile lowering: a checked taskflow, its routings and the device in; the task graph out.
+//!
+//! Every op call becomes one task per tile per rank. A tile is a box of the call's task
+//! dimensions (the index variables of its output, or of its puts), chunked by the call's tile
+//! sizes; rows of a receive window are chunked per local expert, so ragged per-expert row
+//! counts are exact (or padded to the static worst case when a policy asks for it, in which
+//! case empty tiles still exist and signal). Each task knows the regions it reads and writes
+//! ([`TaskGraph::regions`]) and its cost. Dependencies come from the regions through an index
+//! of the writers of every tensor on every rank (never by comparing all pairs) and are stored
+//! as CSR arrays of `u32` task ids; per-task fields are struct-of-arrays.
+
+pub mod layout;
+mod regions;
+
+pub use layout::{RecvEntry, RouteLayout, SendEntry, NO_SOURCE};
+pub use regions::{Access, Region, MAX_DIMS};
+
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{self, Dim, Engine, Program, RouteId, Target, Taskflow, VarKind, VarRange};
+use crate::route::Routing;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The default task limit: about 4 GiB of task graph on a machine of 24 GiB.
+pub const DEFAULT_MAX_TASKS: u64 = 50_000_000;
+
+/// How tiles are chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retile {
+    /// The call's `tile(...)` sizes (and the op's defaults).
+    Annotated,
+    /// The reference runtime's split: communication and vector ops in 128-row tiles, each
+    /// GMM split into one task per cube core per expert (the expert's rows, a slice of the
+    /// output columns).
+    ExpertLevel { aic_cores: u32 },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct LowerOptions {
+    /// Pad every (expert, source rank) window segment to the worst case (`tokens` rows).
+    pub static_capacity: bool,
+    pub retile: Retile,
+    pub max_tasks: u64,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        LowerOptions {
+            static_capacity: false,
+            retile: Retile::Annotated,
+            max_tasks: DEFAULT_MAX_TASKS,
+        }
+    }
+}
+
+/// What a task dimension ranges over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DimKind {
+    /// A fixed range of values.
+    Range { lo: i64, hi: i64 },
+    /// Rows of a routing's receive window, chunked per local expert.
+    Recv(RouteId),
+    /// The (token, choice) pairs a rank sends through a routing, chunked per destination
+    /// expert; covers two variables.
+    Send { route: RouteId, token: String, choice: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TileDim {
+    /// The index variable's name (for `Send`, the token variable's).
+    pub name: String,
+    pub kind: DimKind,
+    pub tile: u64,
+}
+
+/// One chunk of a task dimension: `lo..hi` values (for `Send`, positions in the rank's send
+/// list, or in the static layout positions in the (expert, source) segment); `group` is the
+/// local expert (`Recv`) or the destination expert (`Send`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    pub lo: i64,
+    pub hi: i64,
+    pub group: u32,
+}
+
+/// The tiles of one op call on one rank: the cartesian product of the chunks of its dims.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RankTiles {
+    pub chunks: Vec<Vec<Chunk>>,
+    pub count: u32,
+}
+
+/// The tiling of one op call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeTiles {
+    pub dims: Vec<TileDim>,
+    pub per_rank: Vec<RankTiles>,
+    /// The first task id of each rank's tiles (tasks of a node are contiguous per rank).
+    pub base: Vec<u32>,
+}
+
+/// Compressed sparse rows of task ids.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Csr {
+    pub off: Vec<u32>,
+    pub idx: Vec<u32>,
+}
+
+impl Csr {
+    pub fn row(&self, i: usize) -> &[u32] {
+        &self.idx[self.off[i] as usize..self.off[i + 1] as usize]
+    }
+    pub fn len(&self) -> usize {
+        self.off.len().saturating_sub(1)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Builds the CSR from (row, value) pairs.
+    pub fn from_pairs(rows: usize, pairs: &[(u32, u32)]) -> Csr {
+        let mut off = vec![0u32; rows + 1];
+        for &(r, _) in pairs {
+            off[r as usize + 1] += 1;
+        }
+        for i in 0..rows {
+            off[i + 1] += off[i];
+        }
+        let mut fill = off.clone();
+        let mut idx = vec![0u32; pairs.len()];
+        for &(r, v) in pairs {
+            idx[fill[r as usize] as usize] = v;
+            fill[r as usize] += 1;
+        }
+        Csr { off, idx }
+    }
+    /// The transpose, with `n` rows (values must be below `n`).
+    pub fn transpose_into(&self, n: usize) -> Csr {
+        let rows = self.len();
+        let mut off = vec![0u32; n + 1];
+        for &v in &self.idx {
+            off[v as usize + 1] += 1;
+        }
+        for i in 0..n {
+            off[i + 1] += off[i];
+        }
+        let mut fill = off.clone();
+        let mut idx = vec![0u32; self.idx.len()];
+        for r in 0..rows {
+            for &v in self.row(r) {
+                idx[fill[v as usize] as usize] = r as u32;
+                fill[v as usize] += 1;
+            }
+        }
+        Csr { off, idx }
+    }
+}
+
+/// The lowered taskflow: tasks (struct of arrays), their tiles, costs and dependencies.
+#[derive(Clone, Debug)]
+pub struct TaskGraph {
+    pub taskflow: String,
+    pub ranks: u32,
+    pub layouts: Layouts,
+    pub nodes: Vec<NodeTiles>,
+    /// Per task.
+    pub rank: Vec<u32>,
+    pub node: Vec<u32>,
+    pub tile: Vec<u32>,
+    /// Arithmetic operations (cube FLOPs or vector element operations).
+    pub flops: Vec<f32>,
+    /// Bytes read from memory.
+    pub bytes_in: Vec<f32>,
+    /// Bytes written to local memory.
+    pub bytes_out: Vec<f32>,
+    /// Bytes put into other ranks' windows.
+    pub remote: Vec<f32>,
+    /// Dependencies through counters, as on the device: task `t` waits on counter
+    /// `wait[t]` (or on nothing: [`NO_COUNTER`]) until every producer in
+    /// `counters.row(wait[t])` has signalled it. Consumers with the same producers share a
+    /// counter, so a fan-in of N feeding M consumers costs N + M entries, not N x M.
+    pub wait: Vec<u32>,
+    pub counters: Csr,
+    /// The rank whose symmetric memory holds each counter (its waiters' rank).
+    pub counter_rank: Vec<u32>,
+    /// The counters each task signals when it finishes (the transpose of `counters`).
+    pub signals: Csr,
+    /// The tasks waiting on each counter.
+    pub waiters: Csr,
+}
+
+/// Routing layouts by `RouteId` (shared: lowering under several policies reuses them).
+pub type Layouts = std::sync::Arc<Vec<Option<RouteLayout>>>;
+
+/// A task that waits on nothing.
+pub const NO_COUNTER: u32 = u32::MAX;
+
+impl TaskGraph {
+    pub fn len(&self) -> usize {
+        self.rank.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.rank.is_empty()
+    }
+    /// Logical dependency edges (producer, consumer).
+    pub fn edges(&self) -> u64 {
+        self.wait
+            .iter()
+            .filter(|&&c| c != NO_COUNTER)
+            .map(|&c| self.counters.row(c as usize).len() as u64)
+            .sum()
+    }
+    /// The tasks `t` waits for.
+    pub fn preds(&self, t: usize) -> &[u32] {
+        match self.wait[t] {
+            NO_COUNTER => &[],
+            c => self.counters.row(c as usize),
+        }
+    }
+    /// Rebuilds `signals` and `waiters` from `wait` and `counters` (after editing them).
+    pub fn rebuild_reverse(&mut self) {
+        self.signals = self.counters.transpose_into(self.len());
+        let pairs: Vec<(u32, u32)> = self
+            .wait
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c != NO_COUNTER)
+            .map(|(t, &c)| (c, t as u32))
+            .collect();
+        self.waiters = Csr::from_pairs(self.counters.len(), &pairs);
+    }
+    pub fn engine(&self, tf: &Taskflow, t: usize) -> Engine {
+        tf.nodes[self.node[t] as usize].engine
+    }
+    /// The chunk of every dimension of a task's tile.
+    pub fn chunks(&self, t: usize) -> Vec<Chunk> {
+        let n = &self.nodes[self.node[t] as usize];
+        let rt = &n.per_rank[self.rank[t] as usize];
+        let mut rem = self.tile[t] as usize;
+        let mut out = vec![Chunk { lo: 0, hi: 0, group: 0 }; rt.chunks.len()];
+        for d in (0..rt.chunks.len()).rev() {
+            let k = rt.chunks[d].len();
+            out[d] = rt.chunks[d][rem % k];
+            rem /= k;
+        }
+        out
+    }
+    /// Memory the graph holds (task arrays, edges, tilings), in bytes.
+    pub fn resident_bytes(&self) -> usize {
+        let per_task = 4 * 3 + 4 * 4;
+        let tiles: usize = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.per_rank.iter())
+            .map(|r| r.chunks.iter().map(|c| c.len() * std::mem::size_of::<Chunk>()).sum::<usize>())
+            .sum();
+        self.len() * (per_task + 4)
+            + (self.counters.off.len() + self.signals.off.len() + self.waiters.off.len()) * 4
+            + (self.counters.idx.len() + self.signals.idx.len() + self.waiters.idx.len()) * 4
+            + tiles
+    }
+}
+
+/// Materialises the routings a taskflow uses.
+pub fn layouts(program: &Program, static_capacity: bool, base: Option<&Path>) -> Result<Layouts, Diagnostic> {
+    let mut out = Vec::new();
+    for spec in &program.routes {
+        if spec.tokens == 0 {
+            out.push(None);
+            continue;
+        }
+        let r = Routing::generate(spec, base).map_err(|e| {
+            Diagnostic::error(Code::BadRouting, format!("routing `{}`: {e}", spec.name)).primary(spec.span, "cannot be generated")
+        })?;
+        out.push(Some(RouteLayout::new(r, static_capacity)));
+    }
+    Ok(std::sync::Arc::new(out))
+}
+
+/// The task dimensions of a call: the free variables of its statements by name, in order of
+/// first appearance; the (token, choice) pair of a sending put forms one `Send` dimension.
+fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
+    let body = &node.body;
+    let mut dims: Vec<TileDim> = Vec::new();
+    let tile_of = |name: &str| node.tile.iter().find(|(n, _)| n == name).map_or(u64::MAX, |(_, s)| *s);
+    for st in &body.stmts {
+        if let Target::Put {
+            rank: ir::Index::Route { route, func: ir::RouteFn::Rank, args },
+            ..
+        } = &st.target
+        {
+            let (t, j) = (&body.vars[args[0]].name, &body.vars[args[1]].name);
+            if !dims.iter().any(|d| d.name == *t) {
+                dims.push(TileDim {
+                    name: t.clone(),
+                    kind: DimKind::Send {
+                        route: *route,
+                        token: t.clone(),
+                        choice: j.clone(),
+                    },
+                    tile: tile_of(t),
+                });
+            }
+        }
+        for &v in &st.vars {
+            let var = &body.vars[v];
+            if matches!(var.kind, VarKind::Reduce) {
+                continue;
+            }
+            if dims.iter().any(|d| d.name == var.name || matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name)) {
+                if let Some(d) = dims.iter_mut().find(|d| d.name == var.name) {
+                    if let (DimKind::Range { lo, hi }, VarRange::Fixed { lo: a, hi: b }) = (&mut d.kind, var.range) {
+                        *lo = (*lo).min(a);
+                        *hi = (*hi).max(b);
+                    }
+                }
+                continue;
+            }
+            let kind = match var.range {
+                VarRange::Fixed { lo, hi } => DimKind::Range { lo, hi },
+                VarRange::Recv(r) => DimKind::Recv(r),
+                VarRange::GroupRows { route, .. } => DimKind::Recv(route),
+            };
+            dims.push(TileDim {
+                name: var.name.clone(),
+                kind,
+                tile: tile_of(&var.name),
+            });
+        }
+    }
+    if let Retile::ExpertLevel { aic_cores } = retile {
+        let op_is_comm = tf.tensor(node.output).home == ir::Home::Window;
+        if op_is_comm {
+            for d in &mut dims {
+                if matches!(d.kind, DimKind::Send { .. } | DimKind::Recv(_)) {
+                    d.tile = 128;
+                } else {
+                    d.tile = u64::MAX;
+                }
+            }
+        } else if node.engine == Engine::Aic {
+            // One task per cube core per expert: the expert's rows, a slice of the widest
+            // column dimension (in multiples of 16, the cube's granularity).
+            let widest = dims
+                .iter()
+                .enumerate()
+                .filter_map(|(i, d)| match d.kind {
+                    DimKind::Range { lo, hi } if i > 0 => Some((i, hi - lo)),
+                    _ => None,
+                })
+                .max_by_key(|&(i, w)| (w, std::cmp::Reverse(i)));
+            for (i, d) in dims.iter_mut().enumerate() {
+                d.tile = match (&d.kind, widest) {
+                    (_, Some((w, width))) if w == i => {
+                        let per = (width as u64).div_ceil(aic_cores.max(1) as u64);
+                        per.div_ceil(16) * 16
+                    }
+                    (DimKind::Range { .. }, _) if i == 0 => 1,
+                    _ => u64::MAX,
+                };
+            }
+        } else {
+            for (i, d) in dims.iter_mut().enumerate() {
+                d.tile = if i == 0 { 128 } else { u64::MAX };
+            }
+        }
+    }
+    dims
+}
+
+/// The chunks of one dimension on one rank.
+fn dim_chunks(d: &TileDim, rank: usize, layouts: &[Option<RouteLayout>]) -> Vec<Chunk> {
+    let t = d.tile.max(1);
+    let split = |lo: i64, hi: i64, group: u32, out: &mut Vec<Chunk>| {
+        let mut a = lo;
+        while a < hi {
+            let b = if t >= (hi - a) as u64 { hi } else { a + t as i64 };
+            out.push(Chunk { lo: a, hi: b, group });
+            a = b;
+        }
+    };
+    let mut out = Vec::new();
+    match &d.kind {
+        DimKind::Range { lo, hi } => split(*lo, *hi, 0, &mut out),
+        DimKind::Recv(r) => {
+            if let Some(l) = layouts.get(r.0 as usize).and_then(|x| x.as_ref()) {
+                let off = &l.group_off[rank];
+                for g in 0..off.len() - 1 {
+                    split(off[g] as i64, off[g + 1] as i64, g as u32, &mut out);
+                }
+            }
+        }
+        DimKind::Send { route, .. } => {
+            if let Some(l) = layouts.get(route.0 as usize).and_then(|x| x.as_ref()) {
+                let off = &l.send_off[rank];
+                for e in 0..off.len() - 1 {
+                    if l.static_capacity {
+                        // Positions 0..tokens of the (expert, source) segment, padding included.
+                        split(0, l.segment_capacity() as i64, e as u32, &mut out);
+                    } else {
+                        split(off[e] as i64, off[e + 1] as i64, e as u32, &mut out);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Lowers one taskflow.
+pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOptions) -> Result<TaskGraph, Diagnostic> {
+    let ranks = program.device.ranks() as usize;
+    // Tilings, and the task count before anything large is allocated.
+    let mut nodes = Vec::with_capacity(tf.nodes.len());
+    let mut total: u64 = 0;
+    for node in &tf.nodes {
+        let dims = task_dims(node, opts.retile, tf);
+        let mut per_rank = Vec::with_capacity(ranks);
+        let mut base = Vec::with_capacity(ranks);
+        let mut node_total: u64 = 0;
+        for r in 0..ranks {
+            let chunks: Vec<Vec<Chunk>> = dims.iter().map(|d| dim_chunks(d, r, &layouts)).collect();
+            let count = chunks.iter().try_fold(1u64, |a, c| a.checked_mul(c.len() as u64)).unwrap_or(u64::MAX);
+            node_total = node_total.saturating_add(count);
+            if total.saturating_add(node_total) > opts.max_tasks {
+                let op = &program.op(node.op).name;
+                return Err(Diagnostic::error(
+                    Code::LimitExceeded,
+                    format!("`{}` ({op}) would lower to more than {} tasks", node.name, opts.max_tasks),
+                )
+                .primary(node.span, format!("at least {} tasks from this call", node_total))
+                .help("use larger tiles, fewer ranks, or raise the limit with `--max-tasks N`"));
+            }
+            base.push((total + node_total - count) as u32);
+            per_rank.push(RankTiles { chunks, count: count as u32 });
+        }
+        total += node_total;
+        nodes.push(NodeTiles { dims, per_rank, base });
+    }
+    let n = total as usize;
+    let mut g = TaskGraph {
+        taskflow: tf.name.clone(),
+        ranks: ranks as u32,
+        layouts,
+        nodes,
+        rank: Vec::with_capacity(n),
+        node: Vec::with_capacity(n),
+        tile: Vec::with_capacity(n),
+        flops: Vec::with_capacity(n),
+        bytes_in: Vec::with_capacity(n),
+        bytes_out: Vec::with_capacity(n),
+        remote: Vec::with_capacity(n),
+        wait: Vec::with_capacity(n),
+        counters: Csr::default(),
+        counter_rank: Vec::new(),
+        signals: Csr::default(),
+        waiters: Csr::default(),
+    };
+    for (ni, nt) in g.nodes.iter().enumerate() {
+        for (r, rt) in nt.per_rank.iter().enumerate() {
+            for i in 0..rt.count {
+                g.rank.push(r as u32);
+                g.node.push(ni as u32);
+                g.tile.push(i);
+            }
+        }
+    }
+    // Costs and dependencies from the regions.
+    let mut index = regions::WriterIndex::new(tf, ranks);
+    let mut acc = regions::Scratch::default();
+    let mut interner = CounterInterner::default();
+    let mut preds: Vec<u32> = Vec::new();
+    // Writers of a read region repeat across the tiles of a call: remember them per
+    // (node, rank).
+    let mut memo: HashMap<Region, (usize, usize)> = HashMap::new();
+    let mut memo_arena: Vec<u32> = Vec::new();
+    let mut memo_key = (u32::MAX, u32::MAX);
+    for (ni, node) in tf.nodes.iter().enumerate() {
+        let tasks: usize = g.nodes[ni].per_rank.iter().map(|r| r.count as usize).sum();
+        index.reserve(node.output, tasks);
+    }
+    for t in 0..n {
+        let key = (g.node[t], g.rank[t]);
+        if key != memo_key {
+            memo.clear();
+            memo_arena.clear();
+            memo_key = key;
+        }
+        let access = regions::tile_access(program, tf, &g, t, &mut acc);
+        g.flops.push(access.flops as f32);
+        g.bytes_in.push(access.bytes_in as f32);
+        g.bytes_out.push(access.bytes_out as f32);
+        g.remote.push(access.remote as f32);
+        preds.clear();
+        for rd in &access.reads {
+            if tf.tensor(rd.tensor).producer.is_none() {
+                continue;
+            }
+            let mut probe = *rd;
+            probe.accumulate = false;
+            if let Some(&(a, b)) = memo.get(&probe) {
+                preds.extend_from_slice(&memo_arena[a..b]);
+                continue;
+            }
+            let a = memo_arena.len();
+            index.writers(rd, &mut |w| memo_arena.push(w));
+            let b = memo_arena.len();
+            memo.insert(probe, (a, b));
+            preds.extend_from_slice(&memo_arena[a..b]);
+        }
+        preds.sort_unstable();
+        preds.dedup();
+        // Counters live on the consumer's rank: the rank is part of the key.
+        g.wait.push(if preds.is_empty() { NO_COUNTER } else { interner.intern(g.rank[t], &preds) });
+        // Writes are visible to later calls; tasks of one call never read its own output and
+        // calls are in topological order, so adding them now is equivalent.
+        for w in &access.writes {
+            index.add(w, t as u32);
+        }
+    }
+    (g.counters, g.counter_rank) = interner.finish();
+    g.rebuild_reverse();
+    Ok(g)
+}
+
+/// Shares one counter among consumers with the same producers.
+#[derive(Default)]
+struct CounterInterner {
+    by_hash: HashMap<u64, Vec<u32>>,
+    rank: Vec<u32>,
+    off: Vec<u32>,
+    idx: Vec<u32>,
+}
+
+impl CounterInterner {
+    fn intern(&mut self, rank: u32, preds: &[u32]) -> u32 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        rank.hash(&mut h);
+        preds.hash(&mut h);
+        let key = h.finish();
+        if self.off.is_empty() {
+            self.off.push(0);
+        }
+        if let Some(ids) = self.by_hash.get(&key) {
+            for &c in ids {
+                let (a, b) = (self.off[c as usize] as usize, self.off[c as usize + 1] as usize);
+                if self.rank[c as usize] == rank && self.idx[a..b] == *preds {
+                    return c;
+                }
+            }
+        }
+        let c = (self.off.len() - 1) as u32;
+        self.rank.push(rank);
+        self.idx.extend_from_slice(preds);
+        self.off.push(self.idx.len() as u32);
+        self.by_hash.entry(key).or_default().push(c);
+        c
+    }
+    fn finish(mut self) -> (Csr, Vec<u32>) {
+        if self.off.is_empty() {
+            self.off.push(0);
+        }
+        (Csr { off: self.off, idx: self.idx }, self.rank)
+    }
+}
+
+/// Tasks per (op call), for summaries: `(node name, op name, engine, count)`.
+pub fn counts_per_node(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<(String, String, Engine, u64)> {
+    tf.nodes
+        .iter()
+        .zip(&g.nodes)
+        .map(|(n, nt)| {
+            (
+                n.name.clone(),
+                program.op(n.op).name.clone(),
+                n.engine,
+                nt.per_rank.iter().map(|r| r.count as u64).sum(),
+            )
+        })
+        .collect()
+}
+
+/// Whether a dimension is ragged (for dumps).
+pub fn is_ragged(d: &Dim) -> bool {
+    matches!(d, Dim::Recv(_))
+}

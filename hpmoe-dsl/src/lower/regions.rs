@@ -1,0 +1,502 @@
+//! The regions a task reads and writes, its cost, and the index of writers through which
+//! dependencies are found.
+
+use super::{Chunk, DimKind, TaskGraph, NO_SOURCE};
+use crate::ir::{ConcreteBody, Index, Program, SExpr, Target, TensorId, Taskflow, VarKind, VarRange};
+
+/// Tensors have at most this many dimensions (the checker enforces it).
+pub const MAX_DIMS: usize = 6;
+
+/// A box of a tensor on a rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Region {
+    pub tensor: TensorId,
+    pub rank: u32,
+    pub ndim: u8,
+    pub lo: [i64; MAX_DIMS],
+    pub hi: [i64; MAX_DIMS],
+    /// A `+=` write (accumulations commute; they do not race with each other).
+    pub accumulate: bool,
+}
+
+impl Region {
+    pub fn volume(&self) -> u64 {
+        (0..self.ndim as usize).map(|d| (self.hi[d] - self.lo[d]).max(0) as u64).product()
+    }
+    pub fn is_empty(&self) -> bool {
+        (0..self.ndim as usize).any(|d| self.hi[d] <= self.lo[d])
+    }
+    pub fn overlaps(&self, o: &Region) -> bool {
+        self.tensor == o.tensor && self.rank == o.rank && (0..self.ndim as usize).all(|d| self.lo[d] < o.hi[d] && o.lo[d] < self.hi[d])
+    }
+    /// `[a..b, c..d]`.
+    pub fn text(&self) -> String {
+        let parts: Vec<String> = (0..self.ndim as usize).map(|d| format!("{}..{}", self.lo[d], self.hi[d])).collect();
+        format!("[{}]", parts.join(", "))
+    }
+}
+
+/// What one task touches, and its cost.
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    pub reads: Vec<Region>,
+    pub writes: Vec<Region>,
+    pub flops: f64,
+    pub bytes_in: f64,
+    pub bytes_out: f64,
+    pub remote: f64,
+    /// Destination rank of every remote byte when there is a single one.
+    pub dest: Option<u32>,
+}
+
+/// Reusable buffers.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    access: Access,
+    vr: Vec<(i64, i64)>,
+    entries: Vec<(u32, u32, u32)>,
+}
+
+fn range_of(vr: &[(i64, i64)], v: usize) -> (i64, i64) {
+    vr.get(v).copied().unwrap_or((0, 0))
+}
+
+/// The interval an index takes over the variables' ranges.
+fn index_range(ix: &Index, vr: &[(i64, i64)], group_of: &dyn Fn(i64) -> i64, dim_size: i64) -> (i64, i64) {
+    match ix {
+        Index::Affine { var, coef, offset } => {
+            let (lo, hi) = range_of(vr, *var);
+            if hi <= lo {
+                return (0, 0);
+            }
+            let a = coef * lo + offset;
+            let b = coef * (hi - 1) + offset;
+            (a.min(b), a.max(b) + 1)
+        }
+        Index::Const(c) => (*c, c + 1),
+        Index::Group(v) => {
+            let (lo, hi) = range_of(vr, *v);
+            if hi <= lo {
+                return (0, 0);
+            }
+            (group_of(lo), group_of(hi - 1) + 1)
+        }
+        // Conservative: the whole dimension.
+        Index::Route { .. } => (0, dim_size),
+    }
+}
+
+/// Operations per evaluation of an expression, with reductions' trip counts.
+fn ops(e: &SExpr, vr: &[(i64, i64)]) -> f64 {
+    match e {
+        SExpr::Const(_) | SExpr::Read { .. } | SExpr::Var(_) | SExpr::Route { .. } => 0.0,
+        SExpr::Neg(a) => 1.0 + ops(a, vr),
+        SExpr::Bin(_, a, b) => 1.0 + ops(a, vr) + ops(b, vr),
+        SExpr::Call(f, args) => f.ops() as f64 + args.iter().map(|a| ops(a, vr)).sum::<f64>(),
+        SExpr::Sum { vars, body } => {
+            let trips: f64 = vars.iter().map(|v| (range_of(vr, *v).1 - range_of(vr, *v).0).max(0) as f64).product();
+            trips * (1.0 + ops(body, vr))
+        }
+    }
+}
+
+/// Computes what task `t` reads and writes, and its cost.
+pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize, s: &'a mut Scratch) -> &'a Access {
+    let a = &mut s.access;
+    a.reads.clear();
+    a.writes.clear();
+    a.flops = 0.0;
+    a.bytes_in = 0.0;
+    a.bytes_out = 0.0;
+    a.remote = 0.0;
+    a.dest = None;
+    let mut multi_dest = false;
+    let ni = g.node[t] as usize;
+    let rank = g.rank[t] as usize;
+    let node = &tf.nodes[ni];
+    let nt = &g.nodes[ni];
+    let body: &ConcreteBody = &node.body;
+    let chunks = g.chunks(t);
+    let out = tf.tensor(node.output);
+    let out_size = out.dtype.size() as f64;
+    for st in &body.stmts {
+        // Variable ranges for this tile.
+        s.vr.clear();
+        s.vr.resize(body.vars.len(), (0, 0));
+        s.entries.clear();
+        let mut send: Option<(usize, &Chunk)> = None;
+        for (v, var) in body.vars.iter().enumerate() {
+            let dim = nt.dims.iter().position(|d| d.name == var.name);
+            let r = match (dim, var.range) {
+                (Some(d), _) if !matches!(var.kind, VarKind::Reduce) => {
+                    let c = &chunks[d];
+                    match (&nt.dims[d].kind, var.range) {
+                        (DimKind::Range { .. }, VarRange::Fixed { lo, hi }) => (c.lo.max(lo), c.hi.min(hi)),
+                        (DimKind::Range { .. }, _) => (c.lo, c.hi),
+                        (DimKind::Recv(_), _) => (c.lo, c.hi),
+                        (DimKind::Send { .. }, _) => {
+                            send = Some((d, c));
+                            (0, 0)
+                        }
+                    }
+                }
+                _ => match var.range {
+                    VarRange::Fixed { lo, hi } => {
+                        // The choice variable of a send dimension.
+                        let is_choice = nt.dims.iter().any(|d| matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name));
+                        if is_choice {
+                            (0, 0)
+                        } else {
+                            (lo, hi)
+                        }
+                    }
+                    VarRange::Recv(r) => match g.layouts.get(r.0 as usize).and_then(|l| l.as_ref()) {
+                        Some(l) => (0, l.rows(rank) as i64),
+                        None => (0, 0),
+                    },
+                    VarRange::GroupRows { route, group } => {
+                        let (glo, ghi) = s.vr.get(group).copied().unwrap_or((0, 0));
+                        match g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) {
+                            Some(l) if ghi > glo => {
+                                let off = &l.group_off[rank];
+                                let a = off.get(glo as usize).copied().unwrap_or(0) as i64;
+                                let b = off.get(ghi as usize).copied().unwrap_or(0) as i64;
+                                (a, b)
+                            }
+                            _ => (0, 0),
+                        }
+                    }
+                },
+            };
+            s.vr[v] = r;
+        }
+        // A sending put: its (token, choice) entries.
+        let mut dest_slots: Option<(u32, i64, i64)> = None;
+        if let Some((d, c)) = send {
+            let DimKind::Send { route, token, choice } = &nt.dims[d].kind else { continue };
+            let Some(l) = g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) else { continue };
+            let e = c.group as usize;
+            let off = &l.send_off[rank];
+            let (first, last) = if l.static_capacity {
+                let cnt = (off[e + 1] - off[e]) as i64;
+                (off[e] as i64 + c.lo.min(cnt), off[e] as i64 + c.hi.min(cnt))
+            } else {
+                (c.lo, c.hi)
+            };
+            let (mut tlo, mut thi, mut jlo, mut jhi) = (i64::MAX, i64::MIN, i64::MAX, i64::MIN);
+            for ent in &l.send[rank][first as usize..last as usize] {
+                s.entries.push((ent.token, ent.choice, ent.slot));
+                tlo = tlo.min(ent.token as i64);
+                thi = thi.max(ent.token as i64 + 1);
+                jlo = jlo.min(ent.choice as i64);
+                jhi = jhi.max(ent.choice as i64 + 1);
+            }
+            let d_rank = l.rank_of_expert(e) as u32;
+            let el = e % l.local_experts();
+            let slots = if l.static_capacity {
+                let seg = l.group_off[d_rank as usize][el] as i64 + rank as i64 * l.segment_capacity() as i64;
+                (seg + c.lo, seg + c.hi)
+            } else if let (Some(f), Some(la)) = (s.entries.first(), s.entries.last()) {
+                (f.2 as i64, la.2 as i64 + 1)
+            } else {
+                (0, 0)
+            };
+            dest_slots = Some((d_rank, slots.0, slots.1));
+            for (v, var) in body.vars.iter().enumerate() {
+                if var.name == *token {
+                    s.vr[v] = if thi > tlo { (tlo, thi) } else { (0, 0) };
+                } else if var.name == *choice {
+                    s.vr[v] = if jhi > jlo { (jlo, jhi) } else { (0, 0) };
+                }
+            }
+        }
+        // Points the statement computes.
+        let send_vars: Vec<usize> = match send {
+            Some((d, _)) => match &nt.dims[d].kind {
+                DimKind::Send { token, choice, .. } => st.vars.iter().copied().filter(|&v| body.vars[v].name == *token || body.vars[v].name == *choice).collect(),
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
+        };
+        let mut points: f64 = st
+            .vars
+            .iter()
+            .filter(|v| !send_vars.contains(v))
+            .map(|&v| (s.vr[v].1 - s.vr[v].0).max(0) as f64)
+            .product();
+        if send.is_some() {
+            points *= s.entries.len() as f64;
+        }
+        let layout_of = |r: crate::ir::RouteId| g.layouts.get(r.0 as usize).and_then(|l| l.as_ref());
+        let group_route = node.routes.first().copied();
+        let group_of = |row: i64| -> i64 {
+            match group_route.and_then(layout_of) {
+                Some(l) => l.group_of_row(rank, row.max(0) as u32) as i64,
+                None => 0,
+            }
+        };
+        // Reads.
+        let vr = &s.vr;
+        let mut reads_here: Vec<Region> = Vec::new();
+        st.value.for_each_read(&mut |input, ix| {
+            let tid = node.inputs[input];
+            let tensor = tf.tensor(tid);
+            let mut r = Region {
+                tensor: tid,
+                rank: rank as u32,
+                ndim: ix.len().min(MAX_DIMS) as u8,
+                lo: [0; MAX_DIMS],
+                hi: [0; MAX_DIMS],
+                accumulate: false,
+            };
+            for (k, i) in ix.iter().enumerate().take(MAX_DIMS) {
+                let size = match tensor.shape.get(k) {
+                    Some(crate::ir::Dim::Fixed(n)) => *n as i64,
+                    Some(crate::ir::Dim::Recv(rid)) => layout_of(*rid).map_or(0, |l| l.rows(rank) as i64),
+                    None => 0,
+                };
+                let (lo, hi) = index_range(i, vr, &group_of, size);
+                r.lo[k] = lo;
+                r.hi[k] = hi;
+            }
+            if points > 0.0 && !r.is_empty() {
+                reads_here.push(r);
+            }
+        });
+        for r in reads_here {
+            if !a.reads.contains(&r) {
+                let size = tf.tensor(r.tensor).dtype.size() as f64;
+                a.bytes_in += r.volume() as f64 * size;
+                a.reads.push(r);
+            }
+        }
+        if points <= 0.0 {
+            continue;
+        }
+        a.flops += points * ops(&st.value, &s.vr);
+        // Writes.
+        let out_dims = out.shape.len().min(MAX_DIMS);
+        let mk = |rank: u32| Region {
+            tensor: node.output,
+            rank,
+            ndim: out_dims as u8,
+            lo: [0; MAX_DIMS],
+            hi: [0; MAX_DIMS],
+            accumulate: st.accumulate,
+        };
+        match &st.target {
+            Target::Out(ix) => {
+                let mut w = mk(rank as u32);
+                for (k, i) in ix.iter().enumerate().take(MAX_DIMS) {
+                    let (lo, hi) = index_range(i, &s.vr, &group_of, 0);
+                    w.lo[k] = lo;
+                    w.hi[k] = hi;
+                }
+                a.bytes_out += w.volume() as f64 * out_size;
+                a.writes.push(w);
+            }
+            Target::Put { rank: rk, index } => {
+                // Non-row dimensions of the destination.
+                let mut rest = mk(0);
+                for (k, i) in index.iter().enumerate().take(MAX_DIMS) {
+                    if !matches!(i, Index::Route { .. }) {
+                        let (lo, hi) = index_range(i, &s.vr, &group_of, 0);
+                        rest.lo[k] = lo;
+                        rest.hi[k] = hi;
+                    }
+                }
+                let row_dim = index.iter().position(|i| matches!(i, Index::Route { .. })).unwrap_or(0);
+                let row_bytes = {
+                    let mut r = rest;
+                    r.lo[row_dim] = 0;
+                    r.hi[row_dim] = 1;
+                    r.volume() as f64 * out_size
+                };
+                let mut note_dest = |d: u32, bytes: f64, a: &mut Access| {
+                    if d as usize != rank {
+                        a.remote += bytes;
+                        match a.dest {
+                            None if !multi_dest => a.dest = Some(d),
+                            Some(x) if x != d => {
+                                a.dest = None;
+                                multi_dest = true;
+                            }
+                            _ => {}
+                        }
+                    } else {
+                        a.bytes_out += bytes;
+                    }
+                };
+                if let Some((d, lo, hi)) = dest_slots {
+                    let mut w = rest;
+                    w.rank = d;
+                    w.lo[row_dim] = lo;
+                    w.hi[row_dim] = hi;
+                    note_dest(d, s.entries.len() as f64 * row_bytes, a);
+                    if !w.is_empty() {
+                        a.writes.push(w);
+                    }
+                } else if let Index::Route { route, args, .. } = rk {
+                    // A receiving-side put: each row goes back to its source.
+                    let Some(l) = layout_of(*route) else { continue };
+                    let (mlo, mhi) = range_of(&s.vr, args[0]);
+                    for m in mlo.max(0)..mhi {
+                        let Some(e) = l.recv[rank].get(m as usize) else { continue };
+                        if e.src_rank == NO_SOURCE {
+                            continue;
+                        }
+                        let mut w = rest;
+                        w.rank = e.src_rank;
+                        w.lo[row_dim] = e.src_token as i64;
+                        w.hi[row_dim] = e.src_token as i64 + 1;
+                        note_dest(e.src_rank, row_bytes, a);
+                        a.writes.push(w);
+                    }
+                }
+            }
+        }
+    }
+    let _ = program;
+    &s.access
+}
+
+/// The writers of every tensor on every rank, for finding the producers of a read.
+#[derive(Debug)]
+pub struct WriterIndex {
+    ndim: Vec<usize>,
+    ranks: usize,
+    /// `[tensor]`: flat records of (rank, `ndim` (lo, hi) pairs, task id), in insertion order.
+    records: Vec<Vec<i64>>,
+    /// `[tensor][rank]`: record offsets sorted by (lo of dimension 0, task); built on the
+    /// first query after the tensor's writers were added.
+    sorted: Vec<Option<Vec<Vec<u32>>>>,
+    max_len: Vec<Vec<i64>>,
+}
+
+impl WriterIndex {
+    pub fn new(tf: &Taskflow, ranks: usize) -> Self {
+        let nt = tf.tensors.len();
+        WriterIndex {
+            ndim: tf.tensors.iter().map(|t| t.shape.len().min(MAX_DIMS)).collect(),
+            ranks,
+            records: vec![Vec::new(); nt],
+            sorted: vec![None; nt],
+            max_len: vec![vec![0; ranks]; nt],
+        }
+    }
+
+    fn stride(&self, ti: usize) -> usize {
+        2 * self.ndim[ti] + 2
+    }
+
+    /// Reserves room for `n` more records of a tensor.
+    pub fn reserve(&mut self, tensor: TensorId, n: usize) {
+        let ti = tensor.0 as usize;
+        if ti < self.records.len() {
+            let st = self.stride(ti);
+            self.records[ti].reserve(n * st);
+        }
+    }
+
+    pub fn add(&mut self, w: &Region, task: u32) {
+        let (ti, r) = (w.tensor.0 as usize, w.rank as usize);
+        if ti >= self.records.len() || r >= self.ranks {
+            return;
+        }
+        let nd = self.ndim[ti];
+        let list = &mut self.records[ti];
+        list.push(r as i64);
+        for d in 0..nd {
+            list.push(w.lo[d]);
+            list.push(w.hi[d]);
+        }
+        list.push(task as i64);
+        self.sorted[ti] = None;
+        let len = w.hi[0] - w.lo[0];
+        if len > self.max_len[ti][r] {
+            self.max_len[ti][r] = len;
+        }
+    }
+
+    fn sort(&mut self, ti: usize) {
+        let st = self.stride(ti);
+        let list = &self.records[ti];
+        let n = list.len() / st;
+        let mut counts = vec![0usize; self.ranks];
+        for i in 0..n {
+            counts[list[i * st] as usize] += 1;
+        }
+        let mut per: Vec<Vec<u32>> = counts.iter().map(|&c| Vec::with_capacity(c)).collect();
+        for i in 0..n {
+            per[list[i * st] as usize].push((i * st) as u32);
+        }
+        for v in &mut per {
+            v.sort_by_key(|&o| (list[o as usize + 1], list[o as usize + st - 1]));
+        }
+        self.sorted[ti] = Some(per);
+    }
+
+    /// Calls `f` with every task whose write overlaps `rd`.
+    pub fn writers(&mut self, rd: &Region, f: &mut impl FnMut(u32)) {
+        let (ti, r) = (rd.tensor.0 as usize, rd.rank as usize);
+        if ti >= self.records.len() || r >= self.ranks {
+            return;
+        }
+        if self.sorted[ti].is_none() {
+            self.sort(ti);
+        }
+        let nd = self.ndim[ti];
+        let st = self.stride(ti);
+        let list = &self.records[ti];
+        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else { return };
+        let (a, b) = (rd.lo[0], rd.hi[0]);
+        let from = a - self.max_len[ti][r];
+        // Records whose lo0 <= a - max_len end before `a`: skip them.
+        let mut i = order.partition_point(|&o| list[o as usize + 1] <= from);
+        while i < order.len() {
+            let o = order[i] as usize;
+            let rec = &list[o + 1..o + st];
+            if rec[0] >= b {
+                break;
+            }
+            let hit = (0..nd).all(|d| rec[2 * d] < rd.hi[d] && rd.lo[d] < rec[2 * d + 1]);
+            if hit {
+                f(rec[2 * nd] as u32);
+            }
+            i += 1;
+        }
+    }
+
+    /// Every record of a tensor on a rank: `(region, task)`, sorted by position.
+    pub fn records(&mut self, tensor: TensorId, rank: u32) -> Vec<(Region, u32)> {
+        let (ti, r) = (tensor.0 as usize, rank as usize);
+        if ti >= self.records.len() || r >= self.ranks {
+            return Vec::new();
+        }
+        if self.sorted[ti].is_none() {
+            self.sort(ti);
+        }
+        let nd = self.ndim[ti];
+        let list = &self.records[ti];
+        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else { return Vec::new() };
+        order
+            .iter()
+            .map(|&o| {
+                let o = o as usize + 1;
+                let mut reg = Region {
+                    tensor,
+                    rank,
+                    ndim: nd as u8,
+                    lo: [0; MAX_DIMS],
+                    hi: [0; MAX_DIMS],
+                    accumulate: false,
+                };
+                for d in 0..nd {
+                    reg.lo[d] = list[o + 2 * d];
+                    reg.hi[d] = list[o + 2 * d + 1];
+                }
+                (reg, list[o + 2 * nd] as u32)
+            })
+            .collect()
+    }
+}

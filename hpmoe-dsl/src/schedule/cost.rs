@@ -1,0 +1,50 @@
+//! A first-order cost estimate of a task on an idle device, used by the schedulers to
+//! prioritise and place tasks. (The simulator's timing model is richer: contention, L2
+//! residency, links.) Roofline: the larger of compute time and memory time, plus the fixed
+//! per-task overhead; communication adds link time and latency.
+
+use crate::ir::{Device, Engine, Program, Taskflow};
+use crate::lower::TaskGraph;
+
+/// The device rates the estimate needs, in base units.
+#[derive(Clone, Copy, Debug)]
+pub struct Rates {
+    pub cube_flops: f64,
+    pub vector_ops: f64,
+    pub core_bytes: f64,
+    pub link_bytes: f64,
+    pub link_latency: f64,
+    pub task_overhead: f64,
+}
+
+impl Rates {
+    pub fn of(d: &Device) -> Rates {
+        Rates {
+            cube_flops: d.get("cube_flops_per_cycle") * d.get("aic_clock") * d.get("cube_efficiency"),
+            // Vector lanes for 16-bit elements.
+            vector_ops: d.get("vector_bytes_per_cycle") / 2.0 * d.get("aiv_clock"),
+            core_bytes: d.get("core_l2_read_rate") * d.get("aiv_clock"),
+            link_bytes: d.get("link_bandwidth") * d.get("link_efficiency"),
+            link_latency: d.get("link_latency"),
+            task_overhead: d.get("task_overhead"),
+        }
+    }
+}
+
+/// Seconds task `t` takes on an idle core of its engine.
+pub fn task_seconds(tf: &Taskflow, g: &TaskGraph, rates: &Rates, t: usize) -> f64 {
+    let node = &tf.nodes[g.node[t] as usize];
+    let mem = (g.bytes_in[t] as f64 + g.bytes_out[t] as f64) / rates.core_bytes;
+    let compute = match node.engine {
+        Engine::Aic => g.flops[t] as f64 / rates.cube_flops,
+        Engine::Aiv => g.flops[t] as f64 / rates.vector_ops,
+    };
+    let comm = if g.remote[t] > 0.0 { g.remote[t] as f64 / rates.link_bytes + rates.link_latency } else { 0.0 };
+    rates.task_overhead + compute.max(mem).max(comm)
+}
+
+/// Estimates for every task.
+pub fn all(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<f64> {
+    let rates = Rates::of(&program.device);
+    (0..g.len()).map(|t| task_seconds(tf, g, &rates, t)).collect()
+}

@@ -1,0 +1,536 @@
+//! Static schedules: a task graph and a policy in; every task's core and its place in the
+//! core's queue, and the counters (with derived thresholds) that enforce the dependencies,
+//! out. Nothing is written by hand: a counter's threshold is the number of tasks that signal
+//! it.
+//!
+//! Policies: `kernel_by_kernel` (the baseline: one kernel per op call over all cores of its
+//! engine, a barrier at the end of each kernel, dispatch and combine as collectives with a
+//! cross-rank barrier), `expert_level` (the reference runtime: static queues filled
+//! round-robin, per-expert pipelining from the dependencies, half the vector cores),
+//! `interleaved` (tile-level list scheduling by priority onto the core that can start a task
+//! earliest, all vector cores). Transforms: `ratr` (rank-aware reordering of communication:
+//! each source rank starts at a different destination) and the interleaving of independent
+//! backward GMM branches on the cube queues.
+
+pub mod cost;
+mod export;
+
+pub use export::{schedule_json, summary_text, tasks_json};
+
+use crate::ir::{Engine, Program, Taskflow, Value};
+use crate::lower::{Csr, DimKind, TaskGraph, NO_COUNTER};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+/// Scheduling policies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Policy {
+    KernelByKernel,
+    ExpertLevel,
+    Interleaved,
+}
+
+impl Policy {
+    pub fn parse(s: &str) -> Option<Policy> {
+        match s {
+            "kernel_by_kernel" => Some(Policy::KernelByKernel),
+            "expert_level" => Some(Policy::ExpertLevel),
+            "interleaved" => Some(Policy::Interleaved),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::KernelByKernel => "kernel_by_kernel",
+            Policy::ExpertLevel => "expert_level",
+            Policy::Interleaved => "interleaved",
+        }
+    }
+    pub fn all() -> [Policy; 3] {
+        [Policy::KernelByKernel, Policy::ExpertLevel, Policy::Interleaved]
+    }
+}
+
+/// Priorities of the interleaved policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Priority {
+    CriticalPath,
+    Fifo,
+    OpOrder,
+}
+
+/// A policy with its options.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicySpec {
+    pub policy: Policy,
+    pub priority: Priority,
+    pub ratr: bool,
+    /// Vector cores used per rank (0: the policy's default).
+    pub aiv_workers: u32,
+    pub interleave_backward: bool,
+    pub static_capacity: bool,
+    pub aiv_fraction: f64,
+    pub launch_overhead: bool,
+}
+
+impl PolicySpec {
+    /// The policy with its declared defaults.
+    pub fn new(policy: Policy) -> PolicySpec {
+        PolicySpec {
+            policy,
+            priority: Priority::CriticalPath,
+            ratr: policy != Policy::KernelByKernel,
+            aiv_workers: 0,
+            interleave_backward: true,
+            static_capacity: policy == Policy::ExpertLevel,
+            aiv_fraction: if policy == Policy::ExpertLevel { 0.5 } else { 1.0 },
+            launch_overhead: true,
+        }
+    }
+
+    /// The policy and options selected in a program for a taskflow, or `fallback`.
+    pub fn from_program(program: &Program, taskflow: &str, fallback: Policy) -> PolicySpec {
+        let Some(sc) = program.schedule_for(taskflow) else { return PolicySpec::new(fallback) };
+        let Some(policy) = Policy::parse(&sc.policy) else { return PolicySpec::new(fallback) };
+        let mut p = PolicySpec::new(policy);
+        p.apply(&sc.options);
+        p
+    }
+
+    /// Applies checked options (`std::schedule` signatures).
+    pub fn apply(&mut self, opts: &BTreeMap<String, Value>) {
+        for (k, v) in opts {
+            match (k.as_str(), v) {
+                ("priority", Value::Name(n)) => {
+                    self.priority = match n.as_str() {
+                        "fifo" => Priority::Fifo,
+                        "op_order" => Priority::OpOrder,
+                        _ => Priority::CriticalPath,
+                    }
+                }
+                ("ratr", Value::Bool(b)) => self.ratr = *b,
+                ("aiv_workers", Value::Int(i)) => self.aiv_workers = (*i).max(0) as u32,
+                ("interleave_backward", Value::Bool(b)) => self.interleave_backward = *b,
+                ("static_capacity", Value::Bool(b)) => self.static_capacity = *b,
+                ("aiv_fraction", Value::Float(f)) => self.aiv_fraction = *f,
+                ("launch_overhead", Value::Bool(b)) => self.launch_overhead = *b,
+                _ => {}
+            }
+        }
+    }
+
+    /// How the lowering must tile for this policy.
+    pub fn lower_options(&self, program: &Program, max_tasks: u64) -> crate::lower::LowerOptions {
+        crate::lower::LowerOptions {
+            static_capacity: self.static_capacity,
+            retile: if self.policy == Policy::ExpertLevel {
+                crate::lower::Retile::ExpertLevel {
+                    aic_cores: program.device.get("aic_cores") as u32,
+                }
+            } else {
+                crate::lower::Retile::Annotated
+            },
+            max_tasks,
+        }
+    }
+}
+
+/// A static schedule.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    pub policy: PolicySpec,
+    pub aic_cores: u32,
+    pub aiv_cores: u32,
+    /// Per task: its core, numbered `rank * (aic + aiv) + local` with the cube cores first.
+    pub core: Vec<u32>,
+    /// Per core: its tasks in execution order.
+    pub queues: Csr,
+    /// Counters: those of the task graph, then the kernel barriers of `kernel_by_kernel`.
+    /// Per task, the counters it waits on and those it signals.
+    pub waits: Csr,
+    pub signals: Csr,
+    /// Per counter: the number of signals it waits for (derived from `signals`).
+    pub threshold: Vec<u32>,
+    /// Per counter: the rank holding it.
+    pub counter_rank: Vec<u32>,
+    /// Per task: the kernel it belongs to (`kernel_by_kernel`: its op call, for launch
+    /// overheads), or `u32::MAX`.
+    pub kernel: Vec<u32>,
+    /// Counters that are kernel barriers (ids `graph counters..`).
+    pub barriers: u32,
+    /// The estimate the list scheduler reached (seconds; 0 for static policies).
+    pub estimate: f64,
+}
+
+impl Schedule {
+    pub fn cores_per_rank(&self) -> u32 {
+        self.aic_cores + self.aiv_cores
+    }
+    pub fn core_engine(&self, core: u32) -> Engine {
+        if core % self.cores_per_rank() < self.aic_cores {
+            Engine::Aic
+        } else {
+            Engine::Aiv
+        }
+    }
+    pub fn core_rank(&self, core: u32) -> u32 {
+        core / self.cores_per_rank()
+    }
+    /// `aic3` / `aiv17`.
+    pub fn core_name(&self, core: u32) -> String {
+        let l = core % self.cores_per_rank();
+        if l < self.aic_cores {
+            format!("aic{l}")
+        } else {
+            format!("aiv{}", l - self.aic_cores)
+        }
+    }
+}
+
+/// A topological order of the task graph (Kahn; ties by task id).
+pub fn topo_order(g: &TaskGraph) -> Option<Vec<u32>> {
+    let n = g.len();
+    let mut remaining: Vec<u32> = (0..g.counters.len()).map(|c| g.counters.row(c).len() as u32).collect();
+    let mut ready: Vec<u32> = (0..n as u32).filter(|&t| g.wait[t as usize] == NO_COUNTER).collect();
+    ready.reverse();
+    let mut order = Vec::with_capacity(n);
+    let mut heap: BinaryHeap<Reverse<u32>> = ready.into_iter().map(Reverse).collect();
+    while let Some(Reverse(t)) = heap.pop() {
+        order.push(t);
+        for &c in g.signals.row(t as usize) {
+            remaining[c as usize] -= 1;
+            if remaining[c as usize] == 0 {
+                for &w in g.waiters.row(c as usize) {
+                    heap.push(Reverse(w));
+                }
+            }
+        }
+    }
+    (order.len() == n).then_some(order)
+}
+
+/// The longest path (in estimated seconds) from each task to the end of the graph.
+fn critical_path(g: &TaskGraph, order: &[u32], dur: &[f64]) -> Vec<f64> {
+    let mut cp = vec![0.0; g.len()];
+    let mut best = vec![0.0f64; g.counters.len()];
+    for &t in order.iter().rev() {
+        let t = t as usize;
+        let after = g.signals.row(t).iter().map(|&c| best[c as usize]).fold(0.0, f64::max);
+        cp[t] = dur[t] + after;
+        let c = g.wait[t];
+        if c != NO_COUNTER && cp[t] > best[c as usize] {
+            best[c as usize] = cp[t];
+        }
+    }
+    cp
+}
+
+/// For a task of a sending communication call: its destination rank.
+pub fn send_dest(g: &TaskGraph, t: usize) -> Option<u32> {
+    let nt = &g.nodes[g.node[t] as usize];
+    let d = nt.dims.iter().position(|d| matches!(d.kind, DimKind::Send { .. }))?;
+    let DimKind::Send { route, .. } = nt.dims[d].kind else { return None };
+    let l = g.layouts.get(route.0 as usize)?.as_ref()?;
+    let chunk = g.chunks(t)[d];
+    Some(l.rank_of_expert(chunk.group as usize) as u32)
+}
+
+/// The rank-aware step of a communication task: `(dest - src) mod ranks` (0 for others).
+fn ratr_step(g: &TaskGraph, t: usize) -> u32 {
+    match send_dest(g, t) {
+        Some(d) => (d + g.ranks - g.rank[t]) % g.ranks,
+        None => 0,
+    }
+}
+
+/// Whether the op call writes through communication.
+fn is_comm(tf: &Taskflow, node: usize) -> bool {
+    tf.tensor(tf.nodes[node].output).home == crate::ir::Home::Window
+}
+
+/// Builds the schedule of a policy. The graph must be acyclic (verified).
+pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySpec) -> Schedule {
+    let dev = &program.device;
+    let aic = dev.get("aic_cores") as u32;
+    let aiv = dev.get("aiv_cores") as u32;
+    let n = g.len();
+    let dur = cost::all(program, tf, g);
+    let order = topo_order(g).unwrap_or_else(|| (0..n as u32).collect());
+    let aiv_used = match spec.policy {
+        Policy::Interleaved if spec.aiv_workers > 0 => spec.aiv_workers.min(aiv),
+        Policy::ExpertLevel => ((aiv as f64 * spec.aiv_fraction).round() as u32).clamp(1, aiv),
+        _ => aiv,
+    };
+    let cpr = aic + aiv;
+    let mut core = vec![0u32; n];
+    let mut kernel = vec![u32::MAX; n];
+    let mut per_core: Vec<Vec<u32>> = vec![Vec::new(); (g.ranks * cpr) as usize];
+    let mut estimate = 0.0;
+    // The order in which each (rank, engine) pool receives its tasks.
+    match spec.policy {
+        Policy::Interleaved => {
+            let cp = critical_path(g, &order, &dur);
+            let topo_pos = {
+                let mut p = vec![0u32; n];
+                for (i, &t) in order.iter().enumerate() {
+                    p[t as usize] = i as u32;
+                }
+                p
+            };
+            // Communication calls with `order(ratr)` order their tasks by rotated
+            // destination first (all at the call's highest priority on that rank).
+            let mut node_cp: BTreeMap<(u32, u32), f64> = BTreeMap::new();
+            for t in 0..n {
+                let k = (g.node[t], g.rank[t]);
+                let e = node_cp.entry(k).or_insert(0.0);
+                *e = e.max(cp[t]);
+            }
+            let ratr_node: Vec<bool> = (0..tf.nodes.len()).map(|i| spec.ratr && is_comm(tf, i) && tf.nodes[i].order.iter().any(|o| o == "ratr")).collect();
+            let mut keyed: Vec<(u64, u64, u32, u32)> = (0..n as u32)
+                .map(|t| {
+                    let tu = t as usize;
+                    let node = g.node[tu] as usize;
+                    let prio = tf.nodes[node].priority;
+                    let (main, step) = if ratr_node[node] { (node_cp[&(g.node[tu], g.rank[tu])], ratr_step(g, tu)) } else { (cp[tu], 0) };
+                    let k0 = match spec.priority {
+                        Priority::CriticalPath => u64::MAX - (main * 1e12) as u64,
+                        Priority::Fifo => topo_pos[tu] as u64,
+                        Priority::OpOrder => node as u64,
+                    };
+                    // User priorities come first: higher runs earlier.
+                    let up = (i64::MAX - prio) as u64;
+                    (up, k0, step, topo_pos[tu])
+                })
+                .map(|(a, b, c, d)| (a.wrapping_add(0), b, c, d))
+                .collect();
+            // The priority order must respect dependencies: critical path strictly
+            // decreases along edges (durations are positive); for fifo and op order the
+            // topological position decides.
+            let mut idx: Vec<u32> = (0..n as u32).collect();
+            idx.sort_by_key(|&t| {
+                let k = keyed[t as usize];
+                (k.1, k.2, k.3)
+            });
+            let _ = &mut keyed;
+            // Respect dependencies strictly: place in an order that is both by priority and
+            // topological (a ready-list by priority).
+            let mut rank_of = vec![0u32; n];
+            for (i, &t) in idx.iter().enumerate() {
+                rank_of[t as usize] = i as u32;
+            }
+            let mut remaining: Vec<u32> = (0..g.counters.len()).map(|c| g.counters.row(c).len() as u32).collect();
+            let mut ready: BinaryHeap<Reverse<(u64, u32, u32)>> = BinaryHeap::new();
+            for t in 0..n {
+                if g.wait[t] == NO_COUNTER {
+                    ready.push(Reverse((keyed[t].0, rank_of[t], t as u32)));
+                }
+            }
+            let mut ready_at = vec![0.0f64; n];
+            let mut finish = vec![0.0f64; n];
+            // Per (rank, engine): a heap of (free time, core).
+            let mut pools: Vec<BinaryHeap<Reverse<(u64, u32)>>> = Vec::with_capacity(g.ranks as usize * 2);
+            for r in 0..g.ranks {
+                pools.push((0..aic).map(|c| Reverse((0u64, r * cpr + c))).collect());
+                pools.push((0..aiv_used).map(|c| Reverse((0u64, r * cpr + aic + c))).collect());
+            }
+            let to_ps = |x: f64| (x * 1e12) as u64;
+            while let Some(Reverse((_, _, t))) = ready.pop() {
+                let tu = t as usize;
+                let e = tf.nodes[g.node[tu] as usize].engine;
+                let pool = &mut pools[g.rank[tu] as usize * 2 + if e == Engine::Aic { 0 } else { 1 }];
+                let Some(Reverse((free, c))) = pool.pop() else { continue };
+                let start = (free as f64 / 1e12).max(ready_at[tu]);
+                let end = start + dur[tu];
+                finish[tu] = end;
+                estimate = f64::max(estimate, end);
+                pool.push(Reverse((to_ps(end), c)));
+                core[tu] = c;
+                per_core[c as usize].push(t);
+                for &cn in g.signals.row(tu) {
+                    remaining[cn as usize] -= 1;
+                    let last = remaining[cn as usize] == 0;
+                    for &w in g.waiters.row(cn as usize) {
+                        let wu = w as usize;
+                        if end > ready_at[wu] {
+                            ready_at[wu] = end;
+                        }
+                        if last {
+                            ready.push(Reverse((keyed[wu].0, rank_of[wu], w)));
+                        }
+                    }
+                }
+            }
+            // Queues run in placement order per core, which is by start time.
+            for q in &mut per_core {
+                q.sort_by(|a, b| {
+                    let (sa, sb) = (finish[*a as usize] - dur[*a as usize], finish[*b as usize] - dur[*b as usize]);
+                    sa.total_cmp(&sb).then(rank_of[*a as usize].cmp(&rank_of[*b as usize]))
+                });
+            }
+        }
+        Policy::ExpertLevel | Policy::KernelByKernel => {
+            // Per (rank, engine): tasks in op order; within a call, by expert (the tile order
+            // already groups rows by expert) and, for communication with ratr, by rotated
+            // destination; independent backward GMM calls are interleaved on the cube queue.
+            let mut lists: Vec<Vec<u32>> = vec![Vec::new(); g.ranks as usize * 2];
+            let interleave = spec.policy == Policy::ExpertLevel && spec.interleave_backward;
+            let groups = node_groups(tf, interleave);
+            for grp in &groups {
+                for r in 0..g.ranks {
+                    for eng in [Engine::Aic, Engine::Aiv] {
+                        let mut per_node: Vec<Vec<u32>> = Vec::new();
+                        for &ni in grp {
+                            if tf.nodes[ni].engine != eng {
+                                continue;
+                            }
+                            let nt = &g.nodes[ni];
+                            let base = nt.base[r as usize];
+                            let mut ts: Vec<u32> = (base..base + nt.per_rank[r as usize].count).collect();
+                            if spec.ratr && is_comm(tf, ni) {
+                                ts.sort_by_key(|&t| (ratr_step(g, t as usize), t));
+                            }
+                            per_node.push(ts);
+                        }
+                        let list = &mut lists[r as usize * 2 + if eng == Engine::Aic { 0 } else { 1 }];
+                        // Round-robin merge of the calls of a group.
+                        let mut i = 0;
+                        loop {
+                            let mut any = false;
+                            for v in &per_node {
+                                if let Some(&t) = v.get(i) {
+                                    list.push(t);
+                                    any = true;
+                                }
+                            }
+                            if !any {
+                                break;
+                            }
+                            i += 1;
+                        }
+                    }
+                }
+            }
+            for (li, list) in lists.iter().enumerate() {
+                let r = (li / 2) as u32;
+                let (first, count) = if li % 2 == 0 { (0, aic) } else { (aic, aiv_used) };
+                // Slot i goes to worker i mod count; each worker keeps slot order.
+                for (slot, &t) in list.iter().enumerate() {
+                    let c = r * cpr + first + (slot as u32 % count.max(1));
+                    core[t as usize] = c;
+                    per_core[c as usize].push(t);
+                }
+            }
+            if spec.policy == Policy::KernelByKernel {
+                for t in 0..n {
+                    kernel[t] = g.node[t];
+                }
+            }
+        }
+    }
+    let queues = {
+        let mut off = vec![0u32];
+        let mut idx = Vec::with_capacity(n);
+        for q in &per_core {
+            idx.extend_from_slice(q);
+            off.push(idx.len() as u32);
+        }
+        Csr { off, idx }
+    };
+    // Counters: the graph's, then (kernel by kernel) one barrier per (kernel, rank): kernel k
+    // on rank r waits until kernel k-1 finished on rank r, or on every rank when either is a
+    // collective (communication).
+    let gc = g.counters.len() as u32;
+    let mut wait_pairs: Vec<(u32, u32)> = Vec::with_capacity(n);
+    let mut signal_pairs: Vec<(u32, u32)> = Vec::with_capacity(g.counters.idx.len() + n);
+    let mut counter_rank = g.counter_rank.clone();
+    for t in 0..n {
+        if g.wait[t] != NO_COUNTER {
+            wait_pairs.push((t as u32, g.wait[t]));
+        }
+        for &c in g.signals.row(t) {
+            signal_pairs.push((t as u32, c));
+        }
+    }
+    let mut barriers = 0;
+    if spec.policy == Policy::KernelByKernel {
+        let nodes = tf.nodes.len();
+        for k in 1..nodes {
+            let collective = is_comm(tf, k) || is_comm(tf, k - 1);
+            for r in 0..g.ranks {
+                let b = gc + barriers;
+                barriers += 1;
+                counter_rank.push(r);
+                let nt = &g.nodes[k];
+                let base = nt.base[r as usize];
+                for t in base..base + nt.per_rank[r as usize].count {
+                    wait_pairs.push((t, b));
+                }
+                let prev = &g.nodes[k - 1];
+                let sources: Vec<u32> = if collective { (0..g.ranks).collect() } else { vec![r] };
+                for s in sources {
+                    let pb = prev.base[s as usize];
+                    for t in pb..pb + prev.per_rank[s as usize].count {
+                        signal_pairs.push((t, b));
+                    }
+                }
+            }
+        }
+    }
+    let waits = Csr::from_pairs(n, &wait_pairs);
+    let signals = Csr::from_pairs(n, &signal_pairs);
+    let total = (gc + barriers) as usize;
+    let mut threshold = vec![0u32; total];
+    for &(_, c) in &signal_pairs {
+        threshold[c as usize] += 1;
+    }
+    Schedule {
+        policy: spec.clone(),
+        aic_cores: aic,
+        aiv_cores: aiv,
+        core,
+        queues,
+        waits,
+        signals,
+        threshold,
+        counter_rank,
+        kernel,
+        barriers,
+        estimate,
+    }
+}
+
+/// Groups of op calls scheduled together: each call alone, except (when `interleave`) runs
+/// of consecutive independent cube calls, whose tasks are merged round-robin.
+fn node_groups(tf: &Taskflow, interleave: bool) -> Vec<Vec<usize>> {
+    let n = tf.nodes.len();
+    // Which calls each call depends on, transitively.
+    let mut dep: Vec<Vec<bool>> = vec![vec![false; n]; n];
+    for i in 0..n {
+        for &inp in &tf.nodes[i].inputs {
+            if let Some(p) = tf.tensor(inp).producer {
+                let p = p.0 as usize;
+                dep[i][p] = true;
+                for k in 0..n {
+                    if dep[p][k] {
+                        dep[i][k] = true;
+                    }
+                }
+            }
+        }
+    }
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for i in 0..n {
+        if interleave && tf.nodes[i].engine == Engine::Aic {
+            if let Some(last) = groups.last_mut() {
+                let all_aic = last.iter().all(|&j| tf.nodes[j].engine == Engine::Aic);
+                let independent = last.iter().all(|&j| !dep[i][j] && !dep[j][i]);
+                if all_aic && independent && last.len() < 2 {
+                    last.push(i);
+                    continue;
+                }
+            }
+        }
+        groups.push(vec![i]);
+    }
+    groups
+}
