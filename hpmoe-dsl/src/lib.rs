@@ -21,6 +21,7 @@ pub mod source;
 pub mod stdlib;
 pub mod suggest;
 pub mod syntax;
+pub mod verify;
 
 pub use diag::{Code, Diagnostic, Severity};
 pub use source::SourceMap;

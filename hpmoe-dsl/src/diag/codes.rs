@@ -278,4 +278,33 @@ of ranks.";
 "Inputs are bounded so that no program makes the tool run out of memory or time: nesting
 depth, the number of diagnostics, the number of tasks (`--max-tasks`). The message names the
 limit and how to raise it where that is possible.";
+
+    // ---- tile-level verification: 13xx ----
+    MissingProducer = 1301, "missing-producer", "a task reads a region that no task writes",
+"After lowering, every region a task reads must be written by the tasks of the call that
+produces the tensor (or be a taskflow input). The message names the reading task (rank, call,
+tile), the tensor and the rows nobody writes. It usually means a tile or a routing that does
+not cover the producer's output.";
+    Race = 1302, "race", "a task reads data whose writer is not ordered before it",
+"Every task that writes part of a region another task reads must finish before the reader
+starts: there must be a dependency path from the writer to the reader. The message names both
+tasks and their op calls and the overlapping region.";
+    WriteConflict = 1303, "write-conflict", "two tasks write the same data with no ordering",
+"Two tasks write overlapping regions (and are not both accumulating with `+=`), and neither
+is ordered before the other: the result depends on timing.";
+    Cycle = 1304, "cycle", "the task dependencies form a cycle",
+"A task depends, through a chain of dependencies, on itself: no order can run it. The message
+lists the tasks of the cycle with their op calls.";
+    Deadlock = 1305, "deadlock", "the schedule can deadlock",
+"Core queues run in order, and a task starts when its counters reach their thresholds. If a
+task waits for a signal from a task queued behind it (on the same or another core, through a
+chain), the device hangs. The message shows which core waits on which counter and who should
+have signalled it.";
+    ThresholdMismatch = 1306, "threshold-mismatch", "a counter's threshold differs from the signals that arrive",
+"A counter waits until its value reaches its threshold; each producer adds one when it
+finishes. A threshold above the number of producers hangs; one below lets a consumer start too
+early. Thresholds are derived by the scheduler; this error means a schedule was edited or
+corrupted.";
+    BadQueue = 1307, "bad-queue", "a task is missing from the core queues, queued twice, or on a wrong core",
+"Every task must appear exactly once, on a core of its own rank and engine.";
 }

@@ -10,7 +10,7 @@
 //! as CSR arrays of `u32` task ids; per-task fields are struct-of-arrays.
 
 pub mod layout;
-mod regions;
+pub mod regions;
 
 pub use layout::{RecvEntry, RouteLayout, SendEntry, NO_SOURCE};
 pub use regions::{Access, Region, MAX_DIMS};
@@ -71,6 +71,9 @@ pub struct TileDim {
     pub name: String,
     pub kind: DimKind,
     pub tile: u64,
+    /// When non-zero: split a fixed range into this many near-equal chunks aligned to 16
+    /// (one per cube core), instead of chunks of `tile`.
+    pub parts: u32,
 }
 
 /// One chunk of a task dimension: `lo..hi` values (for `Send`, positions in the rank's send
@@ -298,6 +301,7 @@ fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
                         choice: j.clone(),
                     },
                     tile: tile_of(t),
+                    parts: 0,
                 });
             }
         }
@@ -324,6 +328,7 @@ fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
                 name: var.name.clone(),
                 kind,
                 tile: tile_of(&var.name),
+                parts: 0,
             });
         }
     }
@@ -339,7 +344,7 @@ fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
             }
         } else if node.engine == Engine::Aic {
             // One task per cube core per expert: the expert's rows, a slice of the widest
-            // column dimension (in multiples of 16, the cube's granularity).
+            // column dimension (aligned to 16, the cube's granularity).
             let widest = dims
                 .iter()
                 .enumerate()
@@ -349,14 +354,12 @@ fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
                 })
                 .max_by_key(|&(i, w)| (w, std::cmp::Reverse(i)));
             for (i, d) in dims.iter_mut().enumerate() {
-                d.tile = match (&d.kind, widest) {
-                    (_, Some((w, width))) if w == i => {
-                        let per = (width as u64).div_ceil(aic_cores.max(1) as u64);
-                        per.div_ceil(16) * 16
-                    }
-                    (DimKind::Range { .. }, _) if i == 0 => 1,
-                    _ => u64::MAX,
-                };
+                d.tile = u64::MAX;
+                if widest.is_some_and(|(w, _)| w == i) {
+                    d.parts = aic_cores.max(1);
+                } else if i == 0 && matches!(d.kind, DimKind::Range { .. }) {
+                    d.tile = 1;
+                }
             }
         } else {
             for (i, d) in dims.iter_mut().enumerate() {
@@ -380,6 +383,18 @@ fn dim_chunks(d: &TileDim, rank: usize, layouts: &[Option<RouteLayout>]) -> Vec<
     };
     let mut out = Vec::new();
     match &d.kind {
+        DimKind::Range { lo, hi } if d.parts > 0 => {
+            let units = ((hi - lo) + 15) / 16;
+            let k = (d.parts as i64).min(units.max(1));
+            let mut prev = *lo;
+            for i in 1..=k {
+                let b = if i == k { *hi } else { (lo + (units * i / k) * 16).min(*hi) };
+                if b > prev {
+                    out.push(Chunk { lo: prev, hi: b, group: 0 });
+                    prev = b;
+                }
+            }
+        }
         DimKind::Range { lo, hi } => split(*lo, *hi, 0, &mut out),
         DimKind::Recv(r) => {
             if let Some(l) = layouts.get(r.0 as usize).and_then(|x| x.as_ref()) {

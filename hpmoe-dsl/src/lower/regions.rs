@@ -270,7 +270,10 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
                 a.reads.push(r);
             }
         }
-        if points <= 0.0 {
+        // A sending chunk of a static window owns its padding slots even when it sends no
+        // row: it still writes (nothing) there and signals, as on the device.
+        let owns_padding = dest_slots.is_some_and(|(_, lo, hi)| hi > lo);
+        if points <= 0.0 && !owns_padding {
             continue;
         }
         a.flops += points * ops(&st.value, &s.vr);
@@ -410,7 +413,8 @@ impl WriterIndex {
             list.push(w.lo[d]);
             list.push(w.hi[d]);
         }
-        list.push(task as i64);
+        // The task id, with the accumulation flag above it.
+        list.push(task as i64 | (i64::from(w.accumulate) << 32));
         self.sorted[ti] = None;
         let len = w.hi[0] - w.lo[0];
         if len > self.max_len[ti][r] {
@@ -467,6 +471,40 @@ impl WriterIndex {
         }
     }
 
+    /// Calls `f` with every write record overlapping `rd`: the writing task and its region.
+    pub fn writes_over(&mut self, rd: &Region, f: &mut impl FnMut(u32, Region)) {
+        let (ti, r) = (rd.tensor.0 as usize, rd.rank as usize);
+        if ti >= self.records.len() || r >= self.ranks {
+            return;
+        }
+        if self.sorted[ti].is_none() {
+            self.sort(ti);
+        }
+        let nd = self.ndim[ti];
+        let st = self.stride(ti);
+        let list = &self.records[ti];
+        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else { return };
+        let from = rd.lo[0] - self.max_len[ti][r];
+        let mut i = order.partition_point(|&o| list[o as usize + 1] <= from);
+        while i < order.len() {
+            let o = order[i] as usize;
+            let rec = &list[o + 1..o + st];
+            if rec[0] >= rd.hi[0] {
+                break;
+            }
+            if (0..nd).all(|d| rec[2 * d] < rd.hi[d] && rd.lo[d] < rec[2 * d + 1]) {
+                let mut reg = *rd;
+                for d in 0..nd {
+                    reg.lo[d] = rec[2 * d];
+                    reg.hi[d] = rec[2 * d + 1];
+                }
+                reg.accumulate = (rec[2 * nd] >> 32) & 1 == 1;
+                f(rec[2 * nd] as u32, reg);
+            }
+            i += 1;
+        }
+    }
+
     /// Every record of a tensor on a rank: `(region, task)`, sorted by position.
     pub fn records(&mut self, tensor: TensorId, rank: u32) -> Vec<(Region, u32)> {
         let (ti, r) = (tensor.0 as usize, rank as usize);
@@ -495,6 +533,7 @@ impl WriterIndex {
                     reg.lo[d] = list[o + 2 * d];
                     reg.hi[d] = list[o + 2 * d + 1];
                 }
+                reg.accumulate = (list[o + 2 * nd] >> 32) & 1 == 1;
                 (reg, list[o + 2 * nd] as u32)
             })
             .collect()

@@ -534,3 +534,38 @@ fn node_groups(tf: &Taskflow, interleave: bool) -> Vec<Vec<usize>> {
     }
     groups
 }
+
+/// A lowered, verified and scheduled taskflow.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    pub graph: TaskGraph,
+    pub schedule: Schedule,
+}
+
+/// Lowers a taskflow for a policy, verifies the task graph, schedules it and verifies the
+/// schedule. `layouts` come from [`crate::lower::layouts`] with the policy's capacity mode.
+pub fn compile(
+    program: &Program,
+    tf: &Taskflow,
+    spec: &PolicySpec,
+    layouts: crate::lower::Layouts,
+    max_tasks: u64,
+    verify: bool,
+) -> Result<Compiled, Vec<crate::Diagnostic>> {
+    let opts = spec.lower_options(program, max_tasks);
+    let graph = crate::lower::lower(program, tf, layouts, &opts).map_err(|d| vec![d])?;
+    if verify {
+        let ds = crate::verify::verify_graph(program, tf, &graph);
+        if !ds.is_empty() {
+            return Err(ds);
+        }
+    }
+    let schedule = schedule(program, tf, &graph, spec);
+    if verify {
+        let ds = crate::verify::verify_schedule(program, tf, &graph, &schedule);
+        if !ds.is_empty() {
+            return Err(ds);
+        }
+    }
+    Ok(Compiled { graph, schedule })
+}

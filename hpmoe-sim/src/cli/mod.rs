@@ -8,6 +8,18 @@ use hpmoe_dsl::SourceMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
+mod lower;
+
+/// Options of `hpmoe lower` past checking.
+pub(crate) struct LowerCli<'a> {
+    pub file: &'a std::path::Path,
+    pub format: Format,
+    pub policy: Option<&'a str>,
+    pub taskflow: Option<&'a str>,
+    pub max_tasks: u64,
+    pub verify: bool,
+}
+
 #[derive(Parser, Debug)]
 #[command(name = "hpmoe", version, about = "Design, verify and simulate tile-level MoE schedules for Ascend NPUs")]
 struct Cli {
@@ -16,7 +28,7 @@ struct Cli {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Format {
+pub(crate) enum Format {
     Human,
     Json,
 }
@@ -27,6 +39,10 @@ enum Emit {
     Ops,
     /// The tile tasks and their dependencies.
     Tasks,
+    /// The static schedule: core queues and counters.
+    Schedule,
+    /// Per-rank and per-expert receive counts of every routing.
+    Routing,
 }
 
 #[derive(Subcommand, Debug)]
@@ -40,7 +56,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
     },
-    /// Check and print an intermediate form.
+    /// Check and print an intermediate form: the op graph, the routing, the tile tasks or
+    /// the schedule.
     Lower {
         file: PathBuf,
         #[arg(long, value_enum, default_value_t = Emit::Ops)]
@@ -49,6 +66,18 @@ enum Command {
         set: Vec<String>,
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
+        /// Scheduling policy (default: the program's `schedule`, else interleaved).
+        #[arg(long)]
+        policy: Option<String>,
+        /// Only this taskflow (default: all).
+        #[arg(long)]
+        taskflow: Option<String>,
+        /// Refuse to lower to more tasks than this.
+        #[arg(long, default_value_t = hpmoe_dsl::lower::DEFAULT_MAX_TASKS)]
+        max_tasks: u64,
+        /// Skip verification (for experiments; a broken schedule may then hang a device).
+        #[arg(long)]
+        no_verify: bool,
     },
     /// Format a program in the canonical layout (in place, or check only).
     Fmt {
@@ -80,7 +109,7 @@ pub fn main() -> i32 {
     run(cli.command)
 }
 
-fn style() -> RenderStyle {
+pub(crate) fn style() -> RenderStyle {
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     if std::io::stderr().is_terminal() && !no_color {
         RenderStyle::Graphical
@@ -145,40 +174,36 @@ fn run(cmd: Command) -> i32 {
             }
             Err(code) => code,
         },
-        Command::Lower { file, emit, set, format } => match checked(&file, &set, format) {
-            Ok((p, _)) => {
-                match (emit, format) {
-                    (Emit::Ops, Format::Human) => print!("{}", hpmoe_dsl::ir::program_text(&p)),
-                    (Emit::Ops, Format::Json) => {
-                        println!("{}", serde_json::to_string_pretty(&hpmoe_dsl::ir::program_json(&p)).unwrap_or_default())
-                    }
-                    (Emit::Tasks, _) => {
-                        let base = file.parent().map(|d| d.to_path_buf());
-                        let layouts = match hpmoe_dsl::lower::layouts(&p, false, base.as_deref()) {
-                            Ok(l) => l,
-                            Err(d) => {
-                                eprint!("{}", diag::render(&d, &SourceMap::new(), style()));
-                                return 1;
-                            }
-                        };
-                        for tf in &p.taskflows {
-                            let t0 = std::time::Instant::now();
-                            match hpmoe_dsl::lower::lower(&p, tf, layouts.clone(), &Default::default()) {
-                                Ok(g) => {
-                                    println!("taskflow {}: {} tasks, {} edges ({:.3} s)", tf.name, g.len(), g.edges(), t0.elapsed().as_secs_f64());
-                                    for (n, op, e, c) in hpmoe_dsl::lower::counts_per_node(&p, tf, &g) {
-                                        println!("  {n:<12} {op:<14} {:<4} {c:>10}", e.name());
-                                    }
-                                }
-                                Err(d) => {
-                                    eprint!("{}", diag::render(&d, &SourceMap::new(), style()));
-                                    return 1;
-                                }
-                            }
+        Command::Lower {
+            file,
+            emit,
+            set,
+            format,
+            policy,
+            taskflow,
+            max_tasks,
+            no_verify,
+        } => match checked(&file, &set, format) {
+            Ok((p, sources)) => {
+                let opts = LowerCli {
+                    file: &file,
+                    format,
+                    policy: policy.as_deref(),
+                    taskflow: taskflow.as_deref(),
+                    max_tasks,
+                    verify: !no_verify,
+                };
+                match emit {
+                    Emit::Ops => {
+                        match format {
+                            Format::Human => print!("{}", hpmoe_dsl::ir::program_text(&p)),
+                            Format::Json => println!("{}", serde_json::to_string_pretty(&hpmoe_dsl::ir::program_json(&p)).unwrap_or_default()),
                         }
+                        0
                     }
+                    Emit::Routing => lower::routing(&p, &opts, &sources),
+                    Emit::Tasks | Emit::Schedule => lower::tasks(&p, &opts, &sources, emit == Emit::Schedule),
                 }
-                0
             }
             Err(code) => code,
         },

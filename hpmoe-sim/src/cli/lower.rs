@@ -1,0 +1,162 @@
+//! `hpmoe lower --emit routing|tasks|schedule`.
+
+use super::{style, Format, LowerCli};
+use hpmoe_dsl::diag::{self, Diagnostic};
+use hpmoe_dsl::ir::Program;
+use hpmoe_dsl::schedule::{self, Policy, PolicySpec};
+use hpmoe_dsl::{Code, SourceMap};
+
+fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
+    match format {
+        Format::Human => eprint!("{}", diag::render_all(ds, 0, sources, style())),
+        Format::Json => {
+            let list: Vec<_> = ds.iter().map(|d| diag::to_json(d, sources)).collect();
+            println!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
+        }
+    }
+}
+
+/// The policy for a taskflow: `--policy`, else the program's schedule, else interleaved.
+pub(crate) fn policy_for(p: &Program, taskflow: &str, cli: Option<&str>) -> Result<PolicySpec, Diagnostic> {
+    match cli {
+        Some(name) => match Policy::parse(name) {
+            Some(pol) => {
+                // Options written in the program apply when it selects the same policy.
+                let from = PolicySpec::from_program(p, taskflow, pol);
+                Ok(if from.policy == pol { from } else { PolicySpec::new(pol) })
+            }
+            None => {
+                let names: Vec<&str> = Policy::all().iter().map(|p| p.name()).collect();
+                let mut d = Diagnostic::error(Code::UnknownPolicy, format!("unknown policy `{name}`"));
+                d = match hpmoe_dsl::suggest::closest(name, names.iter().copied()) {
+                    Some(b) => d.help(format!("did you mean `{b}`?")),
+                    None => d.help(format!("the policies are: {}", names.join(", "))),
+                };
+                Err(d)
+            }
+        },
+        None => Ok(PolicySpec::from_program(p, taskflow, Policy::Interleaved)),
+    }
+}
+
+fn selected<'p>(p: &'p Program, o: &LowerCli) -> Result<Vec<&'p hpmoe_dsl::ir::Taskflow>, Diagnostic> {
+    match o.taskflow {
+        Some(name) => match p.taskflow(name) {
+            Some(t) => Ok(vec![t]),
+            None => {
+                let names: Vec<&str> = p.taskflows.iter().map(|t| t.name.as_str()).collect();
+                let mut d = Diagnostic::error(Code::NoTaskflow, format!("no taskflow `{name}`"));
+                if let Some(b) = hpmoe_dsl::suggest::closest(name, names.iter().copied()) {
+                    d = d.help(format!("did you mean `{b}`?"));
+                } else {
+                    d = d.help(format!("the taskflows are: {}", names.join(", ")));
+                }
+                Err(d)
+            }
+        },
+        None => Ok(p.taskflows.iter().collect()),
+    }
+}
+
+pub(crate) fn routing(p: &Program, o: &LowerCli, sources: &SourceMap) -> i32 {
+    let base = o.file.parent();
+    let layouts = match hpmoe_dsl::lower::layouts(p, false, base) {
+        Ok(l) => l,
+        Err(d) => {
+            print_diags(&[d], sources, o.format);
+            return 1;
+        }
+    };
+    let mut json = Vec::new();
+    for (spec, l) in p.routes.iter().zip(layouts.iter()) {
+        let Some(l) = l else {
+            if o.format == Format::Human {
+                println!("route {}: not used by any taskflow", spec.name);
+            }
+            continue;
+        };
+        let recv = l.routing.recv_counts();
+        let experts = l.routing.expert_counts();
+        let stats = |v: &[u64]| {
+            let max = v.iter().copied().max().unwrap_or(0);
+            let min = v.iter().copied().min().unwrap_or(0);
+            let mean = v.iter().sum::<u64>() as f64 / v.len().max(1) as f64;
+            (min, max, mean)
+        };
+        let (rmin, rmax, rmean) = stats(&recv);
+        let (emin, emax, emean) = stats(&experts);
+        match o.format {
+            Format::Human => {
+                println!(
+                    "route {}: {} ranks x {} tokens x top-{} over {} experts ({} per rank); window {} rows",
+                    spec.name, spec.ranks, spec.tokens, spec.topk, spec.experts, spec.local_experts(), spec.capacity
+                );
+                println!("  rows received per rank: min {rmin}, max {rmax}, mean {rmean:.1}, max/mean {:.3}", rmax as f64 / rmean.max(1e-9));
+                println!("  rows per expert: min {emin}, max {emax}, mean {emean:.1}, max/mean {:.3}", emax as f64 / emean.max(1e-9));
+                let show = |v: &[u64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
+                println!("  per rank:   {}", show(&recv));
+                if experts.len() <= 64 {
+                    println!("  per expert: {}", show(&experts));
+                }
+            }
+            Format::Json => json.push(serde_json::json!({
+                "route": spec.name, "ranks": spec.ranks, "tokens": spec.tokens, "topk": spec.topk,
+                "experts": spec.experts, "capacity": spec.capacity,
+                "recv_per_rank": recv, "rows_per_expert": experts,
+                "recv_max_over_mean": rmax as f64 / rmean.max(1e-9),
+            })),
+        }
+    }
+    if o.format == Format::Json {
+        println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
+    }
+    0
+}
+
+pub(crate) fn tasks(p: &Program, o: &LowerCli, sources: &SourceMap, with_schedule: bool) -> i32 {
+    let tfs = match selected(p, o) {
+        Ok(t) => t,
+        Err(d) => {
+            print_diags(&[d], sources, o.format);
+            return 1;
+        }
+    };
+    let mut json = Vec::new();
+    for tf in tfs {
+        let spec = match policy_for(p, &tf.name, o.policy) {
+            Ok(s) => s,
+            Err(d) => {
+                print_diags(&[d], sources, o.format);
+                return 2;
+            }
+        };
+        let layouts = match hpmoe_dsl::lower::layouts(p, spec.static_capacity, o.file.parent()) {
+            Ok(l) => l,
+            Err(d) => {
+                print_diags(&[d], sources, o.format);
+                return 1;
+            }
+        };
+        let c = match schedule::compile(p, tf, &spec, layouts, o.max_tasks, o.verify) {
+            Ok(c) => c,
+            Err(ds) => {
+                print_diags(&ds, sources, o.format);
+                return 1;
+            }
+        };
+        match o.format {
+            Format::Human => print!("{}", schedule::summary_text(p, tf, &c.graph, with_schedule.then_some(&c.schedule))),
+            Format::Json => {
+                if with_schedule {
+                    json.push(schedule::schedule_json(&c.graph, &c.schedule));
+                } else {
+                    json.push(schedule::tasks_json(p, tf, &c.graph));
+                }
+            }
+        }
+    }
+    if o.format == Format::Json {
+        println!("{}", serde_json::to_string(&json).unwrap_or_default());
+    }
+    0
+}
