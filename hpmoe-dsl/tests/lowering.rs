@@ -1,0 +1,319 @@
+//! Lowering, verification and scheduling: the reference runtime's task counts, rank-aware
+//! reordering, mutation tests of the verifier (each injected fault gives its code), and a
+//! property test over random small configurations under every policy.
+
+use hpmoe_dsl::check::{check_text, Options};
+use hpmoe_dsl::diag::Code;
+use hpmoe_dsl::ir::{Home, Program};
+use hpmoe_dsl::lower::{self, Csr, TaskGraph, NO_COUNTER};
+use hpmoe_dsl::schedule::{self, Compiled, Policy, PolicySpec, Schedule};
+use hpmoe_dsl::verify::{verify_graph, verify_schedule};
+use hpmoe_dsl::SourceMap;
+use proptest::prelude::*;
+
+fn program(text: &str) -> Program {
+    let mut sm = SourceMap::new();
+    let out = check_text("test.hpm", text, None, &Options::default(), &mut sm);
+    match out.program {
+        Some(p) => p,
+        None => panic!(
+            "program does not check:\n{}",
+            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+        ),
+    }
+}
+
+fn compile(p: &Program, tf: usize, policy: Policy) -> Compiled {
+    let spec = PolicySpec::new(policy);
+    let layouts = lower::layouts(p, spec.static_capacity, None).unwrap();
+    match schedule::compile(p, &p.taskflows[tf], &spec, layouts, lower::DEFAULT_MAX_TASKS, true) {
+        Ok(c) => c,
+        Err(ds) => panic!("{policy:?}: {:#?}", ds.iter().map(|d| d.message.clone()).collect::<Vec<_>>()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn moe(tokens: u64, hidden: u64, inter: u64, experts: u64, topk: u64, ranks: u64, route: &str, tiles: (u64, u64, u64, u64), backward: bool) -> String {
+    let (t, m, n, s) = tiles;
+    let head = format!(
+        "import std::moe::*;\nimport std::device::ascend_a3;\n\
+         param tokens = {tokens};\nparam hidden = {hidden};\nparam inter = {inter};\nparam experts = {experts};\n\
+         param topk = {topk};\nparam ranks = {ranks};\nparam local = experts / ranks;\n\
+         device = ascend_a3 {{ ranks: ranks }};\nroute r = {route};\n"
+    );
+    let fwd = format!(
+        "taskflow fwd(x: bf16[tokens, hidden], w_up: bf16[local, hidden, 2 * inter], w_down: bf16[local, inter, hidden]) -> bf16[tokens, hidden] {{\n\
+         let xd = dispatch(x, r) tile(t: {t}) order(ratr);\n\
+         let h = gmm(xd, w_up) tile(m: {m}, n: {n}, k: 16);\n\
+         let a = swiglu(h) tile(m: {s});\n\
+         let y = gmm(a, w_down) tile(m: {m}, n: {n}, k: 16);\n\
+         return combine(y, r) tile(m: {t}) order(ratr);\n}}\n"
+    );
+    let bwd = format!(
+        "taskflow bwd(dy: bf16[tokens, hidden], xd: bf16[r.recv, hidden], h: bf16[r.recv, 2 * inter], w_up: bf16[local, hidden, 2 * inter], w_down: bf16[local, inter, hidden])\n\
+         -> (dx: bf16[tokens, hidden], dw_up: bf16[local, hidden, 2 * inter], dw_down: bf16[local, inter, hidden]) {{\n\
+         let dyd = combine_grad(dy, r) tile(t: {t}) order(ratr);\n\
+         let a = swiglu(h) tile(m: {s});\n\
+         let da = gmm_grad_x(dyd, w_down) tile(m: {m}, k: {n}, n: 16);\n\
+         let dw_down = gmm_grad_w(a, dyd, r) tile(k: {n}, n: {n}, m: 16);\n\
+         let dh = swiglu_grad(da, h) tile(m: {s});\n\
+         let dxd = gmm_grad_x(dh, w_up) tile(m: {m}, k: {n}, n: 16);\n\
+         let dw_up = gmm_grad_w(xd, dh, r) tile(k: {n}, n: {n}, m: 16);\n\
+         let dx = dispatch_grad(dxd, r) tile(m: {t}) order(ratr);\n\
+         return (dx, dw_up, dw_down);\n}}\n"
+    );
+    if backward {
+        head + &fwd + &bwd
+    } else {
+        head + &fwd
+    }
+}
+
+fn per_rank_counts(g: &TaskGraph) -> Vec<Vec<u32>> {
+    g.nodes.iter().map(|n| n.per_rank.iter().map(|r| r.count).collect()).collect()
+}
+
+#[test]
+fn expert_level_reproduces_the_reference_task_counts() {
+    // TP2 EP2, sequence 1024 (512 tokens per rank), 16 experts, top-8, H 5120, I 2048, 24
+    // cube cores: 64 / 192 / 64 / 192 / 64 tasks per rank with static worst-case capacity.
+    let p = program(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/ok/reference_worked_example.hpm")).unwrap());
+    let c = compile(&p, 0, Policy::ExpertLevel);
+    let counts = per_rank_counts(&c.graph);
+    for rank in 0..2 {
+        let got: Vec<u32> = counts.iter().map(|n| n[rank]).collect();
+        assert_eq!(got, vec![64, 192, 64, 192, 64], "rank {rank}");
+    }
+    // With exact capacity and the taskflow's own tiles the counts follow the real rows:
+    // 512 tokens x 8 choices / 16 experts = 256 rows per (source, expert) = 2 tiles of 128.
+    let c = compile(&p, 0, Policy::Interleaved);
+    assert_eq!(per_rank_counts(&c.graph)[0], vec![32, 32]);
+}
+
+/// Each rank's dispatch tasks in the order the static schedule issues them.
+fn issue_order(g: &TaskGraph, s: &Schedule, node: usize, rank: u32) -> Vec<u32> {
+    let nt = &g.nodes[node];
+    let base = nt.base[rank as usize];
+    let mut ts: Vec<(usize, u32, u32)> = (base..base + nt.per_rank[rank as usize].count)
+        .map(|t| {
+            let core = s.core[t as usize];
+            let pos = s.queues.row(core as usize).iter().position(|&x| x == t).unwrap();
+            (pos, core, t)
+        })
+        .collect();
+    ts.sort();
+    ts.into_iter().map(|(_, _, t)| t).collect()
+}
+
+fn destinations_distinct_at_every_step(c: &Compiled, ranks: u32) -> bool {
+    let orders: Vec<Vec<u32>> = (0..ranks).map(|r| issue_order(&c.graph, &c.schedule, 0, r)).collect();
+    let steps = orders.iter().map(|o| o.len()).min().unwrap();
+    (0..steps).all(|i| {
+        let mut dests: Vec<u32> = orders.iter().map(|o| schedule::send_dest(&c.graph, o[i] as usize).unwrap()).collect();
+        dests.sort();
+        dests.dedup();
+        dests.len() == ranks as usize
+    })
+}
+
+#[test]
+fn ratr_spreads_destinations() {
+    let p = program(&moe(256, 64, 64, 16, 4, 4, "balanced(experts: experts, topk: topk)", (32, 32, 64, 16), false));
+    let spec = PolicySpec::new(Policy::ExpertLevel);
+    let layouts = lower::layouts(&p, spec.static_capacity, None).unwrap();
+    let c = schedule::compile(&p, &p.taskflows[0], &spec, layouts.clone(), lower::DEFAULT_MAX_TASKS, true).unwrap();
+    assert!(destinations_distinct_at_every_step(&c, 4), "with ratr every step targets distinct ranks");
+    let mut no = spec.clone();
+    no.ratr = false;
+    let c = schedule::compile(&p, &p.taskflows[0], &no, layouts, lower::DEFAULT_MAX_TASKS, true).unwrap();
+    assert!(!destinations_distinct_at_every_step(&c, 4), "without ratr all ranks start at rank 0");
+}
+
+fn codes(ds: &[hpmoe_dsl::Diagnostic]) -> Vec<Code> {
+    ds.iter().map(|d| d.code).collect()
+}
+
+fn small() -> (Program, Compiled) {
+    let p = program(&moe(64, 32, 32, 8, 2, 2, "uniform(experts: experts, topk: topk, seed: 3)", (16, 32, 32, 16), false));
+    let c = compile(&p, 0, Policy::Interleaved);
+    assert!(verify_graph(&p, &p.taskflows[0], &c.graph).is_empty());
+    (p, c)
+}
+
+/// A task of call `node` that waits for something, and one of its producers.
+fn some_edge(g: &TaskGraph, node: u32) -> (usize, u32) {
+    (0..g.len()).find_map(|t| (g.node[t] == node && g.wait[t] != NO_COUNTER).then(|| (t, g.preds(t)[0]))).unwrap()
+}
+
+/// Gives task `t` its own counter with these producers.
+fn set_preds(g: &mut TaskGraph, t: usize, preds: &[u32]) {
+    let mut pairs: Vec<(u32, u32)> = Vec::new();
+    for c in 0..g.counters.len() {
+        for &p in g.counters.row(c) {
+            pairs.push((c as u32, p));
+        }
+    }
+    let new = g.counters.len() as u32;
+    for &p in preds {
+        pairs.push((new, p));
+    }
+    g.counters = Csr::from_pairs(new as usize + 1, &pairs);
+    g.counter_rank.push(g.rank[t]);
+    g.wait[t] = new;
+    g.rebuild_reverse();
+}
+
+#[test]
+fn mutation_drop_an_edge_is_a_race() {
+    let (p, mut c) = small();
+    let (t, w) = some_edge(&c.graph, 1);
+    let rest: Vec<u32> = c.graph.preds(t).iter().copied().filter(|&x| x != w).collect();
+    set_preds(&mut c.graph, t, &rest);
+    let ds = verify_graph(&p, &p.taskflows[0], &c.graph);
+    assert!(codes(&ds).contains(&Code::Race), "{ds:#?}");
+    assert!(ds[0].message.contains("gmm") && ds[0].message.contains("dispatch"), "names both calls: {}", ds[0].message);
+}
+
+#[test]
+fn mutation_shrink_a_tile_is_a_missing_producer() {
+    let (p, mut c) = small();
+    // The gmm-up call's last column chunk on rank 0 loses its last 8 columns.
+    let nt = &mut c.graph.nodes[1];
+    let last = nt.per_rank[0].chunks[1].last_mut().unwrap();
+    last.hi -= 8;
+    let ds = verify_graph(&p, &p.taskflows[0], &c.graph);
+    assert!(codes(&ds).contains(&Code::MissingProducer), "{ds:#?}");
+}
+
+#[test]
+fn mutation_second_writer_is_a_write_conflict() {
+    let (p, mut c) = small();
+    let g = &mut c.graph;
+    let base = g.nodes[1].base[0] as usize;
+    g.tile[base + 1] = g.tile[base];
+    let ds = verify_graph(&p, &p.taskflows[0], &c.graph);
+    assert!(codes(&ds).contains(&Code::WriteConflict), "{ds:#?}");
+}
+
+#[test]
+fn mutation_added_cycle_is_a_cycle() {
+    let (p, mut c) = small();
+    let (t, w) = some_edge(&c.graph, 2);
+    // The producer now also waits for its consumer.
+    let mut preds = c.graph.preds(w as usize).to_vec();
+    preds.push(t as u32);
+    preds.sort();
+    set_preds(&mut c.graph, w as usize, &preds);
+    let ds = verify_graph(&p, &p.taskflows[0], &c.graph);
+    assert_eq!(codes(&ds), vec![Code::Cycle], "{ds:#?}");
+}
+
+#[test]
+fn mutation_lowered_threshold_is_a_mismatch() {
+    let (p, mut c) = small();
+    let ctr = c.graph.wait.iter().copied().find(|&x| x != NO_COUNTER).unwrap();
+    c.schedule.threshold[ctr as usize] -= 1;
+    let ds = verify_schedule(&p, &p.taskflows[0], &c.graph, &c.schedule);
+    assert_eq!(codes(&ds), vec![Code::ThresholdMismatch], "{ds:#?}");
+}
+
+#[test]
+fn mutation_swapped_queue_entries_deadlock() {
+    let (p, mut c) = small();
+    // A SwiGLU task t waits for a GMM task w, which waits for a dispatch task d. Queue t on
+    // d's vector core in front of d: t waits for w, w for d, and d for t's core.
+    let (t, w) = some_edge(&c.graph, 2);
+    let d = c.graph.preds(w as usize)[0];
+    let tfl = &p.taskflows[0];
+    assert_eq!(c.graph.engine(tfl, t), c.graph.engine(tfl, d as usize));
+    let s = &mut c.schedule;
+    let mut queues: Vec<Vec<u32>> = (0..s.queues.len()).map(|q| s.queues.row(q).to_vec()).collect();
+    let (ct, cd) = (s.core[t] as usize, s.core[d as usize] as usize);
+    queues[ct].retain(|&x| x as usize != t);
+    let pos = queues[cd].iter().position(|&x| x == d).unwrap();
+    queues[cd].insert(pos, t as u32);
+    s.core[t] = cd as u32;
+    let mut off = vec![0u32];
+    let mut idx = Vec::new();
+    for q in &queues {
+        idx.extend_from_slice(q);
+        off.push(idx.len() as u32);
+    }
+    s.queues = Csr { off, idx };
+    let ds = verify_schedule(&p, tfl, &c.graph, &c.schedule);
+    assert_eq!(codes(&ds), vec![Code::Deadlock], "{ds:#?}");
+    assert!(!ds[0].notes.is_empty(), "the deadlock report names the waits");
+}
+
+/// Every element of every output is written exactly once (accumulated outputs: each token
+/// row receives `topk` contributions).
+fn outputs_covered_once(p: &Program, tf: usize, g: &TaskGraph) {
+    let tf = &p.taskflows[tf];
+    let mut scratch = Default::default();
+    let mut vol = vec![vec![0u64; g.ranks as usize]; tf.tensors.len()];
+    let mut acc_rows = vec![vec![std::collections::BTreeMap::<i64, u64>::new(); g.ranks as usize]; tf.tensors.len()];
+    for t in 0..g.len() {
+        let a = lower::regions::tile_access(p, tf, g, t, &mut scratch);
+        for w in &a.writes {
+            if w.accumulate {
+                *acc_rows[w.tensor.0 as usize][w.rank as usize].entry(w.lo[0]).or_default() += 1;
+            } else {
+                vol[w.tensor.0 as usize][w.rank as usize] += w.volume();
+            }
+        }
+    }
+    for (name, tid) in &tf.outputs {
+        let t = tf.tensor(*tid);
+        for r in 0..g.ranks as usize {
+            let rows = match t.shape[0] {
+                hpmoe_dsl::ir::Dim::Fixed(n) => n,
+                hpmoe_dsl::ir::Dim::Recv(rid) => g.layouts[rid.0 as usize].as_ref().unwrap().rows(r) as u64,
+            };
+            let rest: u64 = t.shape[1..].iter().map(|d| d.fixed().unwrap()).product();
+            if t.home == Home::Window && !acc_rows[tid.0 as usize][r].is_empty() {
+                let topk = p.routes[0].topk;
+                assert_eq!(acc_rows[tid.0 as usize][r].len() as u64, rows, "output {name} rank {r}: every row");
+                assert!(acc_rows[tid.0 as usize][r].values().all(|&c| c == topk), "output {name} rank {r}: topk contributions");
+            } else {
+                assert_eq!(vol[tid.0 as usize][r], rows * rest, "output {name} rank {r} written exactly once");
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    #[test]
+    fn every_policy_verifies_and_covers_outputs(
+        ranks in prop::sample::select(vec![1u64, 2, 3, 4, 8]),
+        local in 1u64..4,
+        topk in 1u64..4,
+        tokens in 1u64..48,
+        route in 0usize..4,
+        t in prop::sample::select(vec![4u64, 16, 128]),
+        m in prop::sample::select(vec![16u64, 32, 128]),
+        n in prop::sample::select(vec![16u64, 32, 64]),
+        s in prop::sample::select(vec![8u64, 16, 64]),
+        backward in any::<bool>(),
+    ) {
+        let experts = ranks * local;
+        let topk = topk.min(experts);
+        let route = match route {
+            0 => "balanced(experts: experts, topk: topk)".to_string(),
+            1 => "uniform(experts: experts, topk: topk, seed: 5)".to_string(),
+            2 => "zipf(experts: experts, topk: topk, s: 1.3, seed: 2)".to_string(),
+            _ => {
+                let fmax = (topk.min(local) * ranks) as f64 / topk as f64;
+                format!("hotspot(experts: experts, topk: topk, max_over_mean: {:.3}, seed: 9)", 1.0 + (fmax - 1.0) * 0.5)
+            }
+        };
+        let p = program(&moe(tokens, 32, 32, experts, topk, ranks, &route, (t, m, n, s), backward));
+        for tf in 0..p.taskflows.len() {
+            for policy in Policy::all() {
+                let c = compile(&p, tf, policy);
+                outputs_covered_once(&p, tf, &c.graph);
+            }
+        }
+    }
+}
