@@ -45,13 +45,15 @@ pub fn generate(bytes: usize) -> String {
 #[divan::bench]
 fn lex(b: Bencher) {
     let text = generate(1 << 20);
-    b.counter(BytesCount::of_str(&text)).bench(|| hpmoe_dsl::syntax::lexer::tokenize(divan::black_box(&text), hpmoe_dsl::FileId(0)));
+    b.counter(BytesCount::of_str(&text))
+        .bench(|| hpmoe_dsl::syntax::lexer::tokenize(divan::black_box(&text), hpmoe_dsl::FileId(0)));
 }
 
 #[divan::bench]
 fn parse(b: Bencher) {
     let text = generate(1 << 20);
-    b.counter(BytesCount::of_str(&text)).bench(|| hpmoe_dsl::syntax::parse_text(divan::black_box(&text), hpmoe_dsl::FileId(0)));
+    b.counter(BytesCount::of_str(&text))
+        .bench(|| hpmoe_dsl::syntax::parse_text(divan::black_box(&text), hpmoe_dsl::FileId(0)));
 }
 
 #[divan::bench(sample_count = 10)]
@@ -60,7 +62,11 @@ fn parse_and_check(b: Bencher) {
     // The generated program must be valid, or the figure would measure error paths.
     let mut sm = SourceMap::new();
     let out = check_text("gen.hpm", &text, None, &Options::default(), &mut sm);
-    assert!(out.program.is_some(), "generated program does not check: {:?}", out.diagnostics.as_slice().first());
+    assert!(
+        out.program.is_some(),
+        "generated program does not check: {:?}",
+        out.diagnostics.as_slice().first()
+    );
     b.counter(BytesCount::of_str(&text)).bench(|| {
         let mut sm = SourceMap::new();
         check_text("gen.hpm", divan::black_box(&text), None, &Options::default(), &mut sm)

@@ -52,13 +52,14 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
             if bytes.len() < 12 {
                 return Err("truncated header".into());
             }
-            (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
+            (
+                u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+                12,
+            )
         }
         v => return Err(format!("unsupported .npy format version {v}")),
     };
-    let header = bytes
-        .get(start..start.saturating_add(hlen))
-        .ok_or("truncated header")?;
+    let header = bytes.get(start..start.saturating_add(hlen)).ok_or("truncated header")?;
     let header = std::str::from_utf8(header).map_err(|_| "the header is not text")?;
     let descr = dict_value(header, "descr").ok_or("the header has no 'descr'")?;
     let descr = descr.trim().trim_matches(|c| c == '\'' || c == '"');
@@ -85,7 +86,10 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
         if p.is_empty() {
             continue;
         }
-        shape.push(p.parse::<usize>().map_err(|_| format!("malformed dimension '{p}' in 'shape'"))?);
+        shape.push(
+            p.parse::<usize>()
+                .map_err(|_| format!("malformed dimension '{p}' in 'shape'"))?,
+        );
     }
     let count = shape
         .iter()
@@ -113,7 +117,10 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
 fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
     let pat1 = format!("'{key}':");
     let pat2 = format!("\"{key}\":");
-    let i = header.find(&pat1).map(|i| i + pat1.len()).or_else(|| header.find(&pat2).map(|i| i + pat2.len()))?;
+    let i = header
+        .find(&pat1)
+        .map(|i| i + pat1.len())
+        .or_else(|| header.find(&pat2).map(|i| i + pat2.len()))?;
     let rest = &header[i..];
     let rest_trim = rest.trim_start();
     if rest_trim.starts_with('(') {
@@ -141,9 +148,15 @@ pub fn read(path: &std::path::Path) -> Result<Array, String> {
 pub fn encode(dtype: NpyType, shape: &[usize], data: &[f64]) -> Vec<u8> {
     let shape_txt = match shape.len() {
         1 => format!("({},)", shape[0]),
-        _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        _ => format!(
+            "({})",
+            shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+        ),
     };
-    let mut header = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {shape_txt}, }}", dtype.descr());
+    let mut header = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape_txt}, }}",
+        dtype.descr()
+    );
     // Pad so that the data starts on a multiple of 64 bytes, ending with a newline.
     let total = 10 + header.len() + 1;
     let pad = (64 - total % 64) % 64;
@@ -179,7 +192,11 @@ mod tests {
         let data: Vec<f64> = (0..24).map(|i| i as f64 - 3.0).collect();
         for t in [NpyType::I32, NpyType::I64, NpyType::F32, NpyType::F64] {
             let bytes = encode(t, &[2, 3, 4], &data);
-            assert_eq!((bytes.len() - data.len() * t.size()) % 64, 0, "header is padded to 64 bytes");
+            assert_eq!(
+                (bytes.len() - data.len() * t.size()) % 64,
+                0,
+                "header is padded to 64 bytes"
+            );
             let a = parse(&bytes).unwrap();
             assert_eq!(a.shape, vec![2, 3, 4]);
             assert_eq!(a.dtype, t);

@@ -40,10 +40,7 @@ impl SourceMap {
     }
 
     pub fn files(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
-        self.files
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (FileId(i as u32), f))
+        self.files.iter().enumerate().map(|(i, f)| (FileId(i as u32), f))
     }
 
     /// Finds a file already loaded from this path.
@@ -56,9 +53,7 @@ impl SourceMap {
 
     /// The text a span covers, if the span is a byte range of a known file.
     pub fn snippet(&self, span: Span) -> Option<&str> {
-        self.get(span.file)?
-            .text
-            .get(span.lo as usize..span.hi as usize)
+        self.get(span.file)?.text.get(span.lo as usize..span.hi as usize)
     }
 
     /// 1-based line and column of a span's start.

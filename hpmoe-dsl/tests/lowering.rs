@@ -28,12 +28,25 @@ fn compile(p: &Program, tf: usize, policy: Policy) -> Compiled {
     let layouts = lower::layouts(p, spec.static_capacity, None).unwrap();
     match schedule::compile(p, &p.taskflows[tf], &spec, layouts, lower::DEFAULT_MAX_TASKS, true) {
         Ok(c) => c,
-        Err(ds) => panic!("{policy:?}: {:#?}", ds.iter().map(|d| d.message.clone()).collect::<Vec<_>>()),
+        Err(ds) => panic!(
+            "{policy:?}: {:#?}",
+            ds.iter().map(|d| d.message.clone()).collect::<Vec<_>>()
+        ),
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-fn moe(tokens: u64, hidden: u64, inter: u64, experts: u64, topk: u64, ranks: u64, route: &str, tiles: (u64, u64, u64, u64), backward: bool) -> String {
+fn moe(
+    tokens: u64,
+    hidden: u64,
+    inter: u64,
+    experts: u64,
+    topk: u64,
+    ranks: u64,
+    route: &str,
+    tiles: (u64, u64, u64, u64),
+    backward: bool,
+) -> String {
     let (t, m, n, s) = tiles;
     let head = format!(
         "import std::moe::*;\nimport std::device::ascend_a3;\n\
@@ -70,14 +83,23 @@ fn moe(tokens: u64, hidden: u64, inter: u64, experts: u64, topk: u64, ranks: u64
 }
 
 fn per_rank_counts(g: &TaskGraph) -> Vec<Vec<u32>> {
-    g.nodes.iter().map(|n| n.per_rank.iter().map(|r| r.count).collect()).collect()
+    g.nodes
+        .iter()
+        .map(|n| n.per_rank.iter().map(|r| r.count).collect())
+        .collect()
 }
 
 #[test]
 fn expert_level_reproduces_the_reference_task_counts() {
     // TP2 EP2, sequence 1024 (512 tokens per rank), 16 experts, top-8, H 5120, I 2048, 24
     // cube cores: 64 / 192 / 64 / 192 / 64 tasks per rank with static worst-case capacity.
-    let p = program(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/ok/reference_worked_example.hpm")).unwrap());
+    let p = program(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/ok/reference_worked_example.hpm"
+        ))
+        .unwrap(),
+    );
     let c = compile(&p, 0, Policy::ExpertLevel);
     let counts = per_rank_counts(&c.graph);
     for rank in 0..2 {
@@ -109,7 +131,10 @@ fn destinations_distinct_at_every_step(c: &Compiled, ranks: u32) -> bool {
     let orders: Vec<Vec<u32>> = (0..ranks).map(|r| issue_order(&c.graph, &c.schedule, 0, r)).collect();
     let steps = orders.iter().map(|o| o.len()).min().unwrap();
     (0..steps).all(|i| {
-        let mut dests: Vec<u32> = orders.iter().map(|o| schedule::send_dest(&c.graph, o[i] as usize).unwrap()).collect();
+        let mut dests: Vec<u32> = orders
+            .iter()
+            .map(|o| schedule::send_dest(&c.graph, o[i] as usize).unwrap())
+            .collect();
         dests.sort();
         dests.dedup();
         dests.len() == ranks as usize
@@ -118,15 +143,39 @@ fn destinations_distinct_at_every_step(c: &Compiled, ranks: u32) -> bool {
 
 #[test]
 fn ratr_spreads_destinations() {
-    let p = program(&moe(256, 64, 64, 16, 4, 4, "balanced(experts: experts, topk: topk)", (32, 32, 64, 16), false));
+    let p = program(&moe(
+        256,
+        64,
+        64,
+        16,
+        4,
+        4,
+        "balanced(experts: experts, topk: topk)",
+        (32, 32, 64, 16),
+        false,
+    ));
     let spec = PolicySpec::new(Policy::ExpertLevel);
     let layouts = lower::layouts(&p, spec.static_capacity, None).unwrap();
-    let c = schedule::compile(&p, &p.taskflows[0], &spec, layouts.clone(), lower::DEFAULT_MAX_TASKS, true).unwrap();
-    assert!(destinations_distinct_at_every_step(&c, 4), "with ratr every step targets distinct ranks");
+    let c = schedule::compile(
+        &p,
+        &p.taskflows[0],
+        &spec,
+        layouts.clone(),
+        lower::DEFAULT_MAX_TASKS,
+        true,
+    )
+    .unwrap();
+    assert!(
+        destinations_distinct_at_every_step(&c, 4),
+        "with ratr every step targets distinct ranks"
+    );
     let mut no = spec.clone();
     no.ratr = false;
     let c = schedule::compile(&p, &p.taskflows[0], &no, layouts, lower::DEFAULT_MAX_TASKS, true).unwrap();
-    assert!(!destinations_distinct_at_every_step(&c, 4), "without ratr all ranks start at rank 0");
+    assert!(
+        !destinations_distinct_at_every_step(&c, 4),
+        "without ratr all ranks start at rank 0"
+    );
 }
 
 fn codes(ds: &[hpmoe_dsl::Diagnostic]) -> Vec<Code> {
@@ -134,7 +183,17 @@ fn codes(ds: &[hpmoe_dsl::Diagnostic]) -> Vec<Code> {
 }
 
 fn small() -> (Program, Compiled) {
-    let p = program(&moe(64, 32, 32, 8, 2, 2, "uniform(experts: experts, topk: topk, seed: 3)", (16, 32, 32, 16), false));
+    let p = program(&moe(
+        64,
+        32,
+        32,
+        8,
+        2,
+        2,
+        "uniform(experts: experts, topk: topk, seed: 3)",
+        (16, 32, 32, 16),
+        false,
+    ));
     let c = compile(&p, 0, Policy::Interleaved);
     assert!(verify_graph(&p, &p.taskflows[0], &c.graph).is_empty());
     (p, c)
@@ -142,7 +201,9 @@ fn small() -> (Program, Compiled) {
 
 /// A task of call `node` that waits for something, and one of its producers.
 fn some_edge(g: &TaskGraph, node: u32) -> (usize, u32) {
-    (0..g.len()).find_map(|t| (g.node[t] == node && g.wait[t] != NO_COUNTER).then(|| (t, g.preds(t)[0]))).unwrap()
+    (0..g.len())
+        .find_map(|t| (g.node[t] == node && g.wait[t] != NO_COUNTER).then(|| (t, g.preds(t)[0])))
+        .unwrap()
 }
 
 /// Gives task `t` its own counter with these producers.
@@ -171,7 +232,11 @@ fn mutation_drop_an_edge_is_a_race() {
     set_preds(&mut c.graph, t, &rest);
     let ds = verify_graph(&p, &p.taskflows[0], &c.graph);
     assert!(codes(&ds).contains(&Code::Race), "{ds:#?}");
-    assert!(ds[0].message.contains("gmm") && ds[0].message.contains("dispatch"), "names both calls: {}", ds[0].message);
+    assert!(
+        ds[0].message.contains("gmm") && ds[0].message.contains("dispatch"),
+        "names both calls: {}",
+        ds[0].message
+    );
 }
 
 #[test]
@@ -256,7 +321,9 @@ fn outputs_covered_once(p: &Program, tf: usize, g: &TaskGraph) {
         let a = lower::regions::tile_access(p, tf, g, t, &mut scratch);
         for w in &a.writes {
             if w.accumulate {
-                *acc_rows[w.tensor.0 as usize][w.rank as usize].entry(w.lo[0]).or_default() += 1;
+                *acc_rows[w.tensor.0 as usize][w.rank as usize]
+                    .entry(w.lo[0])
+                    .or_default() += 1;
             } else {
                 vol[w.tensor.0 as usize][w.rank as usize] += w.volume();
             }
@@ -272,10 +339,21 @@ fn outputs_covered_once(p: &Program, tf: usize, g: &TaskGraph) {
             let rest: u64 = t.shape[1..].iter().map(|d| d.fixed().unwrap()).product();
             if t.home == Home::Window && !acc_rows[tid.0 as usize][r].is_empty() {
                 let topk = p.routes[0].topk;
-                assert_eq!(acc_rows[tid.0 as usize][r].len() as u64, rows, "output {name} rank {r}: every row");
-                assert!(acc_rows[tid.0 as usize][r].values().all(|&c| c == topk), "output {name} rank {r}: topk contributions");
+                assert_eq!(
+                    acc_rows[tid.0 as usize][r].len() as u64,
+                    rows,
+                    "output {name} rank {r}: every row"
+                );
+                assert!(
+                    acc_rows[tid.0 as usize][r].values().all(|&c| c == topk),
+                    "output {name} rank {r}: topk contributions"
+                );
             } else {
-                assert_eq!(vol[tid.0 as usize][r], rows * rest, "output {name} rank {r} written exactly once");
+                assert_eq!(
+                    vol[tid.0 as usize][r],
+                    rows * rest,
+                    "output {name} rank {r} written exactly once"
+                );
             }
         }
     }

@@ -29,8 +29,11 @@ impl Checker<'_> {
                         Value::Int(_) | Value::Float(_) | Value::Bool(_) => ov.value.clone(),
                         _ => {
                             self.err(
-                                Diagnostic::error(Code::BadOverride, format!("`--set {}={}`: a param takes a number", ov.name, ov.value))
-                                    .help("write e.g. `--set tokens=1024`"),
+                                Diagnostic::error(
+                                    Code::BadOverride,
+                                    format!("`--set {}={}`: a param takes a number", ov.name, ov.value),
+                                )
+                                .help("write e.g. `--set tokens=1024`"),
                             );
                             continue;
                         }
@@ -39,7 +42,10 @@ impl Checker<'_> {
                 }
                 _ => {
                     let names = self.names_where(root, |k| matches!(k, ItemKind::Param(_)));
-                    let mut d = Diagnostic::error(Code::BadOverride, format!("`--set {}`: the program has no param `{}`", ov.name, ov.name));
+                    let mut d = Diagnostic::error(
+                        Code::BadOverride,
+                        format!("`--set {}`: the program has no param `{}`", ov.name, ov.name),
+                    );
                     if let Some(b) = crate::suggest::closest(&ov.name, names.iter().map(|s| s.as_str())) {
                         d = d.help(format!("did you mean `{b}`?"));
                     } else if names.is_empty() {
@@ -63,9 +69,12 @@ impl Checker<'_> {
                     _ => return None,
                 };
                 self.err(
-                    Diagnostic::error(Code::UnknownName, format!("param `{name}` is defined in terms of itself"))
-                        .primary(span, "this param's value depends on itself")
-                        .help("break the cycle: give one of the params a literal value"),
+                    Diagnostic::error(
+                        Code::UnknownName,
+                        format!("param `{name}` is defined in terms of itself"),
+                    )
+                    .primary(span, "this param's value depends on itself")
+                    .help("break the cycle: give one of the params a literal value"),
                 );
                 self.params.insert(r, ParamState::Done(None));
                 return None;
@@ -155,16 +164,22 @@ impl Checker<'_> {
                 let fname = callee.name().unwrap_or("");
                 if !matches!(fname, "min" | "max" | "ceil_div" | "floor_div") {
                     self.err(
-                        Diagnostic::error(Code::UnknownName, format!("`{fname}` is not a function of constant expressions"))
-                            .primary(callee.span, "unknown function")
-                            .help("constant expressions may use min, max, ceil_div and floor_div"),
+                        Diagnostic::error(
+                            Code::UnknownName,
+                            format!("`{fname}` is not a function of constant expressions"),
+                        )
+                        .primary(callee.span, "unknown function")
+                        .help("constant expressions may use min, max, ceil_div and floor_div"),
                     );
                     return None;
                 }
                 if args.len() != 2 || args.iter().any(|a| a.name.is_some()) {
                     self.err(
-                        Diagnostic::error(Code::WrongArgCount, format!("`{fname}` takes 2 positional arguments, got {}", args.len()))
-                            .primary(e.span, "here"),
+                        Diagnostic::error(
+                            Code::WrongArgCount,
+                            format!("`{fname}` takes 2 positional arguments, got {}", args.len()),
+                        )
+                        .primary(e.span, "here"),
                     );
                     return None;
                 }
@@ -176,14 +191,20 @@ impl Checker<'_> {
                     ("max", Value::Int(a), Value::Int(b)) => Some(Value::Int(a.max(b))),
                     ("min", a, b) | ("max", a, b) => {
                         let (Some(a), Some(b)) = (a.as_f64(), b.as_f64()) else {
-                            self.err(Diagnostic::error(Code::TypeMismatch, format!("`{fname}` takes numbers")).primary(e.span, "here"));
+                            self.err(
+                                Diagnostic::error(Code::TypeMismatch, format!("`{fname}` takes numbers"))
+                                    .primary(e.span, "here"),
+                            );
                             return None;
                         };
                         Some(Value::Float(if fname == "min" { a.min(b) } else { a.max(b) }))
                     }
                     (_, Value::Int(a), Value::Int(b)) => {
                         if b == 0 {
-                            self.err(Diagnostic::error(Code::DivisionByZero, "division by zero").primary(args[1].value.span, "this is zero"));
+                            self.err(
+                                Diagnostic::error(Code::DivisionByZero, "division by zero")
+                                    .primary(args[1].value.span, "this is zero"),
+                            );
                             return None;
                         }
                         let q = a.div_euclid(b);
@@ -265,14 +286,20 @@ impl Checker<'_> {
                     BinOp::Mul => fa * fb,
                     BinOp::Div => {
                         if fb == 0.0 {
-                            self.err(Diagnostic::error(Code::DivisionByZero, "division by zero").primary(rhs_span, "this is zero"));
+                            self.err(
+                                Diagnostic::error(Code::DivisionByZero, "division by zero")
+                                    .primary(rhs_span, "this is zero"),
+                            );
                             return None;
                         }
                         fa / fb
                     }
                     BinOp::Rem => {
                         if fb == 0.0 {
-                            self.err(Diagnostic::error(Code::DivisionByZero, "division by zero").primary(rhs_span, "this is zero"));
+                            self.err(
+                                Diagnostic::error(Code::DivisionByZero, "division by zero")
+                                    .primary(rhs_span, "this is zero"),
+                            );
                             return None;
                         }
                         fa % fb
@@ -297,8 +324,11 @@ impl Checker<'_> {
 
     pub(crate) fn type_mismatch(&mut self, span: Span, expected: &str, got: &Value) {
         self.err(
-            Diagnostic::error(Code::TypeMismatch, format!("expected {expected}, found {} `{}`", got.kind(), show_value(got)))
-                .primary(span, format!("expected {expected}")),
+            Diagnostic::error(
+                Code::TypeMismatch,
+                format!("expected {expected}, found {} `{}`", got.kind(), show_value(got)),
+            )
+            .primary(span, format!("expected {expected}")),
         );
     }
 
@@ -313,7 +343,8 @@ impl Checker<'_> {
         }
         let mut cands: Vec<String> = local.to_vec();
         cands.extend(self.modules[m].scope.keys().cloned());
-        let mut d = Diagnostic::error(Code::UnknownName, format!("unknown {what} `{name}`")).primary(span, "not defined");
+        let mut d =
+            Diagnostic::error(Code::UnknownName, format!("unknown {what} `{name}`")).primary(span, "not defined");
         if let Some(b) = crate::suggest::closest(name, cands.iter().map(|s| s.as_str())) {
             d = d.help(format!("did you mean `{b}`?"));
         }

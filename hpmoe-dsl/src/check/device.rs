@@ -111,7 +111,9 @@ fn split_number_unit(s: &str) -> Option<(f64, &str)> {
     let s = s.trim();
     let end = s
         .char_indices()
-        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.' || *c == '_' || *c == 'e' || *c == 'E' || *c == '-' || *c == '+'))
+        .find(|(_, c)| {
+            !(c.is_ascii_digit() || *c == '.' || *c == '_' || *c == 'e' || *c == 'E' || *c == '-' || *c == '+')
+        })
         .map_or(s.len(), |(i, _)| i);
     // `e` may start a unit such as nothing here; numbers with exponents are digits-e-digits.
     let (num, unit) = s.split_at(end);
@@ -124,32 +126,49 @@ impl Checker<'_> {
     /// `chain`: the profiles that derive from `r`, outermost first (reports about the
     /// inheritance go to the outermost one, which the user is checking).
     fn profile_fields(&mut self, r: ItemRef, chain: &mut Vec<ItemRef>) -> Option<BTreeMap<String, DeviceField>> {
-        let ItemKind::Profile(p) = &self.item(r).kind else { return None };
+        let ItemKind::Profile(p) = &self.item(r).kind else {
+            return None;
+        };
         let p = p.clone();
         let mut fields = BTreeMap::new();
         if let Some(base) = &p.base {
             match self.lookup(r.module, &base.name) {
                 Some(b) if matches!(self.item(b).kind, ItemKind::Profile(_)) => {
-                    let name_of = |ck: &Self, x: ItemRef| ck.item(x).kind.name().map_or_else(String::new, |n| n.name.clone());
+                    let name_of =
+                        |ck: &Self, x: ItemRef| ck.item(x).kind.name().map_or_else(String::new, |n| n.name.clone());
                     let first = chain.first().copied().unwrap_or(r);
                     let first_base = match &self.item(first).kind {
                         ItemKind::Profile(fp) => fp.base.as_ref().map_or(base.span, |b| b.span),
                         _ => base.span,
                     };
                     if let Some(pos) = chain.iter().chain(std::iter::once(&r)).position(|x| *x == b) {
-                        let names: Vec<String> = chain.iter().chain([r, b].iter()).skip(pos).map(|x| name_of(self, *x)).collect();
+                        let names: Vec<String> = chain
+                            .iter()
+                            .chain([r, b].iter())
+                            .skip(pos)
+                            .map(|x| name_of(self, *x))
+                            .collect();
                         self.err(
-                            Diagnostic::error(Code::LimitExceeded, format!("profile inheritance has a cycle: {}", names.join(" -> ")))
-                                .primary(first_base, "this base leads back to a profile already on the way")
-                                .help("derive one of the profiles from a profile outside the cycle"),
+                            Diagnostic::error(
+                                Code::LimitExceeded,
+                                format!("profile inheritance has a cycle: {}", names.join(" -> ")),
+                            )
+                            .primary(first_base, "this base leads back to a profile already on the way")
+                            .help("derive one of the profiles from a profile outside the cycle"),
                         );
                         return None;
                     }
                     if chain.len() >= MAX_PROFILE_DEPTH {
                         self.err(
-                            Diagnostic::error(Code::LimitExceeded, format!("profile `{}` inherits through more than {MAX_PROFILE_DEPTH} levels", name_of(self, first)))
-                                .primary(first_base, "too deep")
-                                .help("copy fields into a profile nearer the top of the chain"),
+                            Diagnostic::error(
+                                Code::LimitExceeded,
+                                format!(
+                                    "profile `{}` inherits through more than {MAX_PROFILE_DEPTH} levels",
+                                    name_of(self, first)
+                                ),
+                            )
+                            .primary(first_base, "too deep")
+                            .help("copy fields into a profile nearer the top of the chain"),
                         );
                         return None;
                     }
@@ -159,7 +178,10 @@ impl Checker<'_> {
                     fields = base_fields?;
                 }
                 Some(_) => {
-                    self.err(Diagnostic::error(Code::WrongKind, format!("`{}` is not a device profile", base.name)).primary(base.span, "expected a profile"));
+                    self.err(
+                        Diagnostic::error(Code::WrongKind, format!("`{}` is not a device profile", base.name))
+                            .primary(base.span, "expected a profile"),
+                    );
                     return None;
                 }
                 None => {
@@ -172,17 +194,23 @@ impl Checker<'_> {
         for f in &p.fields {
             if let Some(prev) = seen.insert(f.name.name.clone(), f.name.span) {
                 self.err(
-                    Diagnostic::error(Code::DuplicateArgument, format!("field `{}` is given twice", f.name.name))
-                        .primary(f.name.span, "again here")
-                        .secondary(prev, "first here"),
+                    Diagnostic::error(
+                        Code::DuplicateArgument,
+                        format!("field `{}` is given twice", f.name.name),
+                    )
+                    .primary(f.name.span, "again here")
+                    .secondary(prev, "first here"),
                 );
                 continue;
             }
             let Some(unit_ast) = &f.unit else {
                 self.err(
-                    Diagnostic::error(Code::UnitMismatch, format!("profile field `{}` has no unit", f.name.name))
-                        .primary(f.value.span, "add a unit after the value")
-                        .help("every device constant carries its unit, e.g. `1850 MHz`, `192 KiB`, `24 count`"),
+                    Diagnostic::error(
+                        Code::UnitMismatch,
+                        format!("profile field `{}` has no unit", f.name.name),
+                    )
+                    .primary(f.value.span, "add a unit after the value")
+                    .help("every device constant carries its unit, e.g. `1850 MHz`, `192 KiB`, `24 count`"),
                 );
                 continue;
             };
@@ -194,25 +222,42 @@ impl Checker<'_> {
             match REQUIRED_FIELDS.iter().find(|(n, _)| *n == f.name.name) {
                 Some(&(_, rq)) if rq != q => {
                     self.err(
-                        Diagnostic::error(Code::UnitMismatch, format!("`{}` is {}, but `{utext}` is a unit of {}", f.name.name, quantity_word(rq), quantity_word(q)))
-                            .primary(unit_ast.span, "wrong kind of unit")
-                            .help(format!("use one of: {}", units_of(rq))),
+                        Diagnostic::error(
+                            Code::UnitMismatch,
+                            format!(
+                                "`{}` is {}, but `{utext}` is a unit of {}",
+                                f.name.name,
+                                quantity_word(rq),
+                                quantity_word(q)
+                            ),
+                        )
+                        .primary(unit_ast.span, "wrong kind of unit")
+                        .help(format!("use one of: {}", units_of(rq))),
                     );
                     continue;
                 }
                 Some(_) => {}
                 None => {
                     // A misspelt field would otherwise be ignored, and the base's value kept.
-                    let mut d = Diagnostic::error(Code::UnknownProfileField, format!("`{}` is not a device field", f.name.name)).primary(f.name.span, "unknown field");
+                    let mut d = Diagnostic::error(
+                        Code::UnknownProfileField,
+                        format!("`{}` is not a device field", f.name.name),
+                    )
+                    .primary(f.name.span, "unknown field");
                     d = match crate::suggest::closest(&f.name.name, REQUIRED_FIELDS.iter().map(|(n, _)| *n)) {
                         Some(b) => d.help(format!("did you mean `{b}`?")),
-                        None => d.help(format!("the fields are: {}", REQUIRED_FIELDS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))),
+                        None => d.help(format!(
+                            "the fields are: {}",
+                            REQUIRED_FIELDS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                        )),
                     };
                     self.err(d);
                     continue;
                 }
             }
-            let Some(v) = self.eval_const(r.module, &f.value, BareNames::Reject) else { continue };
+            let Some(v) = self.eval_const(r.module, &f.value, BareNames::Reject) else {
+                continue;
+            };
             let Some(x) = v.as_f64() else {
                 self.type_mismatch(f.value.span, "a number", &v);
                 continue;
@@ -236,7 +281,10 @@ impl Checker<'_> {
         if let Some(b) = crate::suggest::closest(u, UNITS.iter().map(|(n, _, _)| *n)) {
             d = d.help(format!("did you mean `{b}`?"));
         } else {
-            d = d.help(format!("units are: {}", UNITS.iter().map(|(n, _, _)| *n).collect::<Vec<_>>().join(", ")));
+            d = d.help(format!(
+                "units are: {}",
+                UNITS.iter().map(|(n, _, _)| *n).collect::<Vec<_>>().join(", ")
+            ));
         }
         self.err(d);
     }
@@ -251,7 +299,11 @@ impl Checker<'_> {
 
     fn validate_device(&mut self, fields: &BTreeMap<String, DeviceField>, span: Span) -> bool {
         let mut ok = true;
-        let missing: Vec<&str> = REQUIRED_FIELDS.iter().map(|(n, _)| *n).filter(|n| !fields.contains_key(*n)).collect();
+        let missing: Vec<&str> = REQUIRED_FIELDS
+            .iter()
+            .map(|(n, _)| *n)
+            .filter(|n| !fields.contains_key(*n))
+            .collect();
         if !missing.is_empty() {
             let list = missing.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
             let msg = match missing.len() {
@@ -275,14 +327,24 @@ impl Checker<'_> {
                 let why = if f.quantity == Quantity::Ratio {
                     "a ratio must be in (0, 1]".to_string()
                 } else if f.quantity == Quantity::Count {
-                    format!("a count must be a whole number of at least 1{}", if name == "ranks" { format!(" and at most {MAX_RANKS}") } else { String::new() })
+                    format!(
+                        "a count must be a whole number of at least 1{}",
+                        if name == "ranks" {
+                            format!(" and at most {MAX_RANKS}")
+                        } else {
+                            String::new()
+                        }
+                    )
                 } else {
                     "rates, sizes and times must be positive".to_string()
                 };
                 self.err(
-                    Diagnostic::error(Code::InvalidValue, format!("device field `{name}` = {} {} is out of range", f.value, f.unit))
-                        .primary(f.span, "invalid value")
-                        .note(why),
+                    Diagnostic::error(
+                        Code::InvalidValue,
+                        format!("device field `{name}` = {} {} is out of range", f.value, f.unit),
+                    )
+                    .primary(f.span, "invalid value")
+                    .note(why),
                 );
                 ok = false;
             }
@@ -309,19 +371,75 @@ impl Checker<'_> {
                     .secondary(first, "first declared here"),
             );
         }
-        let (profile_ref, decl_fields, profile_name, name_span) = match decls.first() {
+        let mut decls = decls;
+        let mut forced = None;
+        if let Some(name) = self.opts.device.clone() {
+            let ident = crate::syntax::ast::Ident { name: name.clone(), span: Span::default() };
+            match decls.first_mut() {
+                Some((d, _)) => d.profile = ident,
+                None => decls.push((crate::syntax::ast::DeviceDecl { profile: ident, fields: Vec::new() }, Span::default())),
+            }
+            // A profile of the stdlib may be named without importing it.
+            if self.lookup(root, &name).is_none() {
+                let std_dev = self.load_std("device", &mut Vec::new());
+                let names: Vec<(String, usize)> = std_dev
+                    .map(|m| {
+                        self.modules[m]
+                            .ast
+                            .items
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, it)| match &it.kind {
+                                ItemKind::Profile(p) => Some((p.name.name.clone(), i)),
+                                _ => None,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                forced = std_dev.and_then(|m| names.iter().find(|(n, _)| *n == name).map(|(_, i)| ItemRef { module: m, item: *i }));
+                if forced.is_none() {
+                    let mut d = Diagnostic::error(Code::UnknownName, format!("`--device {name}`: no such device profile"));
+                    d = match crate::suggest::closest(&name, names.iter().map(|(s, _)| s.as_str())) {
+                        Some(b) => d.help(format!("did you mean `{b}`?")),
+                        None => d.help(format!("the profiles are: {}", names.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>().join(", "))),
+                    };
+                    self.err(d);
+                    return;
+                }
+            }
+        }
+        let (profile_ref, decl_fields, profile_name, name_span) = match (forced, decls.first()) {
+            (Some(r), Some((d, _))) => (r, d.fields.clone(), d.profile.name.clone(), d.profile.span),
+            (_, first) => match first {
             Some((d, _)) => {
                 let r = match self.lookup(root, &d.profile.name) {
                     Some(r) if matches!(self.item(r).kind, ItemKind::Profile(_)) => r,
                     Some(r) => {
                         let w = super::consts::item_kind_word(&self.item(r).kind);
-                        self.err(Diagnostic::error(Code::WrongKind, format!("`{}` is {w}, not a device profile", d.profile.name)).primary(d.profile.span, "expected a profile"));
+                        self.err(
+                            Diagnostic::error(
+                                Code::WrongKind,
+                                format!("`{}` is {w}, not a device profile", d.profile.name),
+                            )
+                            .primary(d.profile.span, "expected a profile"),
+                        );
                         return;
                     }
                     None => {
                         let std_dev = self.load_std("device", &mut Vec::new());
-                        let known = std_dev.and_then(|m| self.modules[m].ast.items.iter().position(|it| it.kind.name().is_some_and(|n| n.name == d.profile.name)).map(|_| m));
-                        let mut diag = Diagnostic::error(Code::UnknownName, format!("unknown device profile `{}`", d.profile.name)).primary(d.profile.span, "not defined");
+                        let known = std_dev.and_then(|m| {
+                            self.modules[m]
+                                .ast
+                                .items
+                                .iter()
+                                .position(|it| it.kind.name().is_some_and(|n| n.name == d.profile.name))
+                                .map(|_| m)
+                        });
+                        let mut diag = Diagnostic::error(
+                            Code::UnknownName,
+                            format!("unknown device profile `{}`", d.profile.name),
+                        )
+                        .primary(d.profile.span, "not defined");
                         if known.is_some() {
                             diag = diag.help(format!("import it: `import std::device::{};`", d.profile.name));
                         } else {
@@ -332,7 +450,8 @@ impl Checker<'_> {
                                     _ => None,
                                 }));
                             }
-                            if let Some(b) = crate::suggest::closest(&d.profile.name, names.iter().map(|s| s.as_str())) {
+                            if let Some(b) = crate::suggest::closest(&d.profile.name, names.iter().map(|s| s.as_str()))
+                            {
                                 diag = diag.help(format!("did you mean `{b}`?"));
                             }
                         }
@@ -344,20 +463,40 @@ impl Checker<'_> {
             }
             None => {
                 // The default device: the A3 profile of the stdlib.
-                let Some(m) = self.load_std("device", &mut Vec::new()) else { return };
-                let Some(i) = self.modules[m].ast.items.iter().position(|it| it.kind.name().is_some_and(|n| n.name == "ascend_a3")) else { return };
-                (ItemRef { module: m, item: i }, Vec::new(), "ascend_a3".to_string(), Span::default())
+                let Some(m) = self.load_std("device", &mut Vec::new()) else {
+                    return;
+                };
+                let Some(i) = self.modules[m]
+                    .ast
+                    .items
+                    .iter()
+                    .position(|it| it.kind.name().is_some_and(|n| n.name == "ascend_a3"))
+                else {
+                    return;
+                };
+                (
+                    ItemRef { module: m, item: i },
+                    Vec::new(),
+                    "ascend_a3".to_string(),
+                    Span::default(),
+                )
             }
+        },
         };
-        let Some(mut fields) = self.profile_fields(profile_ref, &mut Vec::new()) else { return };
+        let Some(mut fields) = self.profile_fields(profile_ref, &mut Vec::new()) else {
+            return;
+        };
         let mut ok = true;
         let mut seen: BTreeMap<String, Span> = BTreeMap::new();
         for f in &decl_fields {
             if let Some(prev) = seen.insert(f.name.name.clone(), f.name.span) {
                 self.err(
-                    Diagnostic::error(Code::DuplicateArgument, format!("field `{}` is given twice", f.name.name))
-                        .primary(f.name.span, "again here")
-                        .secondary(prev, "first here"),
+                    Diagnostic::error(
+                        Code::DuplicateArgument,
+                        format!("field `{}` is given twice", f.name.name),
+                    )
+                    .primary(f.name.span, "again here")
+                    .secondary(prev, "first here"),
                 );
                 ok = false;
                 continue;
@@ -365,7 +504,9 @@ impl Checker<'_> {
             ok &= self.override_field(&mut fields, f);
         }
         for ov in self.opts.overrides.clone() {
-            let Some(name) = ov.name.strip_prefix("device.") else { continue };
+            let Some(name) = ov.name.strip_prefix("device.") else {
+                continue;
+            };
             ok &= self.override_from_cli(&mut fields, name, &ov.value);
         }
         ok &= self.validate_device(&fields, name_span);
@@ -385,7 +526,10 @@ impl Checker<'_> {
         if let Some(b) = crate::suggest::closest(name, fields.keys().map(|s| s.as_str())) {
             d = d.help(format!("did you mean `{b}`?"));
         } else {
-            d = d.help(format!("the fields are: {}", fields.keys().cloned().collect::<Vec<_>>().join(", ")));
+            d = d.help(format!(
+                "the fields are: {}",
+                fields.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
         }
         self.err(d);
     }
@@ -404,9 +548,17 @@ impl Checker<'_> {
                 };
                 if q != existing.quantity {
                     self.err(
-                        Diagnostic::error(Code::UnitMismatch, format!("`{}` is {}, measured in {}, not in `{t}`", f.name.name, quantity_word(existing.quantity), existing.unit))
-                            .primary(u.span, "wrong kind of unit")
-                            .help(format!("use one of: {}", units_of(existing.quantity))),
+                        Diagnostic::error(
+                            Code::UnitMismatch,
+                            format!(
+                                "`{}` is {}, measured in {}, not in `{t}`",
+                                f.name.name,
+                                quantity_word(existing.quantity),
+                                existing.unit
+                            ),
+                        )
+                        .primary(u.span, "wrong kind of unit")
+                        .help(format!("use one of: {}", units_of(existing.quantity))),
                     );
                     return false;
                 }
@@ -414,7 +566,9 @@ impl Checker<'_> {
             }
             None => unit(&existing.unit).map_or(1.0, |(_, f)| f),
         };
-        let Some(v) = self.eval_const(self.root, &f.value, BareNames::Reject) else { return false };
+        let Some(v) = self.eval_const(self.root, &f.value, BareNames::Reject) else {
+            return false;
+        };
         let Some(x) = v.as_f64() else {
             self.type_mismatch(f.value.span, "a number", &v);
             return false;
@@ -441,7 +595,10 @@ impl Checker<'_> {
             Value::Float(f) => *f * own,
             Value::Str(s) => {
                 let Some((x, u)) = split_number_unit(s) else {
-                    self.err(Diagnostic::error(Code::BadOverride, format!("`--set device.{name}={s}`: not a number with a unit")));
+                    self.err(Diagnostic::error(
+                        Code::BadOverride,
+                        format!("`--set device.{name}={s}`: not a number with a unit"),
+                    ));
                     return false;
                 };
                 if u.is_empty() {
@@ -451,20 +608,32 @@ impl Checker<'_> {
                         Some((q, f)) if q == existing.quantity => x * f,
                         Some(_) => {
                             self.err(
-                                Diagnostic::error(Code::UnitMismatch, format!("`--set device.{name}`: `{u}` is not a unit of {}", quantity_word(existing.quantity)))
-                                    .help(format!("use one of: {}", units_of(existing.quantity))),
+                                Diagnostic::error(
+                                    Code::UnitMismatch,
+                                    format!(
+                                        "`--set device.{name}`: `{u}` is not a unit of {}",
+                                        quantity_word(existing.quantity)
+                                    ),
+                                )
+                                .help(format!("use one of: {}", units_of(existing.quantity))),
                             );
                             return false;
                         }
                         None => {
-                            self.err(Diagnostic::error(Code::UnitMismatch, format!("`--set device.{name}`: unknown unit `{u}`")));
+                            self.err(Diagnostic::error(
+                                Code::UnitMismatch,
+                                format!("`--set device.{name}`: unknown unit `{u}`"),
+                            ));
                             return false;
                         }
                     }
                 }
             }
             other => {
-                self.err(Diagnostic::error(Code::BadOverride, format!("`--set device.{name}={other}`: expected a number")));
+                self.err(Diagnostic::error(
+                    Code::BadOverride,
+                    format!("`--set device.{name}={other}`: expected a number"),
+                ));
                 return false;
             }
         };

@@ -6,8 +6,13 @@ use super::consts::BareNames;
 use super::ops::{OpSig, PSig, RDim, SIdx, STarget, Sym, DT, SS};
 use super::{Checker, ItemRef};
 use crate::diag::{Code, Diagnostic};
-use crate::ir::{self, BodyStmt, BodyVar, ConcreteBody, Contraction, DType, Dim, Engine, Home, Index, NodeId, RouteFn, RouteId, SExpr, Target, Tensor, TensorId, Value, VarKind, VarRange};
-use crate::syntax::ast::{Annot, Expr, ExprKind, FlowStmtKind, ItemKind, ParamType, SignatureKind, TaskflowRet, TensorType};
+use crate::ir::{
+    self, BodyStmt, BodyVar, ConcreteBody, Contraction, DType, Dim, Engine, Home, Index, NodeId, RouteFn, RouteId,
+    SExpr, Target, Tensor, TensorId, Value, VarKind, VarRange,
+};
+use crate::syntax::ast::{
+    Annot, Expr, ExprKind, FlowStmtKind, ItemKind, ParamType, SignatureKind, TaskflowRet, TensorType,
+};
 use crate::syntax::token::Span;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -55,13 +60,19 @@ impl Checker<'_> {
             let r = match self.lookup(m, rn) {
                 Some(r) if matches!(self.item(r).kind, ItemKind::Route(_)) => r,
                 _ => {
-                    self.err(Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing")).primary(base.span, "expected a `route` name"));
+                    self.err(
+                        Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing"))
+                            .primary(base.span, "expected a `route` name"),
+                    );
                     return None;
                 }
             };
             let id = self.route_id(r)?;
             let spec = self.routes[id.0 as usize].spec.clone();
-            let d = super::ops::RDIMS.iter().find(|(n, _)| *n == field.name).map(|(_, d)| *d);
+            let d = super::ops::RDIMS
+                .iter()
+                .find(|(n, _)| *n == field.name)
+                .map(|(_, d)| *d);
             return match d {
                 Some(RDim::Recv) => Some(Dim::Recv(id)),
                 Some(RDim::Topk) => Some(Dim::Fixed(spec.topk)),
@@ -80,7 +91,13 @@ impl Checker<'_> {
                     }
                 },
                 None => {
-                    self.err(Diagnostic::error(Code::UnknownName, format!("a routing has no dimension `{}`", field.name)).primary(field.span, "unknown"));
+                    self.err(
+                        Diagnostic::error(
+                            Code::UnknownName,
+                            format!("a routing has no dimension `{}`", field.name),
+                        )
+                        .primary(field.span, "unknown"),
+                    );
                     None
                 }
             };
@@ -88,7 +105,10 @@ impl Checker<'_> {
         let v = self.eval_const(m, e, BareNames::Reject)?;
         let n = self.expect_int(v, e.span, "an integer dimension")?;
         if n < 1 {
-            self.err(Diagnostic::error(Code::NegativeDimension, format!("dimension {n} must be at least 1")).primary(e.span, "not a valid size"));
+            self.err(
+                Diagnostic::error(Code::NegativeDimension, format!("dimension {n} must be at least 1"))
+                    .primary(e.span, "not a valid size"),
+            );
             return None;
         }
         Some(Dim::Fixed(n as u64))
@@ -98,7 +118,8 @@ impl Checker<'_> {
         let dtype = match DType::parse(&t.dtype.name) {
             Some(d) => d,
             None => {
-                let mut d = Diagnostic::error(Code::UnknownDtype, format!("unknown dtype `{}`", t.dtype.name)).primary(t.dtype.span, "not a dtype");
+                let mut d = Diagnostic::error(Code::UnknownDtype, format!("unknown dtype `{}`", t.dtype.name))
+                    .primary(t.dtype.span, "not a dtype");
                 if let Some(b) = crate::suggest::closest(&t.dtype.name, ["bf16", "f16", "f32", "i32"].into_iter()) {
                     d = d.help(format!("did you mean `{b}`?"));
                 }
@@ -130,8 +151,11 @@ impl Checker<'_> {
                     Some(b) => bytes = b,
                     None => {
                         self.err(
-                            Diagnostic::error(Code::Overflow, format!("the tensor {} is too large", self.show_shape(dtype, dims)))
-                                .primary(span, "its size in bytes does not fit in 64 bits"),
+                            Diagnostic::error(
+                                Code::Overflow,
+                                format!("the tensor {} is too large", self.show_shape(dtype, dims)),
+                            )
+                            .primary(span, "its size in bytes does not fit in 64 bits"),
                         );
                         return false;
                     }
@@ -149,7 +173,11 @@ impl Checker<'_> {
     }
 
     fn show_shape(&self, dt: DType, dims: &[Dim]) -> String {
-        format!("{}[{}]", dt.name(), dims.iter().map(|d| self.show_dim(*d)).collect::<Vec<_>>().join(", "))
+        format!(
+            "{}[{}]",
+            dt.name(),
+            dims.iter().map(|d| self.show_dim(*d)).collect::<Vec<_>>().join(", ")
+        )
     }
 
     pub(super) fn check_taskflow(&mut self, r: ItemRef) {
@@ -181,7 +209,13 @@ impl Checker<'_> {
                 continue;
             };
             if fl.names.contains_key(&p.name.name) {
-                self.err(Diagnostic::error(Code::DuplicateDefinition, format!("input `{}` is declared twice", p.name.name)).primary(p.name.span, "again here"));
+                self.err(
+                    Diagnostic::error(
+                        Code::DuplicateDefinition,
+                        format!("input `{}` is declared twice", p.name.name),
+                    )
+                    .primary(p.name.span, "again here"),
+                );
                 ok = false;
                 continue;
             }
@@ -211,22 +245,31 @@ impl Checker<'_> {
         // Declared outputs.
         let declared: Vec<(String, Span, Option<Shape>)> = match &tfd.ret {
             TaskflowRet::Single(t) => vec![("out".to_string(), t.span, self.flow_type(r.module, t))],
-            TaskflowRet::Named(list) => list.iter().map(|(n, t)| (n.name.clone(), t.span, self.flow_type(r.module, t))).collect(),
+            TaskflowRet::Named(list) => list
+                .iter()
+                .map(|(n, t)| (n.name.clone(), t.span, self.flow_type(r.module, t)))
+                .collect(),
         };
         let mut returned = false;
         for (si, st) in tfd.body.iter().enumerate() {
             match &st.kind {
                 FlowStmtKind::Let { name, value } => {
                     if returned {
-                        self.err(Diagnostic::error(Code::UnexpectedToken, "statement after `return`").primary(st.span, "never reached"));
+                        self.err(
+                            Diagnostic::error(Code::UnexpectedToken, "statement after `return`")
+                                .primary(st.span, "never reached"),
+                        );
                         ok = false;
                     }
                     if fl.names.contains_key(&name.name) {
                         let prev = fl.names[&name.name].1;
                         self.err(
-                            Diagnostic::error(Code::DuplicateDefinition, format!("`{}` is already defined in this taskflow", name.name))
-                                .primary(name.span, "defined again here")
-                                .secondary(prev, "first defined here"),
+                            Diagnostic::error(
+                                Code::DuplicateDefinition,
+                                format!("`{}` is already defined in this taskflow", name.name),
+                            )
+                            .primary(name.span, "defined again here")
+                            .secondary(prev, "first defined here"),
                         );
                         ok = false;
                         continue;
@@ -252,9 +295,16 @@ impl Checker<'_> {
                     };
                     if items.len() != declared.len() {
                         self.err(
-                            Diagnostic::error(Code::WrongArgCount, format!("the taskflow returns {} output(s), but `return` gives {}", declared.len(), items.len()))
-                                .primary(value.span, "wrong number of outputs")
-                                .secondary(tfd.body_span, "in this taskflow"),
+                            Diagnostic::error(
+                                Code::WrongArgCount,
+                                format!(
+                                    "the taskflow returns {} output(s), but `return` gives {}",
+                                    declared.len(),
+                                    items.len()
+                                ),
+                            )
+                            .primary(value.span, "wrong number of outputs")
+                            .secondary(tfd.body_span, "in this taskflow"),
                         );
                         ok = false;
                         continue;
@@ -269,11 +319,22 @@ impl Checker<'_> {
                         let got = fl.tf.tensor(t).clone();
                         if let Some((dt, dims)) = dty {
                             if got.dtype != *dt || got.shape != *dims {
-                                let code = if got.dtype != *dt { Code::DtypeMismatch } else { Code::ShapeMismatch };
+                                let code = if got.dtype != *dt {
+                                    Code::DtypeMismatch
+                                } else {
+                                    Code::ShapeMismatch
+                                };
                                 self.err(
-                                    Diagnostic::error(code, format!("output `{oname}` is declared {} but the taskflow returns {}", self.show_shape(*dt, dims), self.show_shape(got.dtype, &got.shape)))
-                                        .primary(e.span, format!("this is {}", self.show_shape(got.dtype, &got.shape)))
-                                        .secondary(*dspan, "declared here"),
+                                    Diagnostic::error(
+                                        code,
+                                        format!(
+                                            "output `{oname}` is declared {} but the taskflow returns {}",
+                                            self.show_shape(*dt, dims),
+                                            self.show_shape(got.dtype, &got.shape)
+                                        ),
+                                    )
+                                    .primary(e.span, format!("this is {}", self.show_shape(got.dtype, &got.shape)))
+                                    .secondary(*dspan, "declared here"),
                                 );
                                 ok = false;
                             }
@@ -287,8 +348,11 @@ impl Checker<'_> {
         }
         if !returned {
             self.err(
-                Diagnostic::error(Code::MissingReturn, format!("taskflow `{}` has no `return`", tfd.name.name))
-                    .primary(tfd.body_span, "the body must end with `return ...;`"),
+                Diagnostic::error(
+                    Code::MissingReturn,
+                    format!("taskflow `{}` has no `return`", tfd.name.name),
+                )
+                .primary(tfd.body_span, "the body must end with `return ...;`"),
             );
             ok = false;
         }
@@ -315,7 +379,10 @@ impl Checker<'_> {
                     *used = true;
                     if !annots.is_empty() {
                         let sp = annots[0].span();
-                        self.err(Diagnostic::error(Code::UnexpectedToken, "annotations apply to op calls").primary(sp, "not after a name"));
+                        self.err(
+                            Diagnostic::error(Code::UnexpectedToken, "annotations apply to op calls")
+                                .primary(sp, "not after a name"),
+                        );
                         return None;
                     }
                     if is_let {
@@ -334,7 +401,10 @@ impl Checker<'_> {
                 let locals: Vec<String> = fl.names.keys().cloned().collect();
                 if let Some(r) = self.lookup(fl.module, n) {
                     let w = super::consts::item_kind_word(&self.item(r).kind);
-                    self.err(Diagnostic::error(Code::WrongKind, format!("`{n}` is {w}, not a tensor")).primary(e.span, "expected a tensor"));
+                    self.err(
+                        Diagnostic::error(Code::WrongKind, format!("`{n}` is {w}, not a tensor"))
+                            .primary(e.span, "expected a tensor"),
+                    );
                 } else {
                     self.unknown_name_among(fl.module, n, e.span, "tensor", &locals);
                 }
@@ -342,14 +412,20 @@ impl Checker<'_> {
             }
             ExprKind::Call { callee, args } => {
                 let Some(fname) = callee.name() else {
-                    self.err(Diagnostic::error(Code::WrongKind, "only ops can be called").primary(callee.span, "expected an op name"));
+                    self.err(
+                        Diagnostic::error(Code::WrongKind, "only ops can be called")
+                            .primary(callee.span, "expected an op name"),
+                    );
                     return None;
                 };
                 let op_ref = match self.lookup(fl.module, fname) {
                     Some(r) if matches!(self.item(r).kind, ItemKind::Op(_)) => r,
                     Some(r) => {
                         let w = super::consts::item_kind_word(&self.item(r).kind);
-                        self.err(Diagnostic::error(Code::WrongKind, format!("`{fname}` is {w}, not an op")).primary(callee.span, "cannot be called"));
+                        self.err(
+                            Diagnostic::error(Code::WrongKind, format!("`{fname}` is {w}, not an op"))
+                                .primary(callee.span, "cannot be called"),
+                        );
                         return None;
                     }
                     None if fl.names.contains_key(fname) || fl.poisoned.contains(fname) => {
@@ -375,13 +451,21 @@ impl Checker<'_> {
                 let mut ok = true;
                 for a in args {
                     if let Some(n) = &a.name {
-                        self.err(Diagnostic::error(Code::UnknownArgument, "op arguments are positional").primary(n.span, "remove the name"));
+                        self.err(
+                            Diagnostic::error(Code::UnknownArgument, "op arguments are positional")
+                                .primary(n.span, "remove the name"),
+                        );
                         ok = false;
                         continue;
                     }
                     spans.push(a.value.span);
                     match &a.value.kind {
-                        ExprKind::Name(n) if !fl.names.contains_key(n) && self.lookup(fl.module, n).is_some_and(|r| matches!(self.item(r).kind, ItemKind::Route(_))) => {
+                        ExprKind::Name(n)
+                            if !fl.names.contains_key(n)
+                                && self
+                                    .lookup(fl.module, n)
+                                    .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Route(_))) =>
+                        {
                             let rr = self.lookup(fl.module, n)?;
                             match self.route_id(rr) {
                                 Some(id) => vals.push(ArgVal::Route(id)),
@@ -409,7 +493,10 @@ impl Checker<'_> {
                 self.instantiate(fl, &sig, &vals, &spans, e.span, annots, name)
             }
             _ => {
-                self.err(Diagnostic::error(Code::WrongKind, "expected an op call or a tensor name").primary(e.span, "not a call"));
+                self.err(
+                    Diagnostic::error(Code::WrongKind, "expected an op call or a tensor name")
+                        .primary(e.span, "not a call"),
+                );
                 None
             }
         }
@@ -420,8 +507,18 @@ impl Checker<'_> {
             return;
         }
         // Known in the stdlib but not imported?
-        if let Some(sm) = self.modules.iter().position(|x| x.std_name.as_deref() == Some("moe")).or_else(|| self.load_std("moe", &mut Vec::new())) {
-            if self.modules[sm].ast.items.iter().any(|it| matches!(it.kind, ItemKind::Op(_)) && it.kind.name().is_some_and(|n| n.name == fname)) {
+        if let Some(sm) = self
+            .modules
+            .iter()
+            .position(|x| x.std_name.as_deref() == Some("moe"))
+            .or_else(|| self.load_std("moe", &mut Vec::new()))
+        {
+            if self.modules[sm]
+                .ast
+                .items
+                .iter()
+                .any(|it| matches!(it.kind, ItemKind::Op(_)) && it.kind.name().is_some_and(|n| n.name == fname))
+            {
                 self.err(
                     Diagnostic::error(Code::UnknownName, format!("unknown op `{fname}`"))
                         .primary(span, "not imported")
@@ -446,13 +543,21 @@ impl Checker<'_> {
     }
 
     /// Evaluates a symbolic integer. `Ok(None)`: depends on an unbound symbol.
-    fn eval_sym(&mut self, s: &Sym, binds: &[Option<Bound>], routes: &[Option<RouteId>], span: Span) -> Result<Option<Dim>, ()> {
+    fn eval_sym(
+        &mut self,
+        s: &Sym,
+        binds: &[Option<Bound>],
+        routes: &[Option<RouteId>],
+        span: Span,
+    ) -> Result<Option<Dim>, ()> {
         match s {
             // Negative values travel wrapped in `Dim::Fixed` and are read back as i64.
             Sym::Int(i) => Ok(Some(Dim::Fixed(*i as u64))),
             Sym::Var(v) => Ok(binds.get(*v).and_then(|b| b.as_ref()).map(|b| b.dim)),
             Sym::Route(p, d) => {
-                let Some(id) = routes.get(*p).copied().flatten() else { return Ok(None) };
+                let Some(id) = routes.get(*p).copied().flatten() else {
+                    return Ok(None);
+                };
                 let st = &self.routes[id.0 as usize];
                 Ok(match d {
                     RDim::Recv => Some(Dim::Recv(id)),
@@ -464,7 +569,9 @@ impl Checker<'_> {
                 })
             }
             Sym::Neg(a) => {
-                let Some(x) = self.eval_sym(a, binds, routes, span)? else { return Ok(None) };
+                let Some(x) = self.eval_sym(a, binds, routes, span)? else {
+                    return Ok(None);
+                };
                 let x = self.fixed_of(x, span)?;
                 self.int_dim(-x, span)
             }
@@ -483,7 +590,10 @@ impl Checker<'_> {
                         "min" => x.min(y),
                         "max" => x.max(y),
                         _ if y == 0 => {
-                            self.err(Diagnostic::error(Code::DivisionByZero, "division by zero in a dimension").primary(span, "here"));
+                            self.err(
+                                Diagnostic::error(Code::DivisionByZero, "division by zero in a dimension")
+                                    .primary(span, "here"),
+                            );
                             return Err(());
                         }
                         "floor_div" => x.div_euclid(y),
@@ -508,9 +618,12 @@ impl Checker<'_> {
             Dim::Recv(r) => {
                 let name = self.routes[r.0 as usize].spec.name.clone();
                 self.err(
-                    Diagnostic::error(Code::ShapeMismatch, format!("`{name}.recv` is ragged and cannot be used in arithmetic"))
-                        .primary(span, "arithmetic on a ragged dimension")
-                        .note("the number of received rows differs per rank; it can only be passed through whole"),
+                    Diagnostic::error(
+                        Code::ShapeMismatch,
+                        format!("`{name}.recv` is ragged and cannot be used in arithmetic"),
+                    )
+                    .primary(span, "arithmetic on a ragged dimension")
+                    .note("the number of received rows differs per rank; it can only be passed through whole"),
                 );
                 Err(())
             }
@@ -518,13 +631,30 @@ impl Checker<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn instantiate(&mut self, fl: &mut Flow, sig: &Rc<OpSig>, vals: &[ArgVal], spans: &[Span], call_span: Span, annots: &[Annot], name: &str) -> Option<TensorId> {
+    fn instantiate(
+        &mut self,
+        fl: &mut Flow,
+        sig: &Rc<OpSig>,
+        vals: &[ArgVal],
+        spans: &[Span],
+        call_span: Span,
+        annots: &[Annot],
+        name: &str,
+    ) -> Option<TensorId> {
         if vals.len() != sig.params.len() {
             self.err(
-                Diagnostic::error(Code::WrongArgCount, format!("`{}` takes {} argument(s), got {}", sig.name, sig.params.len(), vals.len()))
-                    .primary(call_span, "wrong number of arguments")
-                    .note(format!("the signature is `{}`", sig.signature_text()))
-                    .secondary(sig.name_span, "defined here"),
+                Diagnostic::error(
+                    Code::WrongArgCount,
+                    format!(
+                        "`{}` takes {} argument(s), got {}",
+                        sig.name,
+                        sig.params.len(),
+                        vals.len()
+                    ),
+                )
+                .primary(call_span, "wrong number of arguments")
+                .note(format!("the signature is `{}`", sig.signature_text()))
+                .secondary(sig.name_span, "defined here"),
             );
             return None;
         }
@@ -539,17 +669,34 @@ impl Checker<'_> {
                     let tt = fl.tf.tensor(*t).clone();
                     if tt.shape.len() != ty.dims.len() {
                         self.err(
-                            Diagnostic::error(Code::RankMismatch, format!("`{}` expects `{pn}` with {} dimension(s), got `{}` with {}", sig.name, ty.dims.len(), tt.name, tt.shape.len()))
-                                .primary(spans[i], format!("this is {}", self.show_shape(tt.dtype, &tt.shape)))
-                                .note(format!("the signature is `{}`", sig.signature_text())),
+                            Diagnostic::error(
+                                Code::RankMismatch,
+                                format!(
+                                    "`{}` expects `{pn}` with {} dimension(s), got `{}` with {}",
+                                    sig.name,
+                                    ty.dims.len(),
+                                    tt.name,
+                                    tt.shape.len()
+                                ),
+                            )
+                            .primary(spans[i], format!("this is {}", self.show_shape(tt.dtype, &tt.shape)))
+                            .note(format!("the signature is `{}`", sig.signature_text())),
                         );
                         ok = false;
                     }
                     match ty.dtype {
                         DT::Concrete(d) if d != tt.dtype => {
                             self.err(
-                                Diagnostic::error(Code::DtypeMismatch, format!("`{}` expects `{pn}` of dtype {}, got {}", sig.name, d.name(), tt.dtype.name()))
-                                    .primary(spans[i], format!("this is {}", tt.dtype.name())),
+                                Diagnostic::error(
+                                    Code::DtypeMismatch,
+                                    format!(
+                                        "`{}` expects `{pn}` of dtype {}, got {}",
+                                        sig.name,
+                                        d.name(),
+                                        tt.dtype.name()
+                                    ),
+                                )
+                                .primary(spans[i], format!("this is {}", tt.dtype.name())),
                             );
                             ok = false;
                         }
@@ -558,7 +705,12 @@ impl Checker<'_> {
                                 self.err(
                                     Diagnostic::error(
                                         Code::DtypeMismatch,
-                                        format!("`{}` is {} from `{from}` but {} from `{pn}`", sig.generics[g], d.name(), tt.dtype.name()),
+                                        format!(
+                                            "`{}` is {} from `{from}` but {} from `{pn}`",
+                                            sig.generics[g],
+                                            d.name(),
+                                            tt.dtype.name()
+                                        ),
                                     )
                                     .primary(spans[i], format!("this is {}", tt.dtype.name()))
                                     .secondary(*sp, format!("{} = {} from here", sig.generics[g], d.name()))
@@ -574,12 +726,24 @@ impl Checker<'_> {
                 }
                 (PSig::Route { name: pn, .. }, ArgVal::Tensor(t)) => {
                     let tn = fl.tf.tensor(*t).name.clone();
-                    self.err(Diagnostic::error(Code::WrongKind, format!("`{}` expects a routing for `{pn}`, got the tensor `{tn}`", sig.name)).primary(spans[i], "expected a routing"));
+                    self.err(
+                        Diagnostic::error(
+                            Code::WrongKind,
+                            format!("`{}` expects a routing for `{pn}`, got the tensor `{tn}`", sig.name),
+                        )
+                        .primary(spans[i], "expected a routing"),
+                    );
                     ok = false;
                 }
                 (PSig::Tensor { name: pn, .. }, ArgVal::Route(r)) => {
                     let rn = self.routes[r.0 as usize].spec.name.clone();
-                    self.err(Diagnostic::error(Code::WrongKind, format!("`{}` expects a tensor for `{pn}`, got the routing `{rn}`", sig.name)).primary(spans[i], "expected a tensor"));
+                    self.err(
+                        Diagnostic::error(
+                            Code::WrongKind,
+                            format!("`{}` expects a tensor for `{pn}`, got the routing `{rn}`", sig.name),
+                        )
+                        .primary(spans[i], "expected a tensor"),
+                    );
                     ok = false;
                 }
             }
@@ -641,7 +805,14 @@ impl Checker<'_> {
                                 if let Some(id) = routes[*p] {
                                     if *rd == RDim::Tokens {
                                         if let Some(bs) = self.routes[id.0 as usize].tokens_bound {
-                                            diag = diag.secondary(bs, format!("{}.tokens = {} from here", self.routes[id.0 as usize].spec.name, self.routes[id.0 as usize].spec.tokens));
+                                            diag = diag.secondary(
+                                                bs,
+                                                format!(
+                                                    "{}.tokens = {} from here",
+                                                    self.routes[id.0 as usize].spec.name,
+                                                    self.routes[id.0 as usize].spec.tokens
+                                                ),
+                                            );
                                         }
                                     }
                                 }
@@ -653,7 +824,11 @@ impl Checker<'_> {
                     }
                     Ok(None) => {
                         if let Sym::Var(v) = &c.sym {
-                            binds[*v] = Some(Bound { dim: c.actual, span: c.span, from: c.desc.clone() });
+                            binds[*v] = Some(Bound {
+                                dim: c.actual,
+                                span: c.span,
+                                from: c.desc.clone(),
+                            });
                             progress = true;
                         } else if let (Sym::Route(p, RDim::Tokens), Dim::Fixed(n)) = (&c.sym, c.actual) {
                             if let Some(id) = routes[*p] {
@@ -663,7 +838,11 @@ impl Checker<'_> {
                                 progress = true;
                             }
                         } else if let Some((v, val)) = self.solve_linear(&c.sym, c.actual, &binds, &routes, c.span) {
-                            binds[v] = Some(Bound { dim: Dim::Fixed(val), span: c.span, from: c.desc.clone() });
+                            binds[v] = Some(Bound {
+                                dim: Dim::Fixed(val),
+                                span: c.span,
+                                from: c.desc.clone(),
+                            });
                             progress = true;
                             // Re-check this constraint with the binding.
                             next.push(c);
@@ -681,7 +860,12 @@ impl Checker<'_> {
                     self.err(
                         Diagnostic::error(
                             Code::UnboundShapeSymbol,
-                            format!("cannot determine {} of `{}` from `{}`", c.sym.show(&sig.syms, &sig.params), sig.name, self.show_dim(c.actual)),
+                            format!(
+                                "cannot determine {} of `{}` from `{}`",
+                                c.sym.show(&sig.syms, &sig.params),
+                                sig.name,
+                                self.show_dim(c.actual)
+                            ),
                         )
                         .primary(c.span, "this dimension does not determine the symbols")
                         .note(format!("the signature is `{}`", sig.signature_text())),
@@ -707,17 +891,27 @@ impl Checker<'_> {
                 Ok(Some(Dim::Recv(r))) => out_shape.push(Dim::Recv(r)),
                 Ok(Some(Dim::Fixed(n))) => {
                     self.err(
-                        Diagnostic::error(Code::NegativeDimension, format!("the result of `{}` would have dimension {}", sig.name, n as i64))
-                            .primary(call_span, "in this call")
-                            .secondary(*sp, "computed from this"),
+                        Diagnostic::error(
+                            Code::NegativeDimension,
+                            format!("the result of `{}` would have dimension {}", sig.name, n as i64),
+                        )
+                        .primary(call_span, "in this call")
+                        .secondary(*sp, "computed from this"),
                     );
                     return None;
                 }
                 Ok(None) => {
                     self.err(
-                        Diagnostic::error(Code::UnboundShapeSymbol, format!("the result dimension {} of `{}` is not determined", s.show(&sig.syms, &sig.params), sig.name))
-                            .primary(call_span, "in this call")
-                            .secondary(*sp, "this dimension"),
+                        Diagnostic::error(
+                            Code::UnboundShapeSymbol,
+                            format!(
+                                "the result dimension {} of `{}` is not determined",
+                                s.show(&sig.syms, &sig.params),
+                                sig.name
+                            ),
+                        )
+                        .primary(call_span, "in this call")
+                        .secondary(*sp, "this dimension"),
                     );
                     return None;
                 }
@@ -741,7 +935,10 @@ impl Checker<'_> {
                 *used = true;
             }
         }
-        let in_shapes: Vec<(DType, Vec<Dim>)> = inputs.iter().map(|t| (fl.tf.tensor(*t).dtype, fl.tf.tensor(*t).shape.clone())).collect();
+        let in_shapes: Vec<(DType, Vec<Dim>)> = inputs
+            .iter()
+            .map(|t| (fl.tf.tensor(*t).dtype, fl.tf.tensor(*t).shape.clone()))
+            .collect();
         let body = self.concretize(sig, &binds, &routes, &in_shapes, &out_shape, call_span)?;
         // Annotations.
         let mut engine = sig.engine;
@@ -757,7 +954,11 @@ impl Checker<'_> {
                 Annot::Priority { .. } => "priority",
             };
             if let Some(prev) = seen_annot.insert(key, a.span()) {
-                self.err(Diagnostic::error(Code::DuplicateArgument, format!("`{key}` is given twice")).primary(a.span(), "again here").secondary(prev, "first here"));
+                self.err(
+                    Diagnostic::error(Code::DuplicateArgument, format!("`{key}` is given twice"))
+                        .primary(a.span(), "again here")
+                        .secondary(prev, "first here"),
+                );
                 ok = false;
                 continue;
             }
@@ -766,16 +967,25 @@ impl Checker<'_> {
                     Some(x) => {
                         if sig.is_comm && x != Engine::Aiv {
                             self.err(
-                                Diagnostic::error(Code::WrongEngine, format!("`{}` communicates, which the vector cores drive; it cannot run on `{}`", sig.name, e.name))
-                                    .primary(e.span, "comm ops run on aiv"),
+                                Diagnostic::error(
+                                    Code::WrongEngine,
+                                    format!(
+                                        "`{}` communicates, which the vector cores drive; it cannot run on `{}`",
+                                        sig.name, e.name
+                                    ),
+                                )
+                                .primary(e.span, "comm ops run on aiv"),
                             );
                             ok = false;
                         } else if x == Engine::Aic && sig.contraction.is_none() {
                             self.err(
-                                Diagnostic::error(Code::WrongEngine, format!("`{}` is not a contraction, so the cube cores cannot run it", sig.name))
-                                    .primary(e.span, "`aic` runs only `sum(k) a[..] * b[..]`")
-                                    .secondary(sig.body_span, "the op's body")
-                                    .help("remove `on aic`"),
+                                Diagnostic::error(
+                                    Code::WrongEngine,
+                                    format!("`{}` is not a contraction, so the cube cores cannot run it", sig.name),
+                                )
+                                .primary(e.span, "`aic` runs only `sum(k) a[..] * b[..]`")
+                                .secondary(sig.body_span, "the op's body")
+                                .help("remove `on aic`"),
                             );
                             ok = false;
                         } else {
@@ -783,7 +993,8 @@ impl Checker<'_> {
                         }
                     }
                     None => {
-                        let mut d = Diagnostic::error(Code::UnknownEngine, format!("unknown engine `{}`", e.name)).primary(e.span, "expected `aic` or `aiv`");
+                        let mut d = Diagnostic::error(Code::UnknownEngine, format!("unknown engine `{}`", e.name))
+                            .primary(e.span, "expected `aic` or `aiv`");
                         if let Some(b) = crate::suggest::closest(&e.name, ["aic", "aiv"].into_iter()) {
                             d = d.help(format!("did you mean `{b}`?"));
                         }
@@ -795,7 +1006,14 @@ impl Checker<'_> {
                     for f in fields {
                         if let Some(prev) = tile_over.iter().find(|(n, _, _)| *n == f.name.name) {
                             let p = prev.2;
-                            self.err(Diagnostic::error(Code::DuplicateArgument, format!("tile key `{}` is given twice", f.name.name)).primary(f.span, "again here").secondary(p, "first here"));
+                            self.err(
+                                Diagnostic::error(
+                                    Code::DuplicateArgument,
+                                    format!("tile key `{}` is given twice", f.name.name),
+                                )
+                                .primary(f.span, "again here")
+                                .secondary(p, "first here"),
+                            );
                             ok = false;
                             continue;
                         }
@@ -803,10 +1021,21 @@ impl Checker<'_> {
                             let mut names: Vec<String> = body.vars.iter().map(|v| v.name.clone()).collect();
                             names.sort();
                             names.dedup();
-                            let mut d = Diagnostic::error(Code::BadTile, format!("`{}` is not an index variable of `{}`", f.name.name, sig.name)).primary(f.name.span, "unknown tile key");
+                            let mut d = Diagnostic::error(
+                                Code::BadTile,
+                                format!("`{}` is not an index variable of `{}`", f.name.name, sig.name),
+                            )
+                            .primary(f.name.span, "unknown tile key");
                             d = match crate::suggest::closest(&f.name.name, names.iter().map(|s| s.as_str())) {
-                                Some(b) => d.help(format!("did you mean `{b}`? the index variables are: {}", names.join(", "))),
-                                None => d.help(format!("the index variables of `{}` are: {}", sig.name, names.join(", "))),
+                                Some(b) => d.help(format!(
+                                    "did you mean `{b}`? the index variables are: {}",
+                                    names.join(", ")
+                                )),
+                                None => d.help(format!(
+                                    "the index variables of `{}` are: {}",
+                                    sig.name,
+                                    names.join(", ")
+                                )),
                             };
                             self.err(d);
                             ok = false;
@@ -821,7 +1050,13 @@ impl Checker<'_> {
                             continue;
                         };
                         if n < 1 {
-                            self.err(Diagnostic::error(Code::BadTile, format!("tile size {n} for `{}` must be at least 1", f.name.name)).primary(f.value.span, "too small"));
+                            self.err(
+                                Diagnostic::error(
+                                    Code::BadTile,
+                                    format!("tile size {n} for `{}` must be at least 1", f.name.name),
+                                )
+                                .primary(f.value.span, "too small"),
+                            );
                             ok = false;
                             continue;
                         }
@@ -831,14 +1066,26 @@ impl Checker<'_> {
                 Annot::Order { hints, .. } => {
                     for h in hints {
                         if h.name != "ratr" {
-                            let mut d = Diagnostic::error(Code::UnknownArgument, format!("unknown ordering hint `{}`", h.name)).primary(h.span, "not a hint");
-                            d = d.help(if crate::suggest::closest(&h.name, ["ratr"].into_iter()).is_some() { "did you mean `ratr`?" } else { "the ordering hint is `ratr` (rank-aware reordering of communication tiles)" });
+                            let mut d =
+                                Diagnostic::error(Code::UnknownArgument, format!("unknown ordering hint `{}`", h.name))
+                                    .primary(h.span, "not a hint");
+                            d = d.help(if crate::suggest::closest(&h.name, ["ratr"].into_iter()).is_some() {
+                                "did you mean `ratr`?"
+                            } else {
+                                "the ordering hint is `ratr` (rank-aware reordering of communication tiles)"
+                            });
                             self.err(d);
                             ok = false;
                         } else if !sig.is_comm {
                             self.err(
-                                Diagnostic::error(Code::InvalidValue, format!("`order(ratr)` reorders communication, but `{}` does not communicate", sig.name))
-                                    .primary(h.span, "only for comm ops"),
+                                Diagnostic::error(
+                                    Code::InvalidValue,
+                                    format!(
+                                        "`order(ratr)` reorders communication, but `{}` does not communicate",
+                                        sig.name
+                                    ),
+                                )
+                                .primary(h.span, "only for comm ops"),
                             );
                             ok = false;
                         } else {
@@ -875,10 +1122,15 @@ impl Checker<'_> {
                 .find(|(k, _, _)| *k == n)
                 .map(|(_, s, _)| *s)
                 .or_else(|| sig.tile.iter().find(|(k, _, _)| *k == n).map(|(_, s, _)| *s));
-            let extent = body.vars.iter().filter(|v| v.name == n).filter_map(|v| match v.range {
-                VarRange::Fixed { lo, hi } => Some((hi - lo).max(0) as u64),
-                _ => None,
-            }).max();
+            let extent = body
+                .vars
+                .iter()
+                .filter(|v| v.name == n)
+                .filter_map(|v| match v.range {
+                    VarRange::Fixed { lo, hi } => Some((hi - lo).max(0) as u64),
+                    _ => None,
+                })
+                .max();
             let size = match (size, extent) {
                 (Some(s), Some(e)) => s.min(e.max(1)),
                 (Some(s), None) => s,
@@ -888,7 +1140,10 @@ impl Checker<'_> {
             };
             tile.push((n, size));
         }
-        let tile_span = annots.iter().find(|a| matches!(a, Annot::Tile { .. })).map_or(call_span, |a| a.span());
+        let tile_span = annots
+            .iter()
+            .find(|a| matches!(a, Annot::Tile { .. }))
+            .map_or(call_span, |a| a.span());
         if !self.check_buffers(sig, &body, &tile, &in_shapes, dtype, engine, call_span, tile_span) {
             return None;
         }
@@ -926,7 +1181,14 @@ impl Checker<'_> {
     }
 
     /// Solves `sym = actual` for its single unbound symbol when `sym` is linear in it.
-    fn solve_linear(&mut self, s: &Sym, actual: Dim, binds: &[Option<Bound>], routes: &[Option<RouteId>], span: Span) -> Option<(usize, u64)> {
+    fn solve_linear(
+        &mut self,
+        s: &Sym,
+        actual: Dim,
+        binds: &[Option<Bound>],
+        routes: &[Option<RouteId>],
+        span: Span,
+    ) -> Option<(usize, u64)> {
         let Dim::Fixed(target) = actual else { return None };
         let mut vs = Vec::new();
         s.vars(&mut vs);
@@ -938,7 +1200,11 @@ impl Checker<'_> {
         let v = vs[0];
         let mut tmp = binds.to_vec();
         let at = |tmp: &mut Vec<Option<Bound>>, x: u64, ck: &mut Self| -> Option<i64> {
-            tmp[v] = Some(Bound { dim: Dim::Fixed(x), span, from: String::new() });
+            tmp[v] = Some(Bound {
+                dim: Dim::Fixed(x),
+                span,
+                from: String::new(),
+            });
             // Evaluate silently: errors here mean "not linear".
             let before = ck.diags.len();
             let r = ck.eval_sym(s, tmp, routes, span);
@@ -977,7 +1243,15 @@ impl Checker<'_> {
     /// Makes a body concrete for a call: offsets evaluated, variable ranges inferred, output
     /// coverage checked.
     #[allow(clippy::too_many_arguments)]
-    fn concretize(&mut self, sig: &OpSig, binds: &[Option<Bound>], routes: &[Option<RouteId>], ins: &[(DType, Vec<Dim>)], out: &[Dim], call: Span) -> Option<ConcreteBody> {
+    fn concretize(
+        &mut self,
+        sig: &OpSig,
+        binds: &[Option<Bound>],
+        routes: &[Option<RouteId>],
+        ins: &[(DType, Vec<Dim>)],
+        out: &[Dim],
+        call: Span,
+    ) -> Option<ConcreteBody> {
         let nv = sig.body.vars.len();
         let mut ranges = vec![R::Unknown; nv];
         let mut ok = true;
@@ -985,7 +1259,10 @@ impl Checker<'_> {
             match ck.eval_sym(s, binds, routes, call) {
                 Ok(Some(Dim::Fixed(n))) => Some(n as i64),
                 Ok(Some(Dim::Recv(_))) => {
-                    ck.err(Diagnostic::error(Code::BadIndex, "a ragged dimension cannot be an index offset").primary(call, "in this call"));
+                    ck.err(
+                        Diagnostic::error(Code::BadIndex, "a ragged dimension cannot be an index offset")
+                            .primary(call, "in this call"),
+                    );
                     None
                 }
                 _ => None,
@@ -1009,9 +1286,15 @@ impl Checker<'_> {
                     };
                     let (sx, sy) = (show(ck, x), show(ck, y));
                     ck.err(
-                        Diagnostic::error(Code::ShapeMismatch, format!("index `{}` ranges over {sx} in one place and {sy} in another", sig.body.vars[var].name))
-                            .primary(span, what.to_string())
-                            .secondary(call, "in this call"),
+                        Diagnostic::error(
+                            Code::ShapeMismatch,
+                            format!(
+                                "index `{}` ranges over {sx} in one place and {sy} in another",
+                                sig.body.vars[var].name
+                            ),
+                        )
+                        .primary(span, what.to_string())
+                        .secondary(call, "in this call"),
                     );
                     return false;
                 }
@@ -1019,9 +1302,15 @@ impl Checker<'_> {
             if let R::Fixed(a, b) = new {
                 if a >= b {
                     ck.err(
-                        Diagnostic::error(Code::IndexOutOfRange, format!("index `{}` has no valid value: its uses allow {a}..{b}", sig.body.vars[var].name))
-                            .primary(span, "this use leaves no valid index")
-                            .secondary(call, "in this call"),
+                        Diagnostic::error(
+                            Code::IndexOutOfRange,
+                            format!(
+                                "index `{}` has no valid value: its uses allow {a}..{b}",
+                                sig.body.vars[var].name
+                            ),
+                        )
+                        .primary(span, "this use leaves no valid index")
+                        .secondary(call, "in this call"),
                     );
                     return false;
                 }
@@ -1036,7 +1325,12 @@ impl Checker<'_> {
         };
         let mut conv = |ck: &mut Self, ranges: &mut Vec<R>, ix: &SIdx, dim: Option<Dim>| -> Option<Index> {
             match ix {
-                SIdx::Affine { var, coef, offset, span } => {
+                SIdx::Affine {
+                    var,
+                    coef,
+                    offset,
+                    span,
+                } => {
                     let off = eval_off(ck, offset)?;
                     match dim {
                         Some(Dim::Fixed(n)) => {
@@ -1046,16 +1340,26 @@ impl Checker<'_> {
                             } else {
                                 (div_ceil(n - 1 - off, *coef), div_floor(-off, *coef) + 1)
                             };
-                            if !constrain(ck, ranges, *var, R::Fixed(lo, hi), *span, "indexes a dimension of this size") {
+                            if !constrain(
+                                ck,
+                                ranges,
+                                *var,
+                                R::Fixed(lo, hi),
+                                *span,
+                                "indexes a dimension of this size",
+                            ) {
                                 return None;
                             }
                         }
                         Some(Dim::Recv(r)) => {
                             if *coef != 1 || off != 0 {
                                 ck.err(
-                                    Diagnostic::error(Code::IndexOutOfRange, "rows of a receive window can only be indexed by a plain variable")
-                                        .primary(*span, "an offset or a factor on a ragged dimension")
-                                        .secondary(call, "in this call"),
+                                    Diagnostic::error(
+                                        Code::IndexOutOfRange,
+                                        "rows of a receive window can only be indexed by a plain variable",
+                                    )
+                                    .primary(*span, "an offset or a factor on a ragged dimension")
+                                    .secondary(call, "in this call"),
                                 );
                                 return None;
                             }
@@ -1065,17 +1369,28 @@ impl Checker<'_> {
                         }
                         None => {}
                     }
-                    Some(Index::Affine { var: *var, coef: *coef, offset: off })
+                    Some(Index::Affine {
+                        var: *var,
+                        coef: *coef,
+                        offset: off,
+                    })
                 }
                 SIdx::Const(s, span) => {
                     let c = eval_off(ck, s)?;
                     match dim {
                         Some(Dim::Fixed(n)) if c < 0 || c >= n as i64 => {
-                            ck.err(Diagnostic::error(Code::IndexOutOfRange, format!("index {c} is outside 0..{n}")).primary(*span, "out of range").secondary(call, "in this call"));
+                            ck.err(
+                                Diagnostic::error(Code::IndexOutOfRange, format!("index {c} is outside 0..{n}"))
+                                    .primary(*span, "out of range")
+                                    .secondary(call, "in this call"),
+                            );
                             return None;
                         }
                         Some(Dim::Recv(_)) => {
-                            ck.err(Diagnostic::error(Code::IndexOutOfRange, "a constant index into received rows").primary(*span, "the number of rows differs per rank"));
+                            ck.err(
+                                Diagnostic::error(Code::IndexOutOfRange, "a constant index into received rows")
+                                    .primary(*span, "the number of rows differs per rank"),
+                            );
                             return None;
                         }
                         _ => {}
@@ -1089,21 +1404,48 @@ impl Checker<'_> {
                         true
                     })
                 }
-                SIdx::Route { param, func, args, span } => {
+                SIdx::Route {
+                    param,
+                    func,
+                    args,
+                    span,
+                } => {
                     let id = routes.get(*param).copied().flatten()?;
                     let st = ck.routes[id.0 as usize].spec.clone();
                     if func.arity() == 2 {
-                        let tokens = if ck.routes[id.0 as usize].tokens_bound.is_some() { st.tokens as i64 } else { i64::MAX };
-                        if !constrain(ck, ranges, args[0], R::Fixed(0, tokens), *span, "a token of the routing") {
+                        let tokens = if ck.routes[id.0 as usize].tokens_bound.is_some() {
+                            st.tokens as i64
+                        } else {
+                            i64::MAX
+                        };
+                        if !constrain(
+                            ck,
+                            ranges,
+                            args[0],
+                            R::Fixed(0, tokens),
+                            *span,
+                            "a token of the routing",
+                        ) {
                             return None;
                         }
-                        if !constrain(ck, ranges, args[1], R::Fixed(0, st.topk as i64), *span, "a choice of the routing") {
+                        if !constrain(
+                            ck,
+                            ranges,
+                            args[1],
+                            R::Fixed(0, st.topk as i64),
+                            *span,
+                            "a choice of the routing",
+                        ) {
                             return None;
                         }
                     } else if !constrain(ck, ranges, args[0], R::Recv(id), *span, "a received row of the routing") {
                         return None;
                     }
-                    Some(Index::Route { route: id, func: *func, args: args.clone() })
+                    Some(Index::Route {
+                        route: id,
+                        func: *func,
+                        args: args.clone(),
+                    })
                 }
             }
         };
@@ -1166,10 +1508,13 @@ impl Checker<'_> {
                     None => format!("group({})", var.name),
                 };
                 self.err(
-                    Diagnostic::error(Code::NotGrouped, format!("`{}` needs rows grouped by expert for `{what}`", sig.name))
-                        .primary(call, "these rows do not come from a receive window")
-                        .secondary(span, "the rows' expert is read here")
-                        .note("rows are grouped when their dimension is a routing's `r.recv`"),
+                    Diagnostic::error(
+                        Code::NotGrouped,
+                        format!("`{}` needs rows grouped by expert for `{what}`", sig.name),
+                    )
+                    .primary(call, "these rows do not come from a receive window")
+                    .secondary(span, "the rows' expert is read here")
+                    .note("rows are grouped when their dimension is a routing's `r.recv`"),
                 );
                 return None;
             };
@@ -1192,9 +1537,15 @@ impl Checker<'_> {
                 (Some(g), R::Recv(route)) => VarRange::GroupRows { route, group: g },
                 (Some(_), _) => {
                     self.err(
-                        Diagnostic::error(Code::NotGrouped, format!("`{}` ranges over the rows of a group, but it does not index received rows", v.name))
-                            .primary(v.span, "bound here")
-                            .secondary(call, "in this call"),
+                        Diagnostic::error(
+                            Code::NotGrouped,
+                            format!(
+                                "`{}` ranges over the rows of a group, but it does not index received rows",
+                                v.name
+                            ),
+                        )
+                        .primary(v.span, "bound here")
+                        .secondary(call, "in this call"),
                     );
                     return None;
                 }
@@ -1202,10 +1553,13 @@ impl Checker<'_> {
                 (None, R::Recv(r)) => VarRange::Recv(r),
                 (None, R::Unknown) => {
                     self.err(
-                        Diagnostic::error(Code::UnboundShapeSymbol, format!("the range of index `{}` cannot be determined", v.name))
-                            .primary(v.span, "it indexes no tensor dimension")
-                            .secondary(call, "in this call")
-                            .help("use the variable to index a tensor, or remove it"),
+                        Diagnostic::error(
+                            Code::UnboundShapeSymbol,
+                            format!("the range of index `{}` cannot be determined", v.name),
+                        )
+                        .primary(v.span, "it indexes no tensor dimension")
+                        .secondary(call, "in this call")
+                        .help("use the variable to index a tensor, or remove it"),
                     );
                     return None;
                 }
@@ -1213,19 +1567,30 @@ impl Checker<'_> {
             if let VarRange::Fixed { hi, .. } = range {
                 if hi == i64::MAX {
                     self.err(
-                        Diagnostic::error(Code::UnboundShapeSymbol, format!("the range of `{}` needs the routing's token count", v.name))
-                            .primary(v.span, "ranges over the routing's tokens")
-                            .secondary(call, "no tensor in this call gives the number of tokens"),
+                        Diagnostic::error(
+                            Code::UnboundShapeSymbol,
+                            format!("the range of `{}` needs the routing's token count", v.name),
+                        )
+                        .primary(v.span, "ranges over the routing's tokens")
+                        .secondary(call, "no tensor in this call gives the number of tokens"),
                     );
                     return None;
                 }
             }
-            vars.push(BodyVar { name: v.name.clone(), kind: v.kind, range });
+            vars.push(BodyVar {
+                name: v.name.clone(),
+                kind: v.kind,
+                range,
+            });
         }
         let body = ConcreteBody {
             vars,
             stmts,
-            contraction: sig.contraction.as_ref().map(|(l, r, red)| Contraction { lhs: *l, rhs: *r, reduce: red.clone() }),
+            contraction: sig.contraction.as_ref().map(|(l, r, red)| Contraction {
+                lhs: *l,
+                rhs: *r,
+                reduce: red.clone(),
+            }),
         };
         if !sig.is_comm && !self.check_coverage(sig, &body, out, call, &narrowed) {
             return None;
@@ -1259,9 +1624,18 @@ impl Checker<'_> {
             },
             SS::Route { param, func, args } => {
                 let id = routes.get(*param).copied().flatten()?;
-                let ix = SIdx::Route { param: *param, func: *func, args: args.clone(), span: call };
+                let ix = SIdx::Route {
+                    param: *param,
+                    func: *func,
+                    args: args.clone(),
+                    span: call,
+                };
                 conv(self, ranges, &ix, None)?;
-                SExpr::Route { route: id, func: *func, args: args.clone() }
+                SExpr::Route {
+                    route: id,
+                    func: *func,
+                    args: args.clone(),
+                }
             }
             SS::Read { input, index, .. } => {
                 let shape = &ins.get(*input)?.1;
@@ -1275,7 +1649,10 @@ impl Checker<'_> {
                 if v.len() != index.len() {
                     return None;
                 }
-                SExpr::Read { input: *input, index: v }
+                SExpr::Read {
+                    input: *input,
+                    index: v,
+                }
             }
             SS::Neg(a) => SExpr::Neg(Box::new(self.conc_expr(a, ins, routes, ranges, conv, ok, call)?)),
             SS::Bin(op, a, b) => {
@@ -1298,7 +1675,14 @@ impl Checker<'_> {
     }
 
     /// The statements of a compute op must write every output element exactly once.
-    fn check_coverage(&mut self, sig: &OpSig, body: &ConcreteBody, out: &[Dim], call: Span, narrowed: &[Option<Span>]) -> bool {
+    fn check_coverage(
+        &mut self,
+        sig: &OpSig,
+        body: &ConcreteBody,
+        out: &[Dim],
+        call: Span,
+        narrowed: &[Option<Span>],
+    ) -> bool {
         // Each statement writes a box: per dimension an interval (ragged: the whole window).
         let mut boxes: Vec<(Vec<(i64, i64)>, Span)> = Vec::new();
         for (st, sst) in body.stmts.iter().zip(&sig.body.stmts) {
@@ -1327,13 +1711,20 @@ impl Checker<'_> {
         let vol = |b: &[(i64, i64)]| b.iter().fold(1i128, |a, (lo, hi)| a * (hi - lo).max(0) as i128);
         for i in 0..boxes.len() {
             for j in i + 1..boxes.len() {
-                let overlap = boxes[i].0.iter().zip(&boxes[j].0).all(|(a, b)| a.0.max(b.0) < a.1.min(b.1));
+                let overlap = boxes[i]
+                    .0
+                    .iter()
+                    .zip(&boxes[j].0)
+                    .all(|(a, b)| a.0.max(b.0) < a.1.min(b.1));
                 if overlap {
                     self.err(
-                        Diagnostic::error(Code::BodyCoverage, format!("two statements of `{}` write the same elements of `out`", sig.name))
-                            .primary(boxes[j].1, "writes again")
-                            .secondary(boxes[i].1, "already written here")
-                            .secondary(call, "in this call"),
+                        Diagnostic::error(
+                            Code::BodyCoverage,
+                            format!("two statements of `{}` write the same elements of `out`", sig.name),
+                        )
+                        .primary(boxes[j].1, "writes again")
+                        .secondary(boxes[i].1, "already written here")
+                        .secondary(call, "in this call"),
                     );
                     return false;
                 }
@@ -1370,7 +1761,9 @@ impl Checker<'_> {
                 .help("each element of `out` must be written exactly once: add statements for the rest, or fix the output type");
             // An output index whose range a read with an offset shortened.
             for (v, var) in body.vars.iter().enumerate() {
-                if let (VarKind::Out, Some(sp), VarRange::Fixed { lo, hi }) = (var.kind, narrowed.get(v).copied().flatten(), var.range) {
+                if let (VarKind::Out, Some(sp), VarRange::Fixed { lo, hi }) =
+                    (var.kind, narrowed.get(v).copied().flatten(), var.range)
+                {
                     d = d.secondary(sp, format!("this index keeps `{}` in {lo}..{hi}", var.name));
                 }
             }
@@ -1382,9 +1775,25 @@ impl Checker<'_> {
 
     /// Checks that a tile fits the engine's buffers (double-buffered).
     #[allow(clippy::too_many_arguments)]
-    fn check_buffers(&mut self, sig: &OpSig, body: &ConcreteBody, tile: &[(String, u64)], ins: &[(DType, Vec<Dim>)], out_dtype: DType, engine: Engine, call: Span, tile_span: Span) -> bool {
+    fn check_buffers(
+        &mut self,
+        sig: &OpSig,
+        body: &ConcreteBody,
+        tile: &[(String, u64)],
+        ins: &[(DType, Vec<Dim>)],
+        out_dtype: DType,
+        engine: Engine,
+        call: Span,
+        tile_span: Span,
+    ) -> bool {
         let Some(dev) = self.device.as_ref() else { return true };
-        let (l0a, l0b, l0c, l1, ub) = (dev.get("l0a_size"), dev.get("l0b_size"), dev.get("l0c_size"), dev.get("l1_size"), dev.get("ub_size"));
+        let (l0a, l0b, l0c, l1, ub) = (
+            dev.get("l0a_size"),
+            dev.get("l0b_size"),
+            dev.get("l0c_size"),
+            dev.get("l1_size"),
+            dev.get("ub_size"),
+        );
         if sig.is_comm {
             // Puts stream through the UB in `put_chunk_bytes` chunks: any tile fits.
             return true;
@@ -1411,7 +1820,17 @@ impl Checker<'_> {
                 })
                 .product()
         };
-        let tile_text = tile.iter().map(|(n, s)| if *s == u64::MAX { format!("{n}: all") } else { format!("{n}: {s}") }).collect::<Vec<_>>().join(", ");
+        let tile_text = tile
+            .iter()
+            .map(|(n, s)| {
+                if *s == u64::MAX {
+                    format!("{n}: all")
+                } else {
+                    format!("{n}: {s}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
         match (engine, &body.contraction) {
             (Engine::Aic, Some(c)) => {
                 let mut lhs = 0u128;
@@ -1441,7 +1860,12 @@ impl Checker<'_> {
                         self.err(
                             Diagnostic::error(
                                 Code::TileExceedsL0,
-                                format!("the tile ({tile_text}) of `{}` needs {} of {buf}, which holds {}", sig.name, kib(need as f64), kib(cap)),
+                                format!(
+                                    "the tile ({tile_text}) of `{}` needs {} of {buf}, which holds {}",
+                                    sig.name,
+                                    kib(need as f64),
+                                    kib(cap)
+                                ),
                             )
                             .primary(tile_span, format!("{buf} overflows"))
                             .secondary(call, "in this call")
@@ -1467,7 +1891,9 @@ impl Checker<'_> {
                 let key = |ix: &[Index]| -> String {
                     ix.iter()
                         .map(|i| match i {
-                            Index::Affine { var, coef, offset } => format!("{}*{}+{}", coef, body.vars[*var].name, offset),
+                            Index::Affine { var, coef, offset } => {
+                                format!("{}*{}+{}", coef, body.vars[*var].name, offset)
+                            }
                             Index::Const(c) => c.to_string(),
                             Index::Group(v) => format!("g({})", body.vars[*v].name),
                             Index::Route { func, args, .. } => format!("{}{:?}", func.name(), args),
@@ -1478,7 +1904,11 @@ impl Checker<'_> {
                 let mut seen = std::collections::BTreeSet::new();
                 let mut per_row = 0u128;
                 for st in &body.stmts {
-                    let row = st.vars.iter().copied().find(|&v| Some(&body.vars[v].name) == row_name.as_ref());
+                    let row = st
+                        .vars
+                        .iter()
+                        .copied()
+                        .find(|&v| Some(&body.vars[v].name) == row_name.as_ref());
                     st.value.for_each_read(&mut |input, ix| {
                         if seen.insert((input, key(ix))) {
                             per_row += region(ix, row) * ins.get(input).map_or(2, |x| x.0.size()) as u128;
@@ -1527,20 +1957,29 @@ impl Checker<'_> {
             let key = d.taskflow.as_ref().map(|t| t.name.clone());
             if let Some(prev) = seen.insert(key.clone(), span) {
                 self.err(
-                    Diagnostic::error(Code::DuplicateDefinition, format!("two schedules for {}", key.as_deref().map_or("all taskflows".to_string(), |k| format!("`{k}`"))))
-                        .primary(span, "again here")
-                        .secondary(prev, "first here"),
+                    Diagnostic::error(
+                        Code::DuplicateDefinition,
+                        format!(
+                            "two schedules for {}",
+                            key.as_deref().map_or("all taskflows".to_string(), |k| format!("`{k}`"))
+                        ),
+                    )
+                    .primary(span, "again here")
+                    .secondary(prev, "first here"),
                 );
                 continue;
             }
             if let Some(t) = &d.taskflow {
-                let is_tf = self.lookup(root, &t.name).is_some_and(|r| matches!(self.item(r).kind, ItemKind::Taskflow(_)));
+                let is_tf = self
+                    .lookup(root, &t.name)
+                    .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Taskflow(_)));
                 if !is_tf && self.modules[root].poisoned.contains(&t.name) {
                     continue; // the taskflow did not parse
                 }
                 if !is_tf {
                     let names = self.names_where(root, |k| matches!(k, ItemKind::Taskflow(_)));
-                    let mut diag = Diagnostic::error(Code::NoTaskflow, format!("no taskflow `{}` to schedule", t.name)).primary(t.span, "not a taskflow");
+                    let mut diag = Diagnostic::error(Code::NoTaskflow, format!("no taskflow `{}` to schedule", t.name))
+                        .primary(t.span, "not a taskflow");
                     if let Some(b) = crate::suggest::closest(&t.name, names.iter().map(|s| s.as_str())) {
                         diag = diag.help(format!("did you mean `{b}`?"));
                     }
@@ -1551,8 +1990,15 @@ impl Checker<'_> {
             let pol = match self.lookup(root, &d.policy.name) {
                 Some(p) if matches!(&self.item(p).kind, ItemKind::Signature(s) if s.kind == SignatureKind::Policy) => p,
                 _ => {
-                    let names = self.names_where(root, |k| matches!(k, ItemKind::Signature(s) if s.kind == SignatureKind::Policy));
-                    let mut diag = Diagnostic::error(Code::UnknownPolicy, format!("unknown scheduling policy `{}`", d.policy.name)).primary(d.policy.span, "not a policy");
+                    let names = self.names_where(
+                        root,
+                        |k| matches!(k, ItemKind::Signature(s) if s.kind == SignatureKind::Policy),
+                    );
+                    let mut diag = Diagnostic::error(
+                        Code::UnknownPolicy,
+                        format!("unknown scheduling policy `{}`", d.policy.name),
+                    )
+                    .primary(d.policy.span, "not a policy");
                     diag = match crate::suggest::closest(&d.policy.name, names.iter().map(|s| s.as_str())) {
                         Some(b) => diag.help(format!("did you mean `{b}`?")),
                         None => diag.help(format!("the policies are: {}", names.join(", "))),
@@ -1564,9 +2010,14 @@ impl Checker<'_> {
             let args: Vec<crate::syntax::ast::Arg> = d
                 .options
                 .iter()
-                .map(|f| crate::syntax::ast::Arg { name: Some(f.name.clone()), value: f.value.clone() })
+                .map(|f| crate::syntax::ast::Arg {
+                    name: Some(f.name.clone()),
+                    value: f.value.clone(),
+                })
                 .collect();
-            let Some(vals) = self.match_sig(pol, &args, span, "policy") else { continue };
+            let Some(vals) = self.match_sig(pol, &args, span, "policy") else {
+                continue;
+            };
             self.schedules.push(ir::ScheduleSpec {
                 taskflow: key,
                 policy: d.policy.name.clone(),
@@ -1597,7 +2048,6 @@ fn div_floor(a: i64, b: i64) -> i64 {
 fn div_ceil(a: i64, b: i64) -> i64 {
     -div_floor(-a, b)
 }
-
 
 /// Every `group(v)` index with the dimension it indexes.
 fn collect_group_uses(sig: &OpSig, ins: &[(DType, Vec<Dim>)], out: &[Dim], acc: &mut Vec<(usize, Dim, Span)>) {

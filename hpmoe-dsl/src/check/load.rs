@@ -30,7 +30,11 @@ impl Checker<'_> {
         let (ast, diags, _) = crate::syntax::parse_text(&text, file);
         // Items and `let`s that failed to parse are dropped from the AST: uses of their names
         // would only repeat the syntax error, so they stay silent.
-        let poisoned = if diags.is_empty() { Default::default() } else { declared_names(&text, file) };
+        let poisoned = if diags.is_empty() {
+            Default::default()
+        } else {
+            declared_names(&text, file)
+        };
         self.diags.extend(diags);
         self.modules.push(Module {
             file,
@@ -44,7 +48,13 @@ impl Checker<'_> {
     }
 
     /// Loads a module and its imports; `stack` holds the canonical paths being loaded.
-    fn load_module(&mut self, file: FileId, std_name: Option<String>, path: Option<PathBuf>, stack: &mut Vec<PathBuf>) -> ModId {
+    fn load_module(
+        &mut self,
+        file: FileId,
+        std_name: Option<String>,
+        path: Option<PathBuf>,
+        stack: &mut Vec<PathBuf>,
+    ) -> ModId {
         let m = self.parse_into(file, std_name, path.clone());
         if let Some(p) = &path {
             stack.push(p.clone());
@@ -69,15 +79,20 @@ impl Checker<'_> {
                                 .primary(sp, "not a standard module")
                                 .help(format!(
                                     "standard modules are {}; files are imported with `import \"file.hpm\";`",
-                                    stdlib::MODULES.iter().map(|(n, _)| format!("`std::{n}`")).collect::<Vec<_>>().join(", ")
+                                    stdlib::MODULES
+                                        .iter()
+                                        .map(|(n, _)| format!("`std::{n}`"))
+                                        .collect::<Vec<_>>()
+                                        .join(", ")
                                 )),
                         );
                         continue;
                     }
                     let name = &path[1];
                     if stdlib::module(&name.name).is_none() {
-                        let mut d = Diagnostic::error(Code::UnknownModule, format!("no standard module `std::{}`", name.name))
-                            .primary(name.span, "unknown module");
+                        let mut d =
+                            Diagnostic::error(Code::UnknownModule, format!("no standard module `std::{}`", name.name))
+                                .primary(name.span, "unknown module");
                         if let Some(b) = crate::suggest::closest(&name.name, stdlib::MODULES.iter().map(|(n, _)| *n)) {
                             d = d.help(format!("did you mean `std::{b}`?"));
                         }
@@ -115,7 +130,10 @@ impl Checker<'_> {
     }
 
     fn load_file_import(&mut self, from: ModId, rel: &str, span: Span, stack: &mut Vec<PathBuf>) -> Option<ModId> {
-        let base = self.modules[from].path.as_ref().and_then(|p| p.parent().map(|d| d.to_path_buf()));
+        let base = self.modules[from]
+            .path
+            .as_ref()
+            .and_then(|p| p.parent().map(|d| d.to_path_buf()));
         let joined = match base {
             Some(b) => b.join(rel),
             None => PathBuf::from(rel),
@@ -123,7 +141,9 @@ impl Checker<'_> {
         // The name shown in diagnostics: relative to the importer's shown name, so a root
         // given as a relative path shows its imports relative too.
         let shown = match self.sources.get(self.modules[from].file) {
-            Some(f) if f.path.is_some() => Path::new(&f.name).parent().map_or_else(|| PathBuf::from(rel), |d| d.join(rel)),
+            Some(f) if f.path.is_some() => Path::new(&f.name)
+                .parent()
+                .map_or_else(|| PathBuf::from(rel), |d| d.join(rel)),
             _ => joined.clone(),
         };
         let canon = match std::fs::canonicalize(&joined) {
@@ -141,7 +161,10 @@ impl Checker<'_> {
             let chain: Vec<String> = stack[pos..]
                 .iter()
                 .chain(std::iter::once(&canon))
-                .map(|p| p.file_name().map_or_else(|| p.display().to_string(), |f| f.to_string_lossy().into_owned()))
+                .map(|p| {
+                    p.file_name()
+                        .map_or_else(|| p.display().to_string(), |f| f.to_string_lossy().into_owned())
+                })
                 .collect();
             self.err(
                 Diagnostic::error(Code::ImportCycle, format!("import cycle: {}", chain.join(" -> ")))
@@ -182,10 +205,15 @@ impl Checker<'_> {
                 if path.len() != 2 {
                     return None;
                 }
-                self.modules.iter().position(|m| m.std_name.as_deref() == Some(name.as_str()))
+                self.modules
+                    .iter()
+                    .position(|m| m.std_name.as_deref() == Some(name.as_str()))
             }
             ImportSource::File(rel, _) => {
-                let base = self.modules[from].path.as_ref().and_then(|p| p.parent().map(|d| d.to_path_buf()));
+                let base = self.modules[from]
+                    .path
+                    .as_ref()
+                    .and_then(|p| p.parent().map(|d| d.to_path_buf()));
                 let joined = match base {
                     Some(b) => b.join(rel),
                     None => PathBuf::from(rel),
@@ -205,7 +233,9 @@ impl Checker<'_> {
             if matches!(item.kind, ItemKind::Schedule(_)) {
                 continue;
             }
-            let Some(name) = item.kind.name().cloned() else { continue };
+            let Some(name) = item.kind.name().cloned() else {
+                continue;
+            };
             if let Some((prev, _)) = scope.get(&name.name) {
                 let prev_span = self.item(*prev).kind.name().map_or(name.span, |n| n.span);
                 self.err(
@@ -220,13 +250,17 @@ impl Checker<'_> {
         }
         // The prelude: routing kinds and policies, unless shadowed.
         for p in stdlib::PRELUDE {
-            let Some(pm) = self.modules.iter().position(|x| x.std_name.as_deref() == Some(*p)) else { continue };
+            let Some(pm) = self.modules.iter().position(|x| x.std_name.as_deref() == Some(*p)) else {
+                continue;
+            };
             if pm == m {
                 continue;
             }
             for (i, item) in self.modules[pm].ast.items.iter().enumerate() {
                 if let Some(n) = item.kind.name() {
-                    scope.entry(n.name.clone()).or_insert((ItemRef { module: pm, item: i }, n.span));
+                    scope
+                        .entry(n.name.clone())
+                        .or_insert((ItemRef { module: pm, item: i }, n.span));
                 }
             }
         }
@@ -260,7 +294,8 @@ impl Checker<'_> {
                 ImportNames::List(list) => {
                     for id in list {
                         let found = self.modules[t].ast.items.iter().position(|it| {
-                            !matches!(it.kind, ItemKind::Schedule(_)) && it.kind.name().is_some_and(|n| n.name == id.name)
+                            !matches!(it.kind, ItemKind::Schedule(_))
+                                && it.kind.name().is_some_and(|n| n.name == id.name)
                         });
                         match found {
                             Some(i) => bring.push((id.name.clone(), ItemRef { module: t, item: i }, id.span)),
@@ -295,12 +330,21 @@ impl Checker<'_> {
             for (name, r, sp) in bring {
                 match scope.get(&name) {
                     Some((prev, _)) if *prev == r => {}
-                    Some((prev, psp)) if prev.module == m || self.modules[prev.module].std_name.as_deref().is_none_or(|n| !stdlib::PRELUDE.contains(&n)) => {
+                    Some((prev, psp))
+                        if prev.module == m
+                            || self.modules[prev.module]
+                                .std_name
+                                .as_deref()
+                                .is_none_or(|n| !stdlib::PRELUDE.contains(&n)) =>
+                    {
                         let psp = *psp;
                         self.err(
-                            Diagnostic::error(Code::DuplicateDefinition, format!("`{name}` is imported but already defined"))
-                                .primary(sp, "imported here")
-                                .secondary(psp, "already defined here"),
+                            Diagnostic::error(
+                                Code::DuplicateDefinition,
+                                format!("`{name}` is imported but already defined"),
+                            )
+                            .primary(sp, "imported here")
+                            .secondary(psp, "already defined here"),
                         );
                     }
                     _ => {
@@ -323,7 +367,10 @@ pub fn read_source(path: &std::path::Path) -> std::io::Result<String> {
         return Err(std::io::Error::other("not a regular file"));
     }
     if meta.len() > MAX_SOURCE_BYTES {
-        return Err(std::io::Error::other(format!("larger than {} MiB", MAX_SOURCE_BYTES >> 20)));
+        return Err(std::io::Error::other(format!(
+            "larger than {} MiB",
+            MAX_SOURCE_BYTES >> 20
+        )));
     }
     std::fs::read_to_string(path)
 }
@@ -332,7 +379,9 @@ pub fn read_source(path: &std::path::Path) -> std::io::Result<String> {
 /// in a text, found from its tokens alone, so it works where the parse failed.
 fn declared_names(text: &str, file: FileId) -> std::collections::BTreeSet<String> {
     use crate::syntax::token::TokenKind;
-    const DEFINING: &[&str] = &["param", "route", "op", "comm", "taskflow", "profile", "routing", "policy", "let"];
+    const DEFINING: &[&str] = &[
+        "param", "route", "op", "comm", "taskflow", "profile", "routing", "policy", "let",
+    ];
     let (toks, _, _) = crate::syntax::lexer::tokenize(text, file);
     toks.windows(2)
         .filter_map(|w| match (&w[0].kind, &w[1].kind) {

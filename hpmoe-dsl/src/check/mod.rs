@@ -81,6 +81,12 @@ fn parse_value(v: &str) -> Option<Value> {
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     pub overrides: Vec<Override>,
+    /// `--device NAME`: use this profile (from the program's scope or `std::device`) in place
+    /// of the declared one; the declared overrides still apply.
+    pub device: Option<String>,
+    /// `--routing [NAME=]KIND(args)`: replace the kind and arguments of a routing (the only
+    /// one, or the named one); arguments not given keep their declared values.
+    pub routing: Option<String>,
 }
 
 /// The result of checking: the program (when there was no error) and every diagnostic
@@ -129,10 +135,7 @@ pub fn check_file(file: FileId, opts: &Options, sources: &mut SourceMap) -> Outc
     // A `let` of an op body is checked where it is used: report each problem once.
     diagnostics.dedup();
     let program = if diagnostics.has_errors() { None } else { program };
-    Outcome {
-        program,
-        diagnostics,
-    }
+    Outcome { program, diagnostics }
 }
 
 /// Index of a loaded module.

@@ -102,24 +102,44 @@ impl PSig {
 /// A symbolic index.
 #[derive(Clone, Debug)]
 pub(crate) enum SIdx {
-    Affine { var: usize, coef: i64, offset: Sym, span: Span },
+    Affine {
+        var: usize,
+        coef: i64,
+        offset: Sym,
+        span: Span,
+    },
     Const(Sym, Span),
     Group(usize, Span),
-    Route { param: usize, func: RouteFn, args: Vec<usize>, span: Span },
+    Route {
+        param: usize,
+        func: RouteFn,
+        args: Vec<usize>,
+        span: Span,
+    },
 }
 
 /// A symbolic scalar expression.
 #[derive(Clone, Debug)]
 pub(crate) enum SS {
     Const(f64),
-    Read { input: usize, index: Vec<SIdx> },
+    Read {
+        input: usize,
+        index: Vec<SIdx>,
+    },
     Var(usize),
     Sym(Sym),
-    Route { param: usize, func: RouteFn, args: Vec<usize> },
+    Route {
+        param: usize,
+        func: RouteFn,
+        args: Vec<usize>,
+    },
     Neg(Box<SS>),
     Bin(BinOp, Box<SS>, Box<SS>),
     Call(Func, Vec<SS>),
-    Sum { vars: Vec<usize>, body: Box<SS> },
+    Sum {
+        vars: Vec<usize>,
+        body: Box<SS>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -181,7 +201,11 @@ impl OpSig {
             format!(
                 "{}[{}]",
                 dt(&t.dtype),
-                t.dims.iter().map(|d| d.show(&self.syms, &self.params)).collect::<Vec<_>>().join(", ")
+                t.dims
+                    .iter()
+                    .map(|d| d.show(&self.syms, &self.params))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         };
         let params: Vec<String> = self
@@ -192,9 +216,19 @@ impl OpSig {
                 PSig::Route { name, .. } => format!("{name}: route"),
             })
             .collect();
-        let generics = if self.generics.is_empty() { String::new() } else { format!("<{}>", self.generics.join(", ")) };
+        let generics = if self.generics.is_empty() {
+            String::new()
+        } else {
+            format!("<{}>", self.generics.join(", "))
+        };
         let kw = if self.is_comm { "comm" } else { "op" };
-        format!("{kw} {}{generics}({}) -> {} on {}", self.name, params.join(", "), ty(&self.ret), self.engine.name())
+        format!(
+            "{kw} {}{generics}({}) -> {} on {}",
+            self.name,
+            params.join(", "),
+            ty(&self.ret),
+            self.engine.name()
+        )
     }
 }
 
@@ -254,7 +288,13 @@ impl Checker<'_> {
         };
         for g in &def.generics {
             if DType::parse(&g.name).is_some() || cx.generics.contains(&g.name) {
-                self.err(Diagnostic::error(Code::DuplicateDefinition, format!("dtype parameter `{}` clashes with a dtype or another parameter", g.name)).primary(g.span, "rename it"));
+                self.err(
+                    Diagnostic::error(
+                        Code::DuplicateDefinition,
+                        format!("dtype parameter `{}` clashes with a dtype or another parameter", g.name),
+                    )
+                    .primary(g.span, "rename it"),
+                );
                 cx.failed = true;
             }
             cx.generics.push(g.name.clone());
@@ -264,22 +304,33 @@ impl Checker<'_> {
         let mut seen: Vec<(&str, Span)> = Vec::new();
         for p in &def.params {
             if RESERVED.contains(&p.name.name.as_str()) {
-                self.err(Diagnostic::error(Code::ReservedName, format!("`{}` is reserved and cannot name a parameter", p.name.name)).primary(p.name.span, "reserved"));
+                self.err(
+                    Diagnostic::error(
+                        Code::ReservedName,
+                        format!("`{}` is reserved and cannot name a parameter", p.name.name),
+                    )
+                    .primary(p.name.span, "reserved"),
+                );
                 cx.failed = true;
             }
             // (Tensor parameters are placeholders without a name until their types are built,
             // so duplicates are found by the names as written. Every parameter keeps its slot.)
             if let Some((_, prev)) = seen.iter().find(|(n, _)| *n == p.name.name) {
                 self.err(
-                    Diagnostic::error(Code::DuplicateDefinition, format!("parameter `{}` is declared twice", p.name.name))
-                        .primary(p.name.span, "again here")
-                        .secondary(*prev, "first here"),
+                    Diagnostic::error(
+                        Code::DuplicateDefinition,
+                        format!("parameter `{}` is declared twice", p.name.name),
+                    )
+                    .primary(p.name.span, "again here")
+                    .secondary(*prev, "first here"),
                 );
                 cx.failed = true;
             }
             seen.push((&p.name.name, p.name.span));
             match &p.ty {
-                ParamType::Route(_) => cx.params.push(PSig::Route { name: p.name.name.clone() }),
+                ParamType::Route(_) => cx.params.push(PSig::Route {
+                    name: p.name.name.clone(),
+                }),
                 ParamType::Tensor(t) => {
                     // Dims may refer to routing params declared anywhere in the list.
                     cx.params.push(PSig::Route { name: String::new() });
@@ -295,7 +346,12 @@ impl Checker<'_> {
                 let ty = self.tsig(&mut cx, t);
                 cx.params[i] = PSig::Tensor {
                     name: p.name.name.clone(),
-                    ty: ty.unwrap_or(TSig { dtype: DT::Concrete(DType::F32), dims: Vec::new(), dim_spans: Vec::new(), span: t.span }),
+                    ty: ty.unwrap_or(TSig {
+                        dtype: DT::Concrete(DType::F32),
+                        dims: Vec::new(),
+                        dim_spans: Vec::new(),
+                        span: t.span,
+                    }),
                     input: input_i,
                 };
                 input_i += 1;
@@ -323,18 +379,30 @@ impl Checker<'_> {
                 for v in vs {
                     if !bound.contains(&v) {
                         self.err(
-                            Diagnostic::error(Code::UnboundShapeSymbol, format!("`{}` in the result type is not bound by any parameter", cx.syms[v]))
-                                .primary(*sp, "no input determines this dimension")
-                                .help("use the symbol in a parameter's type, or a param or routing dimension"),
+                            Diagnostic::error(
+                                Code::UnboundShapeSymbol,
+                                format!("`{}` in the result type is not bound by any parameter", cx.syms[v]),
+                            )
+                            .primary(*sp, "no input determines this dimension")
+                            .help("use the symbol in a parameter's type, or a param or routing dimension"),
                         );
                         cx.failed = true;
                     }
                 }
             }
             if let DT::Generic(g) = ret.dtype {
-                let used = cx.params.iter().any(|p| matches!(p, PSig::Tensor { ty, .. } if ty.dtype == DT::Generic(g)));
+                let used = cx
+                    .params
+                    .iter()
+                    .any(|p| matches!(p, PSig::Tensor { ty, .. } if ty.dtype == DT::Generic(g)));
                 if !used {
-                    self.err(Diagnostic::error(Code::UnboundShapeSymbol, format!("dtype `{}` of the result is not bound by any parameter", cx.generics[g])).primary(ret.span, "no input has this dtype"));
+                    self.err(
+                        Diagnostic::error(
+                            Code::UnboundShapeSymbol,
+                            format!("dtype `{}` of the result is not bound by any parameter", cx.generics[g]),
+                        )
+                        .primary(ret.span, "no input has this dtype"),
+                    );
                     cx.failed = true;
                 }
             }
@@ -344,9 +412,12 @@ impl Checker<'_> {
             if let Some(e) = &def.engine {
                 if e.name != "aiv" {
                     self.err(
-                        Diagnostic::error(Code::WrongEngine, format!("communication runs on the vector cores, not `{}`", e.name))
-                            .primary(e.span, "comm ops run on aiv")
-                            .help("remove `on ...` or write `on aiv`"),
+                        Diagnostic::error(
+                            Code::WrongEngine,
+                            format!("communication runs on the vector cores, not `{}`", e.name),
+                        )
+                        .primary(e.span, "comm ops run on aiv")
+                        .help("remove `on ...` or write `on aiv`"),
                     );
                     cx.failed = true;
                 }
@@ -357,7 +428,8 @@ impl Checker<'_> {
                 Some(e) => e,
                 None => {
                     let e = def.engine.as_ref()?;
-                    let mut d = Diagnostic::error(Code::UnknownEngine, format!("unknown engine `{}`", e.name)).primary(e.span, "expected `aic` or `aiv`");
+                    let mut d = Diagnostic::error(Code::UnknownEngine, format!("unknown engine `{}`", e.name))
+                        .primary(e.span, "expected `aic` or `aiv`");
                     if let Some(b) = crate::suggest::closest(&e.name, ["aic", "aiv"].into_iter()) {
                         d = d.help(format!("did you mean `{b}`?"));
                     }
@@ -375,9 +447,18 @@ impl Checker<'_> {
         let contraction = contraction_of(&body);
         if !cx.is_comm && engine == Engine::Aic && contraction.is_none() && !cx.failed {
             self.err(
-                Diagnostic::error(Code::WrongEngine, format!("op `{}` is not a contraction, so it cannot run on the cube cores", def.name.name))
-                    .primary(def.engine.as_ref().map_or(def.name.span, |e| e.span), "`aic` runs only `out[..] = sum(k) a[..] * b[..]`")
-                    .help("run it `on aiv`"),
+                Diagnostic::error(
+                    Code::WrongEngine,
+                    format!(
+                        "op `{}` is not a contraction, so it cannot run on the cube cores",
+                        def.name.name
+                    ),
+                )
+                .primary(
+                    def.engine.as_ref().map_or(def.name.span, |e| e.span),
+                    "`aic` runs only `out[..] = sum(k) a[..] * b[..]`",
+                )
+                .help("run it `on aiv`"),
             );
             cx.failed = true;
         }
@@ -393,15 +474,28 @@ impl Checker<'_> {
                 continue;
             };
             if n < 1 {
-                self.err(Diagnostic::error(Code::BadTile, format!("tile size {n} for `{}` must be at least 1", f.name.name)).primary(f.value.span, "too small"));
+                self.err(
+                    Diagnostic::error(
+                        Code::BadTile,
+                        format!("tile size {n} for `{}` must be at least 1", f.name.name),
+                    )
+                    .primary(f.value.span, "too small"),
+                );
                 cx.failed = true;
                 continue;
             }
             if !body.vars.iter().any(|v| v.name == f.name.name) {
                 let names = var_names(&body);
-                let mut d = Diagnostic::error(Code::BadTile, format!("`{}` is not an index variable of `{}`", f.name.name, def.name.name)).primary(f.name.span, "unknown tile key");
+                let mut d = Diagnostic::error(
+                    Code::BadTile,
+                    format!("`{}` is not an index variable of `{}`", f.name.name, def.name.name),
+                )
+                .primary(f.name.span, "unknown tile key");
                 d = match crate::suggest::closest(&f.name.name, names.iter().map(|s| s.as_str())) {
-                    Some(b) => d.help(format!("did you mean `{b}`? the index variables are: {}", names.join(", "))),
+                    Some(b) => d.help(format!(
+                        "did you mean `{b}`? the index variables are: {}",
+                        names.join(", ")
+                    )),
                     None => d.help(format!("the index variables are: {}", names.join(", "))),
                 };
                 self.err(d);
@@ -449,7 +543,8 @@ impl Checker<'_> {
         } else {
             let mut cands: Vec<&str> = vec!["bf16", "f16", "f32", "i32"];
             cands.extend(cx.generics.iter().map(|s| s.as_str()));
-            let mut d = Diagnostic::error(Code::UnknownDtype, format!("unknown dtype `{}`", t.dtype.name)).primary(t.dtype.span, "not a dtype");
+            let mut d = Diagnostic::error(Code::UnknownDtype, format!("unknown dtype `{}`", t.dtype.name))
+                .primary(t.dtype.span, "not a dtype");
             d = match crate::suggest::closest(&t.dtype.name, cands.iter().copied()) {
                 Some(b) => d.help(format!("did you mean `{b}`?")),
                 None => d.help("dtypes are bf16, f16, f32, i32, or a generic parameter declared as `op name<T>(...)`"),
@@ -470,7 +565,12 @@ impl Checker<'_> {
             }
             dim_spans.push(d.span);
         }
-        Some(TSig { dtype, dims, dim_spans, span: t.span })
+        Some(TSig {
+            dtype,
+            dims,
+            dim_spans,
+            span: t.span,
+        })
     }
 
     /// A symbolic integer from an expression of a signature or an index offset.
@@ -494,7 +594,10 @@ impl Checker<'_> {
                     }
                 }
                 if cx.params.iter().any(|p| p.name() == n) || cx.generics.contains(n) {
-                    self.err(Diagnostic::error(Code::WrongKind, format!("`{n}` is not a dimension")).primary(e.span, "expected a shape symbol, a param or a routing dimension"));
+                    self.err(
+                        Diagnostic::error(Code::WrongKind, format!("`{n}` is not a dimension"))
+                            .primary(e.span, "expected a shape symbol, a param or a routing dimension"),
+                    );
                     return None;
                 }
                 if cx.sig_mode {
@@ -508,7 +611,11 @@ impl Checker<'_> {
             }
             ExprKind::Field { base, field } => {
                 let rn = base.name().unwrap_or("");
-                let Some(pi) = cx.params.iter().position(|p| matches!(p, PSig::Route { name, .. } if name == rn)) else {
+                let Some(pi) = cx
+                    .params
+                    .iter()
+                    .position(|p| matches!(p, PSig::Route { name, .. } if name == rn))
+                else {
                     self.err(
                         Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing parameter of this op"))
                             .primary(base.span, "expected a parameter declared `r: route`"),
@@ -518,10 +625,17 @@ impl Checker<'_> {
                 match RDIMS.iter().find(|(n, _)| *n == field.name) {
                     Some((_, d)) => Some(Sym::Route(pi, *d)),
                     None => {
-                        let mut d = Diagnostic::error(Code::UnknownName, format!("a routing has no dimension `{}`", field.name)).primary(field.span, "unknown");
+                        let mut d = Diagnostic::error(
+                            Code::UnknownName,
+                            format!("a routing has no dimension `{}`", field.name),
+                        )
+                        .primary(field.span, "unknown");
                         d = match crate::suggest::closest(&field.name, RDIMS.iter().map(|(n, _)| *n)) {
                             Some(b) => d.help(format!("did you mean `{b}`?")),
-                            None => d.help(format!("the dimensions are: {}", RDIMS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))),
+                            None => d.help(format!(
+                                "the dimensions are: {}",
+                                RDIMS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                            )),
                         };
                         self.err(d);
                         None
@@ -534,16 +648,22 @@ impl Checker<'_> {
                 let y = self.sym(cx, b);
                 Some(Sym::Bin(*op, Box::new(x?), Box::new(y?)))
             }
-            ExprKind::Call { callee, args } if matches!(callee.name(), Some("min" | "max" | "ceil_div" | "floor_div")) && args.len() == 2 => {
+            ExprKind::Call { callee, args }
+                if matches!(callee.name(), Some("min" | "max" | "ceil_div" | "floor_div")) && args.len() == 2 =>
+            {
                 let x = self.sym(cx, &args[0].value);
                 let y = self.sym(cx, &args[1].value);
-                Some(Sym::Call(callee.name().unwrap_or("").to_string(), Box::new(x?), Box::new(y?)))
+                Some(Sym::Call(
+                    callee.name().unwrap_or("").to_string(),
+                    Box::new(x?),
+                    Box::new(y?),
+                ))
             }
             _ => {
-                self.err(
-                    Diagnostic::error(Code::BadIndex, "not a dimension expression")
-                        .primary(e.span, "expected an integer expression over shape symbols, params and routing dimensions"),
-                );
+                self.err(Diagnostic::error(Code::BadIndex, "not a dimension expression").primary(
+                    e.span,
+                    "expected an integer expression over shape symbols, params and routing dimensions",
+                ));
                 None
             }
         }
@@ -557,13 +677,22 @@ impl Checker<'_> {
             match st {
                 Stmt::Let { name, value, .. } => {
                     if RESERVED.contains(&name.name.as_str()) {
-                        self.err(Diagnostic::error(Code::ReservedName, format!("`{}` is reserved", name.name)).primary(name.span, "reserved"));
+                        self.err(
+                            Diagnostic::error(Code::ReservedName, format!("`{}` is reserved", name.name))
+                                .primary(name.span, "reserved"),
+                        );
                         cx.failed = true;
                         // Kept in scope so that its uses are not reported again.
                     }
                     lets.push((name.name.clone(), Local::Let(value.clone())));
                 }
-                Stmt::Assign { target, index, accumulate, value, span } => {
+                Stmt::Assign {
+                    target,
+                    index,
+                    accumulate,
+                    value,
+                    span,
+                } => {
                     any_write = true;
                     if cx.is_comm {
                         self.err(
@@ -576,8 +705,11 @@ impl Checker<'_> {
                     }
                     if target.name != "out" {
                         self.err(
-                            Diagnostic::error(Code::UnknownName, format!("an op body writes `out`, not `{}`", target.name))
-                                .primary(target.span, "write `out[...] = ...`"),
+                            Diagnostic::error(
+                                Code::UnknownName,
+                                format!("an op body writes `out`, not `{}`", target.name),
+                            )
+                            .primary(target.span, "write `out[...] = ...`"),
                         );
                         cx.failed = true;
                         continue;
@@ -586,8 +718,11 @@ impl Checker<'_> {
                     let first_var = cx.vars.len();
                     if index.len() != cx.ret_rank {
                         self.err(
-                            Diagnostic::error(Code::RankMismatch, format!("`out` has {} dimensions, indexed with {}", cx.ret_rank, index.len()))
-                                .primary(*span, "wrong number of indices"),
+                            Diagnostic::error(
+                                Code::RankMismatch,
+                                format!("`out` has {} dimensions, indexed with {}", cx.ret_rank, index.len()),
+                            )
+                            .primary(*span, "wrong number of indices"),
                         );
                         cx.failed = true;
                         continue;
@@ -605,7 +740,9 @@ impl Checker<'_> {
                         continue;
                     }
                     let v = self.scalar(cx, value);
-                    let vars: Vec<usize> = (first_var..cx.vars.len()).filter(|&v| cx.vars[v].kind == VarKind::Out).collect();
+                    let vars: Vec<usize> = (first_var..cx.vars.len())
+                        .filter(|&v| cx.vars[v].kind == VarKind::Out)
+                        .collect();
                     if let (Some(v), true) = (v, lhs.len() == index.len()) {
                         body.stmts.push(SStmt {
                             target: STarget::Out(lhs),
@@ -618,7 +755,14 @@ impl Checker<'_> {
                         cx.failed = true;
                     }
                 }
-                Stmt::Put { target, rank, index, accumulate, value, span } => {
+                Stmt::Put {
+                    target,
+                    rank,
+                    index,
+                    accumulate,
+                    value,
+                    span,
+                } => {
                     any_write = true;
                     if !cx.is_comm {
                         self.err(
@@ -630,7 +774,13 @@ impl Checker<'_> {
                         continue;
                     }
                     if target.name != "out" {
-                        self.err(Diagnostic::error(Code::UnknownName, format!("a comm op puts into `out`, not `{}`", target.name)).primary(target.span, "write `put out @ ...`"));
+                        self.err(
+                            Diagnostic::error(
+                                Code::UnknownName,
+                                format!("a comm op puts into `out`, not `{}`", target.name),
+                            )
+                            .primary(target.span, "write `put out @ ...`"),
+                        );
                         cx.failed = true;
                         continue;
                     }
@@ -654,8 +804,11 @@ impl Checker<'_> {
                     }
                     if index.len() != cx.ret_rank {
                         self.err(
-                            Diagnostic::error(Code::RankMismatch, format!("`out` has {} dimensions, indexed with {}", cx.ret_rank, index.len()))
-                                .primary(*span, "wrong number of indices"),
+                            Diagnostic::error(
+                                Code::RankMismatch,
+                                format!("`out` has {} dimensions, indexed with {}", cx.ret_rank, index.len()),
+                            )
+                            .primary(*span, "wrong number of indices"),
                         );
                         cx.failed = true;
                         continue;
@@ -668,7 +821,9 @@ impl Checker<'_> {
                         }
                     }
                     let v = self.scalar(cx, value);
-                    let vars: Vec<usize> = (first_var..cx.vars.len()).filter(|&v| cx.vars[v].kind == VarKind::Iter).collect();
+                    let vars: Vec<usize> = (first_var..cx.vars.len())
+                        .filter(|&v| cx.vars[v].kind == VarKind::Iter)
+                        .collect();
                     if let (Some(v), Some(rk), true) = (v, rank_ix, ixs.len() == index.len()) {
                         body.stmts.push(SStmt {
                             target: STarget::Put { rank: rk, index: ixs },
@@ -708,25 +863,37 @@ impl Checker<'_> {
     }
 
     fn lookup_var(cx: &Ctx, name: &str) -> Option<usize> {
-        cx.scope.iter().rev().find(|(n, _)| n == name).and_then(|(_, l)| match l {
-            Local::Var(v) => Some(*v),
-            Local::Let(_) => None,
-        })
+        cx.scope
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, l)| match l {
+                Local::Var(v) => Some(*v),
+                Local::Let(_) => None,
+            })
     }
 
     /// Whether a name denotes a constant (a shape symbol or a param), not a variable.
     fn is_const_name(&self, cx: &Ctx, name: &str) -> bool {
         cx.syms.iter().any(|s| s == name)
-            || self.lookup(cx.item.module, name).is_some_and(|r| matches!(self.item(r).kind, ItemKind::Param(_)))
+            || self
+                .lookup(cx.item.module, name)
+                .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Param(_)))
     }
 
     /// An index of `out` on the left of `=`: a new variable, optionally with an offset.
     fn lhs_index(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SIdx> {
         let (name, nspan, offset) = match &e.kind {
             ExprKind::Name(n) => (n.clone(), e.span, Sym::Int(0)),
-            ExprKind::Binary(op @ (BinOp::Add | BinOp::Sub), a, b) if a.name().is_some_and(|n| !self.is_const_name(cx, n)) => {
+            ExprKind::Binary(op @ (BinOp::Add | BinOp::Sub), a, b)
+                if a.name().is_some_and(|n| !self.is_const_name(cx, n)) =>
+            {
                 let off = self.sym(cx, b)?;
-                let off = if *op == BinOp::Sub { Sym::Neg(Box::new(off)) } else { off };
+                let off = if *op == BinOp::Sub {
+                    Sym::Neg(Box::new(off))
+                } else {
+                    off
+                };
                 (a.name().unwrap_or_default().to_string(), a.span, off)
             }
             ExprKind::Binary(BinOp::Add, a, b) if b.name().is_some_and(|n| !self.is_const_name(cx, n)) => {
@@ -735,13 +902,19 @@ impl Checker<'_> {
             }
             _ => {
                 self.err(
-                    Diagnostic::error(Code::BadIndex, "an output index must be an index variable, optionally plus a constant")
-                        .primary(e.span, "expected `i` or `i + C`"),
+                    Diagnostic::error(
+                        Code::BadIndex,
+                        "an output index must be an index variable, optionally plus a constant",
+                    )
+                    .primary(e.span, "expected `i` or `i + C`"),
                 );
                 return None;
             }
         };
-        if self.is_const_name(cx, &name) || RESERVED.contains(&name.as_str()) || cx.params.iter().any(|p| p.name() == name) {
+        if self.is_const_name(cx, &name)
+            || RESERVED.contains(&name.as_str())
+            || cx.params.iter().any(|p| p.name() == name)
+        {
             let what = if cx.syms.contains(&name) {
                 "a shape symbol of the signature"
             } else if cx.params.iter().any(|p| p.name() == name) {
@@ -759,11 +932,22 @@ impl Checker<'_> {
             return None;
         }
         if Self::lookup_var(cx, &name).is_some() {
-            self.err(Diagnostic::error(Code::DuplicateDefinition, format!("index variable `{name}` is used twice in `out[...]`")).primary(nspan, "each output dimension needs its own variable"));
+            self.err(
+                Diagnostic::error(
+                    Code::DuplicateDefinition,
+                    format!("index variable `{name}` is used twice in `out[...]`"),
+                )
+                .primary(nspan, "each output dimension needs its own variable"),
+            );
             return None;
         }
         let var = self.new_var(cx, &name, VarKind::Out, nspan);
-        Some(SIdx::Affine { var, coef: 1, offset, span: e.span })
+        Some(SIdx::Affine {
+            var,
+            coef: 1,
+            offset,
+            span: e.span,
+        })
     }
 
     /// Resolves or (in comm statements) introduces a variable used in an index or value.
@@ -771,7 +955,11 @@ impl Checker<'_> {
         if let Some(v) = Self::lookup_var(cx, name) {
             return Some(v);
         }
-        if cx.is_comm && !self.is_const_name(cx, name) && !cx.params.iter().any(|p| p.name() == name) && !RESERVED.contains(&name) {
+        if cx.is_comm
+            && !self.is_const_name(cx, name)
+            && !cx.params.iter().any(|p| p.name() == name)
+            && !RESERVED.contains(&name)
+        {
             return Some(self.new_var(cx, name, VarKind::Iter, span));
         }
         None
@@ -782,7 +970,10 @@ impl Checker<'_> {
         let bad = |ck: &mut Self| {
             ck.err(
                 Diagnostic::error(Code::BadIndex, "not an affine index")
-                    .primary(e.span, "expected `i`, `i + c`, `a * i + c`, a constant, `group(m)` or a routing function")
+                    .primary(
+                        e.span,
+                        "expected `i`, `i + c`, `a * i + c`, a constant, `group(m)` or a routing function",
+                    )
                     .note("an index is affine in one index variable"),
             );
             None
@@ -790,7 +981,12 @@ impl Checker<'_> {
         match &e.kind {
             ExprKind::Name(n) => {
                 if let Some(v) = self.var_use(cx, n, e.span) {
-                    return Some(SIdx::Affine { var: v, coef: 1, offset: Sym::Int(0), span: e.span });
+                    return Some(SIdx::Affine {
+                        var: v,
+                        coef: 1,
+                        offset: Sym::Int(0),
+                        span: e.span,
+                    });
                 }
                 if self.is_const_name(cx, n) {
                     return Some(SIdx::Const(self.sym(cx, e)?, e.span));
@@ -804,7 +1000,8 @@ impl Checker<'_> {
                 let la = self.index(cx, a)?;
                 let lb = self.index(cx, b)?;
                 match (op, la, lb) {
-                    (BinOp::Add, SIdx::Affine { var, coef, offset, .. }, SIdx::Const(c, _)) | (BinOp::Add, SIdx::Const(c, _), SIdx::Affine { var, coef, offset, .. }) => Some(SIdx::Affine {
+                    (BinOp::Add, SIdx::Affine { var, coef, offset, .. }, SIdx::Const(c, _))
+                    | (BinOp::Add, SIdx::Const(c, _), SIdx::Affine { var, coef, offset, .. }) => Some(SIdx::Affine {
                         var,
                         coef,
                         offset: Sym::Bin(BinOp::Add, Box::new(offset), Box::new(c)),
@@ -816,7 +1013,8 @@ impl Checker<'_> {
                         offset: Sym::Bin(BinOp::Sub, Box::new(offset), Box::new(c)),
                         span: e.span,
                     }),
-                    (BinOp::Mul, SIdx::Const(Sym::Int(k), _), SIdx::Affine { var, coef, offset, .. }) | (BinOp::Mul, SIdx::Affine { var, coef, offset, .. }, SIdx::Const(Sym::Int(k), _)) => {
+                    (BinOp::Mul, SIdx::Const(Sym::Int(k), _), SIdx::Affine { var, coef, offset, .. })
+                    | (BinOp::Mul, SIdx::Affine { var, coef, offset, .. }, SIdx::Const(Sym::Int(k), _)) => {
                         let Some(c2) = coef.checked_mul(k) else {
                             self.overflow(e.span);
                             return None;
@@ -841,7 +1039,9 @@ impl Checker<'_> {
                             span: e.span,
                         })
                     }
-                    (_, SIdx::Const(x, _), SIdx::Const(y, _)) => Some(SIdx::Const(Sym::Bin(*op, Box::new(x), Box::new(y)), e.span)),
+                    (_, SIdx::Const(x, _), SIdx::Const(y, _)) => {
+                        Some(SIdx::Const(Sym::Bin(*op, Box::new(x), Box::new(y)), e.span))
+                    }
                     _ => bad(self),
                 }
             }
@@ -855,7 +1055,12 @@ impl Checker<'_> {
                 },
                 SIdx::Const(c, _) => Some(SIdx::Const(Sym::Neg(Box::new(c)), e.span)),
                 SIdx::Affine { var, coef, offset, .. } => match coef.checked_neg() {
-                    Some(neg) => Some(SIdx::Affine { var, coef: neg, offset: Sym::Neg(Box::new(offset)), span: e.span }),
+                    Some(neg) => Some(SIdx::Affine {
+                        var,
+                        coef: neg,
+                        offset: Sym::Neg(Box::new(offset)),
+                        span: e.span,
+                    }),
                     None => {
                         self.overflow(e.span);
                         None
@@ -866,10 +1071,18 @@ impl Checker<'_> {
             ExprKind::Call { callee, args } => {
                 if callee.name() == Some("group") {
                     if args.len() != 1 {
-                        self.err(Diagnostic::error(Code::WrongArgCount, format!("`group` takes 1 argument, got {}", args.len())).primary(e.span, "here"));
+                        self.err(
+                            Diagnostic::error(
+                                Code::WrongArgCount,
+                                format!("`group` takes 1 argument, got {}", args.len()),
+                            )
+                            .primary(e.span, "here"),
+                        );
                         return None;
                     }
-                    let Some(vn) = args[0].value.name() else { return bad(self) };
+                    let Some(vn) = args[0].value.name() else {
+                        return bad(self);
+                    };
                     let Some(v) = self.var_use(cx, vn, args[0].value.span) else {
                         let cands: Vec<String> = cx.scope.iter().map(|(n, _)| n.clone()).collect();
                         self.unknown_name_among(cx.item.module, vn, args[0].value.span, "index variable", &cands);
@@ -879,7 +1092,12 @@ impl Checker<'_> {
                 }
                 if let ExprKind::Field { .. } = &callee.kind {
                     let (param, func, args) = self.route_call(cx, e)?;
-                    return Some(SIdx::Route { param, func, args, span: e.span });
+                    return Some(SIdx::Route {
+                        param,
+                        func,
+                        args,
+                        span: e.span,
+                    });
                 }
                 bad(self)
             }
@@ -889,16 +1107,28 @@ impl Checker<'_> {
 
     /// `r.func(vars)` → (routing param, function, variables).
     fn route_call(&mut self, cx: &mut Ctx, e: &Expr) -> Option<(usize, RouteFn, Vec<usize>)> {
-        let ExprKind::Call { callee, args } = &e.kind else { return None };
-        let ExprKind::Field { base, field } = &callee.kind else { return None };
+        let ExprKind::Call { callee, args } = &e.kind else {
+            return None;
+        };
+        let ExprKind::Field { base, field } = &callee.kind else {
+            return None;
+        };
         let rn = base.name().unwrap_or("");
-        let Some(param) = cx.params.iter().position(|p| matches!(p, PSig::Route { name, .. } if name == rn)) else {
-            self.err(Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing parameter of this op")).primary(base.span, "expected a parameter declared `r: route`"));
+        let Some(param) = cx
+            .params
+            .iter()
+            .position(|p| matches!(p, PSig::Route { name, .. } if name == rn))
+        else {
+            self.err(
+                Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing parameter of this op"))
+                    .primary(base.span, "expected a parameter declared `r: route`"),
+            );
             return None;
         };
         let Some(func) = RouteFn::parse(&field.name) else {
             let names: Vec<&str> = RouteFn::all().iter().map(|f| f.name()).collect();
-            let mut d = Diagnostic::error(Code::UnknownName, format!("a routing has no function `{}`", field.name)).primary(field.span, "unknown");
+            let mut d = Diagnostic::error(Code::UnknownName, format!("a routing has no function `{}`", field.name))
+                .primary(field.span, "unknown");
             d = match crate::suggest::closest(&field.name, names.iter().copied()) {
                 Some(b) => d.help(format!("did you mean `{b}`?")),
                 None => d.help(format!("the routing functions are: {}", names.join(", "))),
@@ -908,29 +1138,50 @@ impl Checker<'_> {
         };
         if !cx.is_comm {
             self.err(
-                Diagnostic::error(Code::BadComm, format!("`{rn}.{}` is only available in `comm` ops", field.name))
-                    .primary(e.span, "routing functions describe communication"),
+                Diagnostic::error(
+                    Code::BadComm,
+                    format!("`{rn}.{}` is only available in `comm` ops", field.name),
+                )
+                .primary(e.span, "routing functions describe communication"),
             );
             return None;
         }
         if args.len() != func.arity() {
             self.err(
-                Diagnostic::error(Code::WrongArgCount, format!("`{rn}.{}` takes {} argument(s), got {}", field.name, func.arity(), args.len()))
-                    .primary(e.span, "wrong number of arguments")
-                    .help(if func.arity() == 2 { "sending side: `r.rank(t, j)` with a token and a choice" } else { "receiving side: `r.src_rank(m)` with a received row" }),
+                Diagnostic::error(
+                    Code::WrongArgCount,
+                    format!(
+                        "`{rn}.{}` takes {} argument(s), got {}",
+                        field.name,
+                        func.arity(),
+                        args.len()
+                    ),
+                )
+                .primary(e.span, "wrong number of arguments")
+                .help(if func.arity() == 2 {
+                    "sending side: `r.rank(t, j)` with a token and a choice"
+                } else {
+                    "receiving side: `r.src_rank(m)` with a received row"
+                }),
             );
             return None;
         }
         let mut vars = Vec::new();
         for a in args {
             let Some(n) = a.value.name() else {
-                self.err(Diagnostic::error(Code::BadIndex, "routing functions take index variables").primary(a.value.span, "expected a variable"));
+                self.err(
+                    Diagnostic::error(Code::BadIndex, "routing functions take index variables")
+                        .primary(a.value.span, "expected a variable"),
+                );
                 return None;
             };
             match self.var_use(cx, n, a.value.span) {
                 Some(v) => vars.push(v),
                 None => {
-                    self.err(Diagnostic::error(Code::BadIndex, format!("`{n}` is not an index variable")).primary(a.value.span, "expected a variable"));
+                    self.err(
+                        Diagnostic::error(Code::BadIndex, format!("`{n}` is not an index variable"))
+                            .primary(a.value.span, "expected a variable"),
+                    );
                     return None;
                 }
             }
@@ -980,12 +1231,20 @@ impl Checker<'_> {
                 if let Some(v) = self.var_use(cx, n, e.span) {
                     return Some(SS::Var(v));
                 }
-                let cands: Vec<String> = cx.scope.iter().map(|(n, _)| n.clone()).chain(cx.params.iter().map(|p| p.name().to_string())).collect();
+                let cands: Vec<String> = cx
+                    .scope
+                    .iter()
+                    .map(|(n, _)| n.clone())
+                    .chain(cx.params.iter().map(|p| p.name().to_string()))
+                    .collect();
                 self.unknown_name_among(cx.item.module, n, e.span, "name", &cands);
                 None
             }
             ExprKind::Str(_) | ExprKind::Tuple(_) => {
-                self.err(Diagnostic::error(Code::TypeMismatch, "not a scalar expression").primary(e.span, "expected a number, a tensor element or a function"));
+                self.err(
+                    Diagnostic::error(Code::TypeMismatch, "not a scalar expression")
+                        .primary(e.span, "expected a number, a tensor element or a function"),
+                );
                 None
             }
             ExprKind::Neg(a) => Some(SS::Neg(Box::new(self.scalar(cx, a)?))),
@@ -996,7 +1255,10 @@ impl Checker<'_> {
             }
             ExprKind::Index { base, index } => {
                 let Some(tn) = base.name() else {
-                    self.err(Diagnostic::error(Code::BadIndex, "only tensor parameters can be indexed").primary(base.span, "expected a tensor name"));
+                    self.err(
+                        Diagnostic::error(Code::BadIndex, "only tensor parameters can be indexed")
+                            .primary(base.span, "expected a tensor name"),
+                    );
                     return None;
                 };
                 let Some((input, rank)) = cx.params.iter().find_map(|p| match p {
@@ -1004,11 +1266,15 @@ impl Checker<'_> {
                     _ => None,
                 }) else {
                     if tn == "out" {
-                        self.err(Diagnostic::error(Code::BadIndex, "`out` cannot be read in its own definition").primary(base.span, "reads of the output are not allowed"));
+                        self.err(
+                            Diagnostic::error(Code::BadIndex, "`out` cannot be read in its own definition")
+                                .primary(base.span, "reads of the output are not allowed"),
+                        );
                         return None;
                     }
                     let cands: Vec<String> = cx.params.iter().map(|p| p.name().to_string()).collect();
-                    let mut d = Diagnostic::error(Code::UnknownName, format!("unknown tensor `{tn}`")).primary(base.span, "not a parameter of this op");
+                    let mut d = Diagnostic::error(Code::UnknownName, format!("unknown tensor `{tn}`"))
+                        .primary(base.span, "not a parameter of this op");
                     if let Some(b) = crate::suggest::closest(tn, cands.iter().map(|s| s.as_str())) {
                         d = d.help(format!("did you mean `{b}`?"));
                     }
@@ -1017,8 +1283,11 @@ impl Checker<'_> {
                 };
                 if index.len() != rank {
                     self.err(
-                        Diagnostic::error(Code::RankMismatch, format!("`{tn}` has {rank} dimension(s), indexed with {}", index.len()))
-                            .primary(e.span, "wrong number of indices"),
+                        Diagnostic::error(
+                            Code::RankMismatch,
+                            format!("`{tn}` has {rank} dimension(s), indexed with {}", index.len()),
+                        )
+                        .primary(e.span, "wrong number of indices"),
                     );
                     return None;
                 }
@@ -1043,12 +1312,17 @@ impl Checker<'_> {
                         );
                         return None;
                     }
-                    return Some(SS::Route { param, func, args: vars });
+                    return Some(SS::Route {
+                        param,
+                        func,
+                        args: vars,
+                    });
                 }
                 let fname = callee.name().unwrap_or("");
                 let Some(f) = Func::parse(fname) else {
                     let names: Vec<&str> = Func::all().iter().map(|f| f.name()).collect();
-                    let mut d = Diagnostic::error(Code::UnknownName, format!("unknown function `{fname}`")).primary(callee.span, "not a scalar function");
+                    let mut d = Diagnostic::error(Code::UnknownName, format!("unknown function `{fname}`"))
+                        .primary(callee.span, "not a scalar function");
                     d = match crate::suggest::closest(fname, names.iter().copied()) {
                         Some(b) => d.help(format!("did you mean `{b}`?")),
                         None => d.help(format!("the functions are: {}", names.join(", "))),
@@ -1058,8 +1332,11 @@ impl Checker<'_> {
                 };
                 if args.len() != f.arity() {
                     self.err(
-                        Diagnostic::error(Code::WrongArgCount, format!("`{fname}` takes {} argument(s), got {}", f.arity(), args.len()))
-                            .primary(e.span, "wrong number of arguments"),
+                        Diagnostic::error(
+                            Code::WrongArgCount,
+                            format!("`{fname}` takes {} argument(s), got {}", f.arity(), args.len()),
+                        )
+                        .primary(e.span, "wrong number of arguments"),
                     );
                     return None;
                 }
@@ -1075,7 +1352,13 @@ impl Checker<'_> {
                 for b in binders {
                     let v = b.var();
                     if Self::lookup_var(cx, &v.name).is_some() || self.is_const_name(cx, &v.name) {
-                        self.err(Diagnostic::error(Code::DuplicateDefinition, format!("reduction variable `{}` shadows another name", v.name)).primary(v.span, "choose a new name"));
+                        self.err(
+                            Diagnostic::error(
+                                Code::DuplicateDefinition,
+                                format!("reduction variable `{}` shadows another name", v.name),
+                            )
+                            .primary(v.span, "choose a new name"),
+                        );
                         cx.scope.truncate(mark);
                         return None;
                     }
@@ -1084,7 +1367,13 @@ impl Checker<'_> {
                         match Self::lookup_var(cx, &group.name) {
                             Some(g) if g != id => cx.vars[id].group_of = Some(g),
                             _ => {
-                                self.err(Diagnostic::error(Code::UnknownName, format!("`{}` is not an index variable", group.name)).primary(group.span, "expected an output index variable"));
+                                self.err(
+                                    Diagnostic::error(
+                                        Code::UnknownName,
+                                        format!("`{}` is not an index variable", group.name),
+                                    )
+                                    .primary(group.span, "expected an output index variable"),
+                                );
                                 cx.scope.truncate(mark);
                                 return None;
                             }
@@ -1094,7 +1383,10 @@ impl Checker<'_> {
                 }
                 let inner = self.scalar(cx, body);
                 cx.scope.truncate(mark);
-                Some(SS::Sum { vars, body: Box::new(inner?) })
+                Some(SS::Sum {
+                    vars,
+                    body: Box::new(inner?),
+                })
             }
             ExprKind::Field { .. } => {
                 self.err(
@@ -1125,10 +1417,11 @@ fn contraction_of(b: &SymBody) -> Option<(usize, usize, Vec<usize>)> {
         return None;
     }
     let SS::Sum { vars, body } = &st.value else { return None };
-    let SS::Bin(BinOp::Mul, a, c) = &**body else { return None };
+    let SS::Bin(BinOp::Mul, a, c) = &**body else {
+        return None;
+    };
     match (&**a, &**c) {
         (SS::Read { input: x, .. }, SS::Read { input: y, .. }) => Some((*x, *y, vars.clone())),
         _ => None,
     }
 }
-

@@ -6,7 +6,7 @@ use super::consts::BareNames;
 use super::{Checker, ItemRef};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{RouteId, RouteKind, RouteSpec, Value};
-use crate::syntax::ast::{Arg, ItemKind, SigParam, SignatureKind};
+use crate::syntax::ast::{Arg, ItemKind, RouteDecl, SigParam, SignatureKind};
 use crate::syntax::token::Span;
 use std::collections::BTreeMap;
 
@@ -48,14 +48,25 @@ fn describe(t: &SigType) -> String {
         SigType::Float => "a number".into(),
         SigType::Bool => "`true` or `false`".into(),
         SigType::Str => "a string".into(),
-        SigType::OneOf(v) => format!("one of {}", v.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")),
+        SigType::OneOf(v) => format!(
+            "one of {}",
+            v.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+        ),
     }
 }
 
 impl Checker<'_> {
     /// Matches arguments against a signature item; returns every parameter's value.
-    pub(crate) fn match_sig(&mut self, sig: ItemRef, args: &[Arg], span: Span, what: &str) -> Option<BTreeMap<String, (Value, Span)>> {
-        let ItemKind::Signature(s) = &self.item(sig).kind else { return None };
+    pub(crate) fn match_sig(
+        &mut self,
+        sig: ItemRef,
+        args: &[Arg],
+        span: Span,
+        what: &str,
+    ) -> Option<BTreeMap<String, (Value, Span)>> {
+        let ItemKind::Signature(s) = &self.item(sig).kind else {
+            return None;
+        };
         let s = s.clone();
         let mut given: BTreeMap<String, (Value, Span)> = BTreeMap::new();
         // Parameters given an argument, valid or not (an invalid one is not also "missing").
@@ -71,8 +82,11 @@ impl Checker<'_> {
                         Some(p) => p,
                         None => {
                             let names: Vec<&str> = s.params.iter().map(|p| p.name.name.as_str()).collect();
-                            let mut d = Diagnostic::error(Code::UnknownArgument, format!("{what} `{}` has no argument `{}`", s.name.name, n.name))
-                                .primary(n.span, "unknown argument");
+                            let mut d = Diagnostic::error(
+                                Code::UnknownArgument,
+                                format!("{what} `{}` has no argument `{}`", s.name.name, n.name),
+                            )
+                            .primary(n.span, "unknown argument");
                             if let Some(b) = crate::suggest::closest(&n.name, names.iter().copied()) {
                                 d = d.help(format!("did you mean `{b}`?"));
                             } else {
@@ -86,7 +100,10 @@ impl Checker<'_> {
                 }
                 None => {
                     if positional_done {
-                        self.err(Diagnostic::error(Code::UnexpectedToken, "a positional argument after a named one").primary(a.value.span, "name this argument"));
+                        self.err(
+                            Diagnostic::error(Code::UnexpectedToken, "a positional argument after a named one")
+                                .primary(a.value.span, "name this argument"),
+                        );
                         ok = false;
                         misplaced = true;
                         continue;
@@ -95,8 +112,11 @@ impl Checker<'_> {
                         Some(p) => p,
                         None => {
                             self.err(
-                                Diagnostic::error(Code::WrongArgCount, format!("{what} `{}` takes at most {} arguments", s.name.name, s.params.len()))
-                                    .primary(a.value.span, "one too many"),
+                                Diagnostic::error(
+                                    Code::WrongArgCount,
+                                    format!("{what} `{}` takes at most {} arguments", s.name.name, s.params.len()),
+                                )
+                                .primary(a.value.span, "one too many"),
                             );
                             ok = false;
                             continue;
@@ -117,7 +137,11 @@ impl Checker<'_> {
                 continue;
             }
             let ty = sig_type(p);
-            let bare = if matches!(ty, SigType::OneOf(_)) { BareNames::Accept } else { BareNames::Reject };
+            let bare = if matches!(ty, SigType::OneOf(_)) {
+                BareNames::Accept
+            } else {
+                BareNames::Reject
+            };
             let Some(v) = self.eval_const(self.root, &a.value, bare) else {
                 ok = false;
                 continue;
@@ -140,16 +164,30 @@ impl Checker<'_> {
             match &p.default {
                 Some(d) => {
                     let ty = sig_type(p);
-                    let bare = if matches!(ty, SigType::OneOf(_)) { BareNames::Accept } else { BareNames::Reject };
-                    if let Some(v) = self.eval_const(sig.module, d, bare).and_then(|v| self.coerce(v, &ty, d.span, &p.name.name)) {
+                    let bare = if matches!(ty, SigType::OneOf(_)) {
+                        BareNames::Accept
+                    } else {
+                        BareNames::Reject
+                    };
+                    if let Some(v) = self
+                        .eval_const(sig.module, d, bare)
+                        .and_then(|v| self.coerce(v, &ty, d.span, &p.name.name))
+                    {
                         given.insert(p.name.name.clone(), (v, span));
                     }
                 }
                 None => {
                     self.err(
-                        Diagnostic::error(Code::MissingArgument, format!("{what} `{}` needs the argument `{}`", s.name.name, p.name.name))
-                            .primary(span, format!("`{}` is missing", p.name.name))
-                            .help(format!("add `{}: {}`", p.name.name, describe(&sig_type(p)).replace("an integer", "N"))),
+                        Diagnostic::error(
+                            Code::MissingArgument,
+                            format!("{what} `{}` needs the argument `{}`", s.name.name, p.name.name),
+                        )
+                        .primary(span, format!("`{}` is missing", p.name.name))
+                        .help(format!(
+                            "add `{}: {}`",
+                            p.name.name,
+                            describe(&sig_type(p)).replace("an integer", "N")
+                        )),
                     );
                     ok = false;
                 }
@@ -169,8 +207,16 @@ impl Checker<'_> {
             _ => None,
         };
         if r.is_none() {
-            let mut d = Diagnostic::error(Code::InvalidValue, format!("`{name}` takes {}, not {} `{}`", describe(ty), v.kind(), super::consts::show_value(&v)))
-                .primary(span, format!("expected {}", describe(ty)));
+            let mut d = Diagnostic::error(
+                Code::InvalidValue,
+                format!(
+                    "`{name}` takes {}, not {} `{}`",
+                    describe(ty),
+                    v.kind(),
+                    super::consts::show_value(&v)
+                ),
+            )
+            .primary(span, format!("expected {}", describe(ty)));
             if let (SigType::OneOf(list), Value::Name(n)) = (ty, &v) {
                 if let Some(b) = crate::suggest::closest(n, list.iter().map(|s| s.as_str())) {
                     d = d.help(format!("did you mean `{b}`?"));
@@ -183,16 +229,29 @@ impl Checker<'_> {
 
     /// Checks a signature declared in the root (defaults must match their types).
     pub(super) fn check_signature_item(&mut self, r: ItemRef) {
-        let ItemKind::Signature(s) = &self.item(r).kind else { return };
+        let ItemKind::Signature(s) = &self.item(r).kind else {
+            return;
+        };
         let s = s.clone();
         let mut seen: BTreeMap<String, Span> = BTreeMap::new();
         for p in &s.params {
             if let Some(prev) = seen.insert(p.name.name.clone(), p.name.span) {
-                self.err(Diagnostic::error(Code::DuplicateDefinition, format!("parameter `{}` is declared twice", p.name.name)).primary(p.name.span, "again here").secondary(prev, "first here"));
+                self.err(
+                    Diagnostic::error(
+                        Code::DuplicateDefinition,
+                        format!("parameter `{}` is declared twice", p.name.name),
+                    )
+                    .primary(p.name.span, "again here")
+                    .secondary(prev, "first here"),
+                );
             }
             if let Some(d) = &p.default {
                 let ty = sig_type(p);
-                let bare = if matches!(ty, SigType::OneOf(_)) { BareNames::Accept } else { BareNames::Reject };
+                let bare = if matches!(ty, SigType::OneOf(_)) {
+                    BareNames::Accept
+                } else {
+                    BareNames::Reject
+                };
                 if let Some(v) = self.eval_const(r.module, d, bare) {
                     self.coerce(v, &ty, d.span, &p.name.name);
                 }
@@ -211,14 +270,32 @@ impl Checker<'_> {
     }
 
     fn check_route(&mut self, r: ItemRef) -> Option<RouteId> {
-        let ItemKind::Route(decl) = &self.item(r).kind else { return None };
-        let decl = decl.clone();
+        let ItemKind::Route(decl) = &self.item(r).kind else {
+            return None;
+        };
+        let mut decl = decl.clone();
         let item_span = self.item(r).span;
+        if r.module == self.root {
+            if let Some(text) = self.opts.routing.clone() {
+                match self.routing_override(&decl, &text) {
+                    Ok(Some(d)) => decl = d,
+                    Ok(None) => {}
+                    Err(()) => return None,
+                }
+            }
+        }
         let sig = match self.lookup(r.module, &decl.kind.name) {
             Some(s) if matches!(&self.item(s).kind, ItemKind::Signature(x) if x.kind == SignatureKind::Routing) => s,
             _ => {
-                let kinds = self.names_where(r.module, |k| matches!(k, ItemKind::Signature(x) if x.kind == SignatureKind::Routing));
-                let mut d = Diagnostic::error(Code::UnknownRouting, format!("unknown routing kind `{}`", decl.kind.name)).primary(decl.kind.span, "not a routing kind");
+                let kinds = self.names_where(
+                    r.module,
+                    |k| matches!(k, ItemKind::Signature(x) if x.kind == SignatureKind::Routing),
+                );
+                let mut d = Diagnostic::error(
+                    Code::UnknownRouting,
+                    format!("unknown routing kind `{}`", decl.kind.name),
+                )
+                .primary(decl.kind.span, "not a routing kind");
                 if let Some(b) = crate::suggest::closest(&decl.kind.name, kinds.iter().map(|s| s.as_str())) {
                     d = d.help(format!("did you mean `{b}`?"));
                 } else {
@@ -261,7 +338,12 @@ impl Checker<'_> {
             if k < 1 {
                 bad(self, ks, format!("`topk` must be at least 1, got {k}"), None);
             } else if k > experts {
-                bad(self, ks, format!("`topk` = {k} is larger than `experts` = {experts}"), Some("each token picks topk distinct experts".into()));
+                bad(
+                    self,
+                    ks,
+                    format!("`topk` = {k} is larger than `experts` = {experts}"),
+                    Some("each token picks topk distinct experts".into()),
+                );
             }
         }
         if let Some(n) = ranks {
@@ -275,7 +357,12 @@ impl Checker<'_> {
             }
         }
         if !(cf.is_finite() && cf >= 0.0) {
-            bad(self, cfs, format!("`capacity_factor` must be 0 (exact) or positive, got {cf}"), None);
+            bad(
+                self,
+                cfs,
+                format!("`capacity_factor` must be 0 (exact) or positive, got {cf}"),
+                None,
+            );
         }
         let kind = match decl.kind.name.as_str() {
             "balanced" => RouteKind::Balanced,
@@ -283,7 +370,12 @@ impl Checker<'_> {
             "zipf" => {
                 let (s, ss) = float("s")?;
                 if !(s.is_finite() && s >= 0.0) {
-                    bad(self, ss, format!("the Zipf exponent `s` must be at least 0, got {s}"), None);
+                    bad(
+                        self,
+                        ss,
+                        format!("the Zipf exponent `s` must be at least 0, got {s}"),
+                        None,
+                    );
                 }
                 RouteKind::Zipf { s, seed }
             }
@@ -333,16 +425,28 @@ impl Checker<'_> {
         let topk = match (&kind, topk) {
             (_, Some((k, _))) => k,
             (RouteKind::File { path, .. }, None) => {
-                let base = self.modules[r.module].path.as_ref().and_then(|p| p.parent().map(|d| d.to_path_buf()));
+                let base = self.modules[r.module]
+                    .path
+                    .as_ref()
+                    .and_then(|p| p.parent().map(|d| d.to_path_buf()));
                 let p = base.map_or_else(|| std::path::PathBuf::from(path), |b| b.join(path));
                 match crate::npy::read(&p) {
                     Ok(a) if a.shape.len() == 3 => a.shape[2] as i64,
                     Ok(a) => {
-                        self.err(Diagnostic::error(Code::BadRouting, format!("`{path}` has shape {:?}; expected [ranks, tokens, topk]", a.shape)).primary(decl.args_span, "here"));
+                        self.err(
+                            Diagnostic::error(
+                                Code::BadRouting,
+                                format!("`{path}` has shape {:?}; expected [ranks, tokens, topk]", a.shape),
+                            )
+                            .primary(decl.args_span, "here"),
+                        );
                         return None;
                     }
                     Err(e) => {
-                        self.err(Diagnostic::error(Code::FileNotFound, format!("cannot read routing file `{path}`: {e}")).primary(decl.args_span, "here"));
+                        self.err(
+                            Diagnostic::error(Code::FileNotFound, format!("cannot read routing file `{path}`: {e}"))
+                                .primary(decl.args_span, "here"),
+                        );
                         return None;
                     }
                 }
@@ -374,6 +478,52 @@ impl Checker<'_> {
         Some(id)
     }
 
+    /// Applies `--routing [NAME=]KIND(args)` to a routing of the root, if it names it (or
+    /// names none and this is the root's only routing). Named arguments of the declaration
+    /// that the override does not give, and that the new kind takes, are kept.
+    fn routing_override(&mut self, decl: &RouteDecl, text: &str) -> Result<Option<RouteDecl>, ()> {
+        let (target, call) = match text.split_once('=') {
+            Some((n, c)) if !n.trim().is_empty() && n.trim().chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') => (Some(n.trim().to_string()), c),
+            _ => (None, text),
+        };
+        let routes_in_root = self.modules[self.root].ast.items.iter().filter(|it| matches!(it.kind, ItemKind::Route(_))).count();
+        match &target {
+            Some(n) if *n != decl.name.name => return Ok(None),
+            None if routes_in_root != 1 => {
+                self.err(
+                    Diagnostic::error(Code::BadOverride, format!("`--routing {text}`: the program has {routes_in_root} routings"))
+                        .help("name the routing: `--routing NAME=KIND(...)`"),
+                );
+                return Err(());
+            }
+            _ => {}
+        }
+        let file = self.sources.add("<--routing>", None, format!("route {} = {};", decl.name.name, call.trim()));
+        let src = self.sources.get(file).map(|f| f.text.clone()).unwrap_or_default();
+        let (ast, diags, _) = crate::syntax::parse_text(&src, file);
+        if !diags.is_empty() {
+            self.diags.extend(diags);
+            return Err(());
+        }
+        let Some(ItemKind::Route(new)) = ast.items.into_iter().next().map(|i| i.kind) else {
+            self.err(Diagnostic::error(Code::BadOverride, format!("`--routing {text}`: expected KIND(arg: value, ...)")));
+            return Err(());
+        };
+        let takes: Vec<String> = match self.lookup(self.root, &new.kind.name).map(|s| &self.item(s).kind) {
+            Some(ItemKind::Signature(sg)) => sg.params.iter().map(|p| p.name.name.clone()).collect(),
+            _ => Vec::new(),
+        };
+        let mut args = new.args.clone();
+        for a in &decl.args {
+            let Some(n) = &a.name else { continue };
+            let given = args.iter().any(|b| b.name.as_ref().is_some_and(|m| m.name == n.name));
+            if !given && takes.contains(&n.name) {
+                args.push(a.clone());
+            }
+        }
+        Ok(Some(RouteDecl { args, ..new }))
+    }
+
     /// Materialises every routing whose token count is known and checks its windows.
     pub(super) fn finish_routes(&mut self) {
         for i in 0..self.routes.len() {
@@ -382,11 +532,17 @@ impl Checker<'_> {
                 // Never used by a taskflow: nothing to size.
                 continue;
             }
-            let base = self.modules[st.item.module].path.as_ref().and_then(|p| p.parent().map(|d| d.to_path_buf()));
+            let base = self.modules[st.item.module]
+                .path
+                .as_ref()
+                .and_then(|p| p.parent().map(|d| d.to_path_buf()));
             let routing = match crate::route::Routing::generate(&st.spec, base.as_deref()) {
                 Ok(r) => r,
                 Err(e) => {
-                    self.err(Diagnostic::error(Code::BadRouting, format!("routing `{}`: {e}", st.spec.name)).primary(st.spec.span, "cannot be generated"));
+                    self.err(
+                        Diagnostic::error(Code::BadRouting, format!("routing `{}`: {e}", st.spec.name))
+                            .primary(st.spec.span, "cannot be generated"),
+                    );
                     continue;
                 }
             };

@@ -48,9 +48,7 @@ impl miette::Diagnostic for MietteDiag {
         Some(self.severity)
     }
     fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
-        self.help
-            .as_ref()
-            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
+        self.help.as_ref().map(|h| Box::new(h) as Box<dyn fmt::Display>)
     }
     fn source_code(&self) -> Option<&dyn miette::SourceCode> {
         self.source.as_ref().map(|s| s as &dyn miette::SourceCode)
@@ -66,9 +64,7 @@ impl miette::Diagnostic for MietteDiag {
         if self.related.is_empty() {
             None
         } else {
-            Some(Box::new(
-                self.related.iter().map(|d| d as &dyn miette::Diagnostic),
-            ))
+            Some(Box::new(self.related.iter().map(|d| d as &dyn miette::Diagnostic)))
         }
     }
 }
@@ -104,7 +100,11 @@ fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
                 labels.push(labeled(l.span, &file.text, &l.message, l.primary));
             } else if let Some(other) = sources.get(l.span.file) {
                 related.push(MietteDiag {
-                    message: if l.message.is_empty() { "see here".into() } else { l.message.clone() },
+                    message: if l.message.is_empty() {
+                        "see here".into()
+                    } else {
+                        l.message.clone()
+                    },
                     code: String::new(),
                     // A location in another file that explains the main one: not a warning.
                     severity: miette::Severity::Advice,
@@ -136,7 +136,9 @@ const MAX_DRAWN_LINE: usize = 2000;
 
 fn has_long_line(d: &Diagnostic, sources: &SourceMap) -> bool {
     d.labels.iter().any(|l| {
-        let Some(f) = sources.get(l.span.file) else { return false };
+        let Some(f) = sources.get(l.span.file) else {
+            return false;
+        };
         let text = &f.text;
         let lo = (l.span.lo as usize).min(text.len());
         let hi = (l.span.hi as usize).clamp(lo, text.len());

@@ -106,12 +106,20 @@ impl RouteFn {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Index {
     /// `coef * var + offset`.
-    Affine { var: VarId, coef: i64, offset: i64 },
+    Affine {
+        var: VarId,
+        coef: i64,
+        offset: i64,
+    },
     Const(i64),
     /// The local expert of a grouped row.
     Group(VarId),
     /// A routing function of variables.
-    Route { route: RouteId, func: RouteFn, args: Vec<VarId> },
+    Route {
+        route: RouteId,
+        func: RouteFn,
+        args: Vec<VarId>,
+    },
 }
 
 /// Scalar functions of op bodies.
@@ -233,15 +241,25 @@ impl Func {
 pub enum SExpr {
     Const(f64),
     /// Element of the op's `input`-th tensor argument.
-    Read { input: usize, index: Vec<Index> },
+    Read {
+        input: usize,
+        index: Vec<Index>,
+    },
     /// An index variable's value.
     Var(VarId),
     /// A routing function's value (e.g. the gate weight).
-    Route { route: RouteId, func: RouteFn, args: Vec<VarId> },
+    Route {
+        route: RouteId,
+        func: RouteFn,
+        args: Vec<VarId>,
+    },
     Neg(Box<SExpr>),
     Bin(BinOp, Box<SExpr>, Box<SExpr>),
     Call(Func, Vec<SExpr>),
-    Sum { vars: Vec<VarId>, body: Box<SExpr> },
+    Sum {
+        vars: Vec<VarId>,
+        body: Box<SExpr>,
+    },
 }
 
 impl SExpr {
@@ -391,17 +409,15 @@ fn show(e: &SExpr, body: &ConcreteBody, inputs: &[String], f: &mut fmt::Formatte
             f.write_str("]")
         }
         SExpr::Var(v) => f.write_str(vn(*v)),
-        SExpr::Route { func, args, .. } => {
-            show_index(
-                &Index::Route {
-                    route: RouteId(0),
-                    func: *func,
-                    args: args.clone(),
-                },
-                body,
-                f,
-            )
-        }
+        SExpr::Route { func, args, .. } => show_index(
+            &Index::Route {
+                route: RouteId(0),
+                func: *func,
+                args: args.clone(),
+            },
+            body,
+            f,
+        ),
         SExpr::Neg(a) => {
             f.write_str("-")?;
             show(a, body, inputs, f, 3)

@@ -24,13 +24,21 @@ fn range_text(p: &Program, b: &ConcreteBody, r: VarRange) -> String {
     match r {
         VarRange::Fixed { lo, hi } => format!("{lo}..{hi}"),
         VarRange::Recv(id) => format!("{}.recv", p.route(id).name),
-        VarRange::GroupRows { group, .. } => format!("rows of group {}", b.vars.get(group).map_or("?", |v| v.name.as_str())),
+        VarRange::GroupRows { group, .. } => {
+            format!("rows of group {}", b.vars.get(group).map_or("?", |v| v.name.as_str()))
+        }
     }
 }
 
 fn tile_text(tile: &[(String, u64)]) -> String {
     tile.iter()
-        .map(|(n, s)| if *s == u64::MAX { format!("{n}: all") } else { format!("{n}: {s}") })
+        .map(|(n, s)| {
+            if *s == u64::MAX {
+                format!("{n}: all")
+            } else {
+                format!("{n}: {s}")
+            }
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -51,7 +59,11 @@ pub fn program_text(p: &Program) -> String {
         let _ = writeln!(
             s,
             "params {}",
-            p.params.iter().map(|(n, v)| format!("{n} = {v}")).collect::<Vec<_>>().join(", ")
+            p.params
+                .iter()
+                .map(|(n, v)| format!("{n} = {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     for r in &p.routes {
@@ -91,43 +103,81 @@ pub fn program_text(p: &Program) -> String {
                 n.engine.name(),
                 shape_text(p, out),
                 tile_text(&n.tile),
-                if n.order.is_empty() { String::new() } else { format!(" order({})", n.order.join(", ")) },
-                if n.priority != 0 { format!(" priority({})", n.priority) } else { String::new() }
+                if n.order.is_empty() {
+                    String::new()
+                } else {
+                    format!(" order({})", n.order.join(", "))
+                },
+                if n.priority != 0 {
+                    format!(" priority({})", n.priority)
+                } else {
+                    String::new()
+                }
             );
             let names: Vec<String> = n.inputs.iter().map(|t| tf.tensor(*t).name.clone()).collect();
             for st in &n.body.stmts {
                 let vars: Vec<String> = st
                     .vars
                     .iter()
-                    .map(|v| format!("{} in {}", n.body.vars[*v].name, range_text(p, &n.body, n.body.vars[*v].range)))
+                    .map(|v| {
+                        format!(
+                            "{} in {}",
+                            n.body.vars[*v].name,
+                            range_text(p, &n.body, n.body.vars[*v].range)
+                        )
+                    })
                     .collect();
                 let mut red = Vec::new();
                 st.value.reduction_vars(&mut red);
                 let red: Vec<String> = red
                     .iter()
-                    .map(|v| format!("{} in {}", n.body.vars[*v].name, range_text(p, &n.body, n.body.vars[*v].range)))
+                    .map(|v| {
+                        format!(
+                            "{} in {}",
+                            n.body.vars[*v].name,
+                            range_text(p, &n.body, n.body.vars[*v].range)
+                        )
+                    })
                     .collect();
                 let _ = writeln!(
                     s,
                     "      for {}{}: {} {} {}   ({} ops/term)",
                     vars.join(", "),
-                    if red.is_empty() { String::new() } else { format!("; sum {}", red.join(", ")) },
+                    if red.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; sum {}", red.join(", "))
+                    },
                     target_text(&st.target, &n.body),
                     if st.accumulate { "+=" } else { "=" },
-                    ShowExpr { expr: &st.value, body: &n.body, inputs: &names },
+                    ShowExpr {
+                        expr: &st.value,
+                        body: &n.body,
+                        inputs: &names
+                    },
                     st.value.ops_per_term()
                 );
             }
         }
         for (name, t) in &tf.outputs {
-            let _ = writeln!(s, "  output {}: {} = {}", name, shape_text(p, tf.tensor(*t)), tf.tensor(*t).name);
+            let _ = writeln!(
+                s,
+                "  output {}: {} = {}",
+                name,
+                shape_text(p, tf.tensor(*t)),
+                tf.tensor(*t).name
+            );
         }
         if let Some(sc) = p.schedule_for(&tf.name) {
             let _ = writeln!(
                 s,
                 "  schedule {} {{ {} }}",
                 sc.policy,
-                sc.options.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
+                sc.options
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
     }
@@ -142,7 +192,10 @@ fn target_text(t: &Target, b: &ConcreteBody) -> String {
         }
     }
     match t {
-        Target::Out(ix) => format!("out[{}]", ix.iter().map(|i| I(i, b).to_string()).collect::<Vec<_>>().join(", ")),
+        Target::Out(ix) => format!(
+            "out[{}]",
+            ix.iter().map(|i| I(i, b).to_string()).collect::<Vec<_>>().join(", ")
+        ),
         Target::Put { rank, index } => format!(
             "put out @ {} [{}]",
             I(rank, b),
@@ -174,7 +227,12 @@ pub fn program_json(p: &Program) -> J {
         .device
         .fields
         .iter()
-        .map(|(k, f)| (k.clone(), json!({ "value": f.value, "unit": f.unit, "quantity": f.quantity })))
+        .map(|(k, f)| {
+            (
+                k.clone(),
+                json!({ "value": f.value, "unit": f.unit, "quantity": f.quantity }),
+            )
+        })
         .collect();
     let routes: Vec<J> = p
         .routes

@@ -63,7 +63,11 @@ impl RouteLayout {
                 group_off[d][el] = at;
                 for s in 0..ranks {
                     seg[s * experts + e] = at;
-                    at += if static_capacity { tokens as u32 } else { count[s * experts + e] };
+                    at += if static_capacity {
+                        tokens as u32
+                    } else {
+                        count[s * experts + e]
+                    };
                 }
             }
             group_off[d][local] = at;
@@ -89,7 +93,14 @@ impl RouteLayout {
                 off[e + 1] = off[e] + count[s * experts + e];
             }
             let mut fill = off.clone();
-            let mut list = vec![SendEntry { token: 0, choice: 0, slot: 0 }; off[experts] as usize];
+            let mut list = vec![
+                SendEntry {
+                    token: 0,
+                    choice: 0,
+                    slot: 0
+                };
+                off[experts] as usize
+            ];
             for t in 0..tokens {
                 for j in 0..topk {
                     let e = routing.expert_of(s, t, j);
@@ -183,7 +194,9 @@ mod tests {
             // Rows of a group belong to the group's expert.
             for (row, r) in l.recv[d].iter().enumerate() {
                 let g = l.group_of_row(d, row as u32);
-                let e = l.routing.expert_of(r.src_rank as usize, r.src_token as usize, r.src_choice as usize);
+                let e = l
+                    .routing
+                    .expert_of(r.src_rank as usize, r.src_token as usize, r.src_choice as usize);
                 assert_eq!(e, d * 2 + g);
             }
         }

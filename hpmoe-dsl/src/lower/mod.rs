@@ -62,7 +62,11 @@ pub enum DimKind {
     Recv(RouteId),
     /// The (token, choice) pairs a rank sends through a routing, chunked per destination
     /// expert; covers two variables.
-    Send { route: RouteId, token: String, choice: String },
+    Send {
+        route: RouteId,
+        token: String,
+        choice: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -254,7 +258,12 @@ impl TaskGraph {
             .nodes
             .iter()
             .flat_map(|n| n.per_rank.iter())
-            .map(|r| r.chunks.iter().map(|c| c.len() * std::mem::size_of::<Chunk>()).sum::<usize>())
+            .map(|r| {
+                r.chunks
+                    .iter()
+                    .map(|c| c.len() * std::mem::size_of::<Chunk>())
+                    .sum::<usize>()
+            })
             .sum();
         self.len() * (per_task + 4)
             + (self.counters.off.len() + self.signals.off.len() + self.waiters.off.len()) * 4
@@ -272,7 +281,8 @@ pub fn layouts(program: &Program, static_capacity: bool, base: Option<&Path>) ->
             continue;
         }
         let r = Routing::generate(spec, base).map_err(|e| {
-            Diagnostic::error(Code::BadRouting, format!("routing `{}`: {e}", spec.name)).primary(spec.span, "cannot be generated")
+            Diagnostic::error(Code::BadRouting, format!("routing `{}`: {e}", spec.name))
+                .primary(spec.span, "cannot be generated")
         })?;
         out.push(Some(RouteLayout::new(r, static_capacity)));
     }
@@ -287,7 +297,12 @@ fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
     let tile_of = |name: &str| node.tile.iter().find(|(n, _)| n == name).map_or(u64::MAX, |(_, s)| *s);
     for st in &body.stmts {
         if let Target::Put {
-            rank: ir::Index::Route { route, func: ir::RouteFn::Rank, args },
+            rank:
+                ir::Index::Route {
+                    route,
+                    func: ir::RouteFn::Rank,
+                    args,
+                },
             ..
         } = &st.target
         {
@@ -310,7 +325,10 @@ fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
             if matches!(var.kind, VarKind::Reduce) {
                 continue;
             }
-            if dims.iter().any(|d| d.name == var.name || matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name)) {
+            if dims
+                .iter()
+                .any(|d| d.name == var.name || matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name))
+            {
                 if let Some(d) = dims.iter_mut().find(|d| d.name == var.name) {
                     if let (DimKind::Range { lo, hi }, VarRange::Fixed { lo: a, hi: b }) = (&mut d.kind, var.range) {
                         *lo = (*lo).min(a);
@@ -388,9 +406,17 @@ fn dim_chunks(d: &TileDim, rank: usize, layouts: &[Option<RouteLayout>]) -> Vec<
             let k = (d.parts as i64).min(units.max(1));
             let mut prev = *lo;
             for i in 1..=k {
-                let b = if i == k { *hi } else { (lo + (units * i / k) * 16).min(*hi) };
+                let b = if i == k {
+                    *hi
+                } else {
+                    (lo + (units * i / k) * 16).min(*hi)
+                };
                 if b > prev {
-                    out.push(Chunk { lo: prev, hi: b, group: 0 });
+                    out.push(Chunk {
+                        lo: prev,
+                        hi: b,
+                        group: 0,
+                    });
                     prev = b;
                 }
             }
@@ -434,19 +460,28 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
         let mut node_total: u64 = 0;
         for r in 0..ranks {
             let chunks: Vec<Vec<Chunk>> = dims.iter().map(|d| dim_chunks(d, r, &layouts)).collect();
-            let count = chunks.iter().try_fold(1u64, |a, c| a.checked_mul(c.len() as u64)).unwrap_or(u64::MAX);
+            let count = chunks
+                .iter()
+                .try_fold(1u64, |a, c| a.checked_mul(c.len() as u64))
+                .unwrap_or(u64::MAX);
             node_total = node_total.saturating_add(count);
             if total.saturating_add(node_total) > opts.max_tasks {
                 let op = &program.op(node.op).name;
                 return Err(Diagnostic::error(
                     Code::LimitExceeded,
-                    format!("`{}` ({op}) would lower to more than {} tasks", node.name, opts.max_tasks),
+                    format!(
+                        "`{}` ({op}) would lower to more than {} tasks",
+                        node.name, opts.max_tasks
+                    ),
                 )
                 .primary(node.span, format!("at least {} tasks from this call", node_total))
                 .help("use larger tiles, fewer ranks, or raise the limit with `--max-tasks N`"));
             }
             base.push((total + node_total - count) as u32);
-            per_rank.push(RankTiles { chunks, count: count as u32 });
+            per_rank.push(RankTiles {
+                chunks,
+                count: count as u32,
+            });
         }
         total += node_total;
         nodes.push(NodeTiles { dims, per_rank, base });
@@ -525,7 +560,11 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
         preds.sort_unstable();
         preds.dedup();
         // Counters live on the consumer's rank: the rank is part of the key.
-        g.wait.push(if preds.is_empty() { NO_COUNTER } else { interner.intern(g.rank[t], &preds) });
+        g.wait.push(if preds.is_empty() {
+            NO_COUNTER
+        } else {
+            interner.intern(g.rank[t], &preds)
+        });
         // Writes are visible to later calls; tasks of one call never read its own output and
         // calls are in topological order, so adding them now is equivalent.
         for w in &access.writes {
@@ -575,7 +614,13 @@ impl CounterInterner {
         if self.off.is_empty() {
             self.off.push(0);
         }
-        (Csr { off: self.off, idx: self.idx }, self.rank)
+        (
+            Csr {
+                off: self.off,
+                idx: self.idx,
+            },
+            self.rank,
+        )
     }
 }
 

@@ -2,7 +2,7 @@
 //! dependencies are found.
 
 use super::{Chunk, DimKind, TaskGraph, NO_SOURCE};
-use crate::ir::{ConcreteBody, Index, Program, SExpr, Target, TensorId, Taskflow, VarKind, VarRange};
+use crate::ir::{ConcreteBody, Index, Program, SExpr, Target, Taskflow, TensorId, VarKind, VarRange};
 
 /// Tensors have at most this many dimensions (the checker enforces it).
 pub const MAX_DIMS: usize = 6;
@@ -21,17 +21,23 @@ pub struct Region {
 
 impl Region {
     pub fn volume(&self) -> u64 {
-        (0..self.ndim as usize).map(|d| (self.hi[d] - self.lo[d]).max(0) as u64).product()
+        (0..self.ndim as usize)
+            .map(|d| (self.hi[d] - self.lo[d]).max(0) as u64)
+            .product()
     }
     pub fn is_empty(&self) -> bool {
         (0..self.ndim as usize).any(|d| self.hi[d] <= self.lo[d])
     }
     pub fn overlaps(&self, o: &Region) -> bool {
-        self.tensor == o.tensor && self.rank == o.rank && (0..self.ndim as usize).all(|d| self.lo[d] < o.hi[d] && o.lo[d] < self.hi[d])
+        self.tensor == o.tensor
+            && self.rank == o.rank
+            && (0..self.ndim as usize).all(|d| self.lo[d] < o.hi[d] && o.lo[d] < self.hi[d])
     }
     /// `[a..b, c..d]`.
     pub fn text(&self) -> String {
-        let parts: Vec<String> = (0..self.ndim as usize).map(|d| format!("{}..{}", self.lo[d], self.hi[d])).collect();
+        let parts: Vec<String> = (0..self.ndim as usize)
+            .map(|d| format!("{}..{}", self.lo[d], self.hi[d]))
+            .collect();
         format!("[{}]", parts.join(", "))
     }
 }
@@ -94,7 +100,10 @@ fn ops(e: &SExpr, vr: &[(i64, i64)]) -> f64 {
         SExpr::Bin(_, a, b) => 1.0 + ops(a, vr) + ops(b, vr),
         SExpr::Call(f, args) => f.ops() as f64 + args.iter().map(|a| ops(a, vr)).sum::<f64>(),
         SExpr::Sum { vars, body } => {
-            let trips: f64 = vars.iter().map(|v| (range_of(vr, *v).1 - range_of(vr, *v).0).max(0) as f64).product();
+            let trips: f64 = vars
+                .iter()
+                .map(|v| (range_of(vr, *v).1 - range_of(vr, *v).0).max(0) as f64)
+                .product();
             trips * (1.0 + ops(body, vr))
         }
     }
@@ -143,7 +152,10 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
                 _ => match var.range {
                     VarRange::Fixed { lo, hi } => {
                         // The choice variable of a send dimension.
-                        let is_choice = nt.dims.iter().any(|d| matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name));
+                        let is_choice = nt
+                            .dims
+                            .iter()
+                            .any(|d| matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name));
                         if is_choice {
                             (0, 0)
                         } else {
@@ -173,8 +185,12 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
         // A sending put: its (token, choice) entries.
         let mut dest_slots: Option<(u32, i64, i64)> = None;
         if let Some((d, c)) = send {
-            let DimKind::Send { route, token, choice } = &nt.dims[d].kind else { continue };
-            let Some(l) = g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) else { continue };
+            let DimKind::Send { route, token, choice } = &nt.dims[d].kind else {
+                continue;
+            };
+            let Some(l) = g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) else {
+                continue;
+            };
             let e = c.group as usize;
             let off = &l.send_off[rank];
             let (first, last) = if l.static_capacity {
@@ -213,7 +229,12 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
         // Points the statement computes.
         let send_vars: Vec<usize> = match send {
             Some((d, _)) => match &nt.dims[d].kind {
-                DimKind::Send { token, choice, .. } => st.vars.iter().copied().filter(|&v| body.vars[v].name == *token || body.vars[v].name == *choice).collect(),
+                DimKind::Send { token, choice, .. } => st
+                    .vars
+                    .iter()
+                    .copied()
+                    .filter(|&v| body.vars[v].name == *token || body.vars[v].name == *choice)
+                    .collect(),
                 _ => Vec::new(),
             },
             None => Vec::new(),
@@ -344,7 +365,9 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
                     let Some(l) = layout_of(*route) else { continue };
                     let (mlo, mhi) = range_of(&s.vr, args[0]);
                     for m in mlo.max(0)..mhi {
-                        let Some(e) = l.recv[rank].get(m as usize) else { continue };
+                        let Some(e) = l.recv[rank].get(m as usize) else {
+                            continue;
+                        };
                         if e.src_rank == NO_SOURCE {
                             continue;
                         }
@@ -452,7 +475,9 @@ impl WriterIndex {
         let nd = self.ndim[ti];
         let st = self.stride(ti);
         let list = &self.records[ti];
-        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else { return };
+        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else {
+            return;
+        };
         let (a, b) = (rd.lo[0], rd.hi[0]);
         let from = a - self.max_len[ti][r];
         // Records whose lo0 <= a - max_len end before `a`: skip them.
@@ -483,7 +508,9 @@ impl WriterIndex {
         let nd = self.ndim[ti];
         let st = self.stride(ti);
         let list = &self.records[ti];
-        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else { return };
+        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else {
+            return;
+        };
         let from = rd.lo[0] - self.max_len[ti][r];
         let mut i = order.partition_point(|&o| list[o as usize + 1] <= from);
         while i < order.len() {
@@ -516,7 +543,9 @@ impl WriterIndex {
         }
         let nd = self.ndim[ti];
         let list = &self.records[ti];
-        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else { return Vec::new() };
+        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else {
+            return Vec::new();
+        };
         order
             .iter()
             .map(|&o| {

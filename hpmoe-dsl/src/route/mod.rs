@@ -95,7 +95,10 @@ impl Routing {
         if ranks == 0 || topk == 0 || experts == 0 || topk > experts || experts % ranks != 0 {
             return Err("invalid routing sizes".into());
         }
-        let entries = spec.ranks.checked_mul(spec.tokens).and_then(|x| x.checked_mul(spec.topk));
+        let entries = spec
+            .ranks
+            .checked_mul(spec.tokens)
+            .and_then(|x| x.checked_mul(spec.topk));
         if entries.is_none_or(|n| n > MAX_ENTRIES) {
             return Err(format!(
                 "{} ranks x {} tokens x {} choices is more than the {} routing entries allowed",
@@ -130,7 +133,11 @@ impl Routing {
             }
             RouteKind::Hotspot { max_over_mean, seed } => {
                 let fmax = hotspot_max(spec.experts, spec.topk, spec.ranks);
-                let p = if fmax > 1.0 { ((max_over_mean - 1.0) / (fmax - 1.0)).clamp(0.0, 1.0) } else { 0.0 };
+                let p = if fmax > 1.0 {
+                    ((max_over_mean - 1.0) / (fmax - 1.0)).clamp(0.0, 1.0)
+                } else {
+                    0.0
+                };
                 let hot_per_rank = (p * tokens as f64).round() as usize;
                 let mut rng = Rng::new(*seed);
                 // Choose the hot tokens of each rank by a seeded shuffle.
@@ -253,14 +260,20 @@ impl Routing {
             ));
         }
         if a.shape[2] != self.topk {
-            return Err(format!("`{path}` has {} choices per token, the routing says topk = {}", a.shape[2], self.topk));
+            return Err(format!(
+                "`{path}` has {} choices per token, the routing says topk = {}",
+                a.shape[2], self.topk
+            ));
         }
         if !matches!(a.dtype, crate::npy::NpyType::I32 | crate::npy::NpyType::I64) {
             return Err(format!("`{path}` holds floats; expert ids must be int32"));
         }
         for (i, &v) in a.data.iter().enumerate() {
             if v < 0.0 || v >= self.experts as f64 {
-                return Err(format!("`{path}`: entry {i} is expert {v}, outside 0..{}", self.experts));
+                return Err(format!(
+                    "`{path}`: entry {i} is expert {v}, outside 0..{}",
+                    self.experts
+                ));
             }
             self.expert[i] = v as u32;
         }
@@ -285,7 +298,9 @@ impl Routing {
             }
             for (i, &v) in w.data.iter().enumerate() {
                 if !(v.is_finite() && v >= 0.0) {
-                    return Err(format!("`{wp}`: weight {i} is {v}; weights must be finite and non-negative"));
+                    return Err(format!(
+                        "`{wp}`: weight {i} is {v}; weights must be finite and non-negative"
+                    ));
                 }
                 self.weight[i] = v as f32;
             }
@@ -323,7 +338,10 @@ mod tests {
         for kind in [
             RouteKind::Uniform { seed: 3 },
             RouteKind::Zipf { s: 1.2, seed: 3 },
-            RouteKind::Hotspot { max_over_mean: 2.0, seed: 3 },
+            RouteKind::Hotspot {
+                max_over_mean: 2.0,
+                seed: 3,
+            },
         ] {
             let r = Routing::generate(&spec(kind, 4, 50, 16, 4), None).unwrap();
             for tok in 0..4 * 50 {
@@ -339,7 +357,20 @@ mod tests {
 
     #[test]
     fn hotspot_reaches_its_factor() {
-        let r = Routing::generate(&spec(RouteKind::Hotspot { max_over_mean: 2.5, seed: 1 }, 8, 1000, 64, 8), None).unwrap();
+        let r = Routing::generate(
+            &spec(
+                RouteKind::Hotspot {
+                    max_over_mean: 2.5,
+                    seed: 1,
+                },
+                8,
+                1000,
+                64,
+                8,
+            ),
+            None,
+        )
+        .unwrap();
         let c = r.recv_counts();
         let mean = c.iter().sum::<u64>() as f64 / c.len() as f64;
         let max = *c.iter().max().unwrap() as f64;

@@ -39,7 +39,11 @@ pub fn task_seconds(tf: &Taskflow, g: &TaskGraph, rates: &Rates, t: usize) -> f6
         Engine::Aic => g.flops[t] as f64 / rates.cube_flops,
         Engine::Aiv => g.flops[t] as f64 / rates.vector_ops,
     };
-    let comm = if g.remote[t] > 0.0 { g.remote[t] as f64 / rates.link_bytes + rates.link_latency } else { 0.0 };
+    let comm = if g.remote[t] > 0.0 {
+        g.remote[t] as f64 / rates.link_bytes + rates.link_latency
+    } else {
+        0.0
+    };
     rates.task_overhead + compute.max(mem).max(comm)
 }
 

@@ -95,7 +95,11 @@ pub fn summary_text(program: &Program, tf: &Taskflow, g: &TaskGraph, s: Option<&
         g.edges(),
         g.counters.len()
     );
-    let _ = writeln!(out, "  {:<14} {:<14} {:<6} {:>10} {:>12} {:>12}", "call", "op", "engine", "tasks", "min/rank", "max/rank");
+    let _ = writeln!(
+        out,
+        "  {:<14} {:<14} {:<6} {:>10} {:>12} {:>12}",
+        "call", "op", "engine", "tasks", "min/rank", "max/rank"
+    );
     for (i, (name, op, e, c)) in counts_per_node(program, tf, g).into_iter().enumerate() {
         let per: Vec<u32> = g.nodes[i].per_rank.iter().map(|r| r.count).collect();
         let _ = writeln!(
@@ -109,6 +113,15 @@ pub fn summary_text(program: &Program, tf: &Taskflow, g: &TaskGraph, s: Option<&
             per.iter().max().copied().unwrap_or(0)
         );
     }
+    let bytes = g.resident_bytes();
+    let _ = writeln!(
+        out,
+        "  graph memory: {:.1} MiB ({:.1} B per task, {} stored counter entries for {} logical edges)",
+        bytes as f64 / 1048576.0,
+        bytes as f64 / g.len().max(1) as f64,
+        g.counters.idx.len(),
+        g.edges()
+    );
     let aic: usize = (0..g.len()).filter(|&t| g.engine(tf, t) == Engine::Aic).count();
     let _ = writeln!(out, "  engines: {} aic tasks, {} aiv tasks", aic, g.len() - aic);
     if let Some(s) = s {

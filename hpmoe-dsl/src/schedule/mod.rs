@@ -90,8 +90,12 @@ impl PolicySpec {
 
     /// The policy and options selected in a program for a taskflow, or `fallback`.
     pub fn from_program(program: &Program, taskflow: &str, fallback: Policy) -> PolicySpec {
-        let Some(sc) = program.schedule_for(taskflow) else { return PolicySpec::new(fallback) };
-        let Some(policy) = Policy::parse(&sc.policy) else { return PolicySpec::new(fallback) };
+        let Some(sc) = program.schedule_for(taskflow) else {
+            return PolicySpec::new(fallback);
+        };
+        let Some(policy) = Policy::parse(&sc.policy) else {
+            return PolicySpec::new(fallback);
+        };
         let mut p = PolicySpec::new(policy);
         p.apply(&sc.options);
         p
@@ -229,7 +233,9 @@ fn critical_path(g: &TaskGraph, order: &[u32], dur: &[f64]) -> Vec<f64> {
 pub fn send_dest(g: &TaskGraph, t: usize) -> Option<u32> {
     let nt = &g.nodes[g.node[t] as usize];
     let d = nt.dims.iter().position(|d| matches!(d.kind, DimKind::Send { .. }))?;
-    let DimKind::Send { route, .. } = nt.dims[d].kind else { return None };
+    let DimKind::Send { route, .. } = nt.dims[d].kind else {
+        return None;
+    };
     let l = g.layouts.get(route.0 as usize)?.as_ref()?;
     let chunk = g.chunks(t)[d];
     Some(l.rank_of_expert(chunk.group as usize) as u32)
@@ -285,13 +291,19 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
                 let e = node_cp.entry(k).or_insert(0.0);
                 *e = e.max(cp[t]);
             }
-            let ratr_node: Vec<bool> = (0..tf.nodes.len()).map(|i| spec.ratr && is_comm(tf, i) && tf.nodes[i].order.iter().any(|o| o == "ratr")).collect();
+            let ratr_node: Vec<bool> = (0..tf.nodes.len())
+                .map(|i| spec.ratr && is_comm(tf, i) && tf.nodes[i].order.iter().any(|o| o == "ratr"))
+                .collect();
             let mut keyed: Vec<(u64, u64, u32, u32)> = (0..n as u32)
                 .map(|t| {
                     let tu = t as usize;
                     let node = g.node[tu] as usize;
                     let prio = tf.nodes[node].priority;
-                    let (main, step) = if ratr_node[node] { (node_cp[&(g.node[tu], g.rank[tu])], ratr_step(g, tu)) } else { (cp[tu], 0) };
+                    let (main, step) = if ratr_node[node] {
+                        (node_cp[&(g.node[tu], g.rank[tu])], ratr_step(g, tu))
+                    } else {
+                        (cp[tu], 0)
+                    };
                     let k0 = match spec.priority {
                         Priority::CriticalPath => u64::MAX - (main * 1e12) as u64,
                         Priority::Fifo => topo_pos[tu] as u64,
@@ -363,7 +375,10 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
             // Queues run in placement order per core, which is by start time.
             for q in &mut per_core {
                 q.sort_by(|a, b| {
-                    let (sa, sb) = (finish[*a as usize] - dur[*a as usize], finish[*b as usize] - dur[*b as usize]);
+                    let (sa, sb) = (
+                        finish[*a as usize] - dur[*a as usize],
+                        finish[*b as usize] - dur[*b as usize],
+                    );
                     sa.total_cmp(&sb).then(rank_of[*a as usize].cmp(&rank_of[*b as usize]))
                 });
             }

@@ -371,15 +371,27 @@ pub enum ExprKind {
     Neg(Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
     /// `f(a, b: c)`
-    Call { callee: Box<Expr>, args: Vec<Arg> },
+    Call {
+        callee: Box<Expr>,
+        args: Vec<Arg>,
+    },
     /// `x[i, j]`
-    Index { base: Box<Expr>, index: Vec<Expr> },
+    Index {
+        base: Box<Expr>,
+        index: Vec<Expr>,
+    },
     /// `r.rank`
-    Field { base: Box<Expr>, field: Ident },
+    Field {
+        base: Box<Expr>,
+        field: Ident,
+    },
     /// `(a, b, c)`
     Tuple(Vec<Expr>),
     /// `sum(k) body`
-    Sum { binders: Vec<Binder>, body: Box<Expr> },
+    Sum {
+        binders: Vec<Binder>,
+        body: Box<Expr>,
+    },
     /// Placeholder after a syntax error (already reported).
     Error,
 }

@@ -21,7 +21,10 @@ enum Raw {
     #[regex(r"0o[0-7_]+")]
     Int,
     #[regex(r"[0-9][0-9_]*[A-Za-z][A-Za-z0-9_]*", priority = 1)]
-    #[regex(r"[0-9][0-9_]*\.[0-9][0-9_]*([eE][+-]?[0-9_]*[0-9][0-9_]*)?[A-Za-z_][A-Za-z0-9_]*", priority = 1)]
+    #[regex(
+        r"[0-9][0-9_]*\.[0-9][0-9_]*([eE][+-]?[0-9_]*[0-9][0-9_]*)?[A-Za-z_][A-Za-z0-9_]*",
+        priority = 1
+    )]
     #[regex(r"[0-9][0-9_]*[eE][+-][0-9_]*[0-9][0-9_]*[A-Za-z_][A-Za-z0-9_]*", priority = 1)]
     SuffixedNumber,
     #[regex(r"[0-9][0-9_]*\.[0-9][0-9_]*([eE][+-]?[0-9_]*[0-9][0-9_]*)?")]
@@ -273,7 +276,9 @@ impl TokenSource for Lexer<'_> {
                     self.diags.push(
                         Diagnostic::error(Code::InvalidCharacter, format!("invalid character {ch:?}"))
                             .primary(self.span(range.start..end), "not part of any token")
-                            .help("the language uses Rust tokens: identifiers, numbers, strings, punctuation, brackets"),
+                            .help(
+                                "the language uses Rust tokens: identifiers, numbers, strings, punctuation, brackets",
+                            ),
                     );
                     TokenKind::Error
                 }
@@ -282,13 +287,19 @@ impl TokenSource for Lexer<'_> {
                         if !doc.starts_with('/') {
                             TokenKind::Doc(doc.strip_prefix(' ').unwrap_or(doc).to_string())
                         } else {
-                            self.comments.push(Comment { span, text: text.to_string() });
+                            self.comments.push(Comment {
+                                span,
+                                text: text.to_string(),
+                            });
                             continue;
                         }
                     } else if let Some(doc) = text.strip_prefix("//!") {
                         TokenKind::InnerDoc(doc.strip_prefix(' ').unwrap_or(doc).to_string())
                     } else {
-                        self.comments.push(Comment { span, text: text.to_string() });
+                        self.comments.push(Comment {
+                            span,
+                            text: text.to_string(),
+                        });
                         continue;
                     }
                 }

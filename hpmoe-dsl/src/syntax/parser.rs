@@ -11,8 +11,7 @@ pub const MAX_DEPTH: u32 = 256;
 
 /// Item keywords: recovery stops in front of them.
 pub const ITEM_KEYWORDS: &[&str] = &[
-    "import", "param", "device", "route", "op", "comm", "taskflow", "schedule", "profile",
-    "routing", "policy",
+    "import", "param", "device", "route", "op", "comm", "taskflow", "schedule", "profile", "routing", "policy",
 ];
 
 /// Marker for "an error was reported; recover".
@@ -250,8 +249,11 @@ impl Parser {
                 TokenKind::Close(_) => {
                     let t = self.bump();
                     self.push(
-                        Diagnostic::error(Code::UnbalancedDelimiter, format!("unexpected closing {}", t.kind.describe()))
-                            .primary(t.span, "no bracket is open here"),
+                        Diagnostic::error(
+                            Code::UnbalancedDelimiter,
+                            format!("unexpected closing {}", t.kind.describe()),
+                        )
+                        .primary(t.span, "no bracket is open here"),
                     );
                 }
                 _ if self.at_item_start() => return,
@@ -375,9 +377,12 @@ impl Parser {
                 TokenKind::InnerDoc(_) => {
                     let t = self.bump();
                     self.push(
-                        Diagnostic::error(Code::UnexpectedToken, "inner doc comment `//!` after the start of the file")
-                            .primary(t.span, "only allowed at the top of a file")
-                            .help("use `///` to document the item that follows"),
+                        Diagnostic::error(
+                            Code::UnexpectedToken,
+                            "inner doc comment `//!` after the start of the file",
+                        )
+                        .primary(t.span, "only allowed at the top of a file")
+                        .help("use `///` to document the item that follows"),
                     );
                 }
                 _ => return docs,
@@ -772,9 +777,12 @@ impl Parser {
             if let TokenKind::Close(_) = self.peek_kind() {
                 let t = self.bump();
                 self.push(
-                    Diagnostic::error(Code::UnbalancedDelimiter, format!("mismatched closing {}", t.kind.describe()))
-                        .primary(t.span, "expected `}`")
-                        .secondary(open, "to close this"),
+                    Diagnostic::error(
+                        Code::UnbalancedDelimiter,
+                        format!("mismatched closing {}", t.kind.describe()),
+                    )
+                    .primary(t.span, "expected `}`")
+                    .secondary(open, "to close this"),
                 );
                 failed = true;
                 continue;
@@ -939,7 +947,9 @@ impl Parser {
                     span: s.to(self.prev_span()),
                 });
             } else if self.eat_kw("order") {
-                let (hints, _) = self.delimited(Delim::Paren, Punct::Comma, "an ordering hint", |p| p.expect_ident("an ordering hint such as `ratr`"))?;
+                let (hints, _) = self.delimited(Delim::Paren, Punct::Comma, "an ordering hint", |p| {
+                    p.expect_ident("an ordering hint such as `ratr`")
+                })?;
                 annots.push(Annot::Order {
                     hints,
                     span: s.to(self.prev_span()),
@@ -951,10 +961,7 @@ impl Parser {
                 let (mut v, _) = self.delimited(Delim::Paren, Punct::Comma, "a priority", |p| p.expr())?;
                 if v.len() != 1 {
                     let sp = s.to(self.prev_span());
-                    self.push(
-                        Diagnostic::error(Code::WrongArgCount, "`priority` takes one value")
-                            .primary(sp, "here"),
-                    );
+                    self.push(Diagnostic::error(Code::WrongArgCount, "`priority` takes one value").primary(sp, "here"));
                     return Err(Reported);
                 }
                 annots.push(Annot::Priority {
@@ -1130,15 +1137,19 @@ impl Parser {
             let var = p.expect_ident("a reduction variable")?;
             if p.eat_kw("in") {
                 p.expect_kw("group")?;
-                let (mut g, gs) = p.delimited(Delim::Paren, Punct::Comma, "a group variable", |p| p.expect_ident("a group variable"))?;
+                let (mut g, gs) = p.delimited(Delim::Paren, Punct::Comma, "a group variable", |p| {
+                    p.expect_ident("a group variable")
+                })?;
                 if g.len() != 1 {
                     p.push(
-                        Diagnostic::error(Code::WrongArgCount, "`group(...)` takes one variable")
-                            .primary(gs, "here"),
+                        Diagnostic::error(Code::WrongArgCount, "`group(...)` takes one variable").primary(gs, "here"),
                     );
                     return Err(Reported);
                 }
-                Ok(Binder::InGroup { var, group: g.remove(0) })
+                Ok(Binder::InGroup {
+                    var,
+                    group: g.remove(0),
+                })
             } else {
                 Ok(Binder::Full(var))
             }

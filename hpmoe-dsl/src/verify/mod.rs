@@ -88,7 +88,6 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
     }
     let mut index = WriterIndex::new(tf, g.ranks as usize);
     let mut scratch = Scratch::default();
-    let mut reads: Vec<(u32, Region)> = Vec::new();
     let mut acc_tensor = vec![false; tf.tensors.len()];
     for t in 0..n {
         let a = tile_access(program, tf, g, t, &mut scratch);
@@ -98,69 +97,90 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
                 acc_tensor[w.tensor.0 as usize] = true;
             }
         }
-        for r in &a.reads {
-            if tf.tensor(r.tensor).producer.is_some() {
-                reads.push((t as u32, *r));
-            }
-        }
     }
     let (mut missing, mut races, mut conflicts) = (0usize, 0usize, 0usize);
     let mut seen = vec![u32::MAX; n];
     let mut stamp = 0u32;
     let mut writers: Vec<u32> = Vec::new();
     let mut regions: Vec<Region> = Vec::new();
-    for (t, r) in &reads {
-        writers.clear();
-        regions.clear();
-        index.writes_over(r, &mut |w, reg| {
-            writers.push(w);
-            regions.push(reg);
-        });
-        writers.sort_unstable();
-        writers.dedup();
-        if let Some(gap) = uncovered(r, &regions, acc_tensor[r.tensor.0 as usize]) {
-            if missing < MAX_PER_KIND {
-                let node = &tf.nodes[g.node[*t as usize] as usize];
-                let producer = tf.tensor(r.tensor).producer.map(|p| tf.node(p));
-                let mut d = Diagnostic::error(
-                    Code::MissingProducer,
-                    format!("{} reads {}, but no task writes {gap}", describe(program, tf, g, *t as usize), region_text(tf, r)),
-                )
-                .primary(node.span, "this call reads it");
-                if let Some(p) = producer {
-                    d = d.secondary(p.span, "this call should write it");
-                }
-                out.push(d);
-            }
-            missing += 1;
+    let mut reads: Vec<Region> = Vec::new();
+    // A read of the same region by a task with the same producers (the same counter) has
+    // the same writers and the same answer: check it once per call and rank.
+    let mut checked: std::collections::HashSet<(Region, u32)> = std::collections::HashSet::new();
+    let mut checked_key = (u32::MAX, u32::MAX);
+    for t in 0..n as u32 {
+        if (g.node[t as usize], g.rank[t as usize]) != checked_key {
+            checked.clear();
+            checked_key = (g.node[t as usize], g.rank[t as usize]);
         }
-        // Every writer ordered before the reader.
-        for &w in &writers {
-            if g.preds(*t as usize).binary_search(&w).is_ok() {
+        reads.clear();
+        reads.extend(
+            tile_access(program, tf, g, t as usize, &mut scratch)
+                .reads
+                .iter()
+                .filter(|r| tf.tensor(r.tensor).producer.is_some()),
+        );
+        for r in &reads {
+            if !checked.insert((*r, g.wait[t as usize])) {
                 continue;
             }
-            stamp = stamp.wrapping_add(1);
-            if reaches(g, w, *t, &mut seen, stamp) {
-                continue;
-            }
-            if races < MAX_PER_KIND {
-                let rn = &tf.nodes[g.node[*t as usize] as usize];
-                let wn = &tf.nodes[g.node[w as usize] as usize];
-                out.push(
-                    Diagnostic::error(
-                        Code::Race,
+            let t = &t;
+            writers.clear();
+            regions.clear();
+            index.writes_over(r, &mut |w, reg| {
+                writers.push(w);
+                regions.push(reg);
+            });
+            writers.sort_unstable();
+            writers.dedup();
+            if let Some(gap) = uncovered(r, &regions, acc_tensor[r.tensor.0 as usize]) {
+                if missing < MAX_PER_KIND {
+                    let node = &tf.nodes[g.node[*t as usize] as usize];
+                    let producer = tf.tensor(r.tensor).producer.map(|p| tf.node(p));
+                    let mut d = Diagnostic::error(
+                        Code::MissingProducer,
                         format!(
-                            "race: {} reads {} that {} writes, with no dependency between them",
+                            "{} reads {}, but no task writes {gap}",
                             describe(program, tf, g, *t as usize),
-                            region_text(tf, r),
-                            describe(program, tf, g, w as usize)
+                            region_text(tf, r)
                         ),
                     )
-                    .primary(rn.span, "the reader")
-                    .secondary(wn.span, "the writer"),
-                );
+                    .primary(node.span, "this call reads it");
+                    if let Some(p) = producer {
+                        d = d.secondary(p.span, "this call should write it");
+                    }
+                    out.push(d);
+                }
+                missing += 1;
             }
-            races += 1;
+            // Every writer ordered before the reader.
+            for &w in &writers {
+                if g.preds(*t as usize).binary_search(&w).is_ok() {
+                    continue;
+                }
+                stamp = stamp.wrapping_add(1);
+                if reaches(g, w, *t, &mut seen, stamp) {
+                    continue;
+                }
+                if races < MAX_PER_KIND {
+                    let rn = &tf.nodes[g.node[*t as usize] as usize];
+                    let wn = &tf.nodes[g.node[w as usize] as usize];
+                    out.push(
+                        Diagnostic::error(
+                            Code::Race,
+                            format!(
+                                "race: {} reads {} that {} writes, with no dependency between them",
+                                describe(program, tf, g, *t as usize),
+                                region_text(tf, r),
+                                describe(program, tf, g, w as usize)
+                            ),
+                        )
+                        .primary(rn.span, "the reader")
+                        .secondary(wn.span, "the writer"),
+                    );
+                }
+                races += 1;
+            }
         }
     }
     // Write conflicts: overlapping writes of one tensor on one rank must be ordered.
@@ -209,9 +229,16 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
             }
         }
     }
-    for (count, code, what) in [(missing, Code::MissingProducer, "missing producers"), (races, Code::Race, "races"), (conflicts, Code::WriteConflict, "write conflicts")] {
+    for (count, code, what) in [
+        (missing, Code::MissingProducer, "missing producers"),
+        (races, Code::Race, "races"),
+        (conflicts, Code::WriteConflict, "write conflicts"),
+    ] {
         if count > MAX_PER_KIND {
-            out.push(Diagnostic::error(code, format!("... {} more {what} in `{}`", count - MAX_PER_KIND, tf.name)));
+            out.push(Diagnostic::error(
+                code,
+                format!("... {} more {what} in `{}`", count - MAX_PER_KIND, tf.name),
+            ));
         }
     }
     out
@@ -239,7 +266,11 @@ fn uncovered(r: &Region, writes: &[Region], accumulate: bool) -> Option<String> 
     } else {
         // Accumulations may overlap: every row must be covered by writes spanning the rest.
         let full_rest = |c: &Region| (1..nd).all(|d| c.lo[d] <= r.lo[d] && c.hi[d] >= r.hi[d]);
-        let mut rows: Vec<(i64, i64)> = clipped.iter().filter(|c| full_rest(c)).map(|c| (c.lo[0], c.hi[0])).collect();
+        let mut rows: Vec<(i64, i64)> = clipped
+            .iter()
+            .filter(|c| full_rest(c))
+            .map(|c| (c.lo[0], c.hi[0]))
+            .collect();
         rows.sort_unstable();
         let mut at = r.lo[0];
         for (a, b) in rows {
@@ -300,12 +331,21 @@ fn find_cycle(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Option<Diagnos
             let names: Vec<String> = cycle.iter().take(6).map(|&x| describe(program, tf, g, x)).collect();
             let mut d = Diagnostic::error(
                 Code::Cycle,
-                format!("dependency cycle of {} tasks: {}{}", cycle.len(), names.join(" -> "), if cycle.len() > 6 { " -> ..." } else { "" }),
+                format!(
+                    "dependency cycle of {} tasks: {}{}",
+                    cycle.len(),
+                    names.join(" -> "),
+                    if cycle.len() > 6 { " -> ..." } else { "" }
+                ),
             );
             let mut spans: Vec<crate::Span> = cycle.iter().map(|&x| tf.nodes[g.node[x] as usize].span).collect();
             spans.dedup();
             for (i, sp) in spans.into_iter().enumerate() {
-                d = if i == 0 { d.primary(sp, "on the cycle") } else { d.secondary(sp, "on the cycle") };
+                d = if i == 0 {
+                    d.primary(sp, "on the cycle")
+                } else {
+                    d.secondary(sp, "on the cycle")
+                };
             }
             return Some(d);
         }
@@ -330,11 +370,21 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
                 continue;
             }
             seen[tu] = seen[tu].saturating_add(1);
-            let wrong = s.core_rank(c as u32) != g.rank[tu] || s.core_engine(c as u32) != g.engine(tf, tu) || s.core[tu] != c as u32;
+            let wrong = s.core_rank(c as u32) != g.rank[tu]
+                || s.core_engine(c as u32) != g.engine(tf, tu)
+                || s.core[tu] != c as u32;
             if wrong && bad < MAX_PER_KIND {
                 out.push(
-                    Diagnostic::error(Code::BadQueue, format!("{} is queued on {} of rank {}", describe(program, tf, g, tu), s.core_name(c as u32), s.core_rank(c as u32)))
-                        .primary(tf.nodes[g.node[tu] as usize].span, "this call's task"),
+                    Diagnostic::error(
+                        Code::BadQueue,
+                        format!(
+                            "{} is queued on {} of rank {}",
+                            describe(program, tf, g, tu),
+                            s.core_name(c as u32),
+                            s.core_rank(c as u32)
+                        ),
+                    )
+                    .primary(tf.nodes[g.node[tu] as usize].span, "this call's task"),
                 );
                 bad += 1;
             }
@@ -343,8 +393,11 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
     for (t, &k) in seen.iter().enumerate() {
         if k != 1 && bad < MAX_PER_KIND {
             out.push(
-                Diagnostic::error(Code::BadQueue, format!("{} is queued {k} times", describe(program, tf, g, t)))
-                    .primary(tf.nodes[g.node[t] as usize].span, "this call's task"),
+                Diagnostic::error(
+                    Code::BadQueue,
+                    format!("{} is queued {k} times", describe(program, tf, g, t)),
+                )
+                .primary(tf.nodes[g.node[t] as usize].span, "this call's task"),
             );
             bad += 1;
         }
@@ -357,8 +410,14 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
         let c = g.wait[t];
         if c != NO_COUNTER && !s.waits.row(t).contains(&c) {
             out.push(
-                Diagnostic::error(Code::Race, format!("{} does not wait for its producers (counter {c})", describe(program, tf, g, t)))
-                    .primary(tf.nodes[g.node[t] as usize].span, "this call's task"),
+                Diagnostic::error(
+                    Code::Race,
+                    format!(
+                        "{} does not wait for its producers (counter {c})",
+                        describe(program, tf, g, t)
+                    ),
+                )
+                .primary(tf.nodes[g.node[t] as usize].span, "this call's task"),
             );
             return out;
         }
@@ -367,8 +426,14 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
         for &p in g.counters.row(c) {
             if !s.signals.row(p as usize).contains(&(c as u32)) {
                 out.push(
-                    Diagnostic::error(Code::Race, format!("{} never signals counter {c}, which its consumers wait on", describe(program, tf, g, p as usize)))
-                        .primary(tf.nodes[g.node[p as usize] as usize].span, "this call's task"),
+                    Diagnostic::error(
+                        Code::Race,
+                        format!(
+                            "{} never signals counter {c}, which its consumers wait on",
+                            describe(program, tf, g, p as usize)
+                        ),
+                    )
+                    .primary(tf.nodes[g.node[p as usize] as usize].span, "this call's task"),
                 );
                 return out;
             }
@@ -393,11 +458,18 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
                     format!(
                         "counter {c} on rank {} waits for {th} signal(s), but {got} task(s) signal it{}",
                         s.counter_rank.get(c).copied().unwrap_or(0),
-                        if th > got { ": its waiters would hang" } else { ": its waiters could start too early" }
+                        if th > got {
+                            ": its waiters would hang"
+                        } else {
+                            ": its waiters could start too early"
+                        }
                     ),
                 );
                 if let Some(w) = waiter {
-                    d = d.primary(tf.nodes[g.node[w] as usize].span, format!("{} waits on it", describe(program, tf, g, w)));
+                    d = d.primary(
+                        tf.nodes[g.node[w] as usize].span,
+                        format!("{} waits on it", describe(program, tf, g, w)),
+                    );
                 }
                 out.push(d);
             }
@@ -413,7 +485,12 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
     let mut head = vec![0usize; s.queues.len()];
     let mut blocked_on: Vec<Vec<u32>> = vec![Vec::new(); s.threshold.len()];
     let mut ready: Vec<u32> = Vec::new();
-    let satisfied = |t: usize, count: &[u32]| s.waits.row(t).iter().all(|&c| count[c as usize] >= s.threshold[c as usize]);
+    let satisfied = |t: usize, count: &[u32]| {
+        s.waits
+            .row(t)
+            .iter()
+            .all(|&c| count[c as usize] >= s.threshold[c as usize])
+    };
     for c in 0..s.queues.len() {
         if let Some(&t) = s.queues.row(c).first() {
             ready.push(t);
@@ -425,7 +502,12 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
         let tu = t as usize;
         if !satisfied(tu, &count) {
             // Park on its first unmet counter.
-            if let Some(&c) = s.waits.row(tu).iter().find(|&&c| count[c as usize] < s.threshold[c as usize]) {
+            if let Some(&c) = s
+                .waits
+                .row(tu)
+                .iter()
+                .find(|&&c| count[c as usize] < s.threshold[c as usize])
+            {
                 blocked_on[c as usize].push(t);
             }
             continue;
@@ -449,13 +531,36 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
         let mut lines = Vec::new();
         let mut first_span = None;
         for c in 0..s.queues.len() {
-            let Some(&t) = s.queues.row(c).get(head[c]) else { continue };
+            let Some(&t) = s.queues.row(c).get(head[c]) else {
+                continue;
+            };
             let tu = t as usize;
-            let Some(&ctr) = s.waits.row(tu).iter().find(|&&x| count[x as usize] < s.threshold[x as usize]) else { continue };
+            let Some(&ctr) = s
+                .waits
+                .row(tu)
+                .iter()
+                .find(|&&x| count[x as usize] < s.threshold[x as usize])
+            else {
+                continue;
+            };
             let missing: Vec<String> = (0..n)
-                .filter(|&p| s.signals.row(p).contains(&ctr) && s.queues.row(s.core[p] as usize).iter().position(|&x| x as usize == p).is_some_and(|i| i >= head[s.core[p] as usize]))
+                .filter(|&p| {
+                    s.signals.row(p).contains(&ctr)
+                        && s.queues
+                            .row(s.core[p] as usize)
+                            .iter()
+                            .position(|&x| x as usize == p)
+                            .is_some_and(|i| i >= head[s.core[p] as usize])
+                })
                 .take(2)
-                .map(|p| format!("{} (queued on {} of rank {})", describe(program, tf, g, p), s.core_name(s.core[p]), s.core_rank(s.core[p])))
+                .map(|p| {
+                    format!(
+                        "{} (queued on {} of rank {})",
+                        describe(program, tf, g, p),
+                        s.core_name(s.core[p]),
+                        s.core_rank(s.core[p])
+                    )
+                })
                 .collect();
             lines.push(format!(
                 "{} of rank {} waits at {} on counter {ctr} ({}/{} signals); still to signal: {}",
@@ -471,7 +576,10 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
                 break;
             }
         }
-        let mut d = Diagnostic::error(Code::Deadlock, format!("the schedule deadlocks after {done} of {n} tasks"));
+        let mut d = Diagnostic::error(
+            Code::Deadlock,
+            format!("the schedule deadlocks after {done} of {n} tasks"),
+        );
         if let Some(sp) = first_span {
             d = d.primary(sp, "a blocked task of this call");
         }

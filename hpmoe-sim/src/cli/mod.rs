@@ -45,14 +45,29 @@ enum Emit {
     Routing,
 }
 
+/// How a program is configured from the command line.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(crate) struct ProgramArgs {
+    /// Override a param (`tokens=1024`) or a device field (`device.link_efficiency=0.5`,
+    /// `device.hbm_bandwidth=1.2TB/s`).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
+    /// Use this device profile (e.g. `ascend_910b3`) instead of the declared one.
+    #[arg(long, value_name = "PROFILE")]
+    pub device: Option<String>,
+    /// Replace the routing: `zipf(s: 1.2, seed: 3)`, `hotspot(max_over_mean: 2)`, or
+    /// `NAME=KIND(...)` when there are several; unspecified arguments keep their values.
+    #[arg(long, value_name = "[NAME=]KIND(ARGS)")]
+    pub routing: Option<String>,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Check a program: names, types, shapes, engines, buffers, routings.
     Check {
         file: PathBuf,
-        /// Override a param (`tokens=1024`) or a device field (`device.ranks=16`).
-        #[arg(long = "set", value_name = "NAME=VALUE")]
-        set: Vec<String>,
+        #[command(flatten)]
+        prog: ProgramArgs,
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
     },
@@ -62,8 +77,8 @@ enum Command {
         file: PathBuf,
         #[arg(long, value_enum, default_value_t = Emit::Ops)]
         emit: Emit,
-        #[arg(long = "set", value_name = "NAME=VALUE")]
-        set: Vec<String>,
+        #[command(flatten)]
+        prog: ProgramArgs,
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
         /// Scheduling policy (default: the program's `schedule`, else interleaved).
@@ -123,16 +138,21 @@ fn parse_overrides(set: &[String]) -> Result<Vec<Override>, String> {
 }
 
 /// Checks a file; prints diagnostics; returns the program on success.
-fn checked(file: &PathBuf, set: &[String], format: Format) -> Result<(hpmoe_dsl::ir::Program, SourceMap), i32> {
-    let overrides = match parse_overrides(set) {
+pub(crate) fn checked(file: &std::path::Path, prog: &ProgramArgs, format: Format) -> Result<(hpmoe_dsl::ir::Program, SourceMap), i32> {
+    let overrides = match parse_overrides(&prog.set) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("error: --set {e}");
             return Err(2);
         }
     };
+    let opts = Options {
+        overrides,
+        device: prog.device.clone(),
+        routing: prog.routing.clone(),
+    };
     let mut sources = SourceMap::new();
-    let outcome = check::check_path(file, &Options { overrides }, &mut sources);
+    let outcome = check::check_path(file, &opts, &mut sources);
     let ds = outcome.diagnostics;
     match format {
         Format::Human => {
@@ -155,7 +175,7 @@ fn checked(file: &PathBuf, set: &[String], format: Format) -> Result<(hpmoe_dsl:
 
 fn run(cmd: Command) -> i32 {
     match cmd {
-        Command::Check { file, set, format } => match checked(&file, &set, format) {
+        Command::Check { file, prog, format } => match checked(&file, &prog, format) {
             Ok((p, _)) => {
                 if format == Format::Json {
                     println!("{}", serde_json::json!({ "ok": true, "diagnostics": [], "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>() }));
@@ -177,13 +197,13 @@ fn run(cmd: Command) -> i32 {
         Command::Lower {
             file,
             emit,
-            set,
+            prog,
             format,
             policy,
             taskflow,
             max_tasks,
             no_verify,
-        } => match checked(&file, &set, format) {
+        } => match checked(&file, &prog, format) {
             Ok((p, sources)) => {
                 let opts = LowerCli {
                     file: &file,
