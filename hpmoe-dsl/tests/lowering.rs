@@ -395,3 +395,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn mutation_task_on_wrong_engine_is_a_bad_queue() {
+    let (p, mut c) = small();
+    // Move a cube task onto a vector core of its rank.
+    let t = (0..c.graph.len()).find(|&t| c.graph.engine(&p.taskflows[0], t) == hpmoe_dsl::ir::Engine::Aic).unwrap();
+    let s = &mut c.schedule;
+    let from = s.core[t] as usize;
+    let to = (s.core_rank(from as u32) * s.cores_per_rank() + s.aic_cores) as usize;
+    let mut queues: Vec<Vec<u32>> = (0..s.queues.len()).map(|q| s.queues.row(q).to_vec()).collect();
+    queues[from].retain(|&x| x as usize != t);
+    queues[to].push(t as u32);
+    s.core[t] = to as u32;
+    let mut off = vec![0u32];
+    let mut idx = Vec::new();
+    for q in &queues {
+        idx.extend_from_slice(q);
+        off.push(idx.len() as u32);
+    }
+    s.queues = Csr { off, idx };
+    let ds = verify_schedule(&p, &p.taskflows[0], &c.graph, &c.schedule);
+    assert_eq!(codes(&ds), vec![Code::BadQueue], "{ds:#?}");
+}

@@ -301,3 +301,193 @@ impl<'a> Checker<'a> {
         })
     }
 }
+
+/// Checks a source the caller has already parsed: the `taskflow!` macro, whose spans are
+/// token indices into its own table. `file` must be registered in `sources`: its path, if
+/// any, is what file imports are relative to (imports of std modules need none), and its
+/// text is only read to find the names of items that failed to parse, so that their uses
+/// stay silent as in a file. `parse_diags` are the lexical and syntax errors of `ast`.
+///
+/// The stages are those of [`check_file`]: the root's imports are loaded as a parsed file's
+/// are (files through the same loader, so their own imports, cycles and errors behave the
+/// same), then the checks of `Checker::run` follow in the same order. The macro crate's
+/// tests keep this and [`check_text`] in agreement on the examples and the conformance
+/// corpus.
+pub fn check_parsed(file: FileId, ast: ast::File, parse_diags: Vec<Diagnostic>, opts: &Options, sources: &mut SourceMap) -> Outcome {
+    use crate::stdlib;
+    use crate::syntax::token::TokenKind;
+    const DEFINING: &[&str] = &["param", "route", "op", "comm", "taskflow", "profile", "routing", "policy", "let"];
+    const MAX_MODULES: usize = 256;
+    let mut ck = Checker::new(sources, opts);
+    let path = ck.sources.get(file).and_then(|f| f.path.clone());
+    // The root module, as `parse_into` makes it from a text.
+    let poisoned = if parse_diags.is_empty() {
+        Default::default()
+    } else {
+        let text = ck.sources.get(file).map(|f| f.text.clone()).unwrap_or_default();
+        let (toks, _, _) = crate::syntax::lexer::tokenize(&text, file);
+        toks.windows(2)
+            .filter_map(|w| match (&w[0].kind, &w[1].kind) {
+                (TokenKind::Ident(kw), TokenKind::Ident(name)) if DEFINING.contains(&kw.as_str()) => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    ck.diags.extend(parse_diags);
+    let imports: Vec<(ast::ImportSource, Span)> = ast
+        .items
+        .iter()
+        .filter_map(|it| match &it.kind {
+            ItemKind::Import(imp) => Some((imp.source.clone(), it.span)),
+            _ => None,
+        })
+        .collect();
+    ck.modules.push(Module {
+        file,
+        ast: Rc::new(ast),
+        std_name: None,
+        path: path.clone(),
+        scope: BTreeMap::new(),
+        poisoned,
+    });
+    let root = ck.modules.len() - 1;
+    // Its imports, as `load_module` loads them.
+    for (src, span) in imports {
+        match src {
+            ast::ImportSource::Std(p) => {
+                if p.len() != 2 || p[0].name != "std" {
+                    let sp = p.first().map(|x| x.span).unwrap_or(span);
+                    let sp = p.iter().fold(sp, |a, x| a.to(x.span));
+                    ck.err(
+                        Diagnostic::error(Code::UnknownModule, "unknown module path")
+                            .primary(sp, "not a standard module")
+                            .help(format!(
+                                "standard modules are {}; files are imported with `import \"file.hpm\";`",
+                                stdlib::MODULES.iter().map(|(n, _)| format!("`std::{n}`")).collect::<Vec<_>>().join(", ")
+                            )),
+                    );
+                    continue;
+                }
+                let name = &p[1];
+                if stdlib::module(&name.name).is_none() {
+                    let mut d = Diagnostic::error(Code::UnknownModule, format!("no standard module `std::{}`", name.name))
+                        .primary(name.span, "unknown module");
+                    if let Some(b) = crate::suggest::closest(&name.name, stdlib::MODULES.iter().map(|(n, _)| *n)) {
+                        d = d.help(format!("did you mean `std::{b}`?"));
+                    }
+                    ck.err(d);
+                    continue;
+                }
+                ck.load_std(&name.name, &mut Vec::new());
+            }
+            ast::ImportSource::File(rel, sp) => {
+                let joined = match path.as_ref().and_then(|p| p.parent()) {
+                    Some(b) => b.join(&rel),
+                    None => PathBuf::from(&rel),
+                };
+                let shown = match ck.sources.get(file) {
+                    Some(f) if f.path.is_some() => Path::new(&f.name).parent().map_or_else(|| PathBuf::from(&rel), |d| d.join(&rel)),
+                    _ => joined.clone(),
+                };
+                let canon = match std::fs::canonicalize(&joined) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        ck.err(
+                            Diagnostic::error(Code::FileNotFound, format!("cannot import `{rel}`: {e}"))
+                                .primary(sp, "this file cannot be read")
+                                .note(format!("looked for {}", shown.display())),
+                        );
+                        continue;
+                    }
+                };
+                if ck.modules.iter().any(|m| m.path.as_ref() == Some(&canon)) {
+                    continue;
+                }
+                if ck.modules.len() >= MAX_MODULES {
+                    ck.err(
+                        Diagnostic::error(Code::LimitExceeded, format!("more than {MAX_MODULES} imported files"))
+                            .primary(sp, "one import too many"),
+                    );
+                    continue;
+                }
+                let text = match load::read_source(&canon) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        ck.err(
+                            Diagnostic::error(Code::FileNotFound, format!("cannot import `{rel}`: {e}"))
+                                .primary(sp, "this file cannot be read"),
+                        );
+                        continue;
+                    }
+                };
+                let f = ck.sources.add(shown.display().to_string(), Some(canon), text);
+                // The file and, transitively, its imports (cycles among files are found there).
+                ck.load_root(f);
+            }
+        }
+    }
+    for name in stdlib::PRELUDE {
+        ck.load_std(name, &mut Vec::new());
+    }
+    ck.root = root;
+    // From here on, `Checker::run` after `load_root`.
+    for m in 0..ck.modules.len() {
+        ck.build_scope(m);
+    }
+    ck.scopes_built = true;
+    ck.apply_param_overrides();
+    let mut params = Vec::new();
+    for (i, item) in ck.modules[root].ast.items.iter().enumerate() {
+        if let ItemKind::Param(p) = &item.kind {
+            params.push((p.name.name.clone(), ItemRef { module: root, item: i }));
+        }
+    }
+    let mut param_values = Vec::new();
+    for (name, r) in params {
+        if let Some(v) = ck.param_value(r) {
+            param_values.push((name, v));
+        }
+    }
+    ck.check_device();
+    for m in 0..ck.modules.len() {
+        if ck.modules[m].std_name.is_some() && m != root {
+            continue;
+        }
+        for i in 0..ck.modules[m].ast.items.len() {
+            let r = ItemRef { module: m, item: i };
+            match &ck.item(r).kind {
+                ItemKind::Route(_) => {
+                    ck.route_id(r);
+                }
+                ItemKind::Op(_) => {
+                    ck.op_sig(r);
+                }
+                ItemKind::Profile(_) if m == root => ck.check_profile_item(r),
+                ItemKind::Signature(_) if m == root => ck.check_signature_item(r),
+                _ => {}
+            }
+        }
+    }
+    for i in 0..ck.modules[root].ast.items.len() {
+        let r = ItemRef { module: root, item: i };
+        if let ItemKind::Taskflow(_) = &ck.item(r).kind {
+            ck.check_taskflow(r);
+        }
+    }
+    ck.check_schedules();
+    ck.finish_routes();
+    let program = ck.device.clone().map(|device| ir::Program {
+        params: param_values,
+        device,
+        routes: ck.routes.iter().map(|r| r.spec.clone()).collect(),
+        ops: std::mem::take(&mut ck.ops),
+        taskflows: std::mem::take(&mut ck.taskflows),
+        schedules: std::mem::take(&mut ck.schedules),
+    });
+    // As `check_file`.
+    let mut diagnostics = std::mem::take(&mut ck.diags);
+    diagnostics.sort();
+    diagnostics.dedup();
+    let program = if diagnostics.has_errors() { None } else { program };
+    Outcome { program, diagnostics }
+}

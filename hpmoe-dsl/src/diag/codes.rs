@@ -269,10 +269,6 @@ operating system's reason.";
     BadOverride = 1106, "bad-override", "a `--set` override that cannot be applied",
 "`--set NAME=VALUE` must name a `param` of the program (or `device.FIELD`), and the value
 must be a number.";
-    NoDevice = 1107, "no-device", "a program with communication but no device",
-"A program whose taskflows communicate needs `device = PROFILE { ... };` to know the number
-of ranks.";
-
     // ---- limits: 12xx ----
     LimitExceeded = 1201, "limit-exceeded", "the program exceeds a size limit",
 "Inputs are bounded so that no program makes the tool run out of memory or time: nesting

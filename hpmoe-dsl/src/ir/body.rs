@@ -353,6 +353,7 @@ impl ConcreteBody {
 }
 
 /// Renders an expression with the op's input names.
+#[derive(Debug)]
 pub struct ShowExpr<'a> {
     pub expr: &'a SExpr,
     pub body: &'a ConcreteBody,

@@ -92,7 +92,7 @@ impl Routing {
         let tokens = spec.tokens as usize;
         let topk = spec.topk as usize;
         let experts = spec.experts as usize;
-        if ranks == 0 || topk == 0 || experts == 0 || topk > experts || experts % ranks != 0 {
+        if ranks == 0 || topk == 0 || experts == 0 || topk > experts || !experts.is_multiple_of(ranks) {
             return Err("invalid routing sizes".into());
         }
         let entries = spec

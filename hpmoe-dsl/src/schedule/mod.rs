@@ -436,9 +436,7 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
                 }
             }
             if spec.policy == Policy::KernelByKernel {
-                for t in 0..n {
-                    kernel[t] = g.node[t];
-                }
+                kernel.copy_from_slice(&g.node);
             }
         }
     }

@@ -5,7 +5,8 @@
 //! - [`lexer`]: the logos lexer for files and REPL lines;
 //! - [`parser`]: the recursive-descent parser with error recovery;
 //! - [`ast`]: the tree;
-//! - [`fmt`]: the canonical formatter.
+//! - [`fmt`]: the canonical formatter;
+//! - `proc` (feature `proc-macro2`): the `taskflow!` macro's token source.
 //!
 //! `hpm.pest` beside this file is the readable reference grammar; a test keeps it and the
 //! parser in agreement.
@@ -14,6 +15,8 @@ pub mod ast;
 pub mod fmt;
 pub mod lexer;
 pub mod parser;
+#[cfg(feature = "proc-macro2")]
+pub mod proc;
 pub mod reference;
 pub mod token;
 

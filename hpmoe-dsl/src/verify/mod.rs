@@ -55,7 +55,7 @@ fn region_text(tf: &Taskflow, r: &Region) -> String {
 }
 
 /// Whether `from` reaches `to` along dependency edges (searching backwards from `to`).
-fn reaches(g: &TaskGraph, from: u32, to: u32, seen: &mut Vec<u32>, stamp: u32) -> bool {
+fn reaches(g: &TaskGraph, from: u32, to: u32, seen: &mut [u32], stamp: u32) -> bool {
     let mut q = VecDeque::new();
     q.push_back(to);
     let mut visited = 0usize;

@@ -1,0 +1,280 @@
+//! HBM bandwidth sharing on every die: a deterministic fluid model.
+//!
+//! In: jobs (a task's bytes that miss in L2, or write-backs of dirty L2 blocks) joining a
+//! die's HBM at a time. Out: when each job has moved its bytes, and the die's HBM throughput
+//! over time.
+//!
+//! Model: all jobs active on a die at once share `hbm_bandwidth` max-min fairly, each capped
+//! by its core's rate (`core_hbm_rate × clock`; write-backs are capped by the die's
+//! bandwidth only and all pending write-backs of a die form one job). Rates change only when
+//! a job joins or leaves. Within a class (AIC jobs, AIV jobs, write-back) every job receives
+//! the same rate, so a class keeps a *virtual time* (bytes served to each of its jobs so
+//! far): a job joining at virtual time `V` with `D` bytes finishes when the class's virtual
+//! time reaches `V + D`. Jobs of a class finish in order of that virtual finish (a heap), and
+//! only the earliest finish of each class needs an event: a join or leave is O(log n).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// Job classes: the two engine classes ([`super::AIC`], [`super::AIV`]) and write-backs.
+pub const WRITEBACK: usize = 2;
+const CLASSES: usize = 3;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Job {
+    /// Virtual finish (non-negative f64 bits: ordered like the value).
+    finish: u64,
+    task: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Die {
+    virt: [f64; CLASSES],
+    n: [u32; CLASSES],
+    rate: [f64; CLASSES],
+    last: f64,
+    jobs: [BinaryHeap<Reverse<Job>>; 2],
+    /// Virtual finish of the write-back job (when `n[WRITEBACK] == 1`).
+    wb_finish: f64,
+    /// The class whose head finishes first (set by [`Hbm::next`]).
+    next_class: usize,
+    served: f64,
+    writeback: f64,
+    busy: f64,
+}
+
+/// The HBM of every die.
+#[derive(Clone, Debug)]
+pub struct Hbm {
+    bandwidth: f64,
+    cap: [f64; CLASSES],
+    /// Classes by increasing cap, for water-filling.
+    order: [usize; CLASSES],
+    dies: Vec<Die>,
+}
+
+/// Tolerance (relative) under which a job counts as finished.
+fn close(finish: f64, virt: f64) -> bool {
+    finish <= virt + 1e-12 * finish.abs().max(1.0)
+}
+
+impl Hbm {
+    /// `bandwidth` per die; `core_caps`: the per-core HBM rate of each engine class.
+    pub fn new(dies: usize, bandwidth: f64, core_caps: [f64; 2]) -> Hbm {
+        let cap = [core_caps[0], core_caps[1], bandwidth];
+        let mut order = [0, 1, 2];
+        order.sort_by(|&a, &b| cap[a].total_cmp(&cap[b]).then(a.cmp(&b)));
+        Hbm {
+            bandwidth,
+            cap,
+            order,
+            dies: vec![Die::default(); dies],
+        }
+    }
+
+    fn advance(&mut self, d: usize, now: f64) {
+        let die = &mut self.dies[d];
+        let dt = now - die.last;
+        if dt > 0.0 {
+            let mut total = 0.0;
+            for k in 0..CLASSES {
+                if die.n[k] > 0 {
+                    die.virt[k] += die.rate[k] * dt;
+                    total += die.n[k] as f64 * die.rate[k] * dt;
+                }
+            }
+            if total > 0.0 {
+                die.busy += dt;
+                die.served += total;
+            }
+            die.last = now;
+        }
+    }
+
+    fn rebalance(&mut self, d: usize) {
+        let die = &mut self.dies[d];
+        let mut bw = self.bandwidth;
+        let mut left: u32 = die.n.iter().sum();
+        let mut fair_from = CLASSES;
+        for (i, &k) in self.order.iter().enumerate() {
+            if die.n[k] == 0 {
+                continue;
+            }
+            let fair = bw / left as f64;
+            if self.cap[k] <= fair {
+                die.rate[k] = self.cap[k];
+                bw -= die.n[k] as f64 * self.cap[k];
+                left -= die.n[k];
+            } else {
+                fair_from = i;
+                break;
+            }
+        }
+        if fair_from < CLASSES && left > 0 {
+            let fair = bw / left as f64;
+            for &k in &self.order[fair_from..] {
+                die.rate[k] = fair;
+            }
+        }
+    }
+
+    /// A task's job of `bytes` joins die `d` at `now`.
+    pub fn join(&mut self, d: usize, class: usize, task: u32, bytes: f64, now: f64) {
+        self.advance(d, now);
+        let die = &mut self.dies[d];
+        let finish = die.virt[class] + bytes;
+        die.jobs[class].push(Reverse(Job {
+            finish: finish.to_bits(),
+            task,
+        }));
+        die.n[class] += 1;
+        self.rebalance(d);
+    }
+
+    /// Dirty bytes evicted on die `d` at `now` must go back to HBM.
+    pub fn writeback(&mut self, d: usize, bytes: f64, now: f64) {
+        if bytes <= 0.0 {
+            return;
+        }
+        self.advance(d, now);
+        let die = &mut self.dies[d];
+        die.writeback += bytes;
+        if die.n[WRITEBACK] == 0 {
+            die.wb_finish = die.virt[WRITEBACK] + bytes;
+            die.n[WRITEBACK] = 1;
+            self.rebalance(d);
+        } else {
+            die.wb_finish += bytes;
+        }
+    }
+
+    /// The time at which the next job of die `d` finishes, if any job is active.
+    pub fn next(&mut self, d: usize) -> Option<f64> {
+        let die = &mut self.dies[d];
+        let mut best: Option<(f64, usize)> = None;
+        for k in 0..CLASSES {
+            if die.n[k] == 0 {
+                continue;
+            }
+            let finish = if k == WRITEBACK {
+                die.wb_finish
+            } else {
+                match die.jobs[k].peek() {
+                    Some(Reverse(j)) => f64::from_bits(j.finish),
+                    None => continue,
+                }
+            };
+            let t = die.last + ((finish - die.virt[k]) / die.rate[k]).max(0.0);
+            if best.is_none_or(|(bt, _)| t < bt) {
+                best = Some((t, k));
+            }
+        }
+        best.map(|(t, k)| {
+            die.next_class = k;
+            t
+        })
+    }
+
+    /// At the time [`Hbm::next`] announced: the tasks whose jobs finished (in order), pushed
+    /// to `done`.
+    pub fn complete(&mut self, d: usize, now: f64, done: &mut Vec<u32>) {
+        self.advance(d, now);
+        let die = &mut self.dies[d];
+        // The announced job finishes now, whatever the rounding.
+        let k = die.next_class;
+        if k == WRITEBACK {
+            if die.n[WRITEBACK] == 1 {
+                die.virt[WRITEBACK] = die.virt[WRITEBACK].max(die.wb_finish);
+            }
+        } else if let Some(Reverse(j)) = die.jobs[k].peek() {
+            let f = f64::from_bits(j.finish);
+            die.virt[k] = die.virt[k].max(f);
+        }
+        for k in 0..2 {
+            while let Some(Reverse(j)) = die.jobs[k].peek() {
+                if !close(f64::from_bits(j.finish), die.virt[k]) {
+                    break;
+                }
+                done.push(j.task);
+                die.jobs[k].pop();
+                die.n[k] -= 1;
+            }
+        }
+        if die.n[WRITEBACK] == 1 && close(die.wb_finish, die.virt[WRITEBACK]) {
+            die.n[WRITEBACK] = 0;
+        }
+        self.rebalance(d);
+    }
+
+    /// The die's current throughput (B/s).
+    pub fn throughput(&self, d: usize) -> f64 {
+        let die = &self.dies[d];
+        (0..CLASSES).map(|k| die.n[k] as f64 * if die.n[k] > 0 { die.rate[k] } else { 0.0 }).sum()
+    }
+
+    /// Bytes moved by die `d` so far (integrated), of which write-backs requested.
+    pub fn served(&self, d: usize) -> f64 {
+        self.dies[d].served
+    }
+    pub fn writeback_bytes(&self, d: usize) -> f64 {
+        self.dies[d].writeback
+    }
+    /// Time during which die `d` moved data.
+    pub fn busy(&self, d: usize) -> f64 {
+        self.dies[d].busy
+    }
+    /// Jobs still active on die `d` (write-back included).
+    pub fn active(&self, d: usize) -> u32 {
+        self.dies[d].n.iter().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(h: &mut Hbm) -> Vec<(u32, f64)> {
+        let mut out = Vec::new();
+        let mut done = Vec::new();
+        while let Some(t) = h.next(0) {
+            done.clear();
+            h.complete(0, t, &mut done);
+            out.extend(done.iter().map(|&x| (x, t)));
+        }
+        out
+    }
+
+    #[test]
+    fn one_job_runs_at_its_cap() {
+        let mut h = Hbm::new(1, 100.0, [10.0, 20.0]);
+        h.join(0, 0, 7, 50.0, 0.0);
+        assert_eq!(drain(&mut h), vec![(7, 5.0)]);
+    }
+
+    #[test]
+    fn contention_shares_fairly() {
+        // 4 jobs capped at 40 on 100: each gets 25; equal jobs finish together.
+        let mut h = Hbm::new(1, 100.0, [40.0, 40.0]);
+        for t in 0..4 {
+            h.join(0, 0, t, 100.0, 0.0);
+        }
+        let out = drain(&mut h);
+        assert_eq!(out.len(), 4);
+        for (_, t) in out {
+            assert!((t - 4.0).abs() < 1e-9);
+        }
+        assert!((h.served(0) - 400.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_leaving_job_speeds_up_the_others() {
+        // Two jobs of 10 and 30 on 20 B/s (caps 100): 10 B/s each until t=1, then 20 B/s.
+        let mut h = Hbm::new(1, 20.0, [100.0, 100.0]);
+        h.join(0, 0, 1, 10.0, 0.0);
+        h.join(0, 1, 2, 30.0, 0.0);
+        let out = drain(&mut h);
+        assert_eq!(out[0], (1, 1.0));
+        assert_eq!(out[1].0, 2);
+        assert!((out[1].1 - 2.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,197 @@
+//! The device model: a checked [`Device`] (a profile from `stdlib/device.hpm` with its
+//! overrides, in base units) in; the rates, sizes and latencies the simulator uses out
+//! ([`DeviceModel`]), plus the three shared resources whose state changes while a schedule
+//! runs:
+//!
+//! - [`l2`]: the L2 of every die, an LRU over data blocks (a block is what one task wrote on
+//!   one rank, or an input region), so a consumer that runs soon after its producer hits and
+//!   one that runs after a large unrelated working set misses;
+//! - [`hbm`]: the HBM bandwidth of every die, shared by every core that is moving data from or
+//!   to HBM at the same time (a deterministic fluid model, max-min fair with per-core caps);
+//! - [`link`]: the interconnect, per-rank egress and ingress bandwidth shared by the flows
+//!   that use them at the same time.
+//!
+//! Every number comes from a device field; nothing here is a constant of the code.
+//!
+//! ## Equations (per rank = one die)
+//!
+//! | quantity | equation |
+//! |---|---|
+//! | cube rate of one AIC core (FLOP/s) | `cube_flops_per_cycle × aic_clock × cube_efficiency` |
+//! | vector rate of one AIV core (elements/s) | `vector_bytes_per_cycle / element size × aiv_clock` |
+//! | per-core HBM, L2 read, L2 write rates (B/s) | `core_hbm_rate`, `core_l2_read_rate`, `core_l2_write_rate` × the core's clock |
+//! | HBM of a die (B/s) | `hbm_bandwidth`, shared (see [`hbm`]) |
+//! | L2 capacity (B) | `l2_size` (see [`l2`]) |
+//! | egress = ingress bandwidth of a rank (B/s) | `link_bandwidth × link_efficiency`, shared (see [`link`]) |
+//! | remote data and signals | arrive `link_latency` after they leave; a signal is ordered after its data |
+//! | local signals | arrive `event_latency` after the task ends |
+//! | a task | `max(compute, memory, link) + task_overhead` (see `sim`) |
+//! | a kernel | `kernel_launch` before its first task (one for a fused schedule) |
+//! | a put | staged through the UB in `put_chunk_bytes` chunks: the link starts after the first chunk is read |
+
+pub mod hbm;
+pub mod l2;
+pub mod link;
+
+use hpmoe_dsl::ir::{Device, Engine};
+
+/// Engine classes: index 0 for the cube cores, 1 for the vector cores.
+pub const AIC: usize = 0;
+pub const AIV: usize = 1;
+
+/// The class index of an engine.
+pub fn class(e: Engine) -> usize {
+    match e {
+        Engine::Aic => AIC,
+        Engine::Aiv => AIV,
+    }
+}
+
+/// The static part of the model, in base units (s, B, B/s, FLOP/s).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceModel {
+    pub ranks: u32,
+    pub aic_cores: u32,
+    pub aiv_cores: u32,
+    /// Sustained FLOP/s of one AIC core.
+    pub cube_flops: f64,
+    /// Peak FLOP/s of one AIC core (`cube_flops_per_cycle × aic_clock`), for MAC utilisation.
+    pub cube_peak: f64,
+    /// Bytes per second the vector unit of one AIV core processes (divide by the element size
+    /// for elements per second).
+    pub vector_bytes: f64,
+    /// Per engine class ([`AIC`], [`AIV`]): the per-core HBM, L2 read and L2 write rates.
+    pub core_hbm: [f64; 2],
+    pub core_l2_read: [f64; 2],
+    pub core_l2_write: [f64; 2],
+    /// HBM bandwidth of one die, shared by its cores.
+    pub hbm_bandwidth: f64,
+    /// L2 capacity of one die.
+    pub l2_size: f64,
+    /// Interconnect bandwidth leaving and entering one rank.
+    pub link_egress: f64,
+    pub link_ingress: f64,
+    pub link_latency: f64,
+    pub event_latency: f64,
+    pub kernel_launch: f64,
+    pub task_overhead: f64,
+    pub put_chunk_bytes: f64,
+}
+
+/// The device fields the model reads, for messages and docs.
+pub const FIELDS: &[&str] = &[
+    "ranks",
+    "aic_cores",
+    "aiv_cores",
+    "aic_clock",
+    "aiv_clock",
+    "cube_flops_per_cycle",
+    "cube_efficiency",
+    "vector_bytes_per_cycle",
+    "core_hbm_rate",
+    "core_l2_read_rate",
+    "core_l2_write_rate",
+    "hbm_bandwidth",
+    "l2_size",
+    "link_bandwidth",
+    "link_efficiency",
+    "link_latency",
+    "event_latency",
+    "kernel_launch",
+    "task_overhead",
+    "put_chunk_bytes",
+];
+
+impl DeviceModel {
+    /// The model of a checked device. Fails (with a message naming the field) when a rate is
+    /// not a positive finite number or a latency is negative, which the checker already
+    /// rules out for profiles but which a hand-built `Device` may contain.
+    pub fn new(d: &Device) -> Result<DeviceModel, String> {
+        for f in FIELDS {
+            let v = d.get(f);
+            if !v.is_finite() || v < 0.0 || (v == 0.0 && !f.ends_with("latency") && *f != "kernel_launch" && *f != "task_overhead") {
+                return Err(format!("device field `{f}` = {v} cannot be simulated: it must be positive"));
+            }
+        }
+        let ranks = d.get("ranks") as u32;
+        let aic_cores = d.get("aic_cores") as u32;
+        let aiv_cores = d.get("aiv_cores") as u32;
+        if ranks == 0 || aic_cores == 0 || aiv_cores == 0 {
+            return Err("a device needs at least one rank, one AIC and one AIV core".into());
+        }
+        let clock = [d.get("aic_clock"), d.get("aiv_clock")];
+        let per_core = |field: &str| [d.get(field) * clock[AIC], d.get(field) * clock[AIV]];
+        let link = d.get("link_bandwidth") * d.get("link_efficiency");
+        Ok(DeviceModel {
+            ranks,
+            aic_cores,
+            aiv_cores,
+            cube_flops: d.get("cube_flops_per_cycle") * clock[AIC] * d.get("cube_efficiency"),
+            cube_peak: d.get("cube_flops_per_cycle") * clock[AIC],
+            vector_bytes: d.get("vector_bytes_per_cycle") * clock[AIV],
+            core_hbm: per_core("core_hbm_rate"),
+            core_l2_read: per_core("core_l2_read_rate"),
+            core_l2_write: per_core("core_l2_write_rate"),
+            hbm_bandwidth: d.get("hbm_bandwidth"),
+            l2_size: d.get("l2_size"),
+            link_egress: link,
+            link_ingress: link,
+            link_latency: d.get("link_latency"),
+            event_latency: d.get("event_latency"),
+            kernel_launch: d.get("kernel_launch"),
+            task_overhead: d.get("task_overhead"),
+            put_chunk_bytes: d.get("put_chunk_bytes"),
+        })
+    }
+
+    pub fn cores_per_rank(&self) -> u32 {
+        self.aic_cores + self.aiv_cores
+    }
+
+    /// Seconds of compute of `ops` operations on one core of an engine class (`elem`: the
+    /// element size in bytes, for the vector unit).
+    pub fn compute_seconds(&self, class: usize, ops: f64, elem: f64) -> f64 {
+        if class == AIC {
+            ops / self.cube_flops
+        } else {
+            ops * elem.max(1.0) / self.vector_bytes
+        }
+    }
+
+    /// The fastest rate at which one core of a class reads (L2 or HBM), for lower bounds.
+    pub fn best_read_rate(&self, class: usize) -> f64 {
+        self.core_l2_read[class].max(self.core_hbm[class])
+    }
+
+    /// The derived rates, one per line (for `hpmoe run` and the docs).
+    pub fn describe(&self) -> String {
+        let g = 1e9;
+        format!(
+            "device model: {} ranks x ({} AIC + {} AIV)\n\
+             \x20 cube {:.2} TFLOP/s per AIC core sustained ({:.2} peak); vector {:.1} GB/s per AIV core\n\
+             \x20 per core: HBM {:.1} GB/s, L2 read {:.1} GB/s, L2 write {:.1} GB/s (AIC); {:.1} / {:.1} / {:.1} (AIV)\n\
+             \x20 HBM {:.1} GB/s per die (shared); L2 {:.0} MiB per die; links {:.1} GB/s egress and ingress per rank\n\
+             \x20 latencies: link {:.2} us, event {:.2} us, kernel launch {:.2} us, task overhead {:.2} us; put chunk {:.0} KiB\n",
+            self.ranks,
+            self.aic_cores,
+            self.aiv_cores,
+            self.cube_flops / 1e12,
+            self.cube_peak / 1e12,
+            self.vector_bytes / g,
+            self.core_hbm[AIC] / g,
+            self.core_l2_read[AIC] / g,
+            self.core_l2_write[AIC] / g,
+            self.core_hbm[AIV] / g,
+            self.core_l2_read[AIV] / g,
+            self.core_l2_write[AIV] / g,
+            self.hbm_bandwidth / g,
+            self.l2_size / 1048576.0,
+            self.link_egress / g,
+            self.link_latency * 1e6,
+            self.event_latency * 1e6,
+            self.kernel_launch * 1e6,
+            self.task_overhead * 1e6,
+            self.put_chunk_bytes / 1024.0,
+        )
+    }
+}
