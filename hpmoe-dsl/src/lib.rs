@@ -8,10 +8,14 @@
 //!    engines, buffer fit, routings, devices), or diagnostics;
 //! 3. [`ir`]: the typed op graph (the first level of the IR).
 //!
+//! [`embed`] is what the `taskflow!` macro expands to (and, with the `proc-macro2` feature,
+//! the expansion itself).
+//!
 //! Every stage returns all of its errors as [`diag::Diagnostic`]s with source spans.
 
 pub mod check;
 pub mod diag;
+pub mod embed;
 pub mod ir;
 pub mod lower;
 pub mod npy;

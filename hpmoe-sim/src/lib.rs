@@ -1,5 +1,24 @@
 //! hpmoe's device model, executors, reports and the `hpmoe` command-line tool.
 //!
-//! - [`cli`]: the command-line interface (check, lower, fmt, explain).
+//! A compiled taskflow (task graph + schedule from `hpmoe_dsl::schedule::compile`) goes
+//! through these stages, each a module with a doc saying what goes in and what comes out:
+//!
+//! 1. [`model`]: the device profile → rates, sizes and latencies, and the shared resources
+//!    (L2 residency, HBM bandwidth sharing, link sharing);
+//! 2. [`sim`]: the workload (per-task costs, L2 blocks, flows) and the discrete-event
+//!    simulation of every rank → a timeline ([`sim::SimResult`]) or a wait-for report;
+//! 3. [`report`]: latency, phases, utilisation, exposed communication, L2 hit rate, lower
+//!    bound and efficiency, comparisons of policies (tables and JSON);
+//! 4. [`trace`]: Chrome trace event JSON (Perfetto);
+//! 5. [`gantt`]: SVG charts of core timelines;
+//! 6. [`numerics`]: the real numbers of a schedule, compared with dense and per-token
+//!    references, with a dynamic race check;
+//! 7. [`cli`]: the command-line interface (check, lower, run, fmt, explain).
 
 pub mod cli;
+pub mod gantt;
+pub mod model;
+pub mod numerics;
+pub mod report;
+pub mod sim;
+pub mod trace;

@@ -49,6 +49,7 @@ impl Source {
         let mut sources = SourceMap::new();
         let opts = Options {
             overrides: overrides.to_vec(),
+            ..Options::default()
         };
         let out = check_text(self.name, self.text, Some(Path::new(self.dir)), &opts, &mut sources);
         match out.program {

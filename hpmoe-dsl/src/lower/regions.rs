@@ -59,8 +59,7 @@ pub struct Access {
 #[derive(Debug, Default)]
 pub struct Scratch {
     access: Access,
-    vr: Vec<(i64, i64)>,
-    entries: Vec<(u32, u32, u32)>,
+    ranges: TileRanges,
 }
 
 fn range_of(vr: &[(i64, i64)], v: usize) -> (i64, i64) {
@@ -109,6 +108,120 @@ fn ops(e: &SExpr, vr: &[(i64, i64)]) -> f64 {
     }
 }
 
+/// The values every index variable of a task's body takes in its tile, and for a sending
+/// put the (token, choice, slot) entries it sends and its destination slots.
+#[derive(Clone, Debug, Default)]
+pub struct TileRanges {
+    /// Per body variable: `lo..hi`.
+    pub vr: Vec<(i64, i64)>,
+    /// Sending puts: the rows sent, as (token, choice, destination slot).
+    pub entries: Vec<(u32, u32, u32)>,
+    /// Sending puts: the destination rank and the window rows the tile owns there.
+    pub dest_slots: Option<(u32, i64, i64)>,
+    /// The task dimension that is a sending put, if any.
+    pub send_dim: Option<usize>,
+}
+
+/// Computes [`TileRanges`] for task `t`.
+pub fn tile_ranges(tf: &Taskflow, g: &TaskGraph, t: usize, out: &mut TileRanges) {
+    let ni = g.node[t] as usize;
+    let rank = g.rank[t] as usize;
+    let node = &tf.nodes[ni];
+    let nt = &g.nodes[ni];
+    let body: &ConcreteBody = &node.body;
+    let chunks = g.chunks(t);
+    out.vr.clear();
+    out.vr.resize(body.vars.len(), (0, 0));
+    out.entries.clear();
+    out.dest_slots = None;
+    out.send_dim = None;
+    let s = out;
+    let mut send: Option<(usize, &Chunk)> = None;
+    for (v, var) in body.vars.iter().enumerate() {
+        let dim = nt.dims.iter().position(|d| d.name == var.name);
+        let r = match (dim, var.range) {
+            (Some(d), _) if !matches!(var.kind, VarKind::Reduce) => {
+                let c = &chunks[d];
+                match (&nt.dims[d].kind, var.range) {
+                    (DimKind::Range { .. }, VarRange::Fixed { lo, hi }) => (c.lo.max(lo), c.hi.min(hi)),
+                    (DimKind::Range { .. }, _) => (c.lo, c.hi),
+                    (DimKind::Recv(_), _) => (c.lo, c.hi),
+                    (DimKind::Send { .. }, _) => {
+                        send = Some((d, c));
+                        (0, 0)
+                    }
+                }
+            }
+            _ => match var.range {
+                VarRange::Fixed { lo, hi } => {
+                    // The choice variable of a send dimension.
+                    let is_choice = nt.dims.iter().any(|d| matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name));
+                    if is_choice {
+                        (0, 0)
+                    } else {
+                        (lo, hi)
+                    }
+                }
+                VarRange::Recv(r) => match g.layouts.get(r.0 as usize).and_then(|l| l.as_ref()) {
+                    Some(l) => (0, l.rows(rank) as i64),
+                    None => (0, 0),
+                },
+                VarRange::GroupRows { route, group } => {
+                    let (glo, ghi) = s.vr.get(group).copied().unwrap_or((0, 0));
+                    match g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) {
+                        Some(l) if ghi > glo => {
+                            let off = &l.group_off[rank];
+                            let a = off.get(glo as usize).copied().unwrap_or(0) as i64;
+                            let b = off.get(ghi as usize).copied().unwrap_or(0) as i64;
+                            (a, b)
+                        }
+                        _ => (0, 0),
+                    }
+                }
+            },
+        };
+        s.vr[v] = r;
+    }
+    let Some((d, c)) = send else { return };
+    s.send_dim = Some(d);
+    let DimKind::Send { route, token, choice } = &nt.dims[d].kind else { return };
+    let Some(l) = g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) else { return };
+    let e = c.group as usize;
+    let off = &l.send_off[rank];
+    let (first, last) = if l.static_capacity {
+        let cnt = (off[e + 1] - off[e]) as i64;
+        (off[e] as i64 + c.lo.min(cnt), off[e] as i64 + c.hi.min(cnt))
+    } else {
+        (c.lo, c.hi)
+    };
+    let (mut tlo, mut thi, mut jlo, mut jhi) = (i64::MAX, i64::MIN, i64::MAX, i64::MIN);
+    for ent in &l.send[rank][first as usize..last as usize] {
+        s.entries.push((ent.token, ent.choice, ent.slot));
+        tlo = tlo.min(ent.token as i64);
+        thi = thi.max(ent.token as i64 + 1);
+        jlo = jlo.min(ent.choice as i64);
+        jhi = jhi.max(ent.choice as i64 + 1);
+    }
+    let d_rank = l.rank_of_expert(e) as u32;
+    let el = e % l.local_experts();
+    let slots = if l.static_capacity {
+        let seg = l.group_off[d_rank as usize][el] as i64 + rank as i64 * l.segment_capacity() as i64;
+        (seg + c.lo, seg + c.hi)
+    } else if let (Some(f), Some(la)) = (s.entries.first(), s.entries.last()) {
+        (f.2 as i64, la.2 as i64 + 1)
+    } else {
+        (0, 0)
+    };
+    s.dest_slots = Some((d_rank, slots.0, slots.1));
+    for (v, var) in body.vars.iter().enumerate() {
+        if var.name == *token {
+            s.vr[v] = if thi > tlo { (tlo, thi) } else { (0, 0) };
+        } else if var.name == *choice {
+            s.vr[v] = if jhi > jlo { (jlo, jhi) } else { (0, 0) };
+        }
+    }
+}
+
 /// Computes what task `t` reads and writes, and its cost.
 pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize, s: &'a mut Scratch) -> &'a Access {
     let a = &mut s.access;
@@ -125,110 +238,15 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
     let node = &tf.nodes[ni];
     let nt = &g.nodes[ni];
     let body: &ConcreteBody = &node.body;
-    let chunks = g.chunks(t);
     let out = tf.tensor(node.output);
     let out_size = out.dtype.size() as f64;
+    tile_ranges(tf, g, t, &mut s.ranges);
+    let send: Option<usize> = s.ranges.send_dim;
+    let dest_slots = s.ranges.dest_slots;
     for st in &body.stmts {
-        // Variable ranges for this tile.
-        s.vr.clear();
-        s.vr.resize(body.vars.len(), (0, 0));
-        s.entries.clear();
-        let mut send: Option<(usize, &Chunk)> = None;
-        for (v, var) in body.vars.iter().enumerate() {
-            let dim = nt.dims.iter().position(|d| d.name == var.name);
-            let r = match (dim, var.range) {
-                (Some(d), _) if !matches!(var.kind, VarKind::Reduce) => {
-                    let c = &chunks[d];
-                    match (&nt.dims[d].kind, var.range) {
-                        (DimKind::Range { .. }, VarRange::Fixed { lo, hi }) => (c.lo.max(lo), c.hi.min(hi)),
-                        (DimKind::Range { .. }, _) => (c.lo, c.hi),
-                        (DimKind::Recv(_), _) => (c.lo, c.hi),
-                        (DimKind::Send { .. }, _) => {
-                            send = Some((d, c));
-                            (0, 0)
-                        }
-                    }
-                }
-                _ => match var.range {
-                    VarRange::Fixed { lo, hi } => {
-                        // The choice variable of a send dimension.
-                        let is_choice = nt
-                            .dims
-                            .iter()
-                            .any(|d| matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name));
-                        if is_choice {
-                            (0, 0)
-                        } else {
-                            (lo, hi)
-                        }
-                    }
-                    VarRange::Recv(r) => match g.layouts.get(r.0 as usize).and_then(|l| l.as_ref()) {
-                        Some(l) => (0, l.rows(rank) as i64),
-                        None => (0, 0),
-                    },
-                    VarRange::GroupRows { route, group } => {
-                        let (glo, ghi) = s.vr.get(group).copied().unwrap_or((0, 0));
-                        match g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) {
-                            Some(l) if ghi > glo => {
-                                let off = &l.group_off[rank];
-                                let a = off.get(glo as usize).copied().unwrap_or(0) as i64;
-                                let b = off.get(ghi as usize).copied().unwrap_or(0) as i64;
-                                (a, b)
-                            }
-                            _ => (0, 0),
-                        }
-                    }
-                },
-            };
-            s.vr[v] = r;
-        }
-        // A sending put: its (token, choice) entries.
-        let mut dest_slots: Option<(u32, i64, i64)> = None;
-        if let Some((d, c)) = send {
-            let DimKind::Send { route, token, choice } = &nt.dims[d].kind else {
-                continue;
-            };
-            let Some(l) = g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) else {
-                continue;
-            };
-            let e = c.group as usize;
-            let off = &l.send_off[rank];
-            let (first, last) = if l.static_capacity {
-                let cnt = (off[e + 1] - off[e]) as i64;
-                (off[e] as i64 + c.lo.min(cnt), off[e] as i64 + c.hi.min(cnt))
-            } else {
-                (c.lo, c.hi)
-            };
-            let (mut tlo, mut thi, mut jlo, mut jhi) = (i64::MAX, i64::MIN, i64::MAX, i64::MIN);
-            for ent in &l.send[rank][first as usize..last as usize] {
-                s.entries.push((ent.token, ent.choice, ent.slot));
-                tlo = tlo.min(ent.token as i64);
-                thi = thi.max(ent.token as i64 + 1);
-                jlo = jlo.min(ent.choice as i64);
-                jhi = jhi.max(ent.choice as i64 + 1);
-            }
-            let d_rank = l.rank_of_expert(e) as u32;
-            let el = e % l.local_experts();
-            let slots = if l.static_capacity {
-                let seg = l.group_off[d_rank as usize][el] as i64 + rank as i64 * l.segment_capacity() as i64;
-                (seg + c.lo, seg + c.hi)
-            } else if let (Some(f), Some(la)) = (s.entries.first(), s.entries.last()) {
-                (f.2 as i64, la.2 as i64 + 1)
-            } else {
-                (0, 0)
-            };
-            dest_slots = Some((d_rank, slots.0, slots.1));
-            for (v, var) in body.vars.iter().enumerate() {
-                if var.name == *token {
-                    s.vr[v] = if thi > tlo { (tlo, thi) } else { (0, 0) };
-                } else if var.name == *choice {
-                    s.vr[v] = if jhi > jlo { (jlo, jhi) } else { (0, 0) };
-                }
-            }
-        }
         // Points the statement computes.
         let send_vars: Vec<usize> = match send {
-            Some((d, _)) => match &nt.dims[d].kind {
+            Some(d) => match &nt.dims[d].kind {
                 DimKind::Send { token, choice, .. } => st
                     .vars
                     .iter()
@@ -243,10 +261,10 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
             .vars
             .iter()
             .filter(|v| !send_vars.contains(v))
-            .map(|&v| (s.vr[v].1 - s.vr[v].0).max(0) as f64)
+            .map(|&v| (s.ranges.vr[v].1 - s.ranges.vr[v].0).max(0) as f64)
             .product();
         if send.is_some() {
-            points *= s.entries.len() as f64;
+            points *= s.ranges.entries.len() as f64;
         }
         let layout_of = |r: crate::ir::RouteId| g.layouts.get(r.0 as usize).and_then(|l| l.as_ref());
         let group_route = node.routes.first().copied();
@@ -257,7 +275,7 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
             }
         };
         // Reads.
-        let vr = &s.vr;
+        let vr = &s.ranges.vr;
         let mut reads_here: Vec<Region> = Vec::new();
         st.value.for_each_read(&mut |input, ix| {
             let tid = node.inputs[input];
@@ -297,7 +315,7 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
         if points <= 0.0 && !owns_padding {
             continue;
         }
-        a.flops += points * ops(&st.value, &s.vr);
+        a.flops += points * ops(&st.value, &s.ranges.vr);
         // Writes.
         let out_dims = out.shape.len().min(MAX_DIMS);
         let mk = |rank: u32| Region {
@@ -312,7 +330,7 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
             Target::Out(ix) => {
                 let mut w = mk(rank as u32);
                 for (k, i) in ix.iter().enumerate().take(MAX_DIMS) {
-                    let (lo, hi) = index_range(i, &s.vr, &group_of, 0);
+                    let (lo, hi) = index_range(i, &s.ranges.vr, &group_of, 0);
                     w.lo[k] = lo;
                     w.hi[k] = hi;
                 }
@@ -324,7 +342,7 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
                 let mut rest = mk(0);
                 for (k, i) in index.iter().enumerate().take(MAX_DIMS) {
                     if !matches!(i, Index::Route { .. }) {
-                        let (lo, hi) = index_range(i, &s.vr, &group_of, 0);
+                        let (lo, hi) = index_range(i, &s.ranges.vr, &group_of, 0);
                         rest.lo[k] = lo;
                         rest.hi[k] = hi;
                     }
@@ -356,14 +374,14 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
                     w.rank = d;
                     w.lo[row_dim] = lo;
                     w.hi[row_dim] = hi;
-                    note_dest(d, s.entries.len() as f64 * row_bytes, a);
+                    note_dest(d, s.ranges.entries.len() as f64 * row_bytes, a);
                     if !w.is_empty() {
                         a.writes.push(w);
                     }
                 } else if let Index::Route { route, args, .. } = rk {
                     // A receiving-side put: each row goes back to its source.
                     let Some(l) = layout_of(*route) else { continue };
-                    let (mlo, mhi) = range_of(&s.vr, args[0]);
+                    let (mlo, mhi) = range_of(&s.ranges.vr, args[0]);
                     for m in mlo.max(0)..mhi {
                         let Some(e) = l.recv[rank].get(m as usize) else {
                             continue;

@@ -455,3 +455,218 @@ fn quote(s: &str) -> String {
     o.push('"');
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    fn convert(src: &str) -> ProcTokens {
+        ProcTokens::new(TokenStream::from_str(src).expect("Rust tokens"), FileId(7))
+    }
+
+    fn kinds(p: &ProcTokens) -> Vec<TokenKind> {
+        p.tokens().iter().map(|t| t.kind.clone()).collect()
+    }
+
+    /// `(line, column)` of the first and last `proc_macro2` span of token `i` (1-based lines,
+    /// 0-based columns, as `proc_macro2` counts).
+    fn at(p: &ProcTokens, i: u32) -> ((usize, usize), (usize, usize)) {
+        let (a, b) = p.range(Span::new(p.file(), i, i + 1));
+        ((a.start().line, a.start().column), (b.end().line, b.end().column))
+    }
+
+    fn lexed(src: &str) -> Vec<TokenKind> {
+        let (toks, diags, _) = lexer::tokenize(src, FileId(0));
+        assert!(diags.is_empty(), "{diags:?}");
+        toks.into_iter().map(|t| t.kind).filter(|k| *k != TokenKind::Eof).collect()
+    }
+
+    #[test]
+    fn every_token_kind_with_its_span() {
+        let src = "param x = 0x1F;\nroute r = zipf(s: 1.5, path: \"a\\tb\");\n@ $ ~ ? ^ | & ! % #";
+        let p = convert(src);
+        assert!(p.diags.is_empty(), "{:?}", p.diags);
+        let k = kinds(&p);
+        use TokenKind as K;
+        let id = |s: &str| K::Ident(s.into());
+        assert_eq!(
+            k[..14],
+            [
+                id("param"),
+                id("x"),
+                K::Punct(Punct::Eq),
+                K::Int(Some(31)),
+                K::Punct(Punct::Semi),
+                id("route"),
+                id("r"),
+                K::Punct(Punct::Eq),
+                id("zipf"),
+                K::Open(Delim::Paren),
+                id("s"),
+                K::Punct(Punct::Colon),
+                K::Float(1.5),
+                K::Punct(Punct::Comma),
+            ]
+        );
+        assert_eq!(k[16], K::Str("a\tb".into()));
+        assert_eq!(k[17], K::Close(Delim::Paren));
+        // Spans: line 1 `0x1F` at columns 10..14; the float on line 2; the string; the `)`.
+        assert_eq!(at(&p, 3), ((1, 10), (1, 14)));
+        assert_eq!(at(&p, 12), ((2, 18), (2, 21)));
+        assert_eq!(at(&p, 16), ((2, 29), (2, 35)));
+        assert_eq!(at(&p, 17), ((2, 35), (2, 36)));
+        // Every token is one index; the end of the input is past the last token.
+        for (i, t) in p.tokens().iter().enumerate() {
+            assert_eq!(t.span, Span::new(FileId(7), i as u32, i as u32 + 1));
+        }
+        assert_eq!(p.eof_span(), Span::new(FileId(7), k.len() as u32, k.len() as u32));
+        assert_eq!(k, lexed(src));
+        // The end of the input maps to the last token.
+        let last = at(&p, k.len() as u32 - 1);
+        let (a, b) = p.range(p.eof_span());
+        assert_eq!(((a.start().line, a.start().column), (b.end().line, b.end().column)), last);
+    }
+
+    #[test]
+    fn nested_groups_and_ranges() {
+        let src = "taskflow f(x: bf16[a, [b]]) -> bf16[a] {\n    return g(x);\n}";
+        let p = convert(src);
+        let k = kinds(&p);
+        assert_eq!(k, lexed(src));
+        let opens: Vec<usize> = k.iter().enumerate().filter(|(_, k)| matches!(k, TokenKind::Open(_))).map(|(i, _)| i).collect();
+        let closes: Vec<usize> = k.iter().enumerate().filter(|(_, k)| matches!(k, TokenKind::Close(_))).map(|(i, _)| i).collect();
+        assert_eq!(opens.len(), 6);
+        assert_eq!(closes.len(), 6);
+        // `(` of the parameters at column 10; its `)` at 26; the inner `[` at 22, `]` at 24.
+        assert_eq!(at(&p, opens[0] as u32), ((1, 10), (1, 11)));
+        assert_eq!(at(&p, closes[2] as u32), ((1, 26), (1, 27)));
+        assert_eq!(at(&p, opens[2] as u32), ((1, 22), (1, 23)));
+        // A range from the parameters' `(` to their `)`.
+        let (a, b) = p.range(Span::new(p.file(), opens[0] as u32, closes[2] as u32 + 1));
+        assert_eq!((a.start().column, b.end().column), (10, 27));
+        // The body's braces on lines 1 and 3.
+        assert_eq!(at(&p, opens[4] as u32).0, (1, 39));
+        assert_eq!(at(&p, *closes.last().unwrap() as u32).0, (3, 0));
+    }
+
+    #[test]
+    fn none_delimited_groups_are_transparent() {
+        let inner = TokenStream::from_str("1 + 2").unwrap();
+        let mut ts = TokenStream::from_str("param x =").unwrap();
+        ts.extend([TokenTree::Group(proc_macro2::Group::new(Delimiter::None, inner))]);
+        ts.extend(TokenStream::from_str(";").unwrap());
+        let p = ProcTokens::new(ts, FileId(0));
+        assert_eq!(kinds(&p), lexed("param x = 1 + 2;"));
+    }
+
+    #[test]
+    fn doc_comments_and_doc_attributes() {
+        let src = "//! The file.\n//!\n/// An item, with \"quotes\" and \\ slashes.\n#[doc = \"second\\u{41}\"]\n#[doc = r\" raw\"]\nparam x = 1;";
+        let p = convert(src);
+        assert!(p.diags.is_empty(), "{:?}", p.diags);
+        let k = kinds(&p);
+        assert_eq!(
+            k[..5],
+            [
+                TokenKind::InnerDoc("The file.".into()),
+                TokenKind::InnerDoc(String::new()),
+                TokenKind::Doc("An item, with \"quotes\" and \\ slashes.".into()),
+                TokenKind::Doc("secondA".into()),
+                TokenKind::Doc("raw".into()),
+            ]
+        );
+        // A doc comment's span is the comment's line.
+        assert_eq!(at(&p, 0).0 .0, 1);
+        assert_eq!(at(&p, 2).0 .0, 3);
+        assert_eq!(at(&p, 3).0 .0, 4);
+        // The text form lexes to the same tokens.
+        assert_eq!(lexed(&p.text()), k);
+        // Another attribute is not a doc: its `#` is a token of its own.
+        let p = convert("#[inline] param x = 1;");
+        assert_eq!(kinds(&p)[0], TokenKind::Punct(Punct::Pound));
+        assert_eq!(kinds(&p)[1], TokenKind::Open(Delim::Bracket));
+    }
+
+    #[test]
+    fn joint_punctuation_is_joined_as_the_lexer_joins_it() {
+        for src in [
+            "a::b -> c => d += 1 -= 2 == 3 != 4 <= 5 >= 6 .. 7",
+            "a: :b - > c = > d + = 1 < = 2",
+            "a..=b ... c <<= d ->> e ==> f !== g",
+            "x::<T> y::*",
+        ] {
+            let p = convert(src);
+            assert!(p.diags.is_empty(), "{src}: {:?}", p.diags);
+            assert_eq!(kinds(&p), lexed(src), "{src}");
+            assert_eq!(lexed(&p.text()), kinds(&p), "{src}");
+        }
+        // A joined token's range runs from its first character to its last.
+        let p = convert("a ::b");
+        assert_eq!(at(&p, 1), ((1, 2), (1, 4)));
+    }
+
+    #[test]
+    fn literals_follow_the_lexer() {
+        let p = convert("1_000 0b101 0o17 1e3 2.5e-3 18446744073709551615");
+        assert!(p.diags.is_empty());
+        assert_eq!(
+            kinds(&p),
+            [
+                TokenKind::Int(Some(1000)),
+                TokenKind::Int(Some(5)),
+                TokenKind::Int(Some(15)),
+                TokenKind::Float(1e3),
+                TokenKind::Float(2.5e-3),
+                TokenKind::Int(Some(u64::MAX)),
+            ]
+        );
+        // Overflow: `Int(None)` and E0105 at the literal.
+        let p = convert("param x = 18446744073709551616;");
+        assert_eq!(kinds(&p)[3], TokenKind::Int(None));
+        assert_eq!(p.diags.len(), 1);
+        assert_eq!(p.diags[0].code, Code::LiteralTooLarge);
+        assert_eq!(p.diags[0].span(), Some(Span::new(FileId(7), 3, 4)));
+        // Suffixes, characters, bytes, raw strings and `1.`: E0107 at the literal.
+        for (src, code) in [
+            ("4096u32", Code::InvalidLiteral),
+            ("1.5f32", Code::InvalidLiteral),
+            ("0xffu8", Code::InvalidLiteral),
+            ("'a'", Code::InvalidLiteral),
+            ("b\"x\"", Code::InvalidLiteral),
+            ("r\"x\"", Code::InvalidLiteral),
+            ("1.", Code::InvalidLiteral),
+            ("\"\\u{41}\"", Code::InvalidLiteral),
+        ] {
+            let p = convert(&format!("x = {src};"));
+            assert_eq!(p.diags.len(), 1, "{src}: {:?}", p.diags);
+            assert_eq!(p.diags[0].code, code, "{src}");
+            assert_eq!(p.diags[0].span(), Some(Span::new(FileId(7), 2, 3)), "{src}");
+            assert_eq!(kinds(&p)[2], TokenKind::Error, "{src}");
+        }
+        // A lifetime's quote is an invalid character.
+        let p = convert("x = 'a;");
+        assert_eq!(p.diags[0].code, Code::InvalidCharacter);
+        // Raw identifiers are identifiers.
+        assert_eq!(kinds(&convert("r#type"))[0], TokenKind::Ident("type".into()));
+    }
+
+    #[test]
+    fn negative_literals_from_fragments() {
+        let ts = TokenStream::from_iter([TokenTree::Literal(proc_macro2::Literal::i64_unsuffixed(-3))]);
+        let p = ProcTokens::new(ts, FileId(0));
+        assert_eq!(kinds(&p), [TokenKind::Punct(Punct::Minus), TokenKind::Int(Some(3))]);
+    }
+
+    #[test]
+    fn text_keeps_lines_and_lexes_to_the_same_tokens() {
+        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/deepseek_v3_ep8_fwd.hpm")).unwrap();
+        let p = convert(&src);
+        assert!(p.diags.is_empty());
+        let text = p.text();
+        assert_eq!(lexed(&text), kinds(&p));
+        // One line per source line with tokens; blank lines kept (at most one).
+        assert!(text.contains("param tokens = 4096 ;\nparam hidden = 7168 ;"), "{text}");
+        assert!(text.contains("ranks = 8 ;\n\ndevice"), "{text}");
+    }
+}

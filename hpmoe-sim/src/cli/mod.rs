@@ -1,5 +1,7 @@
 //! The command-line interface: arguments in (clap), output on stdout/stderr and an exit code
 //! out: 0 success, 1 a user error (diagnostics printed), 2 a usage error.
+//!
+//! Subcommands live in their own files: `lower.rs` (`hpmoe lower`), `run.rs` (`hpmoe run`).
 
 use clap::{Parser, Subcommand, ValueEnum};
 use hpmoe_dsl::check::{self, Options, Override};
@@ -9,6 +11,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 mod lower;
+mod run;
 
 /// Options of `hpmoe lower` past checking.
 pub(crate) struct LowerCli<'a> {
@@ -93,6 +96,43 @@ enum Command {
         /// Skip verification (for experiments; a broken schedule may then hang a device).
         #[arg(long)]
         no_verify: bool,
+    },
+    /// Simulate a program on the device model: latency, phases, utilisation, exposed
+    /// communication, L2 hit rate, lower bound; optionally compare two policies and write a
+    /// Chrome trace and a Gantt chart.
+    Run {
+        file: PathBuf,
+        /// Scheduling policy (default: the program's `schedule`, else interleaved).
+        #[arg(long)]
+        policy: Option<String>,
+        /// Also run this policy and print the speedup of `--policy` over it.
+        #[arg(long, value_name = "POLICY")]
+        compare: Option<String>,
+        #[command(flatten)]
+        prog: ProgramArgs,
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+        /// Write a Chrome trace (JSON, opens in Perfetto).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        /// Write a Gantt chart (SVG).
+        #[arg(long, value_name = "FILE")]
+        gantt: Option<PathBuf>,
+        /// Ranks in the trace and chart (`0,3` or `0-3`; the chart defaults to rank 0).
+        #[arg(long, value_name = "LIST")]
+        trace_ranks: Option<String>,
+        /// Time window of the trace and chart in microseconds (`START..END`).
+        #[arg(long, value_name = "A..B")]
+        trace_window: Option<String>,
+        /// Refuse to lower to more tasks than this.
+        #[arg(long, default_value_t = hpmoe_dsl::lower::DEFAULT_MAX_TASKS)]
+        max_tasks: u64,
+        /// Skip verification (a broken schedule then ends with a wait-for report).
+        #[arg(long)]
+        no_verify: bool,
+        /// Only this taskflow (default: all).
+        #[arg(long)]
+        taskflow: Option<String>,
     },
     /// Format a program in the canonical layout (in place, or check only).
     Fmt {
@@ -227,6 +267,33 @@ fn run(cmd: Command) -> i32 {
             }
             Err(code) => code,
         },
+        Command::Run {
+            file,
+            policy,
+            compare,
+            prog,
+            format,
+            trace,
+            gantt,
+            trace_ranks,
+            trace_window,
+            max_tasks,
+            no_verify,
+            taskflow,
+        } => run::run(&run::RunCli {
+            file: &file,
+            prog: &prog,
+            format,
+            policy: policy.as_deref(),
+            compare: compare.as_deref(),
+            taskflow: taskflow.as_deref(),
+            max_tasks,
+            verify: !no_verify,
+            trace: trace.as_deref(),
+            gantt: gantt.as_deref(),
+            trace_ranks: trace_ranks.as_deref(),
+            trace_window: trace_window.as_deref(),
+        }),
         Command::Fmt { files, check, stdout } => fmt(&files, check, stdout),
         Command::Explain { code, list } => explain(code.as_deref(), list),
     }

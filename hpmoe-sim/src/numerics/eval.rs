@@ -1,0 +1,242 @@
+//! Evaluation of analysed op bodies at one point (the executable form the checker built).
+
+use super::store::TensorStore;
+use hpmoe_dsl::ir::{ConcreteBody, Index, RouteFn, SExpr, TensorId, VarRange};
+use hpmoe_dsl::lower::{RouteLayout, TaskGraph, NO_SOURCE};
+use hpmoe_dsl::syntax::ast::BinOp;
+
+/// The number type of an executor: f32 for the device, f64 for the reference.
+pub trait Num: Copy + Default + std::fmt::Debug {
+    fn from_f64(x: f64) -> Self;
+    fn to_f64(self) -> f64;
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn div(self, o: Self) -> Self;
+    fn rem(self, o: Self) -> Self;
+    fn neg(self) -> Self;
+}
+
+macro_rules! num {
+    ($t:ty) => {
+        impl Num for $t {
+            fn from_f64(x: f64) -> Self {
+                x as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
+            fn sub(self, o: Self) -> Self {
+                self - o
+            }
+            fn mul(self, o: Self) -> Self {
+                self * o
+            }
+            fn div(self, o: Self) -> Self {
+                self / o
+            }
+            fn rem(self, o: Self) -> Self {
+                self % o
+            }
+            fn neg(self) -> Self {
+                -self
+            }
+        }
+    };
+}
+num!(f32);
+num!(f64);
+
+/// Routing lookups for one routing: slots of (rank, token, choice).
+#[derive(Clone, Debug)]
+pub struct RouteIndex {
+    /// `[rank][token * topk + choice]` → destination window row.
+    pub slot: Vec<Vec<u32>>,
+}
+
+impl RouteIndex {
+    pub fn new(l: &RouteLayout) -> RouteIndex {
+        let topk = l.routing.topk;
+        let slot = (0..l.ranks())
+            .map(|s| {
+                let mut v = vec![0u32; l.routing.tokens * topk];
+                for e in &l.send[s] {
+                    v[e.token as usize * topk + e.choice as usize] = e.slot;
+                }
+                v
+            })
+            .collect();
+        RouteIndex { slot }
+    }
+}
+
+/// What evaluation needs besides the point.
+pub struct Env<'a, T> {
+    pub g: &'a TaskGraph,
+    pub body: &'a ConcreteBody,
+    pub inputs: &'a [TensorId],
+    pub stores: &'a [TensorStore<T>],
+    pub routes: &'a [Option<RouteIndex>],
+    pub rank: usize,
+    /// Values of the body's variables at the point.
+    pub vars: Vec<i64>,
+    /// Scratch for indices.
+    pub ix: Vec<i64>,
+    /// Set when an index falls outside its tensor (reads 0).
+    pub out_of_range: bool,
+}
+
+fn layout<'a>(g: &'a TaskGraph, r: hpmoe_dsl::ir::RouteId) -> Option<&'a RouteLayout> {
+    g.layouts.get(r.0 as usize).and_then(|l| l.as_ref())
+}
+
+impl<T> std::fmt::Debug for Env<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env").field("rank", &self.rank).field("vars", &self.vars).finish()
+    }
+}
+
+/// A routing function's value at the point (`None` for a padding row).
+pub fn route_fn<T>(env: &Env<T>, route: hpmoe_dsl::ir::RouteId, func: RouteFn, args: &[usize]) -> Option<f64> {
+    let l = layout(env.g, route)?;
+    let r = env.rank;
+    let a0 = *env.vars.get(*args.first()?)?;
+    match func {
+        RouteFn::Rank | RouteFn::Slot | RouteFn::Expert | RouteFn::Weight => {
+            let t = a0 as usize;
+            let j = *env.vars.get(*args.get(1)?)? as usize;
+            let topk = l.routing.topk;
+            if t >= l.routing.tokens || j >= topk {
+                return None;
+            }
+            let e = l.routing.expert_of(r, t, j);
+            Some(match func {
+                RouteFn::Rank => l.rank_of_expert(e) as f64,
+                RouteFn::Expert => e as f64,
+                RouteFn::Slot => env.routes.get(route.0 as usize)?.as_ref()?.slot[r][t * topk + j] as f64,
+                _ => l.routing.weight[(r * l.routing.tokens + t) * topk + j] as f64,
+            })
+        }
+        RouteFn::SrcRank | RouteFn::SrcToken | RouteFn::SrcWeight => {
+            let ent = l.recv.get(r)?.get(a0 as usize)?;
+            if ent.src_rank == NO_SOURCE {
+                return None;
+            }
+            Some(match func {
+                RouteFn::SrcRank => ent.src_rank as f64,
+                RouteFn::SrcToken => ent.src_token as f64,
+                _ => {
+                    let (s, t, j) = (ent.src_rank as usize, ent.src_token as usize, ent.src_choice as usize);
+                    l.routing.weight[(s * l.routing.tokens + t) * l.routing.topk + j] as f64
+                }
+            })
+        }
+    }
+}
+
+/// An index's value at the point.
+pub fn index<T>(env: &Env<T>, ix: &Index) -> Option<i64> {
+    match ix {
+        Index::Affine { var, coef, offset } => Some(coef * env.vars[*var] + offset),
+        Index::Const(c) => Some(*c),
+        Index::Group(v) => {
+            let route = env.body.vars.iter().find_map(|x| match x.range {
+                VarRange::Recv(r) | VarRange::GroupRows { route: r, .. } => Some(r),
+                _ => None,
+            })?;
+            let l = layout(env.g, route)?;
+            Some(l.group_of_row(env.rank, env.vars[*v].max(0) as u32) as i64)
+        }
+        Index::Route { route, func, args } => route_fn(env, *route, *func, args).map(|x| x as i64),
+    }
+}
+
+/// Evaluates an expression at the point.
+pub fn eval<T: Num>(env: &mut Env<T>, e: &SExpr) -> T {
+    match e {
+        SExpr::Const(c) => T::from_f64(*c),
+        SExpr::Var(v) => T::from_f64(env.vars[*v] as f64),
+        SExpr::Route { route, func, args } => T::from_f64(route_fn(env, *route, *func, args).unwrap_or(0.0)),
+        SExpr::Read { input, index: ixs } => {
+            let mut buf = std::mem::take(&mut env.ix);
+            buf.clear();
+            let mut ok = true;
+            for i in ixs {
+                match index(env, i) {
+                    Some(x) => buf.push(x),
+                    None => ok = false,
+                }
+            }
+            let tid = env.inputs[*input];
+            let store = &env.stores[tid.0 as usize];
+            let v = if ok {
+                match store.offset(env.rank, &buf) {
+                    Some(o) => store.data[env.rank][o],
+                    None => {
+                        env.out_of_range = true;
+                        T::default()
+                    }
+                }
+            } else {
+                T::default()
+            };
+            env.ix = buf;
+            v
+        }
+        SExpr::Neg(a) => eval(env, a).neg(),
+        SExpr::Bin(op, a, b) => {
+            let x = eval(env, a);
+            let y = eval(env, b);
+            match op {
+                BinOp::Add => x.add(y),
+                BinOp::Sub => x.sub(y),
+                BinOp::Mul => x.mul(y),
+                BinOp::Div => x.div(y),
+                BinOp::Rem => x.rem(y),
+            }
+        }
+        SExpr::Call(f, args) => {
+            let a = args.first().map_or(0.0, |x| eval(env, x).to_f64());
+            let b = args.get(1).map_or(0.0, |x| eval(env, x).to_f64());
+            T::from_f64(f.eval(a, b))
+        }
+        SExpr::Sum { vars, body } => {
+            let mut acc = T::default();
+            sum_loop(env, vars, 0, body, &mut acc);
+            acc
+        }
+    }
+}
+
+fn sum_loop<T: Num>(env: &mut Env<T>, vars: &[usize], k: usize, body: &SExpr, acc: &mut T) {
+    let Some(&v) = vars.get(k) else {
+        *acc = acc.add(eval(env, body));
+        return;
+    };
+    let (lo, hi) = reduce_range(env, v);
+    let saved = env.vars[v];
+    for i in lo..hi {
+        env.vars[v] = i;
+        sum_loop(env, vars, k + 1, body, acc);
+    }
+    env.vars[v] = saved;
+}
+
+/// The values a reduction variable takes at the current point.
+pub fn reduce_range<T>(env: &Env<T>, v: usize) -> (i64, i64) {
+    match env.body.vars[v].range {
+        VarRange::Fixed { lo, hi } => (lo, hi),
+        VarRange::Recv(r) => (0, layout(env.g, r).map_or(0, |l| l.rows(env.rank) as i64)),
+        VarRange::GroupRows { route, group } => match layout(env.g, route) {
+            Some(l) => {
+                let g = env.vars[group].max(0) as usize;
+                let off = &l.group_off[env.rank];
+                (off.get(g).copied().unwrap_or(0) as i64, off.get(g + 1).copied().unwrap_or(0) as i64)
+            }
+            None => (0, 0),
+        },
+    }
+}

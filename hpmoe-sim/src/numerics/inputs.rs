@@ -1,0 +1,105 @@
+//! Taskflow inputs for numerics: seeded random values, or arrays from `.npy` files (with a
+//! leading rank axis), and `.npy` dumps of inputs, routings and results.
+
+use super::store::TensorStore;
+use hpmoe_dsl::ir::{Dim, Taskflow, TensorId};
+use hpmoe_dsl::lower::TaskGraph;
+use hpmoe_dsl::npy::{self, NpyType};
+use hpmoe_dsl::route::Rng;
+use std::path::Path;
+
+/// A stable 64-bit hash of a name (FNV-1a), to seed each input independently.
+fn name_hash(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The scale of random values: weights (3-D inputs `[experts, K, N]`) are scaled by
+/// `1/sqrt(K)` so that products keep unit magnitude.
+fn scale(tf: &Taskflow, t: TensorId) -> f64 {
+    let s = &tf.tensor(t).shape;
+    match (s.len(), s.get(1)) {
+        (3, Some(Dim::Fixed(k))) => 1.0 / (*k as f64).sqrt(),
+        _ => 1.0,
+    }
+}
+
+/// Fills input `t` with seeded uniform values in `[-scale, scale)`.
+pub fn random_fill(tf: &Taskflow, t: TensorId, store: &mut TensorStore<f64>, seed: u64) {
+    let sc = scale(tf, t);
+    let name = &tf.tensor(t).name;
+    for (r, data) in store.data.iter_mut().enumerate() {
+        let mut rng = Rng::new(seed ^ name_hash(name) ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        for x in data.iter_mut() {
+            *x = (rng.unit() * 2.0 - 1.0) * sc;
+        }
+    }
+}
+
+/// The dump shape of a tensor: `[ranks, dims...]`, ragged rows padded to the largest rank.
+pub fn dump_shape<T>(store: &TensorStore<T>) -> Vec<usize> {
+    let ranks = store.shape.len();
+    let nd = store.shape.first().map_or(0, |s| s.len());
+    let mut shape = vec![ranks];
+    for k in 0..nd {
+        shape.push(store.shape.iter().map(|s| s[k]).max().unwrap_or(0));
+    }
+    shape
+}
+
+/// Fills an input from a `.npy` file of shape `[ranks, dims...]` (ragged rows padded).
+pub fn load(tf: &Taskflow, t: TensorId, store: &mut TensorStore<f64>, path: &Path) -> Result<(), String> {
+    let a = npy::read(path).map_err(|e| format!("`{}`: {e}", path.display()))?;
+    let want = dump_shape(store);
+    if a.shape != want {
+        return Err(format!(
+            "`{}` has shape {:?}, but input `{}` needs {:?} ([ranks, ...], ragged rows padded to the largest rank)",
+            path.display(),
+            a.shape,
+            tf.tensor(t).name,
+            want
+        ));
+    }
+    if let Some(bad) = a.data.iter().position(|x| !x.is_finite()) {
+        return Err(format!("`{}`: element {bad} is not finite", path.display()));
+    }
+    let row_len: usize = want[2..].iter().product();
+    let max_rows = want.get(1).copied().unwrap_or(1);
+    for (r, data) in store.data.iter_mut().enumerate() {
+        let rows = store.shape[r].first().copied().unwrap_or(1);
+        let base = r * max_rows * row_len;
+        let n = if store.shape[r].is_empty() { 1 } else { rows * row_len };
+        data[..n].copy_from_slice(&a.data[base..base + n]);
+    }
+    Ok(())
+}
+
+/// Writes a tensor as `[ranks, dims...]` float32 (ragged rows padded with zeros).
+pub fn dump<T: Copy + Into<f64>>(store: &TensorStore<T>, path: &Path) -> std::io::Result<()> {
+    let shape = dump_shape(store);
+    let row_len: usize = shape[2..].iter().product();
+    let max_rows = shape.get(1).copied().unwrap_or(1);
+    let mut out = vec![0.0f64; shape.iter().product()];
+    for (r, data) in store.data.iter().enumerate() {
+        let base = r * max_rows * row_len;
+        for (i, &x) in data.iter().enumerate() {
+            out[base + i] = x.into();
+        }
+    }
+    npy::write(path, NpyType::F32, &shape, &out)
+}
+
+/// Writes a routing's expert ids `[ranks, tokens, topk]` (int32) and gate weights (float32).
+pub fn dump_routing(g: &TaskGraph, route: usize, dir: &Path, prefix: &str) -> std::io::Result<()> {
+    let Some(l) = g.layouts.get(route).and_then(|l| l.as_ref()) else { return Ok(()) };
+    let r = &l.routing;
+    let shape = [r.ranks, r.tokens, r.topk];
+    let ids: Vec<f64> = r.expert.iter().map(|&e| e as f64).collect();
+    let w: Vec<f64> = r.weight.iter().map(|&x| x as f64).collect();
+    npy::write(&dir.join(format!("{prefix}_ids.npy")), NpyType::I32, &shape, &ids)?;
+    npy::write(&dir.join(format!("{prefix}_weights.npy")), NpyType::F32, &shape, &w)
+}

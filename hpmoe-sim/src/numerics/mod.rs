@@ -1,0 +1,308 @@
+//! Numerics: a scheduled taskflow in; its real numbers out, proven equal to references.
+//!
+//! - [`exec::execute_tiled`] runs every task's arithmetic in f32, in the schedule's start
+//!   order, on per-rank memories (puts write into peers' windows; optional bf16 rounding of
+//!   stores), with a dynamic race check: a read of an element whose last write is not ordered
+//!   before the reader (through dependencies, counters and queue order) is reported with both
+//!   tasks.
+//! - [`exec::execute_dense`] evaluates each op call over its whole index space in f64: no
+//!   tiles, no schedule, no concurrency.
+//! - [`moe_ref`] computes the MoE-FFN forward and backward per token, directly from the
+//!   layer's definition.
+//!
+//! Every output is compared with both references (max absolute error, relative L2 error)
+//! against a documented tolerance.
+
+pub mod eval;
+pub mod exec;
+pub mod inputs;
+pub mod moe_ref;
+pub mod store;
+
+use hpmoe_dsl::diag::{Code, Diagnostic};
+use hpmoe_dsl::ir::{DType, Program, Taskflow, TensorId};
+use hpmoe_dsl::lower::TaskGraph;
+use hpmoe_dsl::schedule::Schedule;
+use std::path::PathBuf;
+use store::TensorStore;
+
+/// Relative L2 error allowed between the f32 executor and the f64 references.
+pub const TOLERANCE_F32: f64 = 1e-4;
+/// ... when stores are rounded to bf16 (8 significant bits; errors add up over a layer).
+pub const TOLERANCE_BF16: f64 = 3e-2;
+/// Between the two f64 references (they sum in different orders).
+pub const TOLERANCE_REFERENCES: f64 = 1e-9;
+/// The default memory limit of a numerics run.
+pub const DEFAULT_MEMORY_LIMIT: u64 = 2 << 30;
+
+#[derive(Clone, Debug)]
+pub struct NumericsOptions {
+    pub seed: u64,
+    pub bf16_storage: bool,
+    /// Bytes the run may allocate for tensors.
+    pub memory_limit: u64,
+    /// `NAME=FILE.npy` inputs.
+    pub inputs: Vec<(String, PathBuf)>,
+    /// Write inputs, routings and outputs as `.npy` files here.
+    pub dump: Option<PathBuf>,
+}
+
+impl Default for NumericsOptions {
+    fn default() -> Self {
+        NumericsOptions {
+            seed: 0,
+            bf16_storage: false,
+            memory_limit: DEFAULT_MEMORY_LIMIT,
+            inputs: Vec::new(),
+            dump: None,
+        }
+    }
+}
+
+/// One comparison of an output.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Check {
+    pub output: String,
+    /// `schedule` (the tiled f32 run) or `dense` (the f64 op-by-op run).
+    pub computed: &'static str,
+    /// `dense` or `per-token` (the MoE-FFN reference).
+    pub reference: &'static str,
+    pub max_abs: f64,
+    pub rel_l2: f64,
+    pub tolerance: f64,
+    pub ok: bool,
+}
+
+/// The result of a numerics run.
+#[derive(Clone, Debug)]
+pub struct NumericsReport {
+    pub checks: Vec<Check>,
+    /// Races found while executing, as diagnostics.
+    pub races: Vec<Diagnostic>,
+    pub tasks: usize,
+    pub dumped: Vec<PathBuf>,
+}
+
+impl NumericsReport {
+    pub fn passed(&self) -> bool {
+        self.races.is_empty() && self.checks.iter().all(|c| c.ok)
+    }
+
+    pub fn text(&self) -> String {
+        let mut s = String::from("numerics (every task executed in f32 in schedule order)\n");
+        s.push_str(&format!("  {:<10} {:<9} {:<10} {:>12} {:>12} {:>10}  \n", "output", "computed", "reference", "max |err|", "rel L2", "tolerance"));
+        for c in &self.checks {
+            s.push_str(&format!(
+                "  {:<10} {:<9} {:<10} {:>12.3e} {:>12.3e} {:>10.0e}  {}\n",
+                c.output,
+                c.computed,
+                c.reference,
+                c.max_abs,
+                c.rel_l2,
+                c.tolerance,
+                if c.ok { "ok" } else { "FAIL" }
+            ));
+        }
+        if !self.races.is_empty() {
+            s.push_str(&format!("  {} race(s) found\n", self.races.len()));
+        }
+        for p in &self.dumped {
+            s.push_str(&format!("  wrote {}\n", p.display()));
+        }
+        s
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "passed": self.passed(),
+            "checks": self.checks,
+            "races": self.races.iter().map(|d| d.message.clone()).collect::<Vec<_>>(),
+            "dumped": self.dumped.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn compare(output: &str, computed: &'static str, reference: &'static str, a: &TensorStore<f64>, b: &TensorStore<f64>, tol: f64) -> Check {
+    let (mut max_abs, mut num, mut den) = (0.0f64, 0.0f64, 0.0f64);
+    for (x, y) in a.data.iter().flatten().zip(b.data.iter().flatten()) {
+        let d = (x - y).abs();
+        max_abs = max_abs.max(if d.is_nan() { f64::INFINITY } else { d });
+        num += d * d;
+        den += y * y;
+    }
+    let rel_l2 = if den > 0.0 { (num / den).sqrt() } else { num.sqrt() };
+    let rel_l2 = if rel_l2.is_nan() { f64::INFINITY } else { rel_l2 };
+    Check {
+        output: output.to_string(),
+        computed,
+        reference,
+        max_abs,
+        rel_l2,
+        tolerance: tol,
+        ok: rel_l2 <= tol,
+    }
+}
+
+fn widen(s: &TensorStore<f32>) -> TensorStore<f64> {
+    TensorStore {
+        shape: s.shape.clone(),
+        data: s.data.iter().map(|d| d.iter().map(|&x| x as f64).collect()).collect(),
+        writer: Vec::new(),
+    }
+}
+
+/// A start order that respects the schedule: an abstract run of the queues.
+pub fn schedule_order(g: &TaskGraph, s: &Schedule) -> Vec<u32> {
+    let mut count = vec![0u32; s.threshold.len()];
+    let mut head = vec![0usize; s.queues.len()];
+    let mut order = Vec::with_capacity(g.len());
+    loop {
+        let mut progressed = false;
+        for c in 0..s.queues.len() {
+            while let Some(&t) = s.queues.row(c).get(head[c]) {
+                let ready = s.waits.row(t as usize).iter().all(|&k| count[k as usize] >= s.threshold[k as usize]);
+                if !ready {
+                    break;
+                }
+                order.push(t);
+                head[c] += 1;
+                for &k in s.signals.row(t as usize) {
+                    count[k as usize] += 1;
+                }
+                progressed = true;
+            }
+        }
+        if !progressed {
+            return order;
+        }
+    }
+}
+
+/// Runs the numerics of a scheduled taskflow. `order` is the start order of the tasks (from
+/// the timing simulation, or [`schedule_order`]).
+pub fn run(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Schedule, order: &[u32], opts: &NumericsOptions) -> Result<NumericsReport, Diagnostic> {
+    // Memory: f64 reference stores, f32 executor stores and writers, per-token outputs.
+    let elements = store::total_elements(tf, g);
+    let need = elements * (8 + 4 + 4 + 8);
+    if need > opts.memory_limit as u128 {
+        return Err(Diagnostic::error(
+            Code::LimitExceeded,
+            format!(
+                "numerics of `{}` would need {:.1} MiB for {} tensor elements, more than the limit of {:.1} MiB",
+                tf.name,
+                need as f64 / 1048576.0,
+                elements,
+                opts.memory_limit as f64 / 1048576.0
+            ),
+        )
+        .primary(tf.span, "this taskflow")
+        .help("run numerics on a smaller configuration, e.g. `--set tokens=64 --set hidden=128`"));
+    }
+    if order.len() != g.len() {
+        return Err(Diagnostic::error(
+            Code::Deadlock,
+            format!("the schedule of `{}` cannot run to completion ({} of {} tasks start)", tf.name, order.len(), g.len()),
+        ));
+    }
+    let routes: Vec<Option<eval::RouteIndex>> = g.layouts.iter().map(|l| l.as_ref().map(eval::RouteIndex::new)).collect();
+    // Inputs.
+    let mut reference: Vec<TensorStore<f64>> = store::allocate(tf, g, false);
+    for &i in &tf.inputs {
+        let name = &tf.tensor(i).name;
+        match opts.inputs.iter().find(|(n, _)| n == name) {
+            Some((_, path)) => inputs::load(tf, i, &mut reference[i.0 as usize], path)
+                .map_err(|e| Diagnostic::error(Code::FileNotFound, format!("input `{name}`: {e}")).primary(tf.tensor(i).span, "this input"))?,
+            None => inputs::random_fill(tf, i, &mut reference[i.0 as usize], opts.seed),
+        }
+    }
+    for (n, _) in &opts.inputs {
+        if !tf.inputs.iter().any(|&i| tf.tensor(i).name == *n) {
+            let names: Vec<&str> = tf.inputs.iter().map(|&i| tf.tensor(i).name.as_str()).collect();
+            return Err(Diagnostic::error(Code::UnknownName, format!("`--input {n}=...`: `{}` has no input `{n}`", tf.name))
+                .help(format!("the inputs are: {}", names.join(", "))));
+        }
+    }
+    let bf16 = |t: TensorId| opts.bf16_storage && tf.tensor(t).dtype == DType::Bf16;
+    let mut device: Vec<TensorStore<f32>> = store::allocate(tf, g, true);
+    for &i in &tf.inputs {
+        let src = &reference[i.0 as usize];
+        let dst = &mut device[i.0 as usize];
+        for (d, s) in dst.data.iter_mut().zip(&src.data) {
+            for (x, y) in d.iter_mut().zip(s) {
+                *x = if bf16(i) { store::round_bf16(*y as f32) } else { *y as f32 };
+            }
+        }
+    }
+    // With bf16 storage the references start from the same rounded inputs.
+    if opts.bf16_storage {
+        for &i in &tf.inputs {
+            for (d, s) in reference[i.0 as usize].data.iter_mut().zip(&device[i.0 as usize].data) {
+                for (x, y) in d.iter_mut().zip(s) {
+                    *x = *y as f64;
+                }
+            }
+        }
+    }
+    let per_token = moe_ref::forward(program, tf, g, &reference).or_else(|| moe_ref::backward(program, tf, g, &reference));
+    let races = exec::execute_tiled(program, tf, g, s, order, &mut device, &routes, exec::ExecOptions { bf16_storage: opts.bf16_storage });
+    exec::execute_dense(tf, g, &mut reference, &routes);
+    let tol = if opts.bf16_storage { TOLERANCE_BF16 } else { TOLERANCE_F32 };
+    let mut checks = Vec::new();
+    for (name, t) in &tf.outputs {
+        let got = widen(&device[t.0 as usize]);
+        checks.push(compare(name, "schedule", "dense", &got, &reference[t.0 as usize], tol));
+        if let Some(pt) = per_token.as_ref().and_then(|v| v.iter().find(|(id, _)| id == t)) {
+            checks.push(compare(name, "schedule", "per-token", &got, &pt.1, tol));
+            checks.push(compare(name, "dense", "per-token", &reference[t.0 as usize], &pt.1, TOLERANCE_REFERENCES));
+        }
+    }
+    let race_diags = races
+        .iter()
+        .map(|r| {
+            let reader = hpmoe_dsl::verify::describe(program, tf, g, r.reader as usize);
+            let node = &tf.nodes[g.node[r.reader as usize] as usize];
+            let at: Vec<String> = r.at.iter().map(|x| x.to_string()).collect();
+            let what = format!("`{}`[{}] on rank {}", tf.tensor(r.tensor).name, at.join(", "), r.rank);
+            let mut d = match r.writer {
+                Some(w) => Diagnostic::error(
+                    Code::Race,
+                    format!("race: {reader} read {what}, last written by {}, which is not ordered before it", hpmoe_dsl::verify::describe(program, tf, g, w as usize)),
+                )
+                .secondary(tf.nodes[g.node[w as usize] as usize].span, "the writer"),
+                None => Diagnostic::error(Code::Race, format!("race: {reader} read {what} before any write to it")),
+            };
+            d = d.primary(node.span, "the reader");
+            d
+        })
+        .collect();
+    let mut dumped = Vec::new();
+    if let Some(dir) = &opts.dump {
+        std::fs::create_dir_all(dir).map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot create `{}`: {e}", dir.display())))?;
+        let mut write = |name: &str, st: &TensorStore<f64>| -> Result<(), Diagnostic> {
+            let p = dir.join(format!("{name}.npy"));
+            inputs::dump(st, &p).map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot write `{}`: {e}", p.display())))?;
+            dumped.push(p);
+            Ok(())
+        };
+        for &i in &tf.inputs {
+            write(&tf.tensor(i).name, &reference[i.0 as usize])?;
+        }
+        for (name, t) in &tf.outputs {
+            write(name, &widen(&device[t.0 as usize]))?;
+        }
+        for (k, spec) in program.routes.iter().enumerate() {
+            if g.layouts.get(k).is_some_and(|l| l.is_some()) {
+                let prefix = if program.routes.len() == 1 { "route".to_string() } else { format!("route_{}", spec.name) };
+                inputs::dump_routing(g, k, dir, &prefix).map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot write routing files: {e}")))?;
+                dumped.push(dir.join(format!("{prefix}_ids.npy")));
+                dumped.push(dir.join(format!("{prefix}_weights.npy")));
+            }
+        }
+    }
+    Ok(NumericsReport {
+        checks,
+        races: race_diags,
+        tasks: g.len(),
+        dumped,
+    })
+}

@@ -1,0 +1,249 @@
+//! The MoE-FFN reference: a per-token loop in f64 over each token's chosen experts, written
+//! directly from the layer's definition (not from the op bodies, the tiles or the schedule).
+//!
+//! Forward: `out[t] = sum_j w_tj * (act(x[t] W_up[e_tj]) W_down[e_tj])` with
+//! `act(h) = silu(h[..I]) * h[I..]` (SwiGLU: the gate is the first half of the up
+//! projection); a user-defined activation is evaluated from its op body, row by row.
+//! Backward (SwiGLU): with `dyd = w_tj dy[t]`, `da = W_down dyd`, `dh = swiglu'(h) da`:
+//! `dx[t] = sum_j W_up dh`, `dW_down[e] = sum a^T dyd`, `dW_up[e] = sum xd^T dh`, where the
+//! saved activations `xd` and `h` of each (token, choice) are read at its window row.
+
+use super::eval::{eval, Env};
+use super::store::TensorStore;
+use hpmoe_dsl::ir::{Func, NodeId, Program, Taskflow, TensorId};
+use hpmoe_dsl::lower::TaskGraph;
+
+/// The reference outputs, by tensor.
+pub type Outputs = Vec<(TensorId, TensorStore<f64>)>;
+
+fn producer<'a>(p: &Program, tf: &'a Taskflow, t: TensorId, op: &str) -> Option<&'a hpmoe_dsl::ir::Node> {
+    let n = tf.node(tf.tensor(t).producer?);
+    (p.op(n.op).name == op).then_some(n)
+}
+
+fn is_input(tf: &Taskflow, t: TensorId) -> bool {
+    tf.tensor(t).producer.is_none()
+}
+
+fn silu(x: f64) -> f64 {
+    Func::Silu.eval(x, 0.0)
+}
+
+fn dsilu(x: f64) -> f64 {
+    Func::Dsilu.eval(x, 0.0)
+}
+
+/// `v W` for `W` `[K, N]` stored row-major at `w`.
+fn vec_mat(v: &[f64], w: &[f64], n: usize) -> Vec<f64> {
+    let mut out = vec![0.0; n];
+    for (k, &x) in v.iter().enumerate() {
+        let row = &w[k * n..(k + 1) * n];
+        for (o, &y) in out.iter_mut().zip(row) {
+            *o += x * y;
+        }
+    }
+    out
+}
+
+/// `W v` for `W` `[K, N]`: `out[k] = sum_n W[k][n] v[n]`.
+fn mat_vec(w: &[f64], v: &[f64], k: usize) -> Vec<f64> {
+    let n = v.len();
+    (0..k).map(|i| w[i * n..(i + 1) * n].iter().zip(v).map(|(a, b)| a * b).sum()).collect()
+}
+
+/// The activation of one row: SwiGLU, or the op's body evaluated on a one-row tensor.
+fn activation(p: &Program, tf: &Taskflow, g: &TaskGraph, act: &hpmoe_dsl::ir::Node, h: &[f64]) -> Vec<f64> {
+    if p.op(act.op).name == "swiglu" {
+        let i = h.len() / 2;
+        return (0..i).map(|n| silu(h[n]) * h[n + i]).collect();
+    }
+    let out_cols = tf.tensor(act.output).shape.last().and_then(|d| d.fixed()).unwrap_or(0) as usize;
+    let input = act.inputs[0];
+    let mut stores: Vec<TensorStore<f64>> = (0..tf.tensors.len())
+        .map(|_| TensorStore { shape: vec![Vec::new()], data: vec![Vec::new()], writer: Vec::new() })
+        .collect();
+    stores[input.0 as usize] = TensorStore { shape: vec![vec![1, h.len()]], data: vec![h.to_vec()], writer: Vec::new() };
+    let mut out = vec![0.0; out_cols];
+    let mut env = Env {
+        g,
+        body: &act.body,
+        inputs: &act.inputs,
+        stores: &stores,
+        routes: &[],
+        rank: 0,
+        vars: vec![0; act.body.vars.len()],
+        ix: Vec::new(),
+        out_of_range: false,
+    };
+    for st in &act.body.stmts {
+        let hpmoe_dsl::ir::Target::Out(ix) = &st.target else { continue };
+        // The row variable is 0; the column variable runs over its range.
+        let (Some(hpmoe_dsl::ir::Index::Affine { var: mv, .. }), Some(hpmoe_dsl::ir::Index::Affine { var: nv, coef, offset })) = (ix.first(), ix.get(1)) else {
+            continue;
+        };
+        let (lo, hi) = match act.body.vars[*nv].range {
+            hpmoe_dsl::ir::VarRange::Fixed { lo, hi } => (lo, hi),
+            _ => continue,
+        };
+        env.vars[*mv] = 0;
+        for n in lo..hi {
+            env.vars[*nv] = n;
+            let v: f64 = eval(&mut env, &st.value);
+            let col = coef * n + offset;
+            if (0..out_cols as i64).contains(&col) {
+                out[col as usize] = if st.accumulate { out[col as usize] + v } else { v };
+            }
+        }
+    }
+    out
+}
+
+fn weight_block<'a>(w: &'a TensorStore<f64>, rank: usize, el: usize) -> (&'a [f64], usize, usize) {
+    let s = &w.shape[rank];
+    let (k, n) = (s[1], s[2]);
+    (&w.data[rank][el * k * n..(el + 1) * k * n], k, n)
+}
+
+/// The forward reference, when the taskflow is dispatch → gmm → activation → gmm → combine.
+pub fn forward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore<f64>]) -> Option<Outputs> {
+    let (_, out) = tf.outputs.first()?;
+    let comb = producer(p, tf, *out, "combine")?;
+    let g2 = producer(p, tf, comb.inputs[0], "gmm")?;
+    let act = tf.node(tf.tensor(g2.inputs[0]).producer?);
+    if act.inputs.len() != 1 || act.engine != hpmoe_dsl::ir::Engine::Aiv {
+        return None;
+    }
+    let g1 = producer(p, tf, act.inputs[0], "gmm")?;
+    let disp = producer(p, tf, g1.inputs[0], "dispatch")?;
+    let (x, w1, w2) = (disp.inputs[0], g1.inputs[1], g2.inputs[1]);
+    if !(is_input(tf, x) && is_input(tf, w1) && is_input(tf, w2)) || tf.outputs.len() != 1 {
+        return None;
+    }
+    let route = *comb.routes.first()?;
+    let l = g.layouts.get(route.0 as usize)?.as_ref()?;
+    let r = &l.routing;
+    let (xs, w1s, w2s) = (&inputs[x.0 as usize], &inputs[w1.0 as usize], &inputs[w2.0 as usize]);
+    let hidden = xs.shape[0][1];
+    let mut out_store = TensorStore { shape: vec![vec![r.tokens, hidden]; r.ranks], data: vec![vec![0.0; r.tokens * hidden]; r.ranks], writer: Vec::new() };
+    for s in 0..r.ranks {
+        for t in 0..r.tokens {
+            let xrow = &xs.data[s][t * hidden..(t + 1) * hidden];
+            for j in 0..r.topk {
+                let e = r.expert_of(s, t, j);
+                let (d, el) = (l.rank_of_expert(e), e % l.local_experts());
+                let gate = r.weight[(s * r.tokens + t) * r.topk + j] as f64;
+                let (wu, _, n1) = weight_block(w1s, d, el);
+                let h = vec_mat(xrow, wu, n1);
+                let a = activation(p, tf, g, act, &h);
+                let (wd, _, n2) = weight_block(w2s, d, el);
+                let y = vec_mat(&a, wd, n2);
+                let o = &mut out_store.data[s][t * hidden..(t + 1) * hidden];
+                for (oi, yi) in o.iter_mut().zip(&y) {
+                    *oi += gate * yi;
+                }
+            }
+        }
+    }
+    Some(vec![(*out, out_store)])
+}
+
+/// The backward reference (SwiGLU), when the taskflow has the reference runtime's DAG.
+pub fn backward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore<f64>]) -> Option<Outputs> {
+    let find = |op: &str| -> Vec<NodeId> {
+        tf.nodes.iter().enumerate().filter(|(_, n)| p.op(n.op).name == op).map(|(i, _)| NodeId(i as u32)).collect()
+    };
+    let dgrad = tf.node(*find("dispatch_grad").first()?);
+    let gx_up = producer(p, tf, dgrad.inputs[0], "gmm_grad_x")?;
+    let sg = producer(p, tf, gx_up.inputs[0], "swiglu_grad")?;
+    let gx_down = producer(p, tf, sg.inputs[0], "gmm_grad_x")?;
+    let cg = producer(p, tf, gx_down.inputs[0], "combine_grad")?;
+    let (dy, w_down, w_up, h) = (cg.inputs[0], gx_down.inputs[1], gx_up.inputs[1], sg.inputs[1]);
+    let gw: Vec<&hpmoe_dsl::ir::Node> = find("gmm_grad_w").into_iter().map(|i| tf.node(i)).collect();
+    let gw_down = gw.iter().find(|n| n.inputs[1] == cg.output)?;
+    let gw_up = gw.iter().find(|n| n.inputs[1] == sg.output)?;
+    let xd = gw_up.inputs[0];
+    let act = tf.node(tf.tensor(gw_down.inputs[0]).producer?);
+    if p.op(act.op).name != "swiglu" || act.inputs[0] != h {
+        return None;
+    }
+    for t in [dy, w_down, w_up, h, xd] {
+        if !is_input(tf, t) {
+            return None;
+        }
+    }
+    let route = *cg.routes.first()?;
+    let l = g.layouts.get(route.0 as usize)?.as_ref()?;
+    let r = &l.routing;
+    let (dys, wds, wus, hs, xds) = (&inputs[dy.0 as usize], &inputs[w_down.0 as usize], &inputs[w_up.0 as usize], &inputs[h.0 as usize], &inputs[xd.0 as usize]);
+    let hidden = dys.shape[0][1];
+    let h2 = hs.shape[0][1];
+    let inter = h2 / 2;
+    let mk = |shape: &Vec<Vec<usize>>| TensorStore {
+        shape: shape.clone(),
+        data: shape.iter().map(|s| vec![0.0; s.iter().product()]).collect(),
+        writer: Vec::new(),
+    };
+    let mut dx = mk(&dys.shape);
+    let mut dwu = mk(&wus.shape);
+    let mut dwd = mk(&wds.shape);
+    let mut slot = vec![0u32; r.ranks * r.tokens * r.topk];
+    for s in 0..r.ranks {
+        for e in &l.send[s] {
+            slot[(s * r.tokens + e.token as usize) * r.topk + e.choice as usize] = e.slot;
+        }
+    }
+    for s in 0..r.ranks {
+        for t in 0..r.tokens {
+            for j in 0..r.topk {
+                let e = r.expert_of(s, t, j);
+                let (d, el) = (l.rank_of_expert(e), e % l.local_experts());
+                let gate = r.weight[(s * r.tokens + t) * r.topk + j] as f64;
+                let row = slot[(s * r.tokens + t) * r.topk + j] as usize;
+                let hrow = &hs.data[d][row * h2..(row + 1) * h2];
+                let xrow = &xds.data[d][row * hidden..(row + 1) * hidden];
+                let dyd: Vec<f64> = dys.data[s][t * hidden..(t + 1) * hidden].iter().map(|v| gate * v).collect();
+                let (wd, kd, nd) = weight_block(wds, d, el);
+                let da = mat_vec(wd, &dyd, kd);
+                let a: Vec<f64> = (0..inter).map(|n| silu(hrow[n]) * hrow[n + inter]).collect();
+                let base = el * kd * nd;
+                for k in 0..kd {
+                    for n in 0..nd {
+                        dwd.data[d][base + k * nd + n] += a[k] * dyd[n];
+                    }
+                }
+                let mut dh = vec![0.0; h2];
+                for n in 0..inter {
+                    dh[n] = da[n] * hrow[n + inter] * dsilu(hrow[n]);
+                    dh[n + inter] = da[n] * silu(hrow[n]);
+                }
+                let (wu, ku, nu) = weight_block(wus, d, el);
+                let dxd = mat_vec(wu, &dh, ku);
+                let base = el * ku * nu;
+                for k in 0..ku {
+                    for n in 0..nu {
+                        dwu.data[d][base + k * nu + n] += xrow[k] * dh[n];
+                    }
+                }
+                for (o, v) in dx.data[s][t * hidden..(t + 1) * hidden].iter_mut().zip(&dxd) {
+                    *o += v;
+                }
+            }
+        }
+    }
+    let mut outs = Vec::new();
+    for (name, tid) in &tf.outputs {
+        let node = tf.node(tf.tensor(*tid).producer?);
+        let store = if node.output == dgrad.output {
+            dx.clone()
+        } else if node.output == gw_up.output {
+            dwu.clone()
+        } else if node.output == gw_down.output {
+            dwd.clone()
+        } else {
+            let _ = name;
+            return None;
+        };
+        outs.push((*tid, store));
+    }
+    Some(outs)
+}

@@ -1,0 +1,678 @@
+//! The timing executor: a deterministic discrete-event simulation of every rank at once.
+//!
+//! In: a [`Workload`] (prepared from a compiled taskflow by [`Workload::new`]), its
+//! [`Schedule`] and the [`DeviceModel`]. Out: a [`SimResult`] (every task's start and end,
+//! L2 hits, counter times, link and HBM totals, optionally bandwidth samples), or a [`Stall`]
+//! naming which core waits on which counter and who should have signalled it, when the
+//! schedule cannot make progress (possible only with `--no-verify`).
+//!
+//! Semantics:
+//! - each core runs its queue in order; a task starts when its core is free and every
+//!   counter it waits on reached its threshold (at the time the last signal arrived, plus the
+//!   kernel launch for a kernel barrier of `kernel_by_kernel`); every core starts after one
+//!   kernel launch;
+//! - at its start a task reads its blocks through the L2 of its die (hits and misses) and
+//!   writes its output block; then three parts run side by side: compute (`compute` seconds),
+//!   memory (its misses through the die's shared HBM, then its hits and writes at the core's
+//!   L2 rates) and, for a put, the link (after the first `put_chunk_bytes` are read into the
+//!   UB, one flow per destination in turn, sharing egress and ingress); the task ends when
+//!   all three are done, plus `task_overhead`;
+//! - a finished task signals its counters: local ones after `event_latency`, remote ones
+//!   after `link_latency` (a signal follows its data, which lands `link_latency` after its
+//!   flow ends, into the destination's L2).
+//!
+//! Events are ordered by (time, insertion order): the same input gives the same output, bit
+//! for bit. The loop allocates nothing per event (flat arrays and one binary heap; stale
+//! predictions of the HBM and link models are dropped by generation numbers).
+
+pub mod workload;
+
+pub use workload::Workload;
+
+use crate::model::hbm::Hbm;
+use crate::model::l2::L2;
+use crate::model::link::Links;
+use crate::model::DeviceModel;
+use hpmoe_dsl::lower::Csr;
+use hpmoe_dsl::schedule::Schedule;
+use std::collections::BinaryHeap;
+use workload::NONE;
+
+/// What to record besides the timeline.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SimOptions {
+    /// Bandwidth samples of every die's HBM and every rank's links (for traces).
+    pub record_bandwidth: bool,
+}
+
+/// A bandwidth sample: from `time` on, `rank`'s HBM throughput (`a`), or its link egress
+/// (`a`) and ingress (`b`), in B/s.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    pub time: f64,
+    pub rank: u32,
+    pub a: f64,
+    pub b: f64,
+}
+
+/// The outcome of a simulation (times in seconds).
+#[derive(Clone, Debug)]
+pub struct SimResult {
+    /// Per task.
+    pub start: Vec<f64>,
+    pub end: Vec<f64>,
+    /// Bytes read from L2 and from HBM.
+    pub hit: Vec<f32>,
+    pub miss: Vec<f32>,
+    /// Per counter: when it reached its threshold (including a launch delay);
+    /// `f64::INFINITY` if it never did (a counter nobody waits on may stay short).
+    pub counter_time: Vec<f64>,
+    /// Per flow: when its last byte left.
+    pub flow_end: Vec<f64>,
+    /// Per rank: when its last task ended or the last remote data landed in it.
+    pub rank_done: Vec<f64>,
+    pub makespan: f64,
+    /// Per rank: bytes sent and received by flows, bytes moved out as integrated by the fluid
+    /// model, and the time egress and ingress carried data.
+    pub sent: Vec<f64>,
+    pub received: Vec<f64>,
+    pub moved_out: Vec<f64>,
+    pub busy_out: Vec<f64>,
+    pub busy_in: Vec<f64>,
+    /// Per rank (die): HBM bytes moved (misses and write-backs), write-back bytes, busy time.
+    pub hbm_bytes: Vec<f64>,
+    pub hbm_writeback: Vec<f64>,
+    pub hbm_busy: Vec<f64>,
+    pub hbm_samples: Vec<Sample>,
+    pub link_samples: Vec<Sample>,
+    /// Events processed.
+    pub events: u64,
+}
+
+/// One core that cannot proceed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StallWait {
+    pub core: u32,
+    pub task: u32,
+    pub counter: u32,
+    pub arrived: u32,
+    pub threshold: u32,
+    /// Tasks that signal the counter but never ran (at most a few).
+    pub missing: Vec<u32>,
+}
+
+/// A schedule that stopped making progress.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stall {
+    pub time: f64,
+    pub done: usize,
+    pub total: usize,
+    /// Cores waiting, with the first counter each waits on (at most a few).
+    pub waits: Vec<StallWait>,
+    /// Cores that still had tasks.
+    pub blocked_cores: usize,
+}
+
+const KICK: u8 = 0;
+const TASK_END: u8 = 1;
+const SIG_LOCAL: u8 = 2;
+const SIG_REMOTE: u8 = 3;
+const COUNTER_READY: u8 = 4;
+const HBM: u8 = 5;
+const FLOW_START: u8 = 6;
+const FLOW_DONE: u8 = 7;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ev {
+    time: u64,
+    seq: u64,
+    id: u32,
+    gen: u32,
+    kind: u8,
+}
+
+impl Ord for Ev {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // A min-heap on (time, seq) through std's max-heap.
+        (o.time, o.seq).cmp(&(self.time, self.seq))
+    }
+}
+impl PartialOrd for Ev {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+struct Sim<'a> {
+    w: &'a Workload,
+    s: &'a Schedule,
+    m: &'a DeviceModel,
+    rank: &'a [u32],
+    opts: SimOptions,
+    now: f64,
+    heap: BinaryHeap<Ev>,
+    seq: u64,
+    events: u64,
+    l2: L2,
+    hbm: Hbm,
+    hbm_gen: Vec<u32>,
+    links: Links,
+    pos: Vec<u32>,
+    idle: Vec<bool>,
+    unsat: Vec<u32>,
+    pend: Vec<u8>,
+    partial: Vec<f64>,
+    tail: Vec<f64>,
+    flow_cur: Vec<u32>,
+    count: Vec<u32>,
+    done: usize,
+    changed: Vec<u32>,
+    finished: Vec<u32>,
+    last_hbm: Vec<f64>,
+    last_link: Vec<(f64, f64)>,
+    r: SimResult,
+}
+
+/// Simulates a schedule. `rank[t]` is each task's rank (the task graph's).
+pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32], opts: SimOptions) -> Result<SimResult, Stall> {
+    let n = w.tasks();
+    let ranks = w.ranks as usize;
+    let counters = s.threshold.len();
+    let cores = s.queues.len();
+    let mut unsat = vec![0u32; n];
+    for (t, u) in unsat.iter_mut().enumerate() {
+        *u = s.waits.row(t).iter().filter(|&&c| s.threshold[c as usize] > 0).count() as u32;
+    }
+    let counter_time: Vec<f64> = s.threshold.iter().map(|&th| if th == 0 { w.start_time } else { f64::INFINITY }).collect();
+    let mut sim = Sim {
+        w,
+        s,
+        m,
+        rank,
+        opts,
+        now: 0.0,
+        heap: BinaryHeap::with_capacity(cores * 4 + 16),
+        seq: 0,
+        events: 0,
+        l2: L2::new(ranks, m.l2_size, w.block_rank.clone(), w.block_size.clone()),
+        hbm: Hbm::new(ranks, m.hbm_bandwidth, m.core_hbm),
+        hbm_gen: vec![0; ranks],
+        links: Links::new(ranks, w.flows(), m.link_egress, m.link_ingress),
+        pos: vec![0; cores],
+        idle: vec![true; cores],
+        unsat,
+        pend: vec![0; n],
+        partial: vec![0.0; n],
+        tail: vec![0.0; n],
+        flow_cur: vec![0; n],
+        count: vec![0; counters],
+        done: 0,
+        changed: Vec::new(),
+        finished: Vec::new(),
+        last_hbm: vec![0.0; ranks],
+        last_link: vec![(0.0, 0.0); ranks],
+        r: SimResult {
+            start: vec![f64::NAN; n],
+            end: vec![f64::NAN; n],
+            hit: vec![0.0; n],
+            miss: vec![0.0; n],
+            counter_time,
+            flow_end: vec![f64::NAN; w.flows()],
+            rank_done: vec![w.start_time; ranks],
+            makespan: 0.0,
+            sent: Vec::new(),
+            received: Vec::new(),
+            moved_out: Vec::new(),
+            busy_out: Vec::new(),
+            busy_in: Vec::new(),
+            hbm_bytes: Vec::new(),
+            hbm_writeback: Vec::new(),
+            hbm_busy: Vec::new(),
+            hbm_samples: Vec::new(),
+            link_samples: Vec::new(),
+            events: 0,
+        },
+    };
+    sim.push(w.start_time, KICK, 0, 0);
+    sim.run();
+    if sim.done < n {
+        return Err(sim.stall());
+    }
+    let mut r = sim.r;
+    r.makespan = r.rank_done.iter().copied().fold(0.0, f64::max);
+    r.sent = sim.links.sent().to_vec();
+    r.received = sim.links.received().to_vec();
+    r.moved_out = sim.links.moved_out().to_vec();
+    r.busy_out = sim.links.busy_out().to_vec();
+    r.busy_in = sim.links.busy_in().to_vec();
+    r.hbm_bytes = (0..ranks).map(|d| sim.hbm.served(d)).collect();
+    r.hbm_writeback = (0..ranks).map(|d| sim.hbm.writeback_bytes(d)).collect();
+    r.hbm_busy = (0..ranks).map(|d| sim.hbm.busy(d)).collect();
+    r.events = sim.events;
+    Ok(r)
+}
+
+impl Sim<'_> {
+    #[inline]
+    fn push(&mut self, time: f64, kind: u8, id: u32, gen: u32) {
+        debug_assert!(time >= 0.0 && time.is_finite(), "event time {time}");
+        self.seq += 1;
+        self.heap.push(Ev {
+            time: time.to_bits(),
+            seq: self.seq,
+            id,
+            gen,
+            kind,
+        });
+    }
+
+    fn run(&mut self) {
+        while let Some(ev) = self.heap.pop() {
+            self.now = f64::from_bits(ev.time);
+            self.events += 1;
+            match ev.kind {
+                KICK => {
+                    for c in 0..self.s.queues.len() {
+                        self.try_start(c);
+                    }
+                }
+                TASK_END => self.task_end(ev.id as usize),
+                SIG_LOCAL => self.deliver(ev.id as usize, true),
+                SIG_REMOTE => self.deliver(ev.id as usize, false),
+                COUNTER_READY => self.satisfy(ev.id as usize),
+                HBM => {
+                    let d = ev.id as usize;
+                    if ev.gen == self.hbm_gen[d] {
+                        self.finished.clear();
+                        let mut fin = std::mem::take(&mut self.finished);
+                        self.hbm.complete(d, self.now, &mut fin);
+                        for &t in &fin {
+                            let t = t as usize;
+                            let at = self.now + self.tail[t];
+                            self.part_done(t, at);
+                        }
+                        self.finished = fin;
+                        self.reschedule_hbm(d);
+                    }
+                }
+                FLOW_START => self.flow_start(ev.id as usize),
+                FLOW_DONE => {
+                    if ev.gen == self.links.generation(ev.id) {
+                        self.flow_done(ev.id);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn try_start(&mut self, c: usize) {
+        if !self.idle[c] {
+            return;
+        }
+        let sched = self.s;
+        let q = sched.queues.row(c);
+        let p = self.pos[c] as usize;
+        if p < q.len() && self.unsat[q[p] as usize] == 0 {
+            self.idle[c] = false;
+            self.start_task(q[p] as usize);
+        }
+    }
+
+    fn start_task(&mut self, t: usize) {
+        let w = self.w;
+        let m = self.m;
+        let now = self.now;
+        let class = w.class[t] as usize;
+        let die = self.rank[t] as usize;
+        self.r.start[t] = now;
+        let (mut hit, mut miss, mut wb) = (0.0f64, 0.0f64, 0.0f64);
+        for i in w.reads(t) {
+            if self.l2.read(w.read_block[i], &mut wb) {
+                hit += w.read_bytes[i];
+            } else {
+                miss += w.read_bytes[i];
+            }
+        }
+        if w.local_block[t] != NONE {
+            self.l2.write(w.local_block[t], &mut wb);
+        }
+        self.r.hit[t] = hit as f32;
+        self.r.miss[t] = miss as f32;
+        let mut hbm_changed = false;
+        if wb > 0.0 {
+            self.hbm.writeback(die, wb, now);
+            hbm_changed = true;
+        }
+        let l2_time = hit / m.core_l2_read[class] + w.local_out[t] / m.core_l2_write[class];
+        let mut pend = 0u8;
+        self.partial[t] = now + w.compute[t];
+        if miss > 0.0 {
+            self.hbm.join(die, class, t as u32, miss, now);
+            self.tail[t] = l2_time;
+            hbm_changed = true;
+            pend += 1;
+        } else {
+            self.partial[t] = self.partial[t].max(now + l2_time);
+        }
+        if w.flow_off[t] < w.flow_off[t + 1] {
+            // The first chunk is read into the UB before the link starts.
+            let total = w.read_total[t];
+            let fill = if total > 0.0 {
+                total.min(m.put_chunk_bytes) * (miss / total / m.core_hbm[class] + hit / total / m.core_l2_read[class])
+            } else {
+                0.0
+            };
+            self.flow_cur[t] = 0;
+            self.push(now + fill, FLOW_START, t as u32, 0);
+            pend += 1;
+        }
+        self.pend[t] = pend;
+        if pend == 0 {
+            self.push(self.partial[t] + m.task_overhead, TASK_END, t as u32, 0);
+        }
+        if hbm_changed {
+            self.reschedule_hbm(die);
+        }
+    }
+
+    /// One part (HBM or link) of task `t` ended; the task's work is done no earlier than `at`.
+    fn part_done(&mut self, t: usize, at: f64) {
+        if at > self.partial[t] {
+            self.partial[t] = at;
+        }
+        self.pend[t] -= 1;
+        if self.pend[t] == 0 {
+            let end = self.partial[t] + self.m.task_overhead;
+            self.push(end, TASK_END, t as u32, 0);
+        }
+    }
+
+    fn reschedule_hbm(&mut self, d: usize) {
+        self.hbm_gen[d] = self.hbm_gen[d].wrapping_add(1);
+        if let Some(t) = self.hbm.next(d) {
+            let gen = self.hbm_gen[d];
+            self.push(t.max(self.now), HBM, d as u32, gen);
+        }
+        if self.opts.record_bandwidth {
+            let x = self.hbm.throughput(d);
+            if x != self.last_hbm[d] {
+                self.last_hbm[d] = x;
+                self.r.hbm_samples.push(Sample {
+                    time: self.now,
+                    rank: d as u32,
+                    a: x,
+                    b: 0.0,
+                });
+            }
+        }
+    }
+
+    fn flow_start(&mut self, t: usize) {
+        let f = self.w.flow_off[t] + self.flow_cur[t];
+        let fu = f as usize;
+        let (src, dst, bytes) = (self.rank[t], self.w.flow_dst[fu], self.w.flow_bytes[fu]);
+        let mut ch = std::mem::take(&mut self.changed);
+        ch.clear();
+        self.links.start(f, src, dst, bytes, self.now, &mut ch);
+        self.after_links(&ch, src, dst);
+        self.changed = ch;
+    }
+
+    fn after_links(&mut self, ch: &[u32], src: u32, dst: u32) {
+        for &f in ch {
+            let (t, gen) = self.links.finish_time(f);
+            self.push(t.max(self.now), FLOW_DONE, f, gen);
+        }
+        if self.opts.record_bandwidth {
+            self.sample_link(src as usize);
+            self.sample_link(dst as usize);
+            for &f in ch {
+                let (s, d) = (self.links.src(f) as usize, self.links.dst(f) as usize);
+                self.sample_link(s);
+                self.sample_link(d);
+            }
+        }
+    }
+
+    fn sample_link(&mut self, r: usize) {
+        let x = self.links.throughput(r);
+        if x != self.last_link[r] {
+            self.last_link[r] = x;
+            self.r.link_samples.push(Sample {
+                time: self.now,
+                rank: r as u32,
+                a: x.0,
+                b: x.1,
+            });
+        }
+    }
+
+    fn flow_done(&mut self, f: u32) {
+        let fu = f as usize;
+        let w = self.w;
+        let now = self.now;
+        let (src, dst) = (self.links.src(f), self.links.dst(f));
+        let mut ch = std::mem::take(&mut self.changed);
+        ch.clear();
+        self.links.finish(f, now, &mut ch);
+        self.after_links(&ch, src, dst);
+        self.changed = ch;
+        self.r.flow_end[fu] = now;
+        // The data lands in the destination's L2.
+        let arrive = now + self.m.link_latency;
+        let d = dst as usize;
+        if arrive > self.r.rank_done[d] {
+            self.r.rank_done[d] = arrive;
+        }
+        let mut wb = 0.0;
+        if w.flow_block[fu] != NONE {
+            self.l2.write(w.flow_block[fu], &mut wb);
+        }
+        if wb > 0.0 {
+            self.hbm.writeback(d, wb, now);
+            self.reschedule_hbm(d);
+        }
+        let t = w.flow_task[fu] as usize;
+        self.flow_cur[t] += 1;
+        if w.flow_off[t] + self.flow_cur[t] < w.flow_off[t + 1] {
+            self.flow_start(t);
+        } else {
+            self.part_done(t, now);
+        }
+    }
+
+    fn task_end(&mut self, t: usize) {
+        let now = self.now;
+        self.r.end[t] = now;
+        self.done += 1;
+        let c = self.s.core[t] as usize;
+        self.idle[c] = true;
+        self.pos[c] += 1;
+        let r = self.rank[t];
+        if now > self.r.rank_done[r as usize] {
+            self.r.rank_done[r as usize] = now;
+        }
+        let (mut local, mut remote) = (false, false);
+        for &k in self.s.signals.row(t) {
+            if self.s.counter_rank[k as usize] == r {
+                local = true;
+            } else {
+                remote = true;
+            }
+        }
+        if local {
+            self.push(now + self.m.event_latency, SIG_LOCAL, t as u32, 0);
+        }
+        if remote {
+            self.push(now + self.m.link_latency, SIG_REMOTE, t as u32, 0);
+        }
+        self.try_start(c);
+    }
+
+    fn deliver(&mut self, t: usize, local: bool) {
+        let r = self.rank[t];
+        let sched = self.s;
+        for &k in sched.signals.row(t) {
+            let k = k as usize;
+            if (sched.counter_rank[k] == r) != local {
+                continue;
+            }
+            self.count[k] += 1;
+            if self.count[k] == sched.threshold[k] {
+                let delay = self.w.delay[k];
+                if delay > 0.0 {
+                    self.push(self.now + delay, COUNTER_READY, k as u32, 0);
+                } else {
+                    self.satisfy(k);
+                }
+            }
+        }
+    }
+
+    fn satisfy(&mut self, k: usize) {
+        self.r.counter_time[k] = self.now;
+        let w = self.w;
+        let waiters: &Csr = &w.waiters;
+        for i in waiters.off[k] as usize..waiters.off[k + 1] as usize {
+            let t = waiters.idx[i] as usize;
+            self.unsat[t] -= 1;
+            if self.unsat[t] == 0 {
+                self.try_start(self.s.core[t] as usize);
+            }
+        }
+    }
+
+    fn stall(&self) -> Stall {
+        const SHOWN: usize = 8;
+        const MISSING: usize = 4;
+        let s = self.s;
+        let signallers = s.signals.transpose_into(s.threshold.len());
+        let mut waits = Vec::new();
+        let mut blocked = 0;
+        for c in 0..s.queues.len() {
+            let q = s.queues.row(c);
+            let p = self.pos[c] as usize;
+            if p >= q.len() {
+                continue;
+            }
+            blocked += 1;
+            if waits.len() >= SHOWN || !self.idle[c] {
+                continue;
+            }
+            let t = q[p];
+            if let Some(&k) = s.waits.row(t as usize).iter().find(|&&k| self.count[k as usize] < s.threshold[k as usize]) {
+                let missing: Vec<u32> = signallers.row(k as usize).iter().copied().filter(|&x| self.r.end[x as usize].is_nan()).take(MISSING).collect();
+                waits.push(StallWait {
+                    core: c as u32,
+                    task: t,
+                    counter: k,
+                    arrived: self.count[k as usize],
+                    threshold: s.threshold[k as usize],
+                    missing,
+                });
+            }
+        }
+        Stall {
+            time: self.now,
+            done: self.done,
+            total: self.w.tasks(),
+            waits,
+            blocked_cores: blocked,
+        }
+    }
+}
+
+/// The position of every task in its core's queue (for messages).
+pub fn queue_positions(s: &Schedule, tasks: usize) -> Vec<u32> {
+    let mut pos = vec![0u32; tasks];
+    for c in 0..s.queues.len() {
+        for (i, &t) in s.queues.row(c).iter().enumerate() {
+            pos[t as usize] = i as u32;
+        }
+    }
+    pos
+}
+
+/// Why a simulation could not produce a result.
+#[derive(Clone, Debug)]
+pub enum SimError {
+    /// The device cannot be simulated (a field out of range).
+    Model(String),
+    /// The schedule stopped making progress.
+    Stall(Stall),
+}
+
+/// A simulated schedule: the model, the workload and the result.
+#[derive(Clone, Debug)]
+pub struct Simulated {
+    pub model: DeviceModel,
+    pub workload: Workload,
+    pub result: SimResult,
+}
+
+/// Prepares and simulates a compiled taskflow.
+pub fn simulate_compiled(
+    program: &hpmoe_dsl::ir::Program,
+    tf: &hpmoe_dsl::ir::Taskflow,
+    c: &hpmoe_dsl::schedule::Compiled,
+    opts: SimOptions,
+) -> Result<Simulated, SimError> {
+    let model = DeviceModel::new(&program.device).map_err(SimError::Model)?;
+    let workload = Workload::new(program, tf, &c.graph, &c.schedule, &model);
+    let result = simulate(&workload, &c.schedule, &model, &c.graph.rank, opts).map_err(SimError::Stall)?;
+    Ok(Simulated { model, workload, result })
+}
+
+/// The wait-for report of a stalled schedule as a diagnostic (E1305).
+pub fn stall_diagnostic(
+    program: &hpmoe_dsl::ir::Program,
+    tf: &hpmoe_dsl::ir::Taskflow,
+    g: &hpmoe_dsl::lower::TaskGraph,
+    s: &Schedule,
+    st: &Stall,
+) -> hpmoe_dsl::Diagnostic {
+    use hpmoe_dsl::verify::describe;
+    let pos = queue_positions(s, g.len());
+    let where_ = |t: u32| {
+        let c = s.core[t as usize];
+        format!("{} of rank {} at queue position {}", s.core_name(c), s.core_rank(c), pos[t as usize])
+    };
+    let mut d = hpmoe_dsl::Diagnostic::error(
+        hpmoe_dsl::Code::Deadlock,
+        format!(
+            "the schedule of `{}` stopped making progress at {:.3} us: {} of {} tasks ran; {} core(s) still have tasks",
+            tf.name,
+            st.time * 1e6,
+            st.done,
+            st.total,
+            st.blocked_cores
+        ),
+    );
+    if let Some(first) = st.waits.first() {
+        d = d.primary(tf.nodes[g.node[first.task as usize] as usize].span, "a task of this call waits forever");
+    }
+    for wt in &st.waits {
+        let mut note = format!(
+            "{} waits at {} on counter {} (rank {}): {} of {} signals arrived",
+            where_(wt.task),
+            describe(program, tf, g, wt.task as usize),
+            wt.counter,
+            s.counter_rank.get(wt.counter as usize).copied().unwrap_or(0),
+            wt.arrived,
+            wt.threshold
+        );
+        if wt.missing.is_empty() {
+            note.push_str("; no task that has not run signals it (its threshold is too high)");
+        } else {
+            for &m in &wt.missing {
+                let _ = std::fmt::Write::write_fmt(
+                    &mut note,
+                    format_args!("; it waits for {} queued on {}", describe(program, tf, g, m as usize), where_(m)),
+                );
+            }
+        }
+        d = d.note(note);
+    }
+    d.help("run without `--no-verify` to see which rule the schedule breaks")
+}

@@ -1,0 +1,406 @@
+//! The workload: a checked program, a lowered task graph, its schedule and the device model
+//! in; per task, everything the event loop needs out, in flat arrays:
+//!
+//! - its engine class and compute seconds on an idle core;
+//! - the L2 blocks it reads (with the bytes read from each) and writes: a block is what one
+//!   task wrote on one rank, or a region of a taskflow input (found through the same index of
+//!   writers the lowering uses, so a consumer knows which producer's output it reads);
+//! - its flows: bytes put to each destination rank, in the order its rows go out;
+//! - its lower-bound duration (every read hitting L2, no contention).
+//!
+//! Two corrections to the lowering's cost, which is exact for dependencies but coarse for
+//! bytes: a gather (a put over a routing's send list) reads only the rows it sends, not the
+//! bounding box of their tokens; and in a static-capacity window (the `expert_level` policy)
+//! padding rows are neither read, computed nor written (the reference runtime knows the real
+//! counts at run time; only the task, its overhead and its signal remain).
+
+use crate::model::{self, DeviceModel};
+use hpmoe_dsl::ir::{Dim, Program, Taskflow};
+use hpmoe_dsl::lower::regions::{tile_access, Scratch, WriterIndex};
+use hpmoe_dsl::lower::{Csr, DimKind, Region, RouteLayout, TaskGraph};
+use hpmoe_dsl::schedule::Schedule;
+use std::collections::HashMap;
+
+/// No block / no flow.
+pub const NONE: u32 = u32::MAX;
+
+/// What the event loop needs, per task, per block, per flow and per counter.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub ranks: u32,
+    pub cores_per_rank: u32,
+    pub aic_cores: u32,
+    /// Per task.
+    pub class: Vec<u8>,
+    pub compute: Vec<f64>,
+    /// Bytes read (after the corrections above) and written locally.
+    pub read_total: Vec<f64>,
+    pub local_out: Vec<f64>,
+    /// Local block written (or [`NONE`]).
+    pub local_block: Vec<u32>,
+    /// Per task: blocks read and the bytes read from each.
+    pub read_off: Vec<u32>,
+    pub read_block: Vec<u32>,
+    pub read_bytes: Vec<f64>,
+    /// Per task: its flows `flow_off[t]..flow_off[t + 1]`.
+    pub flow_off: Vec<u32>,
+    /// Per flow: destination, bytes, the block it lands as, its task.
+    pub flow_dst: Vec<u32>,
+    pub flow_bytes: Vec<f64>,
+    pub flow_block: Vec<u32>,
+    pub flow_task: Vec<u32>,
+    /// Per block: its rank, size and whether it is a region of a taskflow input.
+    pub block_rank: Vec<u32>,
+    pub block_size: Vec<f64>,
+    pub block_input: Vec<bool>,
+    /// Per op call: whether it communicates (its output is a receive window or it puts).
+    pub node_comm: Vec<bool>,
+    /// Per counter: extra delay once it reached its threshold (the kernel launch after a
+    /// kernel barrier) and the tasks waiting on it.
+    pub delay: Vec<f64>,
+    pub waiters: Csr,
+    /// When the first kernel's tasks may start.
+    pub start_time: f64,
+    /// Per task: the shortest duration it can have (all reads hitting L2, no contention).
+    pub min_duration: Vec<f64>,
+}
+
+/// Rows of a routing's window on `rank` in `lo..hi` that hold data (all of them unless the
+/// window has static capacity, where each (expert, source) segment is padded).
+fn real_rows(l: &RouteLayout, rank: usize, lo: i64, hi: i64) -> f64 {
+    if hi <= lo {
+        return 0.0;
+    }
+    if !l.static_capacity {
+        return (hi - lo) as f64;
+    }
+    let off = &l.group_off[rank];
+    let local = l.local_experts();
+    let cap = l.segment_capacity() as i64;
+    let mut real = 0i64;
+    for el in 0..local {
+        let (g0, g1) = (off[el] as i64, off[el + 1] as i64);
+        if g1 <= lo || g0 >= hi {
+            continue;
+        }
+        let e = rank * local + el;
+        for s in 0..l.ranks() {
+            let seg = g0 + s as i64 * cap;
+            let cnt = (l.send_off[s][e + 1] - l.send_off[s][e]) as i64;
+            let (a, b) = (seg.max(lo), (seg + cnt).min(hi));
+            if b > a {
+                real += b - a;
+            }
+        }
+    }
+    real as f64
+}
+
+/// For a task of a call that puts over a send list: (rows sent, first token, end token).
+fn send_rows(g: &TaskGraph, t: usize) -> Option<(f64, i64, i64)> {
+    let nt = &g.nodes[g.node[t] as usize];
+    let d = nt.dims.iter().position(|d| matches!(d.kind, DimKind::Send { .. }))?;
+    let DimKind::Send { route, .. } = nt.dims[d].kind else { return None };
+    let l = g.layouts.get(route.0 as usize)?.as_ref()?;
+    let c = g.chunks(t)[d];
+    let rank = g.rank[t] as usize;
+    let off = &l.send_off[rank];
+    let e = c.group as usize;
+    let (first, last) = if l.static_capacity {
+        let cnt = (off[e + 1] - off[e]) as i64;
+        (off[e] as i64 + c.lo.min(cnt), off[e] as i64 + c.hi.min(cnt))
+    } else {
+        (c.lo, c.hi)
+    };
+    let list = l.send[rank].get(first.max(0) as usize..last.max(first).max(0) as usize)?;
+    let tlo = list.iter().map(|e| e.token as i64).min().unwrap_or(0);
+    let thi = list.iter().map(|e| e.token as i64 + 1).max().unwrap_or(0);
+    Some((list.len() as f64, tlo, thi))
+}
+
+/// The layout of a tensor's ragged first dimension, if any.
+fn recv_layout<'a>(tf: &Taskflow, g: &'a TaskGraph, r: &Region) -> Option<&'a RouteLayout> {
+    match tf.tensor(r.tensor).shape.first() {
+        Some(Dim::Recv(rid)) => g.layouts.get(rid.0 as usize)?.as_ref(),
+        _ => None,
+    }
+}
+
+/// Bytes of a region with data: its volume, with the padding rows of a static window removed.
+fn region_bytes(tf: &Taskflow, g: &TaskGraph, r: &Region) -> (f64, f64) {
+    let size = tf.tensor(r.tensor).dtype.size() as f64;
+    let vol = r.volume() as f64;
+    let rows = (r.hi[0] - r.lo[0]).max(0) as f64;
+    match recv_layout(tf, g, r) {
+        Some(l) if l.static_capacity && rows > 0.0 && r.ndim > 0 => {
+            let real = real_rows(l, r.rank as usize, r.lo[0], r.hi[0]);
+            (vol * size * real / rows, real / rows)
+        }
+        _ => (vol * size, 1.0),
+    }
+}
+
+fn overlap(a: &Region, b: &Region) -> Region {
+    let mut r = *a;
+    for d in 0..a.ndim as usize {
+        r.lo[d] = a.lo[d].max(b.lo[d]);
+        r.hi[d] = a.hi[d].min(b.hi[d]).max(r.lo[d]);
+    }
+    r
+}
+
+impl Workload {
+    /// Prepares a compiled taskflow for simulation.
+    pub fn new(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Schedule, m: &DeviceModel) -> Workload {
+        let n = g.len();
+        let ranks = g.ranks as usize;
+        let node_comm: Vec<bool> = tf
+            .nodes
+            .iter()
+            .map(|nd| tf.tensor(nd.output).home == hpmoe_dsl::ir::Home::Window || program.op(nd.op).is_comm)
+            .collect();
+        let mut w = Workload {
+            ranks: g.ranks,
+            cores_per_rank: s.cores_per_rank(),
+            aic_cores: s.aic_cores,
+            class: Vec::with_capacity(n),
+            compute: Vec::with_capacity(n),
+            read_total: Vec::with_capacity(n),
+            local_out: Vec::with_capacity(n),
+            local_block: Vec::with_capacity(n),
+            read_off: Vec::with_capacity(n + 1),
+            read_block: Vec::with_capacity(2 * n),
+            read_bytes: Vec::with_capacity(2 * n),
+            flow_off: Vec::with_capacity(n + 1),
+            flow_dst: Vec::new(),
+            flow_bytes: Vec::new(),
+            flow_block: Vec::new(),
+            flow_task: Vec::new(),
+            block_rank: Vec::with_capacity(n),
+            block_size: Vec::with_capacity(n),
+            block_input: Vec::with_capacity(n),
+            node_comm,
+            delay: Vec::new(),
+            waiters: Csr::default(),
+            start_time: 0.0,
+            min_duration: Vec::with_capacity(n),
+        };
+        w.read_off.push(0);
+        w.flow_off.push(0);
+        let mut index = WriterIndex::new(tf, ranks);
+        let mut scratch = Scratch::default();
+        let mut inputs: HashMap<Region, u32> = HashMap::new();
+        // Per rank a task wrote on: its bytes (and region volume, for reads of it).
+        let mut per_rank: Vec<(u32, f64)> = Vec::new();
+        let mut reads: Vec<(u32, f64)> = Vec::new();
+        for t in 0..n {
+            let rank = g.rank[t];
+            let node = &tf.nodes[g.node[t] as usize];
+            let class = model::class(node.engine);
+            let a = tile_access(program, tf, g, t, &mut scratch);
+            // Writes: the bytes on every rank.
+            per_rank.clear();
+            let mut frac_num = 0.0;
+            let mut frac_den = 0.0;
+            for wr in &a.writes {
+                let (bytes, _) = region_bytes(tf, g, wr);
+                match per_rank.iter_mut().find(|(r, _)| *r == wr.rank) {
+                    Some(e) => e.1 += bytes,
+                    None => per_rank.push((wr.rank, bytes)),
+                }
+            }
+            // Remote bytes: the lowering's count (excludes padding slots of static windows).
+            let remote_total: f64 = per_rank.iter().filter(|(r, _)| *r != rank).map(|(_, b)| b).sum();
+            let remote_scale = if remote_total > 0.0 { a.remote / remote_total } else { 0.0 };
+            let local_out = per_rank.iter().find(|(r, _)| *r == rank).map_or(0.0, |e| e.1);
+            // Reads.
+            let send = send_rows(g, t);
+            reads.clear();
+            let mut read_total = 0.0;
+            for rd in &a.reads {
+                let (mut bytes, frac) = region_bytes(tf, g, rd);
+                if recv_layout(tf, g, rd).is_some() {
+                    frac_num += frac * rd.volume() as f64;
+                    frac_den += rd.volume() as f64;
+                }
+                if let Some((rows, tlo, thi)) = send {
+                    let extent = (rd.hi[0] - rd.lo[0]) as f64;
+                    if rd.lo[0] == tlo && rd.hi[0] == thi && extent > rows {
+                        bytes *= rows / extent;
+                    }
+                }
+                if bytes <= 0.0 {
+                    continue;
+                }
+                read_total += bytes;
+                let mut probe = *rd;
+                probe.accumulate = false;
+                let mut covered = 0.0;
+                let start = reads.len();
+                if tf.tensor(rd.tensor).producer.is_some() {
+                    let scale = bytes / region_bytes(tf, g, rd).0.max(f64::MIN_POSITIVE);
+                    let lb = &w.local_block;
+                    let fo = &w.flow_off;
+                    let (fd, fb) = (&w.flow_dst, &w.flow_block);
+                    index.writes_over(&probe, &mut |p, reg| {
+                        let ov = overlap(&probe, &reg);
+                        let (b, _) = region_bytes(tf, g, &ov);
+                        let b = b * scale;
+                        if b <= 0.0 {
+                            return;
+                        }
+                        let pu = p as usize;
+                        let block = if g.rank[pu] == rd.rank {
+                            lb[pu]
+                        } else {
+                            (fo[pu]..fo[pu + 1]).find(|&f| fd[f as usize] == rd.rank).map_or(NONE, |f| fb[f as usize])
+                        };
+                        if block != NONE {
+                            covered += b;
+                            reads.push((block, b));
+                        }
+                    });
+                }
+                // Accumulated writes may cover a row several times: read it once.
+                if covered > bytes {
+                    for e in &mut reads[start..] {
+                        e.1 *= bytes / covered;
+                    }
+                    covered = bytes;
+                }
+                let rest = bytes - covered;
+                if rest > bytes * 1e-9 {
+                    let id = *inputs.entry(probe).or_insert_with(|| {
+                        w.block_rank.push(rd.rank);
+                        w.block_size.push(rest);
+                        w.block_input.push(true);
+                        (w.block_rank.len() - 1) as u32
+                    });
+                    reads.push((id, rest));
+                }
+            }
+            // One entry per block.
+            reads.sort_by_key(|e| e.0);
+            let mut last = NONE;
+            for &(b, bytes) in reads.iter() {
+                if b == last {
+                    if let Some(x) = w.read_bytes.last_mut() {
+                        *x += bytes;
+                    }
+                } else {
+                    w.read_block.push(b);
+                    w.read_bytes.push(bytes);
+                    last = b;
+                }
+            }
+            w.read_off.push(w.read_block.len() as u32);
+            // Blocks written: local, then one per destination (order of first row).
+            let lb = if local_out > 0.0 {
+                w.block_rank.push(rank);
+                w.block_size.push(local_out);
+                w.block_input.push(false);
+                (w.block_rank.len() - 1) as u32
+            } else {
+                NONE
+            };
+            w.local_block.push(lb);
+            for &(r, b) in per_rank.iter() {
+                if r == rank {
+                    continue;
+                }
+                let bytes = b * remote_scale;
+                if bytes <= 0.0 {
+                    continue;
+                }
+                w.block_rank.push(r);
+                w.block_size.push(bytes);
+                w.block_input.push(false);
+                w.flow_dst.push(r);
+                w.flow_bytes.push(bytes);
+                w.flow_block.push((w.block_rank.len() - 1) as u32);
+                w.flow_task.push(t as u32);
+            }
+            w.flow_off.push(w.flow_dst.len() as u32);
+            // Compute: padding rows of a static window do not count.
+            let frac = if frac_den > 0.0 { frac_num / frac_den } else { 1.0 };
+            let elem = node.dtype.size() as f64;
+            let compute = m.compute_seconds(class, g.flops[t] as f64 * frac, elem);
+            w.class.push(class as u8);
+            w.compute.push(compute);
+            w.read_total.push(read_total);
+            w.local_out.push(local_out);
+            for wr in &a.writes {
+                index.add(wr, t as u32);
+            }
+        }
+        if std::env::var_os("HPMOE_DEBUG").is_some() {
+            let mut by: std::collections::BTreeMap<(bool, u32), (usize, f64)> = Default::default();
+            for b in 0..w.block_rank.len() {
+                let e = by.entry((w.block_input[b], w.block_rank[b])).or_default();
+                e.0 += 1;
+                e.1 += w.block_size[b];
+            }
+            eprintln!("blocks {:?}", by);
+            for t in [0usize, 32, 2048, 2049, 34816, 38912, 96256] {
+                if t < n {
+                    eprintln!("task {t}: reads {:?} {:?} local_out {} flows {:?} compute {}", &w.read_block[w.reads(t)], &w.read_bytes[w.reads(t)], w.local_out[t], &w.flow_bytes[w.task_flows(t)], w.compute[t]);
+                }
+            }
+        }
+        // Lower-bound durations.
+        for t in 0..n {
+            let c = w.class[t] as usize;
+            let mem = w.read_total[t] / m.best_read_rate(c) + w.local_out[t] / m.core_l2_write[c];
+            let flows: f64 = w.flow_bytes[w.flow_off[t] as usize..w.flow_off[t + 1] as usize].iter().sum();
+            let link = if flows > 0.0 {
+                w.read_total[t].min(m.put_chunk_bytes) / m.best_read_rate(c) + flows / m.link_egress.min(m.link_ingress)
+            } else {
+                0.0
+            };
+            w.min_duration.push(m.task_overhead + w.compute[t].max(mem).max(link));
+        }
+        // Counters: kernel launches after barriers; waiters.
+        let total = s.threshold.len();
+        let gc = total - s.barriers as usize;
+        let launch = if s.policy.launch_overhead { m.kernel_launch } else { 0.0 };
+        w.start_time = launch;
+        w.delay = (0..total).map(|c| if c >= gc { launch } else { 0.0 }).collect();
+        w.waiters = s.waits.transpose_into(total);
+        w
+    }
+
+    pub fn tasks(&self) -> usize {
+        self.class.len()
+    }
+    pub fn flows(&self) -> usize {
+        self.flow_dst.len()
+    }
+    pub fn blocks(&self) -> usize {
+        self.block_rank.len()
+    }
+    pub fn reads(&self, t: usize) -> std::ops::Range<usize> {
+        self.read_off[t] as usize..self.read_off[t + 1] as usize
+    }
+    pub fn task_flows(&self, t: usize) -> std::ops::Range<usize> {
+        self.flow_off[t] as usize..self.flow_off[t + 1] as usize
+    }
+    /// Bytes task `t` puts to other ranks.
+    pub fn remote_bytes(&self, t: usize) -> f64 {
+        self.flow_bytes[self.task_flows(t)].iter().sum()
+    }
+    /// Bytes of every taskflow-input block read on a rank (the HBM traffic no schedule avoids).
+    pub fn compulsory_bytes(&self) -> Vec<f64> {
+        let mut out = vec![0.0; self.ranks as usize];
+        for b in 0..self.blocks() {
+            if self.block_input[b] {
+                out[self.block_rank[b] as usize] += self.block_size[b];
+            }
+        }
+        out
+    }
+    /// Memory the workload holds, in bytes.
+    pub fn resident_bytes(&self) -> usize {
+        let n = self.tasks();
+        n * (1 + 8 * 4 + 4 * 3) + self.read_block.len() * 12 + self.flows() * 24 + self.blocks() * 13 + self.waiters.idx.len() * 4
+    }
+}

@@ -1,0 +1,267 @@
+//! Chrome trace event JSON (opens in Perfetto and chrome://tracing): a simulated schedule in;
+//! a trace out.
+//!
+//! - one process per rank (`pid` = rank) and one named thread per core (`tid` = the core's
+//!   index on its rank, cube cores first), from `M` metadata events;
+//! - one complete event (`X`) per task, named after its op call, with the op, call, tile,
+//!   rank, task id and L2 bytes in `args`;
+//! - flow events (`s` → `f`) from each put to the first task that waited for the counter it
+//!   signalled on the destination rank;
+//! - counter tracks (`C`) per rank: HBM throughput and link egress/ingress throughput, in
+//!   GB/s.
+//!
+//! A [`Filter`] keeps big runs small: only some ranks, only tasks that overlap a time
+//! window. Timestamps are microseconds with nanosecond precision; output is deterministic.
+
+use crate::sim::{SimResult, Workload};
+use hpmoe_dsl::ir::{Program, Taskflow};
+use hpmoe_dsl::lower::{DimKind, TaskGraph};
+use hpmoe_dsl::schedule::Schedule;
+use std::io::{self, Write};
+
+/// Which part of a run to draw.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Filter {
+    /// Ranks to keep (all when `None`).
+    pub ranks: Option<Vec<u32>>,
+    /// Keep what overlaps `start..end` (seconds).
+    pub window: Option<(f64, f64)>,
+}
+
+impl Filter {
+    /// Parses `0,3` or `0-3,8` into ranks.
+    pub fn parse_ranks(s: &str) -> Result<Vec<u32>, String> {
+        let mut out = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let num = |x: &str| x.trim().parse::<u32>().map_err(|_| format!("`{x}` is not a rank number"));
+            match part.split_once('-') {
+                Some((a, b)) => {
+                    let (a, b) = (num(a)?, num(b)?);
+                    if b < a {
+                        return Err(format!("`{part}` is an empty range"));
+                    }
+                    if b - a > 1 << 16 {
+                        return Err(format!("`{part}` is too large a range"));
+                    }
+                    out.extend(a..=b);
+                }
+                None => out.push(num(part)?),
+            }
+        }
+        if out.is_empty() {
+            return Err(format!("`{s}` names no rank"));
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Parses `START..END` in microseconds (either end may be left out) into seconds.
+    pub fn parse_window(s: &str) -> Result<(f64, f64), String> {
+        let (a, b) = s.split_once("..").ok_or_else(|| format!("`{s}` is not of the form START..END (microseconds)"))?;
+        let num = |x: &str, d: f64| -> Result<f64, String> {
+            let x = x.trim();
+            if x.is_empty() {
+                return Ok(d);
+            }
+            match x.parse::<f64>() {
+                Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * 1e-6),
+                _ => Err(format!("`{x}` is not a time in microseconds")),
+            }
+        };
+        let (a, b) = (num(a, 0.0)?, num(b, f64::INFINITY)?);
+        if b <= a {
+            return Err(format!("`{s}` is an empty window"));
+        }
+        Ok((a, b))
+    }
+
+    pub fn keeps_rank(&self, r: u32) -> bool {
+        self.ranks.as_ref().is_none_or(|v| v.binary_search(&r).is_ok())
+    }
+    pub fn keeps_span(&self, a: f64, b: f64) -> bool {
+        self.window.is_none_or(|(lo, hi)| b >= lo && a <= hi)
+    }
+    pub fn keeps_time(&self, t: f64) -> bool {
+        self.window.is_none_or(|(lo, hi)| t >= lo && t <= hi)
+    }
+}
+
+/// `t 0..128 (expert 3), h 0..7168`.
+pub fn tile_text(g: &TaskGraph, t: usize) -> String {
+    let nt = &g.nodes[g.node[t] as usize];
+    let parts: Vec<String> = nt
+        .dims
+        .iter()
+        .zip(g.chunks(t))
+        .map(|(d, c)| match d.kind {
+            DimKind::Send { .. } => format!("{} {}..{} (expert {})", d.name, c.lo, c.hi, c.group),
+            DimKind::Recv(_) => format!("{} {}..{} (local expert {})", d.name, c.lo, c.hi, c.group),
+            DimKind::Range { .. } => format!("{} {}..{}", d.name, c.lo, c.hi),
+        })
+        .collect();
+    parts.join(", ")
+}
+
+fn us(x: f64) -> String {
+    format!("{:.3}", x * 1e6)
+}
+
+fn esc(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// Everything a trace or a chart needs about a run.
+#[derive(Clone, Copy, Debug)]
+pub struct Run<'a> {
+    pub program: &'a Program,
+    pub tf: &'a Taskflow,
+    pub graph: &'a TaskGraph,
+    pub schedule: &'a Schedule,
+    pub workload: &'a Workload,
+    pub result: &'a SimResult,
+}
+
+/// Writes the trace.
+pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> {
+    let (program, tf, g, s, w, r) = (run.program, run.tf, run.graph, run.schedule, run.workload, run.result);
+    let cpr = s.cores_per_rank();
+    let mut first = true;
+    let mut ev = |out: &mut dyn Write, text: String| -> io::Result<()> {
+        if first {
+            first = false;
+            out.write_all(b"\n")?;
+        } else {
+            out.write_all(b",\n")?;
+        }
+        out.write_all(text.as_bytes())
+    };
+    write!(
+        out,
+        "{{\"displayTimeUnit\":\"ns\",\"otherData\":{{\"taskflow\":{},\"policy\":{},\"latency_us\":{}}},\"traceEvents\":[",
+        esc(&tf.name),
+        esc(s.policy.policy.name()),
+        us(r.makespan)
+    )?;
+    // Metadata: processes and threads.
+    for rank in 0..g.ranks {
+        if !filter.keeps_rank(rank) {
+            continue;
+        }
+        ev(out, format!("{{\"ph\":\"M\",\"pid\":{rank},\"tid\":0,\"name\":\"process_name\",\"args\":{{\"name\":\"rank {rank}\"}}}}"))?;
+        ev(out, format!("{{\"ph\":\"M\",\"pid\":{rank},\"tid\":0,\"name\":\"process_sort_index\",\"args\":{{\"sort_index\":{rank}}}}}"))?;
+        for l in 0..cpr {
+            let name = s.core_name(rank * cpr + l);
+            ev(out, format!("{{\"ph\":\"M\",\"pid\":{rank},\"tid\":{l},\"name\":\"thread_name\",\"args\":{{\"name\":\"{name}\"}}}}"))?;
+            ev(out, format!("{{\"ph\":\"M\",\"pid\":{rank},\"tid\":{l},\"name\":\"thread_sort_index\",\"args\":{{\"sort_index\":{l}}}}}"))?;
+        }
+    }
+    // Tasks.
+    let kept = |t: usize| filter.keeps_rank(g.rank[t]) && filter.keeps_span(r.start[t], r.end[t]);
+    for t in 0..g.len() {
+        if !kept(t) {
+            continue;
+        }
+        let node = &tf.nodes[g.node[t] as usize];
+        let op = &program.op(node.op).name;
+        let core = s.core[t];
+        ev(
+            out,
+            format!(
+                "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"name\":{},\"cat\":{},\"args\":{{\"op\":{},\"call\":{},\"tile\":{},\"rank\":{},\"task\":{},\"l2_hit_bytes\":{},\"hbm_bytes\":{}}}}}",
+                g.rank[t],
+                core % cpr,
+                us(r.start[t]),
+                us(r.end[t] - r.start[t]),
+                esc(&node.name),
+                esc(op),
+                esc(op),
+                esc(&node.name),
+                esc(&tile_text(g, t)),
+                g.rank[t],
+                t,
+                r.hit[t],
+                r.miss[t]
+            ),
+        )?;
+    }
+    // Flows: from a put to the first waiter of each remote dependency counter it signals.
+    let graph_counters = s.threshold.len() - s.barriers as usize;
+    let mut id = 0u64;
+    for t in 0..g.len() {
+        if w.task_flows(t).is_empty() || !kept(t) {
+            continue;
+        }
+        for &c in s.signals.row(t) {
+            let c = c as usize;
+            if c >= graph_counters || s.counter_rank[c] == g.rank[t] {
+                continue;
+            }
+            let Some(&x) = w.waiters.row(c).iter().min_by(|&&a, &&b| r.start[a as usize].total_cmp(&r.start[b as usize]).then(a.cmp(&b))) else {
+                continue;
+            };
+            let x = x as usize;
+            if !kept(x) {
+                continue;
+            }
+            id += 1;
+            // Inside the put's slice, so the arrow binds to it.
+            let from = (r.end[t] - 1e-9).max(r.start[t]);
+            ev(
+                out,
+                format!(
+                    "{{\"ph\":\"s\",\"id\":{id},\"pid\":{},\"tid\":{},\"ts\":{},\"name\":\"put\",\"cat\":\"put\"}}",
+                    g.rank[t],
+                    s.core[t] % cpr,
+                    us(from)
+                ),
+            )?;
+            ev(
+                out,
+                format!(
+                    "{{\"ph\":\"f\",\"bp\":\"e\",\"id\":{id},\"pid\":{},\"tid\":{},\"ts\":{},\"name\":\"put\",\"cat\":\"put\"}}",
+                    g.rank[x],
+                    s.core[x] % cpr,
+                    us(r.start[x])
+                ),
+            )?;
+        }
+    }
+    // Counter tracks.
+    let gbs = |x: f64| format!("{:.3}", x / 1e9);
+    for smp in &r.hbm_samples {
+        if filter.keeps_rank(smp.rank) && filter.keeps_time(smp.time) {
+            ev(
+                out,
+                format!(
+                    "{{\"ph\":\"C\",\"pid\":{},\"ts\":{},\"name\":\"HBM GB/s\",\"args\":{{\"hbm\":{}}}}}",
+                    smp.rank,
+                    us(smp.time),
+                    gbs(smp.a)
+                ),
+            )?;
+        }
+    }
+    for smp in &r.link_samples {
+        if filter.keeps_rank(smp.rank) && filter.keeps_time(smp.time) {
+            ev(
+                out,
+                format!(
+                    "{{\"ph\":\"C\",\"pid\":{},\"ts\":{},\"name\":\"link GB/s\",\"args\":{{\"egress\":{},\"ingress\":{}}}}}",
+                    smp.rank,
+                    us(smp.time),
+                    gbs(smp.a),
+                    gbs(smp.b)
+                ),
+            )?;
+        }
+    }
+    out.write_all(b"\n]}\n")
+}
+
+/// The trace as a string.
+pub fn to_string(run: &Run, filter: &Filter) -> String {
+    let mut v = Vec::new();
+    let _ = write(&mut v, run, filter);
+    String::from_utf8(v).unwrap_or_default()
+}

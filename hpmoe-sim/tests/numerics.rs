@@ -1,0 +1,189 @@
+//! Numerics: every policy computes the same function as the dense and per-token references,
+//! forward and backward, on 1, 2 and 4 ranks and every routing; a broken schedule is caught;
+//! the GeGLU example computes correct numbers; dumps are standard `.npy` files.
+
+use hpmoe_dsl::check::{check_text, Options, Override};
+use hpmoe_dsl::ir::Program;
+use hpmoe_dsl::lower::{self, Csr, NO_COUNTER};
+use hpmoe_dsl::schedule::{self, Compiled, Policy, PolicySpec};
+use hpmoe_dsl::{Code, SourceMap};
+use hpmoe_sim::numerics::{self, NumericsOptions};
+
+fn program(text: &str, sets: &[&str]) -> Program {
+    let opts = Options {
+        overrides: sets.iter().map(|s| Override::parse(s).unwrap()).collect(),
+        ..Options::default()
+    };
+    let mut sm = SourceMap::new();
+    let out = check_text("t.hpm", text, Some(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))), &opts, &mut sm);
+    out.program.unwrap_or_else(|| {
+        panic!("{}", hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain))
+    })
+}
+
+fn compile(p: &Program, tf: usize, policy: Policy, verify: bool) -> Compiled {
+    let spec = PolicySpec::new(policy);
+    let layouts = lower::layouts(p, spec.static_capacity, None).unwrap();
+    schedule::compile(p, &p.taskflows[tf], &spec, layouts, lower::DEFAULT_MAX_TASKS, verify).unwrap()
+}
+
+fn run(p: &Program, tf: usize, c: &Compiled, bf16: bool) -> numerics::NumericsReport {
+    let order = numerics::schedule_order(&c.graph, &c.schedule);
+    let opts = NumericsOptions { bf16_storage: bf16, seed: 11, ..Default::default() };
+    numerics::run(p, &p.taskflows[tf], &c.graph, &c.schedule, &order, &opts).unwrap()
+}
+
+fn moe(ranks: u64, route: &str) -> String {
+    format!(
+        "import std::moe::*;\nimport std::device::ascend_a3;\n\
+         param tokens = 12;\nparam hidden = 32;\nparam inter = 16;\nparam experts = {e};\nparam topk = 2;\nparam ranks = {ranks};\n\
+         param local = experts / ranks;\n\
+         device = ascend_a3 {{ ranks: ranks }};\nroute r = {route};\n\
+         taskflow fwd(x: bf16[tokens, hidden], w_up: bf16[local, hidden, 2 * inter], w_down: bf16[local, inter, hidden]) -> bf16[tokens, hidden] {{\n\
+           let xd = dispatch(x, r) tile(t: 4) order(ratr);\n\
+           let h = gmm(xd, w_up) tile(m: 8, n: 16, k: 16);\n\
+           let a = swiglu(h) tile(m: 4, n: 8);\n\
+           let y = gmm(a, w_down) tile(m: 8, n: 16, k: 16);\n\
+           return combine(y, r) tile(m: 4) order(ratr);\n}}\n\
+         taskflow bwd(dy: bf16[tokens, hidden], xd: bf16[r.recv, hidden], h: bf16[r.recv, 2 * inter], w_up: bf16[local, hidden, 2 * inter], w_down: bf16[local, inter, hidden])\n\
+           -> (dx: bf16[tokens, hidden], dw_up: bf16[local, hidden, 2 * inter], dw_down: bf16[local, inter, hidden]) {{\n\
+           let dyd = combine_grad(dy, r) tile(t: 4) order(ratr);\n\
+           let a = swiglu(h) tile(m: 4);\n\
+           let da = gmm_grad_x(dyd, w_down) tile(m: 8, k: 16, n: 16);\n\
+           let dw_down = gmm_grad_w(a, dyd, r) tile(k: 8, n: 16, m: 4);\n\
+           let dh = swiglu_grad(da, h) tile(m: 4);\n\
+           let dxd = gmm_grad_x(dh, w_up) tile(m: 8, k: 16, n: 16);\n\
+           let dw_up = gmm_grad_w(xd, dh, r) tile(k: 16, n: 16, m: 4);\n\
+           let dx = dispatch_grad(dxd, r) tile(m: 4) order(ratr);\n\
+           return (dx, dw_up, dw_down);\n}}\n",
+        e = 4 * ranks
+    )
+}
+
+const ROUTES: &[&str] = &[
+    "balanced(experts: experts, topk: topk)",
+    "uniform(experts: experts, topk: topk, seed: 4)",
+    "zipf(experts: experts, topk: topk, s: 1.5, seed: 4)",
+    "hotspot(experts: experts, topk: topk, max_over_mean: 1.0, seed: 4)",
+];
+
+#[test]
+fn every_policy_matches_the_references() {
+    for ranks in [1u64, 2, 4] {
+        for route in ROUTES {
+            let p = program(&moe(ranks, route), &[]);
+            for tf in 0..2 {
+                for policy in Policy::all() {
+                    let c = compile(&p, tf, policy, true);
+                    let r = run(&p, tf, &c, false);
+                    assert!(r.races.is_empty(), "EP{ranks} {route} {policy:?}: {:?}", r.races);
+                    let per_token = r.checks.iter().filter(|c| c.reference == "per-token").count();
+                    assert!(per_token > 0, "the MoE reference applies to {}", p.taskflows[tf].name);
+                    assert!(r.passed(), "EP{ranks} {route} {policy:?} {}:\n{}", p.taskflows[tf].name, r.text());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bf16_storage_stays_within_its_tolerance() {
+    let p = program(&moe(2, ROUTES[1]), &[]);
+    for tf in 0..2 {
+        let c = compile(&p, tf, Policy::Interleaved, true);
+        let r = run(&p, tf, &c, true);
+        assert!(r.passed(), "{}", r.text());
+        // Rounding is real: the error is above f32's.
+        assert!(r.checks.iter().any(|c| c.computed == "schedule" && c.rel_l2 > 1e-5), "{}", r.text());
+    }
+}
+
+#[test]
+fn a_dropped_edge_is_caught_with_the_tasks_named() {
+    let p = program(&moe(2, ROUTES[0]), &[]);
+    let mut c = compile(&p, 0, Policy::Interleaved, true);
+    // Every SwiGLU task stops waiting for its GMM producers; verification is off.
+    let g = &mut c.graph;
+    let swiglu = 2u32;
+    for t in 0..g.len() {
+        if g.node[t] == swiglu {
+            g.wait[t] = NO_COUNTER;
+        }
+    }
+    g.rebuild_reverse();
+    c.schedule = schedule::schedule(&p, &p.taskflows[0], &c.graph, &PolicySpec::new(Policy::Interleaved));
+    // Unverified, the swiglu tasks may run first: the race check or the comparison fails.
+    let order = numerics::schedule_order(&c.graph, &c.schedule);
+    let r = numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &NumericsOptions::default()).unwrap();
+    assert!(!r.passed(), "a broken schedule must not pass:\n{}", r.text());
+    assert!(!r.races.is_empty());
+    assert_eq!(r.races[0].code, Code::Race);
+    let msg = &r.races[0].message;
+    // The reader is a SwiGLU task; the data is `h`, which the GMM call produces.
+    assert!(msg.contains("`a` = swiglu") && msg.contains("`h`"), "{msg}");
+    let _ = Csr::default();
+}
+
+#[test]
+fn geglu_example_computes_correct_numbers() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/geglu.hpm")).unwrap();
+    let p = program(&text, &["tokens=16", "hidden=32", "inter=16", "experts=8", "ranks=2", "topk=2"]);
+    for policy in Policy::all() {
+        let c = compile(&p, 0, policy, true);
+        let r = run(&p, 0, &c, false);
+        assert!(r.passed(), "{policy:?}\n{}", r.text());
+        assert!(r.checks.iter().any(|c| c.reference == "per-token"), "per-token reference with the GeGLU body");
+    }
+}
+
+#[test]
+fn memory_limit_fails_fast() {
+    let p = program(&moe(2, ROUTES[0]), &[]);
+    let c = compile(&p, 0, Policy::Interleaved, true);
+    let order = numerics::schedule_order(&c.graph, &c.schedule);
+    let opts = NumericsOptions { memory_limit: 1000, ..Default::default() };
+    let e = numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &opts).unwrap_err();
+    assert_eq!(e.code, Code::LimitExceeded);
+    assert!(e.message.contains("MiB"), "{}", e.message);
+}
+
+#[test]
+fn dumps_are_standard_npy_and_inputs_load_back() {
+    let p = program(&moe(2, ROUTES[2]), &[]);
+    let c = compile(&p, 0, Policy::ExpertLevel, true);
+    let dir = std::env::temp_dir().join(format!("hpmoe-dump-{}", std::process::id()));
+    let order = numerics::schedule_order(&c.graph, &c.schedule);
+    let opts = NumericsOptions { dump: Some(dir.clone()), ..Default::default() };
+    let r = numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &opts).unwrap();
+    assert!(r.passed());
+    for name in ["x", "w_up", "w_down", "out", "route_ids", "route_weights"] {
+        let path = dir.join(format!("{name}.npy"));
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "{name}: magic and version 1.0");
+        let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+        let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
+        assert!(header.starts_with("{'descr': '<"), "{header}");
+        assert!(header.contains("'fortran_order': False") && header.ends_with('\n'), "{header}");
+        assert_eq!((10 + hlen) % 64, 0, "data aligned to 64 bytes");
+        let a = hpmoe_dsl::npy::read(&path).unwrap();
+        assert_eq!(a.shape[0], 2, "leading rank axis");
+    }
+    // The dumped inputs, fed back, give the same outputs.
+    let inputs: Vec<(String, std::path::PathBuf)> = ["x", "w_up", "w_down"].iter().map(|n| (n.to_string(), dir.join(format!("{n}.npy")))).collect();
+    let opts2 = NumericsOptions { inputs, seed: 999, ..Default::default() };
+    let r2 = numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &opts2).unwrap();
+    assert!(r2.passed());
+    let out1 = hpmoe_dsl::npy::read(&dir.join("out.npy")).unwrap();
+    let dir2 = dir.join("again");
+    let opts3 = NumericsOptions { inputs: opts2.inputs.clone(), dump: Some(dir2.clone()), ..Default::default() };
+    numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &opts3).unwrap();
+    let out2 = hpmoe_dsl::npy::read(&dir2.join("out.npy")).unwrap();
+    assert_eq!(out1, out2);
+    // A wrong shape names the input.
+    let bad = dir.join("bad.npy");
+    hpmoe_dsl::npy::write(&bad, hpmoe_dsl::npy::NpyType::F32, &[3, 3], &[0.0; 9]).unwrap();
+    let opts4 = NumericsOptions { inputs: vec![("x".into(), bad)], ..Default::default() };
+    let e = numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &opts4).unwrap_err();
+    assert!(e.message.contains("input `x`"), "{}", e.message);
+    let _ = std::fs::remove_dir_all(&dir);
+}
