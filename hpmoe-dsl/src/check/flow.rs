@@ -32,7 +32,8 @@ enum ArgVal {
 struct Bound {
     dim: Dim,
     span: Span,
-    from: String,
+    /// (parameter index, dimension) the value came from.
+    from: (usize, usize),
 }
 
 struct Flow {
@@ -757,18 +758,20 @@ impl Checker<'_> {
             sym: Sym,
             actual: Dim,
             span: Span,
-            desc: String,
+            /// (parameter index, dimension).
+            desc: (usize, usize),
         }
+        let describe = |(pi, k): (usize, usize)| format!("dimension {k} of `{}`", sig.params[pi].name());
         let mut pending = Vec::new();
         for (i, (p, v)) in sig.params.iter().zip(vals).enumerate() {
-            if let (PSig::Tensor { name: pn, ty, .. }, ArgVal::Tensor(t)) = (p, v) {
+            if let (PSig::Tensor { ty, .. }, ArgVal::Tensor(t)) = (p, v) {
                 let tt = fl.tf.tensor(*t);
                 for (k, (s, d)) in ty.dims.iter().zip(&tt.shape).enumerate() {
                     pending.push(C {
                         sym: s.clone(),
                         actual: *d,
                         span: spans[i],
-                        desc: format!("dimension {k} of `{pn}`"),
+                        desc: (i, k),
                     });
                 }
             }
@@ -789,16 +792,16 @@ impl Checker<'_> {
                                 format!(
                                     "shape mismatch in `{}`: {} is {}, but the signature says {shown} = {}",
                                     sig.name,
-                                    c.desc,
+                                    describe(c.desc),
                                     self.show_dim(c.actual),
                                     self.show_dim(d)
                                 ),
                             )
-                            .primary(c.span, format!("{} is {}", c.desc, self.show_dim(c.actual)));
+                            .primary(c.span, format!("{} is {}", describe(c.desc), self.show_dim(c.actual)));
                             for v in vs {
                                 if let Some(b) = &binds[v] {
                                     let bd = self.show_dim(b.dim);
-                                    diag = diag.secondary(b.span, format!("{} = {bd} from {}", sig.syms[v], b.from));
+                                    diag = diag.secondary(b.span, format!("{} = {bd} from {}", sig.syms[v], describe(b.from)));
                                 }
                             }
                             if let Sym::Route(p, rd) = &c.sym {
@@ -827,7 +830,7 @@ impl Checker<'_> {
                             binds[*v] = Some(Bound {
                                 dim: c.actual,
                                 span: c.span,
-                                from: c.desc.clone(),
+                                from: c.desc,
                             });
                             progress = true;
                         } else if let (Sym::Route(p, RDim::Tokens), Dim::Fixed(n)) = (&c.sym, c.actual) {
@@ -841,7 +844,7 @@ impl Checker<'_> {
                             binds[v] = Some(Bound {
                                 dim: Dim::Fixed(val),
                                 span: c.span,
-                                from: c.desc.clone(),
+                                from: c.desc,
                             });
                             progress = true;
                             // Re-check this constraint with the binding.
@@ -939,7 +942,16 @@ impl Checker<'_> {
             .iter()
             .map(|t| (fl.tf.tensor(*t).dtype, fl.tf.tensor(*t).shape.clone()))
             .collect();
-        let body = self.concretize(sig, &binds, &routes, &in_shapes, &out_shape, call_span)?;
+        // Calls of one op with the same argument types have the same concrete body.
+        let key = (sig.id, in_shapes.clone(), routes.clone());
+        let body = match self.bodies.get(&key) {
+            Some(b) => b.clone(),
+            None => {
+                let b = std::sync::Arc::new(self.concretize(sig, &binds, &routes, &in_shapes, &out_shape, call_span)?);
+                self.bodies.insert(key, b.clone());
+                b
+            }
+        };
         // Annotations.
         let mut engine = sig.engine;
         let mut tile_over: Vec<(String, u64, Span)> = Vec::new();
@@ -1144,8 +1156,13 @@ impl Checker<'_> {
             .iter()
             .find(|a| matches!(a, Annot::Tile { .. }))
             .map_or(call_span, |a| a.span());
-        if !self.check_buffers(sig, &body, &tile, &in_shapes, dtype, engine, call_span, tile_span) {
-            return None;
+        // A fitting tile fits again for the same op, argument types and engine.
+        let fit_key = (sig.id, in_shapes.clone(), routes.clone(), tile.clone(), engine);
+        if !self.fits.contains(&fit_key) {
+            if !self.check_buffers(sig, &body, &tile, &in_shapes, dtype, engine, call_span, tile_span) {
+                return None;
+            }
+            self.fits.insert(fit_key);
         }
         // The output tensor.
         let out_id = TensorId(fl.tf.tensors.len() as u32);
@@ -1203,7 +1220,7 @@ impl Checker<'_> {
             tmp[v] = Some(Bound {
                 dim: Dim::Fixed(x),
                 span,
-                from: String::new(),
+                from: (0, 0),
             });
             // Evaluate silently: errors here mean "not linear".
             let before = ck.diags.len();

@@ -138,6 +138,12 @@ pub fn check_file(file: FileId, opts: &Options, sources: &mut SourceMap) -> Outc
     Outcome { program, diagnostics }
 }
 
+/// Concrete bodies already computed, by (op, argument dtypes and shapes, routing arguments).
+pub(crate) type BodyCache = rustc_hash::FxHashMap<(ir::OpId, Vec<(ir::DType, Vec<ir::Dim>)>, Vec<Option<ir::RouteId>>), std::sync::Arc<ir::ConcreteBody>>;
+
+/// Tiles that fit their engine's buffers.
+pub(crate) type FitCache = rustc_hash::FxHashSet<(ir::OpId, Vec<(ir::DType, Vec<ir::Dim>)>, Vec<Option<ir::RouteId>>, Vec<(String, u64)>, ir::Engine)>;
+
 /// Index of a loaded module.
 pub(crate) type ModId = usize;
 
@@ -180,6 +186,10 @@ pub(crate) struct Checker<'a> {
     pub route_of: HashMap<ItemRef, Option<ir::RouteId>>,
     pub ops: Vec<ir::OpDef>,
     pub op_sigs: HashMap<ItemRef, Option<Rc<ops::OpSig>>>,
+    /// Concrete bodies by (op, argument dtypes and shapes, routings).
+    pub bodies: BodyCache,
+    /// Tiles already found to fit, by (op, argument types, routings, tile, engine).
+    pub fits: FitCache,
     pub taskflows: Vec<ir::Taskflow>,
     pub schedules: Vec<ir::ScheduleSpec>,
     /// Set once every loaded module's scope is built; modules loaded later build their own.
@@ -206,6 +216,8 @@ impl<'a> Checker<'a> {
             route_of: HashMap::new(),
             ops: Vec::new(),
             op_sigs: HashMap::new(),
+            bodies: Default::default(),
+            fits: Default::default(),
             taskflows: Vec::new(),
             schedules: Vec::new(),
             scopes_built: false,
@@ -400,6 +412,16 @@ pub fn check_parsed(file: FileId, ast: ast::File, parse_diags: Vec<Diagnostic>, 
                         continue;
                     }
                 };
+                // The root importing itself (only a root that is a file on disk can).
+                if path.as_ref() == Some(&canon) {
+                    let n = canon.file_name().map_or_else(|| canon.display().to_string(), |f| f.to_string_lossy().into_owned());
+                    ck.err(
+                        Diagnostic::error(Code::ImportCycle, format!("import cycle: {n} -> {n}"))
+                            .primary(sp, "this import closes the cycle")
+                            .help("move the shared items to a file that both import"),
+                    );
+                    continue;
+                }
                 if ck.modules.iter().any(|m| m.path.as_ref() == Some(&canon)) {
                     continue;
                 }

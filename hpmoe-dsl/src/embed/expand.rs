@@ -12,7 +12,7 @@
 //! types.
 
 use crate::check::{check_parsed, check_text, Options};
-use crate::diag::{render, Diagnostic, Label, RenderStyle};
+use crate::diag::{Diagnostic, Label};
 use crate::ir::{self, DType, Program, Value};
 use crate::lower;
 use crate::schedule::{self, Policy, PolicySpec};
@@ -50,10 +50,15 @@ pub struct ExpandOptions {
 }
 
 impl Default for ExpandOptions {
+    /// `CARGO_MANIFEST_DIR`, and the task limit from `HPMOE_MACRO_MAX_TASKS` when it is set
+    /// to a number (0: check only), else [`MAX_COMPILE_TIME_TASKS`].
     fn default() -> Self {
         ExpandOptions {
             dir: std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from),
-            max_tasks: MAX_COMPILE_TIME_TASKS,
+            max_tasks: std::env::var("HPMOE_MACRO_MAX_TASKS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(MAX_COMPILE_TIME_TASKS),
         }
     }
 }
@@ -74,7 +79,11 @@ pub fn expand_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream {
     let file = FileId(sources.files().count() as u32);
     let mut toks = ProcTokens::new(input, file);
     let raw_text = toks.text();
-    let added = sources.add(MACRO_SOURCE_NAME, opts.dir.as_ref().map(|d| d.join(MACRO_SOURCE_NAME)), raw_text.as_str());
+    let added = sources.add(
+        MACRO_SOURCE_NAME,
+        opts.dir.as_ref().map(|d| d.join(MACRO_SOURCE_NAME)),
+        raw_text.as_str(),
+    );
     debug_assert_eq!(added, file);
     let (ast, mut diags) = {
         let mut p = Parser::new(&mut toks);
@@ -106,7 +115,7 @@ pub fn expand_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream {
     let dir = opts.dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
     let program = outcome.program.filter(|_| !failed);
     if let Some(p) = &program {
-        for d in compile_all(p, opts.dir.as_deref(), opts.max_tasks) {
+        for d in compile_all_guarded(p, opts.dir.as_deref(), opts.max_tasks) {
             failed |= d.is_error();
             out.extend(emit(&d, &map, &sources));
         }
@@ -130,13 +139,19 @@ pub fn expand_file_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream
     let lit = match trees.as_slice() {
         [TokenTree::Literal(l)] | [TokenTree::Literal(l), TokenTree::Punct(_)] => Some(l.clone()),
         [TokenTree::Group(g)] if g.delimiter() == Delimiter::None => {
-            g.stream().into_iter().find_map(|t| if let TokenTree::Literal(l) = t { Some(l) } else { None })
+            g.stream()
+                .into_iter()
+                .find_map(|t| if let TokenTree::Literal(l) = t { Some(l) } else { None })
         }
         _ => None,
     };
     let Some((lit, rel)) = lit.and_then(|l| rust_string_value(&l.to_string()).map(|s| (l, s))) else {
         let span = trees.first().map_or(PSpan::call_site(), |t| t.span());
-        return compile_error(span, span, "expected the path of a `.hpm` file as a string literal, as in `taskflow_file!(\"flows/moe.hpm\")`");
+        return compile_error(
+            span,
+            span,
+            "expected the path of a `.hpm` file as a string literal, as in `taskflow_file!(\"flows/moe.hpm\")`",
+        );
     };
     let at = lit.span();
     let dir = opts.dir.clone().unwrap_or_default();
@@ -164,7 +179,7 @@ pub fn expand_file_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream
     }
     let program = outcome.program.filter(|_| !failed);
     if let Some(p) = &program {
-        for d in compile_all(p, Some(&dir), opts.max_tasks) {
+        for d in compile_all_guarded(p, Some(&dir), opts.max_tasks) {
             out.extend(emit(&d, &map, &sources));
         }
     }
@@ -179,6 +194,25 @@ pub fn expand_file_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream
 }
 
 // ---------------------------------------------------------------------- compile time work
+
+/// [`compile_all`], turning a panic of a later stage (a bug: a checked program must lower)
+/// into a warning, so that the crate still builds; the program was checked.
+fn compile_all_guarded(program: &Program, dir: Option<&Path>, max_tasks: u64) -> Vec<Diagnostic> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_all(program, dir, max_tasks))) {
+        Ok(ds) => ds,
+        Err(e) => {
+            let what = e
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| e.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            vec![Diagnostic::warning(
+                Code::LimitExceeded,
+                format!("internal error while lowering at compile time (skipped; please report it): {what}"),
+            )]
+        }
+    }
+}
 
 /// Lowers, verifies and schedules every taskflow of a checked program with its declared
 /// policy, within the compile-time limits. Returns the diagnostics.
@@ -215,10 +249,50 @@ fn compile_all(program: &Program, dir: Option<&Path>, max_tasks: u64) -> Vec<Dia
             Ok(_) => {}
             // Too large to lower while compiling: checked only.
             Err(ds) if ds.iter().any(|d| d.code == Code::LimitExceeded) => {}
-            Err(ds) => out.extend(ds),
+            Err(ds) => out.extend(collapse(ds)),
         }
     }
     out
+}
+
+/// The verifier reports each kind of problem for up to a few tasks, then a count: at compile
+/// time, one error per kind and call is enough (the others go into a note), since they all
+/// point at the same tokens.
+fn collapse(ds: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    let mut out: Vec<(Diagnostic, usize)> = Vec::new();
+    let mut totals: Vec<(crate::Code, String)> = Vec::new();
+    for d in ds {
+        if d.labels.is_empty() && out.iter().any(|(k, _)| k.code == d.code) {
+            // `... N more <kind> in <taskflow>`.
+            totals.push((d.code, d.message.trim_start_matches("... ").to_string()));
+            continue;
+        }
+        if let Some((_, n)) = out
+            .iter_mut()
+            .find(|(k, _)| !d.labels.is_empty() && k.code == d.code && k.span() == d.span())
+        {
+            *n += 1;
+            continue;
+        }
+        out.push((d, 0));
+    }
+    out.into_iter()
+        .map(|(d, n)| {
+            let total = totals.iter().find(|(c, _)| *c == d.code).map(|(_, m)| m.clone());
+            match (n, total) {
+                (n, Some(m)) => {
+                    // `123 more write conflicts in `f``: add the ones folded here.
+                    let (count, rest) = m.split_once(' ').unwrap_or(("", &m));
+                    match count.parse::<usize>() {
+                        Ok(c) => d.note(format!("and {} {rest}", c + n)),
+                        Err(_) => d.note(format!("and {m}")),
+                    }
+                }
+                (0, None) => d,
+                (n, None) => d.note(format!("and {n} more like it at the same call (other tiles or ranks)")),
+            }
+        })
+        .collect()
 }
 
 /// The canonical form of the program text, when the formatter gives one that parses
@@ -289,21 +363,25 @@ fn compile_warning(at: PSpan, msg: &str) -> TokenStream {
     }
 }
 
-/// One diagnostic as a `compile_error!` (or a warning) at its primary label.
+/// One diagnostic as a `compile_error!` (or a warning) at its primary label, or at the first
+/// label in the invocation, or (for `taskflow_file!`, or a problem in an imported file) at the
+/// invocation.
 fn emit(d: &Diagnostic, map: &SpanMap, sources: &SourceMap) -> TokenStream {
-    let here = d
-        .labels
-        .iter()
-        .filter(|l| map.range(l.span).is_some())
-        .min_by_key(|l| !l.primary);
-    let (range, msg) = match (here, map) {
-        (Some(l), SpanMap::Tokens(_)) => (map.range(l.span), message(d, Some(l), map, sources)),
-        // In another file (or in a `taskflow_file!`): the compiler cannot show it, so the
-        // message carries the rendered snippet.
-        (_, _) if !d.labels.is_empty() => (here.and_then(|l| map.range(l.span)), rendered(d, sources)),
-        _ => (None, message(d, None, map, sources)),
+    let here = match map {
+        SpanMap::Tokens(_) => d
+            .labels
+            .iter()
+            .filter(|l| map.range(l.span).is_some())
+            .min_by_key(|l| !l.primary),
+        SpanMap::Fixed(_) => None,
     };
-    let (start, end) = range.unwrap_or((PSpan::call_site(), PSpan::call_site()));
+    let (start, end) = match map {
+        SpanMap::Fixed(s) => (*s, *s),
+        SpanMap::Tokens(_) => here
+            .and_then(|l| map.range(l.span))
+            .unwrap_or((PSpan::call_site(), PSpan::call_site())),
+    };
+    let msg = message(d, here, map, sources);
     if d.is_error() {
         compile_error(start, end, &msg)
     } else {
@@ -311,7 +389,8 @@ fn emit(d: &Diagnostic, map: &SpanMap, sources: &SourceMap) -> TokenStream {
     }
 }
 
-/// `CODE: message`, the primary label, the other labels with their positions, help, notes.
+/// `CODE: message`, the label shown at the tokens, the other labels with their positions (and
+/// the source line, for those the compiler cannot show), help and notes.
 fn message(d: &Diagnostic, here: Option<&Label>, map: &SpanMap, sources: &SourceMap) -> String {
     let mut s = format!("{}: {}", d.code, d.message);
     if let Some(l) = here {
@@ -323,21 +402,30 @@ fn message(d: &Diagnostic, here: Option<&Label>, map: &SpanMap, sources: &Source
         if Some(l) == here {
             continue;
         }
-        let at = match map.range(l.span) {
-            Some((p, _)) => {
+        match (map, map.range(l.span)) {
+            (SpanMap::Tokens(_), Some((p, _))) => {
                 let lc = p.start();
                 if lc.line > 0 {
-                    format!("line {}, column {}", lc.line, lc.column + 1)
+                    s.push_str(&format!(
+                        "\n  at line {}, column {}: {}",
+                        lc.line,
+                        lc.column + 1,
+                        l.message
+                    ));
                 } else {
-                    "in this invocation".to_string()
+                    s.push_str(&format!("\n  also: {}", l.message));
                 }
             }
-            None => match (sources.get(l.span.file), sources.line_col(l.span)) {
-                (Some(f), Some((line, col))) => format!("{}:{line}:{col}", f.name),
-                _ => "elsewhere".to_string(),
+            _ => match (sources.get(l.span.file), sources.line_col(l.span)) {
+                (Some(f), Some((line, col))) => {
+                    s.push_str(&format!("\n  at {}:{line}:{col}: {}", f.name, l.message));
+                    if let Some(text) = f.text.lines().nth(line - 1) {
+                        s.push_str(&format!("\n   | {}", text.trim_end()));
+                    }
+                }
+                _ => s.push_str(&format!("\n  also: {}", l.message)),
             },
-        };
-        s.push_str(&format!("\n  at {at}: {}", l.message));
+        }
     }
     if let Some(h) = &d.help {
         s.push_str(&format!("\n  help: {h}"));
@@ -346,11 +434,6 @@ fn message(d: &Diagnostic, here: Option<&Label>, map: &SpanMap, sources: &Source
         s.push_str(&format!("\n  note: {n}"));
     }
     s
-}
-
-fn rendered(d: &Diagnostic, sources: &SourceMap) -> String {
-    let r = render(d, sources, RenderStyle::Plain);
-    format!("{}: {}\n{}", d.code, d.message, r.trim_end())
 }
 
 // ---------------------------------------------------------------------- handles
@@ -445,12 +528,27 @@ fn handles(ast: &ast::File, program: Option<&Program>, source: &SourceTokens, ma
                 }
             }
         }
-        out.extend(handle(&t.name.name, &camel, span, &item.docs, &params, &inputs, &outputs, source));
+        out.extend(handle(
+            &t.name.name,
+            &camel,
+            span,
+            &item.docs,
+            &params,
+            &inputs,
+            &outputs,
+            source,
+        ));
     }
     out
 }
 
-fn tensor_desc(name: &str, tt: &TensorType, written: String, checked: Option<&ir::Taskflow>, program: Option<&Program>) -> TensorDesc {
+fn tensor_desc(
+    name: &str,
+    tt: &TensorType,
+    written: String,
+    checked: Option<&ir::Taskflow>,
+    program: Option<&Program>,
+) -> TensorDesc {
     let found = checked.and_then(|tf| {
         let ids = tf.inputs.iter().copied().chain(tf.outputs.iter().map(|(_, id)| *id));
         // Inputs by tensor name, outputs by output name.
@@ -571,7 +669,11 @@ fn handle(
         };
         let (arg, value, default) = match p.default {
             super::ParamValue::Int(i) => (quote!(i64), quote!(::hpmoe_dsl::ir::Value::Int(value)), i.to_string()),
-            super::ParamValue::Float(f) => (quote!(f64), quote!(::hpmoe_dsl::ir::Value::Float(value)), format!("{f:?}")),
+            super::ParamValue::Float(f) => (
+                quote!(f64),
+                quote!(::hpmoe_dsl::ir::Value::Float(value)),
+                format!("{f:?}"),
+            ),
             super::ParamValue::Bool(b) => (quote!(bool), quote!(::hpmoe_dsl::ir::Value::Bool(value)), b.to_string()),
         };
         let mut doc = String::new();
@@ -597,7 +699,12 @@ fn handle(
         let mut values = Vec::new();
         for t in list {
             let f = rust_ident(&t.name, span.0);
-            let doc = format!("`{}: {}`; `{}` at the default params.", t.name, t.written, shape_text(&t.shape));
+            let doc = format!(
+                "`{}: {}`; `{}` at the default params.",
+                t.name,
+                t.written,
+                shape_text(&t.shape)
+            );
             decls.push(quote! { #[doc = #doc] pub #f: ::hpmoe_dsl::embed::TensorSig });
             let (n, w) = (&t.name, &t.written);
             let dt = dtype_tokens(t.dtype);
@@ -704,10 +811,10 @@ fn camel_case(name: &str) -> String {
 /// Rust keywords: a name of the language that is one becomes a raw identifier (or gets a
 /// trailing `_` where Rust has no raw form).
 const KEYWORDS: &[&str] = &[
-    "as", "break", "const", "continue", "else", "enum", "extern", "false", "fn", "for", "if", "impl", "in", "let", "loop",
-    "match", "mod", "move", "mut", "pub", "ref", "return", "static", "struct", "trait", "true", "type", "unsafe", "use",
-    "where", "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final", "macro", "override", "priv",
-    "typeof", "unsized", "virtual", "yield", "try", "gen",
+    "as", "break", "const", "continue", "else", "enum", "extern", "false", "fn", "for", "if", "impl", "in", "let",
+    "loop", "match", "mod", "move", "mut", "pub", "ref", "return", "static", "struct", "trait", "true", "type",
+    "unsafe", "use", "where", "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final", "macro",
+    "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
 ];
 
 fn rust_ident(name: &str, span: PSpan) -> Ident {

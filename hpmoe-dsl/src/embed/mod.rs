@@ -64,11 +64,22 @@ impl Source {
     /// Checks the program with overrides, then lowers, verifies and schedules `taskflow`
     /// with `policy` (by default the program's `schedule` for it, else `interleaved`; a policy
     /// that the program declares keeps its declared options).
-    pub fn compile(&self, taskflow: &str, overrides: &[Override], policy: Option<Policy>) -> Result<CompiledTaskflow, Error> {
+    pub fn compile(
+        &self,
+        taskflow: &str,
+        overrides: &[Override],
+        policy: Option<Policy>,
+    ) -> Result<CompiledTaskflow, Error> {
         let (program, sources) = self.check(overrides)?;
-        let fail = |ds: Vec<Diagnostic>, sources: SourceMap| Error { diagnostics: ds, sources };
+        let fail = |ds: Vec<Diagnostic>, sources: SourceMap| Error {
+            diagnostics: ds,
+            sources,
+        };
         let Some(index) = program.taskflows.iter().position(|t| t.name == taskflow) else {
-            let d = Diagnostic::error(crate::Code::NoTaskflow, format!("the program has no taskflow `{taskflow}`"));
+            let d = Diagnostic::error(
+                crate::Code::NoTaskflow,
+                format!("the program has no taskflow `{taskflow}`"),
+            );
             return Err(fail(vec![d], sources));
         };
         let spec = policy_spec(&program, taskflow, policy);
@@ -121,7 +132,12 @@ impl CompiledTaskflow {
     /// Task counts per op call and engine, and the schedule (see
     /// [`schedule::summary_text`]).
     pub fn summary(&self) -> String {
-        schedule::summary_text(&self.program, self.taskflow(), &self.compiled.graph, Some(&self.compiled.schedule))
+        schedule::summary_text(
+            &self.program,
+            self.taskflow(),
+            &self.compiled.graph,
+            Some(&self.compiled.schedule),
+        )
     }
 }
 
@@ -159,7 +175,10 @@ pub enum Dim {
     Fixed(u64),
     /// The rows a rank receives through routing `route`: ragged, at most `capacity` (the
     /// receive window).
-    Recv { route: &'static str, capacity: u64 },
+    Recv {
+        route: &'static str,
+        capacity: u64,
+    },
 }
 
 impl Dim {

@@ -149,8 +149,9 @@ pub struct Node {
     /// Ordering hints (`ratr`).
     pub order: Vec<String>,
     pub priority: i64,
-    /// The body with concrete ranges and offsets for this call.
-    pub body: ConcreteBody,
+    /// The body with concrete ranges and offsets for this call (shared by calls with the
+    /// same argument types).
+    pub body: std::sync::Arc<ConcreteBody>,
     pub span: Span,
 }
 

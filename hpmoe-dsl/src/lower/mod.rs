@@ -18,7 +18,6 @@ pub use regions::{Access, Region, MAX_DIMS};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{self, Dim, Engine, Program, RouteId, Target, Taskflow, VarKind, VarRange};
 use crate::route::Routing;
-use std::collections::HashMap;
 use std::path::Path;
 
 /// The default task limit: about 4 GiB of task graph on a machine of 24 GiB.
@@ -521,7 +520,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     let mut preds: Vec<u32> = Vec::new();
     // Writers of a read region repeat across the tiles of a call: remember them per
     // (node, rank).
-    let mut memo: HashMap<Region, (usize, usize)> = HashMap::new();
+    let mut memo: rustc_hash::FxHashMap<Region, (usize, usize)> = Default::default();
     let mut memo_arena: Vec<u32> = Vec::new();
     let mut memo_key = (u32::MAX, u32::MAX);
     for (ni, node) in tf.nodes.iter().enumerate() {
@@ -579,7 +578,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
 /// Shares one counter among consumers with the same producers.
 #[derive(Default)]
 struct CounterInterner {
-    by_hash: HashMap<u64, Vec<u32>>,
+    by_hash: rustc_hash::FxHashMap<u64, Vec<u32>>,
     rank: Vec<u32>,
     off: Vec<u32>,
     idx: Vec<u32>,
@@ -588,7 +587,7 @@ struct CounterInterner {
 impl CounterInterner {
     fn intern(&mut self, rank: u32, preds: &[u32]) -> u32 {
         use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut h = rustc_hash::FxHasher::default();
         rank.hash(&mut h);
         preds.hash(&mut h);
         let key = h.finish();

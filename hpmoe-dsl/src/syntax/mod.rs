@@ -26,7 +26,8 @@ use token::FileId;
 /// Lexes and parses a file's text.
 pub fn parse_text(src: &str, file: FileId) -> (ast::File, Vec<Diagnostic>, Vec<lexer::Comment>) {
     let mut lx = lexer::Lexer::new(src, file);
-    let mut p = parser::Parser::new(&mut lx);
+    // About one token per four bytes of source.
+    let mut p = parser::Parser::with_capacity(&mut lx, src.len() / 4 + 16);
     let f = p.file();
     let mut diags = std::mem::take(&mut lx.diags);
     diags.extend(p.diags);

@@ -40,7 +40,12 @@ pub fn parse_file(src: &mut impl TokenSource) -> (File, Vec<Diagnostic>) {
 
 impl Parser {
     pub fn new(src: &mut impl TokenSource) -> Self {
-        let mut toks = Vec::new();
+        Self::with_capacity(src, 0)
+    }
+
+    /// Like [`Parser::new`], reserving room for about `tokens` tokens.
+    pub fn with_capacity(src: &mut impl TokenSource, tokens: usize) -> Self {
+        let mut toks = Vec::with_capacity(tokens);
         loop {
             let t = src.next_token();
             let eof = t.kind == TokenKind::Eof;

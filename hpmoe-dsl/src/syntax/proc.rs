@@ -108,7 +108,12 @@ impl ProcTokens {
                     if line > prev_line + 1 && prev_line > 0 {
                         out.push('\n');
                     }
-                } else if line == 0 && matches!(self.toks[i - 1].kind, TokenKind::Punct(Punct::Semi) | TokenKind::Open(Delim::Brace) | TokenKind::Close(Delim::Brace)) {
+                } else if line == 0
+                    && matches!(
+                        self.toks[i - 1].kind,
+                        TokenKind::Punct(Punct::Semi) | TokenKind::Open(Delim::Brace) | TokenKind::Close(Delim::Brace)
+                    )
+                {
                     out.push('\n');
                 } else {
                     out.push(' ');
@@ -255,7 +260,11 @@ impl ProcTokens {
         for line in text.split('\n') {
             let line = line.strip_suffix('\r').unwrap_or(line);
             let line = line.strip_prefix(' ').unwrap_or(line).to_string();
-            let kind = if inner { TokenKind::InnerDoc(line) } else { TokenKind::Doc(line) };
+            let kind = if inner {
+                TokenKind::InnerDoc(line)
+            } else {
+                TokenKind::Doc(line)
+            };
             self.push(kind, spans);
         }
         Some(if inner { 3 } else { 2 })
@@ -479,7 +488,10 @@ mod tests {
     fn lexed(src: &str) -> Vec<TokenKind> {
         let (toks, diags, _) = lexer::tokenize(src, FileId(0));
         assert!(diags.is_empty(), "{diags:?}");
-        toks.into_iter().map(|t| t.kind).filter(|k| *k != TokenKind::Eof).collect()
+        toks.into_iter()
+            .map(|t| t.kind)
+            .filter(|k| *k != TokenKind::Eof)
+            .collect()
     }
 
     #[test]
@@ -525,7 +537,10 @@ mod tests {
         // The end of the input maps to the last token.
         let last = at(&p, k.len() as u32 - 1);
         let (a, b) = p.range(p.eof_span());
-        assert_eq!(((a.start().line, a.start().column), (b.end().line, b.end().column)), last);
+        assert_eq!(
+            ((a.start().line, a.start().column), (b.end().line, b.end().column)),
+            last
+        );
     }
 
     #[test]
@@ -534,8 +549,18 @@ mod tests {
         let p = convert(src);
         let k = kinds(&p);
         assert_eq!(k, lexed(src));
-        let opens: Vec<usize> = k.iter().enumerate().filter(|(_, k)| matches!(k, TokenKind::Open(_))).map(|(i, _)| i).collect();
-        let closes: Vec<usize> = k.iter().enumerate().filter(|(_, k)| matches!(k, TokenKind::Close(_))).map(|(i, _)| i).collect();
+        let opens: Vec<usize> = k
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| matches!(k, TokenKind::Open(_)))
+            .map(|(i, _)| i)
+            .collect();
+        let closes: Vec<usize> = k
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| matches!(k, TokenKind::Close(_)))
+            .map(|(i, _)| i)
+            .collect();
         assert_eq!(opens.len(), 6);
         assert_eq!(closes.len(), 6);
         // `(` of the parameters at column 10; its `)` at 26; the inner `[` at 22, `]` at 24.
@@ -660,7 +685,11 @@ mod tests {
 
     #[test]
     fn text_keeps_lines_and_lexes_to_the_same_tokens() {
-        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/deepseek_v3_ep8_fwd.hpm")).unwrap();
+        let src = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/deepseek_v3_ep8_fwd.hpm"
+        ))
+        .unwrap();
         let p = convert(&src);
         assert!(p.diags.is_empty());
         let text = p.text();

@@ -106,7 +106,7 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
     let mut reads: Vec<Region> = Vec::new();
     // A read of the same region by a task with the same producers (the same counter) has
     // the same writers and the same answer: check it once per call and rank.
-    let mut checked: std::collections::HashSet<(Region, u32)> = std::collections::HashSet::new();
+    let mut checked: rustc_hash::FxHashSet<(Region, u32)> = Default::default();
     let mut checked_key = (u32::MAX, u32::MAX);
     for t in 0..n as u32 {
         if (g.node[t as usize], g.rank[t as usize]) != checked_key {

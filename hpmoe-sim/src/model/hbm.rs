@@ -11,7 +11,9 @@
 //! the same rate, so a class keeps a *virtual time* (bytes served to each of its jobs so
 //! far): a job joining at virtual time `V` with `D` bytes finishes when the class's virtual
 //! time reaches `V + D`. Jobs of a class finish in order of that virtual finish (a heap), and
-//! only the earliest finish of each class needs an event: a join or leave is O(log n).
+//! only the earliest finish of each class needs an event: a join or leave is O(log n). A
+//! die's finish event is pushed again only when its predicted time moves earlier; one that
+//! fires early (rates dropped since) is predicted again.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -36,8 +38,9 @@ struct Die {
     jobs: [BinaryHeap<Reverse<Job>>; 2],
     /// Virtual finish of the write-back job (when `n[WRITEBACK] == 1`).
     wb_finish: f64,
-    /// The class whose head finishes first (set by [`Hbm::next`]).
-    next_class: usize,
+    /// Generation of the pending finish event, and its time (infinite when none).
+    gen: u32,
+    sched: f64,
     served: f64,
     writeback: f64,
     busy: f64,
@@ -68,7 +71,13 @@ impl Hbm {
             bandwidth,
             cap,
             order,
-            dies: vec![Die::default(); dies],
+            dies: vec![
+                Die {
+                    sched: f64::INFINITY,
+                    ..Die::default()
+                };
+                dies
+            ],
         }
     }
 
@@ -118,8 +127,9 @@ impl Hbm {
         }
     }
 
-    /// A task's job of `bytes` joins die `d` at `now`.
-    pub fn join(&mut self, d: usize, class: usize, task: u32, bytes: f64, now: f64) {
+    /// A task's job of `bytes` joins die `d` at `now`. A finish event to schedule, if any,
+    /// goes to `wakes` as (die, time, generation).
+    pub fn join(&mut self, d: usize, class: usize, task: u32, bytes: f64, now: f64, wakes: &mut Vec<(u32, f64, u32)>) {
         self.advance(d, now);
         let die = &mut self.dies[d];
         let finish = die.virt[class] + bytes;
@@ -129,10 +139,11 @@ impl Hbm {
         }));
         die.n[class] += 1;
         self.rebalance(d);
+        self.wake(d, wakes);
     }
 
     /// Dirty bytes evicted on die `d` at `now` must go back to HBM.
-    pub fn writeback(&mut self, d: usize, bytes: f64, now: f64) {
+    pub fn writeback(&mut self, d: usize, bytes: f64, now: f64, wakes: &mut Vec<(u32, f64, u32)>) {
         if bytes <= 0.0 {
             return;
         }
@@ -146,11 +157,12 @@ impl Hbm {
         } else {
             die.wb_finish += bytes;
         }
+        self.wake(d, wakes);
     }
 
-    /// The time at which the next job of die `d` finishes, if any job is active.
-    pub fn next(&mut self, d: usize) -> Option<f64> {
-        let die = &mut self.dies[d];
+    /// When the next job of die `d` finishes at current rates, and its class.
+    fn next(&self, d: usize) -> Option<(f64, usize)> {
+        let die = &self.dies[d];
         let mut best: Option<(f64, usize)> = None;
         for k in 0..CLASSES {
             if die.n[k] == 0 {
@@ -169,27 +181,42 @@ impl Hbm {
                 best = Some((t, k));
             }
         }
-        best.map(|(t, k)| {
-            die.next_class = k;
-            t
-        })
+        best
     }
 
-    /// At the time [`Hbm::next`] announced: the tasks whose jobs finished (in order), pushed
-    /// to `done`.
-    pub fn complete(&mut self, d: usize, now: f64, done: &mut Vec<u32>) {
-        self.advance(d, now);
-        let die = &mut self.dies[d];
-        // The announced job finishes now, whatever the rounding.
-        let k = die.next_class;
-        if k == WRITEBACK {
-            if die.n[WRITEBACK] == 1 {
-                die.virt[WRITEBACK] = die.virt[WRITEBACK].max(die.wb_finish);
+    /// Schedules die `d`'s finish event if it is now earlier than the pending one.
+    fn wake(&mut self, d: usize, wakes: &mut Vec<(u32, f64, u32)>) {
+        if let Some((t, _)) = self.next(d) {
+            let die = &mut self.dies[d];
+            if t < die.sched {
+                die.gen = die.gen.wrapping_add(1);
+                die.sched = t;
+                wakes.push((d as u32, t, die.gen));
             }
-        } else if let Some(Reverse(j)) = die.jobs[k].peek() {
-            let f = f64::from_bits(j.finish);
-            die.virt[k] = die.virt[k].max(f);
         }
+    }
+
+    /// The finish event `(d, gen)` fired at `now`: the tasks whose jobs finished go to `done`
+    /// (in order); new events to `wakes`.
+    pub fn fire(&mut self, d: usize, gen: u32, now: f64, done: &mut Vec<u32>, wakes: &mut Vec<(u32, f64, u32)>) {
+        if self.dies[d].gen != gen {
+            return;
+        }
+        self.dies[d].sched = f64::INFINITY;
+        self.advance(d, now);
+        // A job whose remaining time is below the clock's resolution finishes now.
+        if let Some((t, k)) = self.next(d) {
+            if t <= now {
+                let die = &mut self.dies[d];
+                if k == WRITEBACK {
+                    die.virt[k] = die.virt[k].max(die.wb_finish);
+                } else if let Some(Reverse(j)) = die.jobs[k].peek() {
+                    die.virt[k] = die.virt[k].max(f64::from_bits(j.finish));
+                }
+            }
+        }
+        let die = &mut self.dies[d];
+        let mut changed = false;
         for k in 0..2 {
             while let Some(Reverse(j)) = die.jobs[k].peek() {
                 if !close(f64::from_bits(j.finish), die.virt[k]) {
@@ -198,12 +225,17 @@ impl Hbm {
                 done.push(j.task);
                 die.jobs[k].pop();
                 die.n[k] -= 1;
+                changed = true;
             }
         }
         if die.n[WRITEBACK] == 1 && close(die.wb_finish, die.virt[WRITEBACK]) {
             die.n[WRITEBACK] = 0;
+            changed = true;
         }
-        self.rebalance(d);
+        if changed {
+            self.rebalance(d);
+        }
+        self.wake(d, wakes);
     }
 
     /// The die's current throughput (B/s).
@@ -233,12 +265,14 @@ impl Hbm {
 mod tests {
     use super::*;
 
-    fn drain(h: &mut Hbm) -> Vec<(u32, f64)> {
+    fn drain(h: &mut Hbm, mut wakes: Vec<(u32, f64, u32)>) -> Vec<(u32, f64)> {
         let mut out = Vec::new();
         let mut done = Vec::new();
-        while let Some(t) = h.next(0) {
+        while !wakes.is_empty() {
+            wakes.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let (d, t, g) = wakes.pop().unwrap_or((0, 0.0, 0));
             done.clear();
-            h.complete(0, t, &mut done);
+            h.fire(d as usize, g, t, &mut done, &mut wakes);
             out.extend(done.iter().map(|&x| (x, t)));
         }
         out
@@ -247,18 +281,20 @@ mod tests {
     #[test]
     fn one_job_runs_at_its_cap() {
         let mut h = Hbm::new(1, 100.0, [10.0, 20.0]);
-        h.join(0, 0, 7, 50.0, 0.0);
-        assert_eq!(drain(&mut h), vec![(7, 5.0)]);
+        let mut w = Vec::new();
+        h.join(0, 0, 7, 50.0, 0.0, &mut w);
+        assert_eq!(drain(&mut h, w), vec![(7, 5.0)]);
     }
 
     #[test]
     fn contention_shares_fairly() {
         // 4 jobs capped at 40 on 100: each gets 25; equal jobs finish together.
         let mut h = Hbm::new(1, 100.0, [40.0, 40.0]);
+        let mut w = Vec::new();
         for t in 0..4 {
-            h.join(0, 0, t, 100.0, 0.0);
+            h.join(0, 0, t, 100.0, 0.0, &mut w);
         }
-        let out = drain(&mut h);
+        let out = drain(&mut h, w);
         assert_eq!(out.len(), 4);
         for (_, t) in out {
             assert!((t - 4.0).abs() < 1e-9);
@@ -270,9 +306,10 @@ mod tests {
     fn a_leaving_job_speeds_up_the_others() {
         // Two jobs of 10 and 30 on 20 B/s (caps 100): 10 B/s each until t=1, then 20 B/s.
         let mut h = Hbm::new(1, 20.0, [100.0, 100.0]);
-        h.join(0, 0, 1, 10.0, 0.0);
-        h.join(0, 1, 2, 30.0, 0.0);
-        let out = drain(&mut h);
+        let mut w = Vec::new();
+        h.join(0, 0, 1, 10.0, 0.0, &mut w);
+        h.join(0, 1, 2, 30.0, 0.0, &mut w);
+        let out = drain(&mut h, w);
         assert_eq!(out[0], (1, 1.0));
         assert_eq!(out[1].0, 2);
         assert!((out[1].1 - 2.0).abs() < 1e-9);

@@ -115,6 +115,7 @@ pub struct Stall {
 
 const KICK: u8 = 0;
 const TASK_END: u8 = 1;
+// Kinds fit in 3 bits.
 const SIG_LOCAL: u8 = 2;
 const SIG_REMOTE: u8 = 3;
 const COUNTER_READY: u8 = 4;
@@ -125,21 +126,78 @@ const FLOW_DONE: u8 = 7;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Ev {
     time: u64,
-    seq: u64,
+    /// Insertion order above, kind in the low 3 bits.
+    key: u64,
     id: u32,
     gen: u32,
-    kind: u8,
+}
+
+impl Ev {
+    fn kind(&self) -> u8 {
+        (self.key & 7) as u8
+    }
 }
 
 impl Ord for Ev {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        // A min-heap on (time, seq) through std's max-heap.
-        (o.time, o.seq).cmp(&(self.time, self.seq))
+        // A min-heap on (time, insertion order) through std's max-heap.
+        (o.time, o.key).cmp(&(self.time, self.key))
     }
 }
 impl PartialOrd for Ev {
     fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(o))
+    }
+}
+
+/// Events in (time, insertion) order: a binary heap, plus first-in-first-out queues for the
+/// kinds whose delay is a constant (local and remote signals, kernel launches), whose times
+/// therefore arrive in order; popping takes the earliest of the heads, so the order is the
+/// one a single heap would give.
+#[derive(Debug, Default)]
+struct Queue {
+    heap: BinaryHeap<Ev>,
+    fifo: [std::collections::VecDeque<Ev>; 3],
+    seq: u64,
+}
+
+impl Queue {
+    #[inline]
+    fn push(&mut self, time: f64, kind: u8, id: u32, gen: u32) {
+        debug_assert!(time >= 0.0 && time.is_finite(), "event time {time}");
+        self.seq += 1;
+        let ev = Ev {
+            time: time.to_bits(),
+            key: self.seq << 3 | kind as u64,
+            id,
+            gen,
+        };
+        let lane = match kind {
+            SIG_LOCAL => 0,
+            SIG_REMOTE => 1,
+            COUNTER_READY => 2,
+            _ => usize::MAX,
+        };
+        match self.fifo.get_mut(lane) {
+            Some(q) if q.back().is_none_or(|b| b.time <= ev.time) => q.push_back(ev),
+            _ => self.heap.push(ev),
+        }
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<Ev> {
+        let mut best: Option<(u64, u64, usize)> = self.heap.peek().map(|e| (e.time, e.key, 3));
+        for (i, q) in self.fifo.iter().enumerate() {
+            if let Some(e) = q.front() {
+                if best.is_none_or(|(t, k, _)| (e.time, e.key) < (t, k)) {
+                    best = Some((e.time, e.key, i));
+                }
+            }
+        }
+        match best?.2 {
+            3 => self.heap.pop(),
+            i => self.fifo[i].pop_front(),
+        }
     }
 }
 
@@ -150,13 +208,12 @@ struct Sim<'a> {
     rank: &'a [u32],
     opts: SimOptions,
     now: f64,
-    heap: BinaryHeap<Ev>,
-    seq: u64,
+    queue: Queue,
     events: u64,
     l2: L2,
     hbm: Hbm,
-    hbm_gen: Vec<u32>,
     links: Links,
+    wakes: Vec<(u32, f64, u32)>,
     pos: Vec<u32>,
     idle: Vec<bool>,
     unsat: Vec<u32>,
@@ -166,7 +223,6 @@ struct Sim<'a> {
     flow_cur: Vec<u32>,
     count: Vec<u32>,
     done: usize,
-    changed: Vec<u32>,
     finished: Vec<u32>,
     last_hbm: Vec<f64>,
     last_link: Vec<(f64, f64)>,
@@ -191,13 +247,15 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32], opts:
         rank,
         opts,
         now: 0.0,
-        heap: BinaryHeap::with_capacity(cores * 4 + 16),
-        seq: 0,
+        queue: Queue {
+            heap: BinaryHeap::with_capacity(cores * 2 + 16),
+            ..Queue::default()
+        },
         events: 0,
         l2: L2::new(ranks, m.l2_size, w.block_rank.clone(), w.block_size.clone()),
         hbm: Hbm::new(ranks, m.hbm_bandwidth, m.core_hbm),
-        hbm_gen: vec![0; ranks],
-        links: Links::new(ranks, w.flows(), m.link_egress, m.link_ingress),
+        links: Links::new(ranks, &w.pairs, m.link_egress, m.link_ingress),
+        wakes: Vec::new(),
         pos: vec![0; cores],
         idle: vec![true; cores],
         unsat,
@@ -207,7 +265,6 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32], opts:
         flow_cur: vec![0; n],
         count: vec![0; counters],
         done: 0,
-        changed: Vec::new(),
         finished: Vec::new(),
         last_hbm: vec![0.0; ranks],
         last_link: vec![(0.0, 0.0); ranks],
@@ -255,22 +312,14 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32], opts:
 impl Sim<'_> {
     #[inline]
     fn push(&mut self, time: f64, kind: u8, id: u32, gen: u32) {
-        debug_assert!(time >= 0.0 && time.is_finite(), "event time {time}");
-        self.seq += 1;
-        self.heap.push(Ev {
-            time: time.to_bits(),
-            seq: self.seq,
-            id,
-            gen,
-            kind,
-        });
+        self.queue.push(time, kind, id, gen);
     }
 
     fn run(&mut self) {
-        while let Some(ev) = self.heap.pop() {
+        while let Some(ev) = self.queue.pop() {
             self.now = f64::from_bits(ev.time);
             self.events += 1;
-            match ev.kind {
+            match ev.kind() {
                 KICK => {
                     for c in 0..self.s.queues.len() {
                         self.try_start(c);
@@ -282,25 +331,22 @@ impl Sim<'_> {
                 COUNTER_READY => self.satisfy(ev.id as usize),
                 HBM => {
                     let d = ev.id as usize;
-                    if ev.gen == self.hbm_gen[d] {
-                        self.finished.clear();
-                        let mut fin = std::mem::take(&mut self.finished);
-                        self.hbm.complete(d, self.now, &mut fin);
-                        for &t in &fin {
-                            let t = t as usize;
-                            let at = self.now + self.tail[t];
-                            self.part_done(t, at);
-                        }
-                        self.finished = fin;
-                        self.reschedule_hbm(d);
+                    let mut fin = std::mem::take(&mut self.finished);
+                    fin.clear();
+                    let mut wakes = std::mem::take(&mut self.wakes);
+                    wakes.clear();
+                    self.hbm.fire(d, ev.gen, self.now, &mut fin, &mut wakes);
+                    self.hbm_wakes(&wakes, d);
+                    self.wakes = wakes;
+                    for &t in &fin {
+                        let t = t as usize;
+                        let at = self.now + self.tail[t];
+                        self.part_done(t, at);
                     }
+                    self.finished = fin;
                 }
                 FLOW_START => self.flow_start(ev.id as usize),
-                FLOW_DONE => {
-                    if ev.gen == self.links.generation(ev.id) {
-                        self.flow_done(ev.id);
-                    }
-                }
+                FLOW_DONE => self.pair_event(ev.id, ev.gen),
                 _ => {}
             }
         }
@@ -339,16 +385,18 @@ impl Sim<'_> {
         }
         self.r.hit[t] = hit as f32;
         self.r.miss[t] = miss as f32;
+        let mut wakes = std::mem::take(&mut self.wakes);
+        wakes.clear();
         let mut hbm_changed = false;
         if wb > 0.0 {
-            self.hbm.writeback(die, wb, now);
+            self.hbm.writeback(die, wb, now, &mut wakes);
             hbm_changed = true;
         }
         let l2_time = hit / m.core_l2_read[class] + w.local_out[t] / m.core_l2_write[class];
         let mut pend = 0u8;
         self.partial[t] = now + w.compute[t];
         if miss > 0.0 {
-            self.hbm.join(die, class, t as u32, miss, now);
+            self.hbm.join(die, class, t as u32, miss, now, &mut wakes);
             self.tail[t] = l2_time;
             hbm_changed = true;
             pend += 1;
@@ -372,8 +420,9 @@ impl Sim<'_> {
             self.push(self.partial[t] + m.task_overhead, TASK_END, t as u32, 0);
         }
         if hbm_changed {
-            self.reschedule_hbm(die);
+            self.hbm_wakes(&wakes, die);
         }
+        self.wakes = wakes;
     }
 
     /// One part (HBM or link) of task `t` ended; the task's work is done no earlier than `at`.
@@ -388,11 +437,10 @@ impl Sim<'_> {
         }
     }
 
-    fn reschedule_hbm(&mut self, d: usize) {
-        self.hbm_gen[d] = self.hbm_gen[d].wrapping_add(1);
-        if let Some(t) = self.hbm.next(d) {
-            let gen = self.hbm_gen[d];
-            self.push(t.max(self.now), HBM, d as u32, gen);
+    /// Schedules the HBM finish events `wakes` asked for; samples die `d`'s throughput.
+    fn hbm_wakes(&mut self, wakes: &[(u32, f64, u32)], d: usize) {
+        for &(die, t, gen) in wakes {
+            self.push(t.max(self.now), HBM, die, gen);
         }
         if self.opts.record_bandwidth {
             let x = self.hbm.throughput(d);
@@ -411,26 +459,25 @@ impl Sim<'_> {
     fn flow_start(&mut self, t: usize) {
         let f = self.w.flow_off[t] + self.flow_cur[t];
         let fu = f as usize;
-        let (src, dst, bytes) = (self.rank[t], self.w.flow_dst[fu], self.w.flow_bytes[fu]);
-        let mut ch = std::mem::take(&mut self.changed);
-        ch.clear();
-        self.links.start(f, src, dst, bytes, self.now, &mut ch);
-        self.after_links(&ch, src, dst);
-        self.changed = ch;
+        let pair = self.w.flow_pair[fu];
+        let mut wakes = std::mem::take(&mut self.wakes);
+        wakes.clear();
+        self.links.start(pair, f, self.w.flow_bytes[fu], self.now, &mut wakes);
+        self.link_wakes(&wakes, pair);
+        self.wakes = wakes;
     }
 
-    fn after_links(&mut self, ch: &[u32], src: u32, dst: u32) {
-        for &f in ch {
-            let (t, gen) = self.links.finish_time(f);
-            self.push(t.max(self.now), FLOW_DONE, f, gen);
+    /// Schedules the link finish events `wakes` asked for; samples throughputs.
+    fn link_wakes(&mut self, wakes: &[(u32, f64, u32)], pair: u32) {
+        for &(p, t, gen) in wakes {
+            self.push(t.max(self.now), FLOW_DONE, p, gen);
         }
         if self.opts.record_bandwidth {
-            self.sample_link(src as usize);
-            self.sample_link(dst as usize);
-            for &f in ch {
-                let (s, d) = (self.links.src(f) as usize, self.links.dst(f) as usize);
-                self.sample_link(s);
-                self.sample_link(d);
+            self.sample_link(self.links.src(pair) as usize);
+            self.sample_link(self.links.dst(pair) as usize);
+            for &(p, _, _) in wakes {
+                self.sample_link(self.links.src(p) as usize);
+                self.sample_link(self.links.dst(p) as usize);
             }
         }
     }
@@ -448,20 +495,29 @@ impl Sim<'_> {
         }
     }
 
+    /// A pair's finish event: its delivered flows end.
+    fn pair_event(&mut self, pair: u32, gen: u32) {
+        let mut done = std::mem::take(&mut self.finished);
+        done.clear();
+        let mut wakes = std::mem::take(&mut self.wakes);
+        wakes.clear();
+        self.links.fire(pair, gen, self.now, &self.w.flow_bytes, &mut done, &mut wakes);
+        self.link_wakes(&wakes, pair);
+        self.wakes = wakes;
+        for &f in &done {
+            self.flow_done(f);
+        }
+        self.finished = done;
+    }
+
     fn flow_done(&mut self, f: u32) {
         let fu = f as usize;
         let w = self.w;
         let now = self.now;
-        let (src, dst) = (self.links.src(f), self.links.dst(f));
-        let mut ch = std::mem::take(&mut self.changed);
-        ch.clear();
-        self.links.finish(f, now, &mut ch);
-        self.after_links(&ch, src, dst);
-        self.changed = ch;
         self.r.flow_end[fu] = now;
         // The data lands in the destination's L2.
+        let d = w.flow_dst[fu] as usize;
         let arrive = now + self.m.link_latency;
-        let d = dst as usize;
         if arrive > self.r.rank_done[d] {
             self.r.rank_done[d] = arrive;
         }
@@ -470,8 +526,11 @@ impl Sim<'_> {
             self.l2.write(w.flow_block[fu], &mut wb);
         }
         if wb > 0.0 {
-            self.hbm.writeback(d, wb, now);
-            self.reschedule_hbm(d);
+            let mut wakes = std::mem::take(&mut self.wakes);
+            wakes.clear();
+            self.hbm.writeback(d, wb, now, &mut wakes);
+            self.hbm_wakes(&wakes, d);
+            self.wakes = wakes;
         }
         let t = w.flow_task[fu] as usize;
         self.flow_cur[t] += 1;

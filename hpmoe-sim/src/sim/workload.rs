@@ -8,14 +8,15 @@
 //! - its flows: bytes put to each destination rank, in the order its rows go out;
 //! - its lower-bound duration (every read hitting L2, no contention).
 //!
-//! Two corrections to the lowering's cost, which is exact for dependencies but coarse for
-//! bytes: a gather (a put over a routing's send list) reads only the rows it sends, not the
-//! bounding box of their tokens; and in a static-capacity window (the `expert_level` policy)
-//! padding rows are neither read, computed nor written (the reference runtime knows the real
-//! counts at run time; only the task, its overhead and its signal remain).
+//! Three refinements of the lowering's regions and costs, which are exact for dependencies
+//! but coarse for bytes: a gather (a put over a routing's send list) reads only the rows it
+//! sends, one L2 block per row, not the bounding box of their tokens; a `group(m)` index reads
+//! the weights of the tile's own expert; and in a static-capacity window (the `expert_level`
+//! policy) padding rows are neither read, computed nor written (the reference runtime knows
+//! the real counts at run time; only the task, its overhead and its signal remain).
 
 use crate::model::{self, DeviceModel};
-use hpmoe_dsl::ir::{Dim, Program, Taskflow};
+use hpmoe_dsl::ir::{Dim, Index, Program, Taskflow};
 use hpmoe_dsl::lower::regions::{tile_access, Scratch, WriterIndex};
 use hpmoe_dsl::lower::{Csr, DimKind, Region, RouteLayout, TaskGraph};
 use hpmoe_dsl::schedule::Schedule;
@@ -49,6 +50,9 @@ pub struct Workload {
     pub flow_bytes: Vec<f64>,
     pub flow_block: Vec<u32>,
     pub flow_task: Vec<u32>,
+    /// Per flow: its (source, destination) pair, an index into `pairs`.
+    pub flow_pair: Vec<u32>,
+    pub pairs: Vec<(u32, u32)>,
     /// Per block: its rank, size and whether it is a region of a taskflow input.
     pub block_rank: Vec<u32>,
     pub block_size: Vec<f64>,
@@ -96,8 +100,9 @@ fn real_rows(l: &RouteLayout, rank: usize, lo: i64, hi: i64) -> f64 {
     real as f64
 }
 
-/// For a task of a call that puts over a send list: (rows sent, first token, end token).
-fn send_rows(g: &TaskGraph, t: usize) -> Option<(f64, i64, i64)> {
+/// For a task of a call that puts over a send list: the tokens whose rows it sends
+/// (ascending: the send list is sorted by token within an expert).
+fn send_rows(g: &TaskGraph, t: usize) -> Option<Vec<i64>> {
     let nt = &g.nodes[g.node[t] as usize];
     let d = nt.dims.iter().position(|d| matches!(d.kind, DimKind::Send { .. }))?;
     let DimKind::Send { route, .. } = nt.dims[d].kind else { return None };
@@ -113,9 +118,10 @@ fn send_rows(g: &TaskGraph, t: usize) -> Option<(f64, i64, i64)> {
         (c.lo, c.hi)
     };
     let list = l.send[rank].get(first.max(0) as usize..last.max(first).max(0) as usize)?;
-    let tlo = list.iter().map(|e| e.token as i64).min().unwrap_or(0);
-    let thi = list.iter().map(|e| e.token as i64 + 1).max().unwrap_or(0);
-    Some((list.len() as f64, tlo, thi))
+    let mut tokens: Vec<i64> = list.iter().map(|e| e.token as i64).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    Some(tokens)
 }
 
 /// The layout of a tensor's ragged first dimension, if any.
@@ -176,6 +182,8 @@ impl Workload {
             flow_bytes: Vec::new(),
             flow_block: Vec::new(),
             flow_task: Vec::new(),
+            flow_pair: Vec::new(),
+            pairs: Vec::new(),
             block_rank: Vec::with_capacity(n),
             block_size: Vec::with_capacity(n),
             block_input: Vec::with_capacity(n),
@@ -193,6 +201,35 @@ impl Workload {
         // Per rank a task wrote on: its bytes (and region volume, for reads of it).
         let mut per_rank: Vec<(u32, f64)> = Vec::new();
         let mut reads: Vec<(u32, f64)> = Vec::new();
+        let mut regions: Vec<Region> = Vec::new();
+        // Per op call: reads indexed by `group(m)` whose rows `m` are a receive-window task
+        // dimension: (tensor, dimension of the group index, task dimension of `m`). The
+        // lowering's regions bound such an index conservatively; the tile's chunk knows its
+        // expert exactly.
+        let group_fix: Vec<Vec<(hpmoe_dsl::ir::TensorId, usize, usize)>> = tf
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(ni, node)| {
+                let mut v = Vec::new();
+                for st in &node.body.stmts {
+                    st.value.for_each_read(&mut |input, ix| {
+                        for (k, i) in ix.iter().enumerate() {
+                            if let Index::Group(var) = i {
+                                let name = &node.body.vars[*var].name;
+                                if let Some(d) = g.nodes[ni].dims.iter().position(|d| d.name == *name && matches!(d.kind, DimKind::Recv(_))) {
+                                    let e = (node.inputs[input], k, d);
+                                    if !v.contains(&e) {
+                                        v.push(e);
+                                    }
+                                }
+                            }
+                        }
+                    });
+                }
+                v
+            })
+            .collect();
         for t in 0..n {
             let rank = g.rank[t];
             let node = &tf.nodes[g.node[t] as usize];
@@ -213,47 +250,63 @@ impl Workload {
             let remote_total: f64 = per_rank.iter().filter(|(r, _)| *r != rank).map(|(_, b)| b).sum();
             let remote_scale = if remote_total > 0.0 { a.remote / remote_total } else { 0.0 };
             let local_out = per_rank.iter().find(|(r, _)| *r == rank).map_or(0.0, |e| e.1);
-            // Reads.
+            // Reads: the lowering's regions, with `group(m)` indices narrowed to the tile's
+            // expert and gathers split into the rows they read.
             let send = send_rows(g, t);
-            reads.clear();
-            let mut read_total = 0.0;
+            let fixes = &group_fix[g.node[t] as usize];
+            let chunks = if fixes.is_empty() { Vec::new() } else { g.chunks(t) };
+            regions.clear();
             for rd in &a.reads {
-                let (mut bytes, frac) = region_bytes(tf, g, rd);
-                if recv_layout(tf, g, rd).is_some() {
+                let mut rd = *rd;
+                rd.accumulate = false;
+                for &(tensor, k, d) in fixes {
+                    if rd.tensor == tensor && k < rd.ndim as usize {
+                        rd.lo[k] = chunks[d].group as i64;
+                        rd.hi[k] = rd.lo[k] + 1;
+                    }
+                }
+                let (_, frac) = region_bytes(tf, g, &rd);
+                if recv_layout(tf, g, &rd).is_some() {
                     frac_num += frac * rd.volume() as f64;
                     frac_den += rd.volume() as f64;
                 }
-                if let Some((rows, tlo, thi)) = send {
-                    let extent = (rd.hi[0] - rd.lo[0]) as f64;
-                    if rd.lo[0] == tlo && rd.hi[0] == thi && extent > rows {
-                        bytes *= rows / extent;
+                match &send {
+                    Some(tokens) if rd.ndim > 0 && rd.lo[0] == tokens.first().copied().unwrap_or(0) && rd.hi[0] == tokens.last().map_or(0, |x| x + 1) && (rd.hi[0] - rd.lo[0]) as usize > tokens.len() => {
+                        for &tok in tokens.iter() {
+                            let mut row = rd;
+                            row.lo[0] = tok;
+                            row.hi[0] = tok + 1;
+                            regions.push(row);
+                        }
                     }
+                    _ => regions.push(rd),
                 }
+            }
+            reads.clear();
+            let mut read_total = 0.0;
+            for probe in regions.iter() {
+                let (bytes, _) = region_bytes(tf, g, probe);
                 if bytes <= 0.0 {
                     continue;
                 }
                 read_total += bytes;
-                let mut probe = *rd;
-                probe.accumulate = false;
                 let mut covered = 0.0;
                 let start = reads.len();
-                if tf.tensor(rd.tensor).producer.is_some() {
-                    let scale = bytes / region_bytes(tf, g, rd).0.max(f64::MIN_POSITIVE);
+                if tf.tensor(probe.tensor).producer.is_some() {
                     let lb = &w.local_block;
                     let fo = &w.flow_off;
                     let (fd, fb) = (&w.flow_dst, &w.flow_block);
-                    index.writes_over(&probe, &mut |p, reg| {
-                        let ov = overlap(&probe, &reg);
+                    index.writes_over(probe, &mut |p, reg| {
+                        let ov = overlap(probe, &reg);
                         let (b, _) = region_bytes(tf, g, &ov);
-                        let b = b * scale;
                         if b <= 0.0 {
                             return;
                         }
                         let pu = p as usize;
-                        let block = if g.rank[pu] == rd.rank {
+                        let block = if g.rank[pu] == probe.rank {
                             lb[pu]
                         } else {
-                            (fo[pu]..fo[pu + 1]).find(|&f| fd[f as usize] == rd.rank).map_or(NONE, |f| fb[f as usize])
+                            (fo[pu]..fo[pu + 1]).find(|&f| fd[f as usize] == probe.rank).map_or(NONE, |f| fb[f as usize])
                         };
                         if block != NONE {
                             covered += b;
@@ -270,8 +323,8 @@ impl Workload {
                 }
                 let rest = bytes - covered;
                 if rest > bytes * 1e-9 {
-                    let id = *inputs.entry(probe).or_insert_with(|| {
-                        w.block_rank.push(rd.rank);
+                    let id = *inputs.entry(*probe).or_insert_with(|| {
+                        w.block_rank.push(probe.rank);
                         w.block_size.push(rest);
                         w.block_input.push(true);
                         (w.block_rank.len() - 1) as u32
@@ -333,19 +386,15 @@ impl Workload {
                 index.add(wr, t as u32);
             }
         }
-        if std::env::var_os("HPMOE_DEBUG").is_some() {
-            let mut by: std::collections::BTreeMap<(bool, u32), (usize, f64)> = Default::default();
-            for b in 0..w.block_rank.len() {
-                let e = by.entry((w.block_input[b], w.block_rank[b])).or_default();
-                e.0 += 1;
-                e.1 += w.block_size[b];
-            }
-            eprintln!("blocks {:?}", by);
-            for t in [0usize, 32, 2048, 2049, 34816, 38912, 96256] {
-                if t < n {
-                    eprintln!("task {t}: reads {:?} {:?} local_out {} flows {:?} compute {}", &w.read_block[w.reads(t)], &w.read_bytes[w.reads(t)], w.local_out[t], &w.flow_bytes[w.task_flows(t)], w.compute[t]);
-                }
-            }
+        // Pairs of ranks, in order of first use.
+        let mut pair_of: HashMap<(u32, u32), u32> = HashMap::new();
+        for f in 0..w.flow_dst.len() {
+            let key = (g.rank[w.flow_task[f] as usize], w.flow_dst[f]);
+            let id = *pair_of.entry(key).or_insert_with(|| {
+                w.pairs.push(key);
+                (w.pairs.len() - 1) as u32
+            });
+            w.flow_pair.push(id);
         }
         // Lower-bound durations.
         for t in 0..n {
