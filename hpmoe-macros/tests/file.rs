@@ -26,7 +26,7 @@ fn the_file_handle_is_typed_and_compiles() {
         .compile(Some(Policy::Interleaved))
         .unwrap();
     assert_eq!(c.taskflow().name, "moe_ffn");
-    assert!(c.compiled.graph.len() > 0);
+    assert!(!c.compiled.graph.is_empty());
     // An unknown param is reported at run time with the program's names.
     let err = MoeFfn::new()
         .set("tokenz", hpmoe_dsl::ir::Value::Int(1))

@@ -325,10 +325,18 @@ impl<'a> Checker<'a> {
 /// same), then the checks of `Checker::run` follow in the same order. The macro crate's
 /// tests keep this and [`check_text`] in agreement on the examples and the conformance
 /// corpus.
-pub fn check_parsed(file: FileId, ast: ast::File, parse_diags: Vec<Diagnostic>, opts: &Options, sources: &mut SourceMap) -> Outcome {
+pub fn check_parsed(
+    file: FileId,
+    ast: ast::File,
+    parse_diags: Vec<Diagnostic>,
+    opts: &Options,
+    sources: &mut SourceMap,
+) -> Outcome {
     use crate::stdlib;
     use crate::syntax::token::TokenKind;
-    const DEFINING: &[&str] = &["param", "route", "op", "comm", "taskflow", "profile", "routing", "policy", "let"];
+    const DEFINING: &[&str] = &[
+        "param", "route", "op", "comm", "taskflow", "profile", "routing", "policy", "let",
+    ];
     const MAX_MODULES: usize = 256;
     let mut ck = Checker::new(sources, opts);
     let path = ck.sources.get(file).and_then(|f| f.path.clone());
@@ -375,15 +383,20 @@ pub fn check_parsed(file: FileId, ast: ast::File, parse_diags: Vec<Diagnostic>, 
                             .primary(sp, "not a standard module")
                             .help(format!(
                                 "standard modules are {}; files are imported with `import \"file.hpm\";`",
-                                stdlib::MODULES.iter().map(|(n, _)| format!("`std::{n}`")).collect::<Vec<_>>().join(", ")
+                                stdlib::MODULES
+                                    .iter()
+                                    .map(|(n, _)| format!("`std::{n}`"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
                             )),
                     );
                     continue;
                 }
                 let name = &p[1];
                 if stdlib::module(&name.name).is_none() {
-                    let mut d = Diagnostic::error(Code::UnknownModule, format!("no standard module `std::{}`", name.name))
-                        .primary(name.span, "unknown module");
+                    let mut d =
+                        Diagnostic::error(Code::UnknownModule, format!("no standard module `std::{}`", name.name))
+                            .primary(name.span, "unknown module");
                     if let Some(b) = crate::suggest::closest(&name.name, stdlib::MODULES.iter().map(|(n, _)| *n)) {
                         d = d.help(format!("did you mean `std::{b}`?"));
                     }
@@ -398,7 +411,9 @@ pub fn check_parsed(file: FileId, ast: ast::File, parse_diags: Vec<Diagnostic>, 
                     None => PathBuf::from(&rel),
                 };
                 let shown = match ck.sources.get(file) {
-                    Some(f) if f.path.is_some() => Path::new(&f.name).parent().map_or_else(|| PathBuf::from(&rel), |d| d.join(&rel)),
+                    Some(f) if f.path.is_some() => Path::new(&f.name)
+                        .parent()
+                        .map_or_else(|| PathBuf::from(&rel), |d| d.join(&rel)),
                     _ => joined.clone(),
                 };
                 let canon = match std::fs::canonicalize(&joined) {
@@ -414,7 +429,9 @@ pub fn check_parsed(file: FileId, ast: ast::File, parse_diags: Vec<Diagnostic>, 
                 };
                 // The root importing itself (only a root that is a file on disk can).
                 if path.as_ref() == Some(&canon) {
-                    let n = canon.file_name().map_or_else(|| canon.display().to_string(), |f| f.to_string_lossy().into_owned());
+                    let n = canon
+                        .file_name()
+                        .map_or_else(|| canon.display().to_string(), |f| f.to_string_lossy().into_owned());
                     ck.err(
                         Diagnostic::error(Code::ImportCycle, format!("import cycle: {n} -> {n}"))
                             .primary(sp, "this import closes the cycle")

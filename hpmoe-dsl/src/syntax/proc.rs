@@ -141,7 +141,7 @@ impl ProcTokens {
                 TokenKind::Open(d) => out.push(d.open()),
                 TokenKind::Close(d) => out.push(d.close()),
                 // Only after an error; never embedded.
-                TokenKind::Error => out.push_str("`"),
+                TokenKind::Error => out.push('`'),
                 TokenKind::Eof => {}
             }
             if line > 0 {

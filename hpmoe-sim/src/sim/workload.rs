@@ -202,6 +202,9 @@ impl Workload {
         let mut per_rank: Vec<(u32, f64)> = Vec::new();
         let mut reads: Vec<(u32, f64)> = Vec::new();
         let mut regions: Vec<Region> = Vec::new();
+        let mut memo: HashMap<Region, (usize, usize)> = HashMap::new();
+        let mut memo_arena: Vec<(u32, f64)> = Vec::new();
+        let mut memo_key = (u32::MAX, u32::MAX);
         // Per op call: reads indexed by `group(m)` whose rows `m` are a receive-window task
         // dimension: (tensor, dimension of the group index, task dimension of `m`). The
         // lowering's regions bound such an index conservatively; the tile's chunk knows its
@@ -293,26 +296,45 @@ impl Workload {
                 let mut covered = 0.0;
                 let start = reads.len();
                 if tf.tensor(probe.tensor).producer.is_some() {
-                    let lb = &w.local_block;
-                    let fo = &w.flow_off;
-                    let (fd, fb) = (&w.flow_dst, &w.flow_block);
-                    index.writes_over(probe, &mut |p, reg| {
-                        let ov = overlap(probe, &reg);
-                        let (b, _) = region_bytes(tf, g, &ov);
-                        if b <= 0.0 {
-                            return;
+                    // The producers of a region repeat across the tiles of a call (and
+                    // nothing a call reads is written while its tasks are prepared).
+                    let key = (g.node[t], rank);
+                    if key != memo_key {
+                        memo.clear();
+                        memo_arena.clear();
+                        memo_key = key;
+                    }
+                    let (a0, a1) = match memo.get(probe) {
+                        Some(&r) => r,
+                        None => {
+                            let a0 = memo_arena.len();
+                            let lb = &w.local_block;
+                            let fo = &w.flow_off;
+                            let (fd, fb) = (&w.flow_dst, &w.flow_block);
+                            index.writes_over(probe, &mut |p, reg| {
+                                let ov = overlap(probe, &reg);
+                                let (b, _) = region_bytes(tf, g, &ov);
+                                if b <= 0.0 {
+                                    return;
+                                }
+                                let pu = p as usize;
+                                let block = if g.rank[pu] == probe.rank {
+                                    lb[pu]
+                                } else {
+                                    (fo[pu]..fo[pu + 1]).find(|&f| fd[f as usize] == probe.rank).map_or(NONE, |f| fb[f as usize])
+                                };
+                                if block != NONE {
+                                    memo_arena.push((block, b));
+                                }
+                            });
+                            memo.insert(*probe, (a0, memo_arena.len()));
+                            (a0, memo_arena.len())
                         }
-                        let pu = p as usize;
-                        let block = if g.rank[pu] == probe.rank {
-                            lb[pu]
-                        } else {
-                            (fo[pu]..fo[pu + 1]).find(|&f| fd[f as usize] == probe.rank).map_or(NONE, |f| fb[f as usize])
-                        };
-                        if block != NONE {
-                            covered += b;
-                            reads.push((block, b));
-                        }
-                    });
+                    };
+                    for &(block, b) in &memo_arena[a0..a1] {
+                        covered += b;
+                        reads.push((block, b));
+                    }
                 }
                 // Accumulated writes may cover a row several times: read it once.
                 if covered > bytes {

@@ -38,14 +38,23 @@ fn main() {
     assert_eq!(MoeFfn::NAME, "moe_ffn");
     assert_eq!(MoeFfn::PARAMS.len(), 6);
     let x = MoeFfn::INPUTS.x;
-    assert_eq!((x.name, x.dtype, x.shape), ("x", DType::Bf16, &[Dim::Fixed(256), Dim::Fixed(512)][..]));
+    assert_eq!(
+        (x.name, x.dtype, x.shape),
+        ("x", DType::Bf16, &[Dim::Fixed(256), Dim::Fixed(512)][..])
+    );
     assert_eq!(x.written, "bf16[tokens, hidden]");
-    assert_eq!(MoeFfn::INPUTS.w_up.shape, &[Dim::Fixed(8), Dim::Fixed(512), Dim::Fixed(256)][..]);
+    assert_eq!(
+        MoeFfn::INPUTS.w_up.shape,
+        &[Dim::Fixed(8), Dim::Fixed(512), Dim::Fixed(256)][..]
+    );
     assert_eq!(MoeFfn::OUTPUTS.out.bytes(), 256 * 512 * 2);
 
     let flow = MoeFfn::new().tokens(128).ranks(4);
     let program = flow.program().unwrap();
-    assert_eq!(program.params[0], ("tokens".to_string(), hpmoe_dsl::ir::Value::Int(128)));
+    assert_eq!(
+        program.params[0],
+        ("tokens".to_string(), hpmoe_dsl::ir::Value::Int(128))
+    );
     // The declared policy by default; another one on request.
     let c = flow.compile(None).unwrap();
     assert_eq!(c.policy.policy, Policy::ExpertLevel);
