@@ -21,7 +21,7 @@ fn main() {
     let m = DeviceModel::new(&p.device).unwrap();
     let t0 = std::time::Instant::now();
     let w = Workload::new(&p, &p.taskflows[0], &c.graph, &c.schedule, &m);
-    eprintln!("prepare {:?}", t0.elapsed());
+    eprintln!("prepare {:?}; read entries {}, blocks {}, flows {}, pairs {}", t0.elapsed(), w.read_block.len(), w.blocks(), w.flows(), w.pairs.len());
     for _ in 0..reps {
         let t0 = std::time::Instant::now();
         let r = simulate(&w, &c.schedule, &m, &c.graph.rank, SimOptions::default()).unwrap();
