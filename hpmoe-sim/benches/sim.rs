@@ -53,7 +53,7 @@ fn simulate_tasks(b: Bencher, case: usize) {
     let m = DeviceModel::new(&p.device).expect("a device");
     let w = Workload::new(&p, &p.taskflows[0], &c.graph, &c.schedule, &m);
     b.counter(ItemsCount::new(c.graph.len()))
-        .bench(|| simulate(&w, &c.schedule, &m, &c.graph.rank, SimOptions::default()).expect("no stall"));
+        .bench(|| simulate(&w, &c.schedule, &m, SimOptions::default()).expect("no stall"));
 }
 
 #[divan::bench(args = [0, 1, 2, 3], sample_count = 3, sample_size = 1)]

@@ -105,11 +105,9 @@ pub fn expand_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream {
     }
     // Rebuild when an imported file changes.
     for (id, f) in sources.files() {
-        if id != file && f.path.is_some() {
-            if let Some(p) = &f.path {
-                let p = p.display().to_string();
-                out.extend(quote! { const _: &str = ::core::include_str!(#p); });
-            }
+        if let (true, Some(p)) = (id != file, &f.path) {
+            let p = p.display().to_string();
+            out.extend(quote! { const _: &str = ::core::include_str!(#p); });
         }
     }
     let dir = opts.dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
@@ -473,6 +471,10 @@ fn handles(ast: &ast::File, program: Option<&Program>, source: &SourceTokens, ma
     let mut params = Vec::new();
     for item in &ast.items {
         let ItemKind::Param(p) = &item.kind else { continue };
+        // A param defined twice is an error already: one setter.
+        if params.iter().any(|q: &ParamDesc| q.name == p.name.name) {
+            continue;
+        }
         let default = match program.and_then(|pr| pr.params.iter().find(|(n, _)| *n == p.name.name)) {
             Some((_, Value::Int(i))) => super::ParamValue::Int(*i),
             Some((_, Value::Float(f))) => super::ParamValue::Float(*f),
@@ -517,14 +519,21 @@ fn handles(ast: &ast::File, program: Option<&Program>, source: &SourceTokens, ma
         let mut inputs = Vec::new();
         for p in &t.params {
             let ParamType::Tensor(tt) = &p.ty else { continue };
-            inputs.push(tensor_desc(&p.name.name, tt, written(tt), checked, program));
+            // An input defined twice is an error already: one field.
+            if inputs.iter().any(|i: &TensorDesc| i.name == p.name.name) {
+                continue;
+            }
+            inputs.push(tensor_desc(&p.name.name, false, tt, written(tt), checked, program));
         }
         let mut outputs = Vec::new();
         match &t.ret {
-            TaskflowRet::Single(tt) => outputs.push(tensor_desc("out", tt, written(tt), checked, program)),
+            TaskflowRet::Single(tt) => outputs.push(tensor_desc("out", true, tt, written(tt), checked, program)),
             TaskflowRet::Named(list) => {
                 for (n, tt) in list {
-                    outputs.push(tensor_desc(&n.name, tt, written(tt), checked, program));
+                    if outputs.iter().any(|o: &TensorDesc| o.name == n.name) {
+                        continue;
+                    }
+                    outputs.push(tensor_desc(&n.name, true, tt, written(tt), checked, program));
                 }
             }
         }
@@ -544,20 +553,19 @@ fn handles(ast: &ast::File, program: Option<&Program>, source: &SourceTokens, ma
 
 fn tensor_desc(
     name: &str,
+    output: bool,
     tt: &TensorType,
     written: String,
     checked: Option<&ir::Taskflow>,
     program: Option<&Program>,
 ) -> TensorDesc {
+    // Inputs by tensor name, outputs by output name.
     let found = checked.and_then(|tf| {
-        let ids = tf.inputs.iter().copied().chain(tf.outputs.iter().map(|(_, id)| *id));
-        // Inputs by tensor name, outputs by output name.
-        tf.outputs
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, id)| *id)
-            .filter(|_| !tf.inputs.iter().any(|i| tf.tensor(*i).name == name))
-            .or_else(|| ids.clone().find(|id| tf.tensor(*id).name == name))
+        if output {
+            tf.outputs.iter().find(|(n, _)| n == name).map(|(_, id)| *id)
+        } else {
+            tf.inputs.iter().copied().find(|id| tf.tensor(*id).name == name)
+        }
     });
     match (found, checked, program) {
         (Some(id), Some(tf), Some(p)) => {
@@ -722,18 +730,21 @@ fn handle(
     quote! {
         #[doc = #doc]
         #[derive(Clone, Debug, Default, PartialEq)]
+        #[allow(dead_code)]
         pub struct #ty {
             overrides: ::std::vec::Vec<::hpmoe_dsl::check::Override>,
         }
 
         #[doc = #in_doc]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[allow(dead_code)]
         pub struct #inputs_ty {
             #(#in_decls,)*
         }
 
         #[doc = #out_doc]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[allow(dead_code)]
         pub struct #outputs_ty {
             #(#out_decls,)*
         }

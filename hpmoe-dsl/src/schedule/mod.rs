@@ -310,7 +310,7 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
                         Priority::OpOrder => node as u64,
                     };
                     // User priorities come first: higher runs earlier.
-                    let up = (i64::MAX - prio) as u64;
+                    let up = (i64::MAX as i128 - prio as i128) as u64;
                     (up, k0, step, topo_pos[tu])
                 })
                 .map(|(a, b, c, d)| (a.wrapping_add(0), b, c, d))

@@ -127,37 +127,49 @@ impl Hbm {
         }
     }
 
-    /// A task's job of `bytes` joins die `d` at `now`. A finish event to schedule, if any,
-    /// goes to `wakes` as (die, time, generation).
-    pub fn join(&mut self, d: usize, class: usize, task: u32, bytes: f64, now: f64, wakes: &mut Vec<(u32, f64, u32)>) {
-        self.advance(d, now);
-        let die = &mut self.dies[d];
-        let finish = die.virt[class] + bytes;
-        die.jobs[class].push(Reverse(Job {
-            finish: finish.to_bits(),
-            task,
-        }));
-        die.n[class] += 1;
-        self.rebalance(d);
-        self.wake(d, wakes);
-    }
-
-    /// Dirty bytes evicted on die `d` at `now` must go back to HBM.
-    pub fn writeback(&mut self, d: usize, bytes: f64, now: f64, wakes: &mut Vec<(u32, f64, u32)>) {
-        if bytes <= 0.0 {
+    /// At `now` on die `d`: dirty bytes `writeback` evicted from L2 must go back to HBM,
+    /// and a task's job (class, task, bytes) joins, if given. A finish event to schedule, if
+    /// any, goes to `wakes` as (die, time, generation).
+    pub fn update(&mut self, d: usize, now: f64, writeback: f64, job: Option<(usize, u32, f64)>, wakes: &mut Vec<(u32, f64, u32)>) {
+        if writeback <= 0.0 && job.is_none() {
             return;
         }
         self.advance(d, now);
         let die = &mut self.dies[d];
-        die.writeback += bytes;
-        if die.n[WRITEBACK] == 0 {
-            die.wb_finish = die.virt[WRITEBACK] + bytes;
-            die.n[WRITEBACK] = 1;
+        let mut counts_changed = false;
+        if writeback > 0.0 {
+            die.writeback += writeback;
+            if die.n[WRITEBACK] == 0 {
+                die.wb_finish = die.virt[WRITEBACK] + writeback;
+                die.n[WRITEBACK] = 1;
+                counts_changed = true;
+            } else {
+                die.wb_finish += writeback;
+            }
+        }
+        if let Some((class, task, bytes)) = job {
+            let finish = die.virt[class] + bytes;
+            die.jobs[class].push(Reverse(Job {
+                finish: finish.to_bits(),
+                task,
+            }));
+            die.n[class] += 1;
+            counts_changed = true;
+        }
+        if counts_changed {
             self.rebalance(d);
-        } else {
-            die.wb_finish += bytes;
         }
         self.wake(d, wakes);
+    }
+
+    /// A task's job of `bytes` joins die `d` at `now` (see [`Hbm::update`]).
+    pub fn join(&mut self, d: usize, class: usize, task: u32, bytes: f64, now: f64, wakes: &mut Vec<(u32, f64, u32)>) {
+        self.update(d, now, 0.0, Some((class, task, bytes)), wakes);
+    }
+
+    /// Dirty bytes evicted on die `d` at `now` must go back to HBM (see [`Hbm::update`]).
+    pub fn writeback(&mut self, d: usize, bytes: f64, now: f64, wakes: &mut Vec<(u32, f64, u32)>) {
+        self.update(d, now, bytes, None, wakes);
     }
 
     /// When the next job of die `d` finishes at current rates, and its class.

@@ -20,6 +20,7 @@
 
 use std::collections::VecDeque;
 
+
 /// Residency states (bit flags).
 const RESIDENT: u8 = 1;
 const DIRTY: u8 = 2;
@@ -71,6 +72,21 @@ impl L2 {
             self.insert(b, RESIDENT, writeback);
             false
         }
+    }
+
+    /// Reads the blocks `first..first + count`: returns the bytes of those that hit and of
+    /// all of them (their sizes).
+    #[inline]
+    pub fn read_run(&mut self, first: u32, count: u32, writeback: &mut f64) -> (f64, f64) {
+        let (mut hit, mut all) = (0.0, 0.0);
+        for b in first..first + count {
+            let size = self.size[b as usize];
+            all += size;
+            if self.read(b, writeback) {
+                hit += size;
+            }
+        }
+        (hit, all)
     }
 
     /// Writes block `b` (whole): it becomes dirty (and referenced if it was resident).

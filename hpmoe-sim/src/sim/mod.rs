@@ -205,7 +205,6 @@ struct Sim<'a> {
     w: &'a Workload,
     s: &'a Schedule,
     m: &'a DeviceModel,
-    rank: &'a [u32],
     opts: SimOptions,
     now: f64,
     queue: Queue,
@@ -229,22 +228,18 @@ struct Sim<'a> {
     r: SimResult,
 }
 
-/// Simulates a schedule. `rank[t]` is each task's rank (the task graph's).
-pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32], opts: SimOptions) -> Result<SimResult, Stall> {
+/// Simulates a schedule.
+pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -> Result<SimResult, Stall> {
     let n = w.tasks();
     let ranks = w.ranks as usize;
     let counters = s.threshold.len();
     let cores = s.queues.len();
-    let mut unsat = vec![0u32; n];
-    for (t, u) in unsat.iter_mut().enumerate() {
-        *u = s.waits.row(t).iter().filter(|&&c| s.threshold[c as usize] > 0).count() as u32;
-    }
+    let unsat = w.plan.waits.clone();
     let counter_time: Vec<f64> = s.threshold.iter().map(|&th| if th == 0 { w.start_time } else { f64::INFINITY }).collect();
     let mut sim = Sim {
         w,
         s,
         m,
-        rank,
         opts,
         now: 0.0,
         queue: Queue {
@@ -356,73 +351,92 @@ impl Sim<'_> {
         if !self.idle[c] {
             return;
         }
-        let sched = self.s;
-        let q = sched.queues.row(c);
-        let p = self.pos[c] as usize;
-        if p < q.len() && self.unsat[q[p] as usize] == 0 {
-            self.idle[c] = false;
-            self.start_task(q[p] as usize);
+        let plan = &self.w.plan;
+        let (lo, hi) = (plan.queue_off[c] as usize, plan.queue_off[c + 1] as usize);
+        loop {
+            let p = lo + self.pos[c] as usize;
+            if p >= hi {
+                return;
+            }
+            let i = plan.queue[p] as usize;
+            if !self.r.start[plan.info[i].task as usize].is_nan() {
+                // Queued twice (a broken schedule): it ran already.
+                self.pos[c] += 1;
+                continue;
+            }
+            if self.unsat[i] == 0 {
+                self.idle[c] = false;
+                self.start_task(i);
+            }
+            return;
         }
     }
 
-    fn start_task(&mut self, t: usize) {
+    fn start_task(&mut self, i: usize) {
         let w = self.w;
         let m = self.m;
+        let plan = &w.plan;
+        let info = plan.info[i];
         let now = self.now;
-        let class = w.class[t] as usize;
-        let die = self.rank[t] as usize;
+        let class = info.class as usize;
+        let die = info.rank as usize;
+        let t = info.task as usize;
         self.r.start[t] = now;
         let (mut hit, mut miss, mut wb) = (0.0f64, 0.0f64, 0.0f64);
-        for i in w.reads(t) {
-            if self.l2.read(w.read_block[i], &mut wb) {
-                hit += w.read_bytes[i];
+        for r in info.reads as usize..info.read_end as usize {
+            let (first, count, bytes) = (plan.run_first[r], plan.run_count[r], plan.run_bytes[r]);
+            if count == 1 {
+                if self.l2.read(first, &mut wb) {
+                    hit += bytes;
+                } else {
+                    miss += bytes;
+                }
             } else {
-                miss += w.read_bytes[i];
+                let (hs, all) = self.l2.read_run(first, count, &mut wb);
+                let h = if all > 0.0 { bytes * hs / all } else { 0.0 };
+                hit += h;
+                miss += bytes - h;
             }
         }
-        if w.local_block[t] != NONE {
-            self.l2.write(w.local_block[t], &mut wb);
+        if info.local_block != NONE {
+            self.l2.write(info.local_block, &mut wb);
         }
         self.r.hit[t] = hit as f32;
         self.r.miss[t] = miss as f32;
-        let mut wakes = std::mem::take(&mut self.wakes);
-        wakes.clear();
-        let mut hbm_changed = false;
-        if wb > 0.0 {
-            self.hbm.writeback(die, wb, now, &mut wakes);
-            hbm_changed = true;
-        }
-        let l2_time = hit / m.core_l2_read[class] + w.local_out[t] / m.core_l2_write[class];
+        let l2_time = hit / m.core_l2_read[class] + info.local_out / m.core_l2_write[class];
         let mut pend = 0u8;
-        self.partial[t] = now + w.compute[t];
-        if miss > 0.0 {
-            self.hbm.join(die, class, t as u32, miss, now, &mut wakes);
-            self.tail[t] = l2_time;
-            hbm_changed = true;
+        self.partial[i] = now + info.compute;
+        let job = if miss > 0.0 {
+            self.tail[i] = l2_time;
             pend += 1;
+            Some((class, i as u32, miss))
         } else {
-            self.partial[t] = self.partial[t].max(now + l2_time);
+            self.partial[i] = self.partial[i].max(now + l2_time);
+            None
+        };
+        if wb > 0.0 || job.is_some() {
+            let mut wakes = std::mem::take(&mut self.wakes);
+            wakes.clear();
+            self.hbm.update(die, now, wb, job, &mut wakes);
+            self.hbm_wakes(&wakes, die);
+            self.wakes = wakes;
         }
-        if w.flow_off[t] < w.flow_off[t + 1] {
+        if info.flows < info.flow_end {
             // The first chunk is read into the UB before the link starts.
-            let total = w.read_total[t];
+            let total = info.read_total;
             let fill = if total > 0.0 {
                 total.min(m.put_chunk_bytes) * (miss / total / m.core_hbm[class] + hit / total / m.core_l2_read[class])
             } else {
                 0.0
             };
-            self.flow_cur[t] = 0;
-            self.push(now + fill, FLOW_START, t as u32, 0);
+            self.flow_cur[i] = 0;
+            self.push(now + fill, FLOW_START, i as u32, 0);
             pend += 1;
         }
-        self.pend[t] = pend;
+        self.pend[i] = pend;
         if pend == 0 {
-            self.push(self.partial[t] + m.task_overhead, TASK_END, t as u32, 0);
+            self.push(self.partial[i] + m.task_overhead, TASK_END, i as u32, 0);
         }
-        if hbm_changed {
-            self.hbm_wakes(&wakes, die);
-        }
-        self.wakes = wakes;
     }
 
     /// One part (HBM or link) of task `t` ended; the task's work is done no earlier than `at`.
@@ -456,8 +470,8 @@ impl Sim<'_> {
         }
     }
 
-    fn flow_start(&mut self, t: usize) {
-        let f = self.w.flow_off[t] + self.flow_cur[t];
+    fn flow_start(&mut self, i: usize) {
+        let f = self.w.plan.info[i].flows + self.flow_cur[i];
         let fu = f as usize;
         let pair = self.w.flow_pair[fu];
         let mut wakes = std::mem::take(&mut self.wakes);
@@ -532,54 +546,47 @@ impl Sim<'_> {
             self.hbm_wakes(&wakes, d);
             self.wakes = wakes;
         }
-        let t = w.flow_task[fu] as usize;
-        self.flow_cur[t] += 1;
-        if w.flow_off[t] + self.flow_cur[t] < w.flow_off[t + 1] {
-            self.flow_start(t);
+        let i = w.plan.pos[w.flow_task[fu] as usize] as usize;
+        self.flow_cur[i] += 1;
+        let info = &w.plan.info[i];
+        if info.flows + self.flow_cur[i] < info.flow_end {
+            self.flow_start(i);
         } else {
-            self.part_done(t, now);
+            self.part_done(i, now);
         }
     }
 
-    fn task_end(&mut self, t: usize) {
+    fn task_end(&mut self, i: usize) {
         let now = self.now;
-        self.r.end[t] = now;
+        let info = self.w.plan.info[i];
+        self.r.end[info.task as usize] = now;
         self.done += 1;
-        let c = self.s.core[t] as usize;
+        let c = info.core as usize;
         self.idle[c] = true;
         self.pos[c] += 1;
-        let r = self.rank[t];
-        if now > self.r.rank_done[r as usize] {
-            self.r.rank_done[r as usize] = now;
+        let r = info.rank as usize;
+        if now > self.r.rank_done[r] {
+            self.r.rank_done[r] = now;
         }
-        let (mut local, mut remote) = (false, false);
-        for &k in self.s.signals.row(t) {
-            if self.s.counter_rank[k as usize] == r {
-                local = true;
-            } else {
-                remote = true;
-            }
+        if info.sigs < info.sig_split {
+            self.push(now + self.m.event_latency, SIG_LOCAL, i as u32, 0);
         }
-        if local {
-            self.push(now + self.m.event_latency, SIG_LOCAL, t as u32, 0);
-        }
-        if remote {
-            self.push(now + self.m.link_latency, SIG_REMOTE, t as u32, 0);
+        if info.sig_split < info.sig_end {
+            self.push(now + self.m.link_latency, SIG_REMOTE, i as u32, 0);
         }
         self.try_start(c);
     }
 
-    fn deliver(&mut self, t: usize, local: bool) {
-        let r = self.rank[t];
+    fn deliver(&mut self, i: usize, local: bool) {
+        let w = self.w;
+        let info = &w.plan.info[i];
+        let (a, b) = if local { (info.sigs, info.sig_split) } else { (info.sig_split, info.sig_end) };
         let sched = self.s;
-        for &k in sched.signals.row(t) {
+        for &k in &w.plan.sig[a as usize..b as usize] {
             let k = k as usize;
-            if (sched.counter_rank[k] == r) != local {
-                continue;
-            }
             self.count[k] += 1;
             if self.count[k] == sched.threshold[k] {
-                let delay = self.w.delay[k];
+                let delay = w.delay[k];
                 if delay > 0.0 {
                     self.push(self.now + delay, COUNTER_READY, k as u32, 0);
                 } else {
@@ -592,12 +599,15 @@ impl Sim<'_> {
     fn satisfy(&mut self, k: usize) {
         self.r.counter_time[k] = self.now;
         let w = self.w;
-        let waiters: &Csr = &w.waiters;
-        for i in waiters.off[k] as usize..waiters.off[k + 1] as usize {
-            let t = waiters.idx[i] as usize;
-            self.unsat[t] -= 1;
-            if self.unsat[t] == 0 {
-                self.try_start(self.s.core[t] as usize);
+        let waiters: &Csr = &w.plan.waiters;
+        for j in waiters.off[k] as usize..waiters.off[k + 1] as usize {
+            let i = waiters.idx[j] as usize;
+            self.unsat[i] -= 1;
+            if self.unsat[i] == 0 {
+                let c = w.plan.info[i].core;
+                if c != NONE {
+                    self.try_start(c as usize);
+                }
             }
         }
     }
@@ -609,17 +619,18 @@ impl Sim<'_> {
         let signallers = s.signals.transpose_into(s.threshold.len());
         let mut waits = Vec::new();
         let mut blocked = 0;
+        let plan = &self.w.plan;
         for c in 0..s.queues.len() {
-            let q = s.queues.row(c);
-            let p = self.pos[c] as usize;
-            if p >= q.len() {
+            let (lo, hi) = (plan.queue_off[c] as usize, plan.queue_off[c + 1] as usize);
+            let p = lo + self.pos[c] as usize;
+            if p >= hi {
                 continue;
             }
             blocked += 1;
             if waits.len() >= SHOWN || !self.idle[c] {
                 continue;
             }
-            let t = q[p];
+            let t = plan.info[plan.queue[p] as usize].task;
             if let Some(&k) = s.waits.row(t as usize).iter().find(|&&k| self.count[k as usize] < s.threshold[k as usize]) {
                 let missing: Vec<u32> = signallers.row(k as usize).iter().copied().filter(|&x| self.r.end[x as usize].is_nan()).take(MISSING).collect();
                 waits.push(StallWait {
@@ -679,7 +690,7 @@ pub fn simulate_compiled(
 ) -> Result<Simulated, SimError> {
     let model = DeviceModel::new(&program.device).map_err(SimError::Model)?;
     let workload = Workload::new(program, tf, &c.graph, &c.schedule, &model);
-    let result = simulate(&workload, &c.schedule, &model, &c.graph.rank, opts).map_err(SimError::Stall)?;
+    let result = simulate(&workload, &c.schedule, &model, opts).map_err(SimError::Stall)?;
     Ok(Simulated { model, workload, result })
 }
 

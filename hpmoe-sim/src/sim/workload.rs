@@ -25,7 +25,59 @@ use std::collections::HashMap;
 /// No block / no flow.
 pub const NONE: u32 = u32::MAX;
 
-/// What the event loop needs, per task, per block, per flow and per counter.
+/// A task as the event loop sees it: tasks are numbered in queue order (the tasks of a core
+/// are consecutive), and what a start needs sits in one place.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TaskInfo {
+    /// Compute seconds on an idle core.
+    pub compute: f64,
+    /// Bytes read (after the refinements above) and written locally.
+    pub read_total: f64,
+    pub local_out: f64,
+    /// The task id (in the task graph).
+    pub task: u32,
+    pub core: u32,
+    pub rank: u32,
+    /// Its read runs `reads..read_end` (see [`Plan`]).
+    pub reads: u32,
+    pub read_end: u32,
+    /// Its counters in [`Plan::sig`]: `sigs..sig_split` local, `sig_split..sig_end` remote.
+    pub sigs: u32,
+    pub sig_split: u32,
+    pub sig_end: u32,
+    /// Its flows `flows..flow_end` (flow ids).
+    pub flows: u32,
+    pub flow_end: u32,
+    /// Its local output block, or [`NONE`].
+    pub local_block: u32,
+    pub class: u8,
+}
+
+/// The event loop's view of a workload.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// Per internal task (queue order).
+    pub info: Vec<TaskInfo>,
+    /// Internal id of every task.
+    pub pos: Vec<u32>,
+    /// Per core: its queue as internal ids, `queue[queue_off[c]..queue_off[c + 1]]`.
+    pub queue: Vec<u32>,
+    pub queue_off: Vec<u32>,
+    /// Read runs: blocks `first..first + count` read for `bytes` in all (split over the
+    /// blocks by size).
+    pub run_first: Vec<u32>,
+    pub run_count: Vec<u32>,
+    pub run_bytes: Vec<f64>,
+    /// Counters signalled, per internal task (local first).
+    pub sig: Vec<u32>,
+    /// Per counter: the internal ids waiting on it.
+    pub waiters: Csr,
+    /// Per internal task: the number of counters with a threshold it waits on.
+    pub waits: Vec<u32>,
+}
+
+/// What the simulator needs, per task, per block, per flow and per counter. Arrays named
+/// per task are indexed by task id; [`Workload::plan`] has the event loop's layout.
 #[derive(Clone, Debug)]
 pub struct Workload {
     pub ranks: u32,
@@ -34,15 +86,9 @@ pub struct Workload {
     /// Per task.
     pub class: Vec<u8>,
     pub compute: Vec<f64>,
-    /// Bytes read (after the corrections above) and written locally.
+    /// Bytes read (after the refinements above) and written locally.
     pub read_total: Vec<f64>,
     pub local_out: Vec<f64>,
-    /// Local block written (or [`NONE`]).
-    pub local_block: Vec<u32>,
-    /// Per task: blocks read and the bytes read from each.
-    pub read_off: Vec<u32>,
-    pub read_block: Vec<u32>,
-    pub read_bytes: Vec<f64>,
     /// Per task: its flows `flow_off[t]..flow_off[t + 1]`.
     pub flow_off: Vec<u32>,
     /// Per flow: destination, bytes, the block it lands as, its task.
@@ -53,7 +99,9 @@ pub struct Workload {
     /// Per flow: its (source, destination) pair, an index into `pairs`.
     pub flow_pair: Vec<u32>,
     pub pairs: Vec<(u32, u32)>,
-    /// Per block: its rank, size and whether it is a region of a taskflow input.
+    /// Per block: its rank, size and whether it is a region of a taskflow input. Block `t`
+    /// (below the number of tasks) is task `t`'s local output (size 0 when it has none), so
+    /// the outputs of a call's tiles are consecutive blocks.
     pub block_rank: Vec<u32>,
     pub block_size: Vec<f64>,
     pub block_input: Vec<bool>,
@@ -67,6 +115,7 @@ pub struct Workload {
     pub start_time: f64,
     /// Per task: the shortest duration it can have (all reads hitting L2, no contention).
     pub min_duration: Vec<f64>,
+    pub plan: Plan,
 }
 
 /// Rows of a routing's window on `rank` in `lo..hi` that hold data (all of them unless the
@@ -173,10 +222,6 @@ impl Workload {
             compute: Vec::with_capacity(n),
             read_total: Vec::with_capacity(n),
             local_out: Vec::with_capacity(n),
-            local_block: Vec::with_capacity(n),
-            read_off: Vec::with_capacity(n + 1),
-            read_block: Vec::with_capacity(2 * n),
-            read_bytes: Vec::with_capacity(2 * n),
             flow_off: Vec::with_capacity(n + 1),
             flow_dst: Vec::new(),
             flow_bytes: Vec::new(),
@@ -184,17 +229,23 @@ impl Workload {
             flow_task: Vec::new(),
             flow_pair: Vec::new(),
             pairs: Vec::new(),
-            block_rank: Vec::with_capacity(n),
-            block_size: Vec::with_capacity(n),
-            block_input: Vec::with_capacity(n),
+            block_rank: g.rank.clone(),
+            block_size: vec![0.0; n],
+            block_input: vec![false; n],
             node_comm,
             delay: Vec::new(),
             waiters: Csr::default(),
             start_time: 0.0,
             min_duration: Vec::with_capacity(n),
+            plan: Plan::default(),
         };
-        w.read_off.push(0);
         w.flow_off.push(0);
+        // Read runs by task id (moved to queue order at the end).
+        let mut run_off: Vec<u32> = Vec::with_capacity(n + 1);
+        run_off.push(0);
+        let mut run_first: Vec<u32> = Vec::with_capacity(2 * n);
+        let mut run_count: Vec<u32> = Vec::with_capacity(2 * n);
+        let mut run_bytes: Vec<f64> = Vec::with_capacity(2 * n);
         let mut index = WriterIndex::new(tf, ranks);
         let mut scratch = Scratch::default();
         let mut inputs: HashMap<Region, u32> = HashMap::new();
@@ -308,7 +359,7 @@ impl Workload {
                         Some(&r) => r,
                         None => {
                             let a0 = memo_arena.len();
-                            let lb = &w.local_block;
+                            let bs = &w.block_size;
                             let fo = &w.flow_off;
                             let (fd, fb) = (&w.flow_dst, &w.flow_block);
                             index.writes_over(probe, &mut |p, reg| {
@@ -319,7 +370,11 @@ impl Workload {
                                 }
                                 let pu = p as usize;
                                 let block = if g.rank[pu] == probe.rank {
-                                    lb[pu]
+                                    if bs[pu] > 0.0 {
+                                        p
+                                    } else {
+                                        NONE
+                                    }
                                 } else {
                                     (fo[pu]..fo[pu + 1]).find(|&f| fd[f as usize] == probe.rank).map_or(NONE, |f| fb[f as usize])
                                 };
@@ -354,31 +409,27 @@ impl Workload {
                     reads.push((id, rest));
                 }
             }
-            // One entry per block.
+            // Runs of consecutive blocks.
             reads.sort_by_key(|e| e.0);
-            let mut last = NONE;
             for &(b, bytes) in reads.iter() {
-                if b == last {
-                    if let Some(x) = w.read_bytes.last_mut() {
-                        *x += bytes;
+                let n_runs = run_first.len();
+                let last = if n_runs > run_off[t] as usize { Some(n_runs - 1) } else { None };
+                match last {
+                    Some(i) if run_first[i] + run_count[i] == b => {
+                        run_count[i] += 1;
+                        run_bytes[i] += bytes;
                     }
-                } else {
-                    w.read_block.push(b);
-                    w.read_bytes.push(bytes);
-                    last = b;
+                    Some(i) if run_first[i] + run_count[i] - 1 == b => run_bytes[i] += bytes,
+                    _ => {
+                        run_first.push(b);
+                        run_count.push(1);
+                        run_bytes.push(bytes);
+                    }
                 }
             }
-            w.read_off.push(w.read_block.len() as u32);
-            // Blocks written: local, then one per destination (order of first row).
-            let lb = if local_out > 0.0 {
-                w.block_rank.push(rank);
-                w.block_size.push(local_out);
-                w.block_input.push(false);
-                (w.block_rank.len() - 1) as u32
-            } else {
-                NONE
-            };
-            w.local_block.push(lb);
+            run_off.push(run_first.len() as u32);
+            // Blocks written: the local one (block `t`), then one per destination.
+            w.block_size[t] = local_out;
             for &(r, b) in per_rank.iter() {
                 if r == rank {
                     continue;
@@ -437,7 +488,75 @@ impl Workload {
         w.start_time = launch;
         w.delay = (0..total).map(|c| if c >= gc { launch } else { 0.0 }).collect();
         w.waiters = s.waits.transpose_into(total);
+        w.plan = w.build_plan(g, s, &run_off, &run_first, &run_count, &run_bytes);
         w
+    }
+
+    /// Renumbers the tasks in queue order and gathers what a task start needs.
+    fn build_plan(&self, g: &TaskGraph, s: &Schedule, run_off: &[u32], run_first: &[u32], run_count: &[u32], run_bytes: &[f64]) -> Plan {
+        let n = g.len();
+        let mut pos = vec![NONE; n];
+        let mut order: Vec<u32> = Vec::with_capacity(n);
+        for &t in &s.queues.idx {
+            if (t as usize) < n && pos[t as usize] == NONE {
+                pos[t as usize] = order.len() as u32;
+                order.push(t);
+            }
+        }
+        // Tasks on no queue (a broken schedule) never start; they still get an id.
+        for t in 0..n {
+            if pos[t] == NONE {
+                pos[t] = order.len() as u32;
+                order.push(t as u32);
+            }
+        }
+        let queue: Vec<u32> = s.queues.idx.iter().map(|&t| pos.get(t as usize).copied().unwrap_or(NONE)).collect();
+        let mut p = Plan {
+            info: Vec::with_capacity(n),
+            pos,
+            queue,
+            queue_off: s.queues.off.clone(),
+            run_first: Vec::with_capacity(run_first.len()),
+            run_count: Vec::with_capacity(run_first.len()),
+            run_bytes: Vec::with_capacity(run_first.len()),
+            sig: Vec::with_capacity(s.signals.idx.len()),
+            waiters: Csr::default(),
+            waits: Vec::with_capacity(n),
+        };
+        for &t in &order {
+            let t = t as usize;
+            let reads = p.run_first.len() as u32;
+            let (a, b) = (run_off[t] as usize, run_off[t + 1] as usize);
+            p.run_first.extend_from_slice(&run_first[a..b]);
+            p.run_count.extend_from_slice(&run_count[a..b]);
+            p.run_bytes.extend_from_slice(&run_bytes[a..b]);
+            let sigs = p.sig.len() as u32;
+            let rank = g.rank[t];
+            p.sig.extend(s.signals.row(t).iter().filter(|&&c| s.counter_rank[c as usize] == rank));
+            let sig_split = p.sig.len() as u32;
+            p.sig.extend(s.signals.row(t).iter().filter(|&&c| s.counter_rank[c as usize] != rank));
+            p.waits.push(s.waits.row(t).iter().filter(|&&c| s.threshold[c as usize] > 0).count() as u32);
+            p.info.push(TaskInfo {
+                compute: self.compute[t],
+                read_total: self.read_total[t],
+                local_out: self.local_out[t],
+                task: t as u32,
+                core: s.core.get(t).copied().unwrap_or(NONE),
+                rank,
+                reads,
+                read_end: p.run_first.len() as u32,
+                sigs,
+                sig_split,
+                sig_end: p.sig.len() as u32,
+                flows: self.flow_off[t],
+                flow_end: self.flow_off[t + 1],
+                local_block: if self.local_out[t] > 0.0 { t as u32 } else { NONE },
+                class: self.class[t],
+            });
+        }
+        let pairs: Vec<(u32, u32)> = (0..n).flat_map(|t| s.waits.row(t).iter().map(move |&c| (c, t as u32))).map(|(c, t)| (c, p.pos[t as usize])).collect();
+        p.waiters = Csr::from_pairs(s.threshold.len(), &pairs);
+        p
     }
 
     pub fn tasks(&self) -> usize {
@@ -448,9 +567,6 @@ impl Workload {
     }
     pub fn blocks(&self) -> usize {
         self.block_rank.len()
-    }
-    pub fn reads(&self, t: usize) -> std::ops::Range<usize> {
-        self.read_off[t] as usize..self.read_off[t + 1] as usize
     }
     pub fn task_flows(&self, t: usize) -> std::ops::Range<usize> {
         self.flow_off[t] as usize..self.flow_off[t + 1] as usize
@@ -472,6 +588,8 @@ impl Workload {
     /// Memory the workload holds, in bytes.
     pub fn resident_bytes(&self) -> usize {
         let n = self.tasks();
-        n * (1 + 8 * 4 + 4 * 3) + self.read_block.len() * 12 + self.flows() * 24 + self.blocks() * 13 + self.waiters.idx.len() * 4
+        let p = &self.plan;
+        n * (1 + 8 * 4 + 4) + p.info.len() * std::mem::size_of::<TaskInfo>() + p.pos.len() * 4 + p.queue.len() * 4 + p.run_first.len() * 16
+            + p.sig.len() * 4 + (p.waiters.idx.len() + self.waiters.idx.len()) * 8 + self.flows() * 32 + self.blocks() * 13
     }
 }
