@@ -1,0 +1,589 @@
+//! The timing simulator: invariants on every example under every policy, analytic cases
+//! built from small programs, determinism, traces, charts, stall reports and the CLI.
+//! No test depends on wall-clock time.
+
+use hpmoe_dsl::check::{check_path, check_text, Options, Override};
+use hpmoe_dsl::ir::Program;
+use hpmoe_dsl::lower::{self, DEFAULT_MAX_TASKS};
+use hpmoe_dsl::schedule::{self, Compiled, Policy, PolicySpec};
+use hpmoe_dsl::SourceMap;
+use hpmoe_sim::model::{DeviceModel, AIC, AIV};
+use hpmoe_sim::report::Report;
+use hpmoe_sim::sim::{self, simulate, SimError, SimOptions, Simulated};
+use hpmoe_sim::trace::{self, Filter, Run};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn options(overrides: &[&str]) -> Options {
+    Options {
+        overrides: overrides.iter().map(|o| Override::parse(o).expect("an override")).collect(),
+        ..Options::default()
+    }
+}
+
+fn program_file(path: &Path, overrides: &[&str]) -> Program {
+    let out = check_path(path, &options(overrides), &mut SourceMap::new());
+    out.program.unwrap_or_else(|| panic!("{} does not check: {:?}", path.display(), out.diagnostics))
+}
+
+fn program_text(text: &str, dir: Option<&Path>) -> Program {
+    let mut sources = SourceMap::new();
+    let out = check_text("test.hpm", text, dir, &Options::default(), &mut sources);
+    match out.program {
+        Some(p) => p,
+        None => {
+            let ds = hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sources, hpmoe_dsl::diag::RenderStyle::Plain);
+            panic!("the test program does not check:\n{ds}")
+        }
+    }
+}
+
+fn compile(p: &Program, policy: Option<Policy>, base: Option<&Path>) -> Compiled {
+    let tf = &p.taskflows[0];
+    let spec = match policy {
+        Some(pol) => {
+            let from = PolicySpec::from_program(p, &tf.name, pol);
+            if from.policy == pol {
+                from
+            } else {
+                PolicySpec::new(pol)
+            }
+        }
+        None => PolicySpec::from_program(p, &tf.name, Policy::Interleaved),
+    };
+    let layouts = lower::layouts(p, spec.static_capacity, base).expect("a routing");
+    schedule::compile(p, tf, &spec, layouts, DEFAULT_MAX_TASKS, true).unwrap_or_else(|ds| panic!("does not compile: {ds:?}"))
+}
+
+fn simulated(p: &Program, c: &Compiled, record: bool) -> (Simulated, Report) {
+    let s = sim::simulate_compiled(p, &p.taskflows[0], c, SimOptions { record_bandwidth: record }).unwrap_or_else(|e| panic!("{e:?}"));
+    let r = Report::new(p, &p.taskflows[0], &c.graph, &c.schedule, &s.workload, &s.model, &s.result);
+    (s, r)
+}
+
+fn trace_of(p: &Program, c: &Compiled, s: &Simulated, filter: &Filter) -> String {
+    let run = Run {
+        program: p,
+        tf: &p.taskflows[0],
+        graph: &c.graph,
+        schedule: &c.schedule,
+        workload: &s.workload,
+        result: &s.result,
+    };
+    trace::to_string(&run, filter)
+}
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * a.abs().max(b.abs()).max(1e-30)
+}
+
+/// The invariants every simulation keeps.
+fn check_invariants(name: &str, p: &Program, c: &Compiled, s: &Simulated, r: &Report) {
+    let (g, sch, w, res, m) = (&c.graph, &c.schedule, &s.workload, &s.result, &s.model);
+    let n = g.len();
+    // Every task ran, inside the run, after the first launch.
+    for t in 0..n {
+        assert!(res.start[t] >= w.start_time && res.end[t] >= res.start[t], "{name}: task {t} times");
+        assert!(res.end[t] <= res.makespan, "{name}: task {t} ends after the makespan");
+    }
+    // No core runs two tasks at once.
+    for core in 0..sch.queues.len() {
+        let mut ts: Vec<u32> = sch.queues.row(core).to_vec();
+        ts.sort_by(|&a, &b| res.start[a as usize].total_cmp(&res.start[b as usize]));
+        for pair in ts.windows(2) {
+            let (a, b) = (pair[0] as usize, pair[1] as usize);
+            assert!(res.end[a] <= res.start[b], "{name}: core {core} runs tasks {a} and {b} at once");
+        }
+    }
+    // No task starts before its predecessors' signals arrive.
+    let signallers = sch.signals.transpose_into(sch.threshold.len());
+    for k in 0..sch.threshold.len() {
+        if sch.threshold[k] == 0 {
+            continue;
+        }
+        let ready = res.counter_time[k];
+        for &p_ in signallers.row(k) {
+            let pu = p_ as usize;
+            let lat = if sch.counter_rank[k] == g.rank[pu] { m.event_latency } else { m.link_latency };
+            let arrive = res.end[pu] + lat + w.delay[k];
+            assert!(ready >= arrive * (1.0 - 1e-12), "{name}: counter {k} ready at {ready} before task {pu}'s signal ({arrive})");
+        }
+    }
+    for t in 0..n {
+        for &k in sch.waits.row(t) {
+            if sch.threshold[k as usize] > 0 {
+                assert!(res.start[t] >= res.counter_time[k as usize], "{name}: task {t} starts before counter {k}");
+            }
+        }
+    }
+    // Bytes are conserved on the links, and the fluid model moved exactly them.
+    let sent: f64 = res.sent.iter().sum();
+    let received: f64 = res.received.iter().sum();
+    let flows: f64 = w.flow_bytes.iter().sum();
+    let remote: f64 = g.remote.iter().map(|&x| x as f64).sum();
+    assert!(close(sent, received, 1e-12) && close(sent, flows, 1e-12), "{name}: sent {sent}, received {received}, flows {flows}");
+    assert!(close(sent, remote, 1e-6), "{name}: sent {sent}, lowered remote bytes {remote}");
+    for rk in 0..g.ranks as usize {
+        assert!(close(res.moved_out[rk], res.sent[rk], 1e-9), "{name}: rank {rk} moved {} of {}", res.moved_out[rk], res.sent[rk]);
+    }
+    // The makespan is at least every lower bound.
+    let b = &r.bounds;
+    for (what, v) in [("aic", b.aic_work), ("aiv", b.aiv_work), ("hbm", b.hbm), ("link", b.link), ("critical path", b.critical_path)] {
+        assert!(res.makespan >= v * (1.0 - 1e-12), "{name}: makespan {} below the {what} bound {v}", res.makespan);
+    }
+    assert!(r.efficiency > 0.0 && r.efficiency <= 1.0 + 1e-12, "{name}: efficiency {}", r.efficiency);
+    // Utilisations are fractions.
+    for (what, v) in [("aic", r.aic_busy), ("aiv", r.aiv_busy), ("cube", r.cube_mac_utilisation), ("link", r.link_busy), ("hbm", r.hbm_utilisation)] {
+        assert!((0.0..=1.0 + 1e-9).contains(&v), "{name}: {what} utilisation {v}");
+    }
+    let _ = p;
+}
+
+/// Small sizes of every example, so the whole set runs quickly in a debug build.
+fn small(path: &Path) -> Vec<&'static str> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    if text.contains("param tokens") {
+        vec!["tokens=256"]
+    } else if text.contains("param rows") {
+        vec!["rows=512"]
+    } else {
+        vec![]
+    }
+}
+
+fn examples() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("examples"))
+        .expect("examples/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "hpm"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn invariants_on_every_example_and_policy() {
+    let files = examples();
+    assert!(files.len() >= 8, "examples: {files:?}");
+    for f in &files {
+        let p = program_file(f, &small(f));
+        for pol in Policy::all() {
+            let name = format!("{} under {}", f.file_name().and_then(|x| x.to_str()).unwrap_or("?"), pol.name());
+            let c = compile(&p, Some(pol), f.parent());
+            let (s, r) = simulated(&p, &c, true);
+            check_invariants(&name, &p, &c, &s, &r);
+        }
+    }
+}
+
+#[test]
+fn full_size_deepseek_ep8_forward_keeps_the_invariants() {
+    let f = root().join("examples/deepseek_v3_ep8_fwd.hpm");
+    let p = program_file(&f, &[]);
+    for pol in [Policy::KernelByKernel, Policy::Interleaved] {
+        let c = compile(&p, Some(pol), None);
+        let (s, r) = simulated(&p, &c, false);
+        check_invariants(pol.name(), &p, &c, &s, &r);
+    }
+}
+
+#[test]
+fn runs_are_byte_identical() {
+    let f = root().join("examples/deepseek_v3_ep4_bwd.hpm");
+    let p = program_file(&f, &["tokens=256"]);
+    let outputs = |pol: Policy| {
+        let c = compile(&p, Some(pol), None);
+        let (s, r) = simulated(&p, &c, true);
+        let json = serde_json::to_string(&r.json()).expect("json");
+        let trace = trace_of(&p, &c, &s, &Filter::default());
+        let run = Run {
+            program: &p,
+            tf: &p.taskflows[0],
+            graph: &c.graph,
+            schedule: &c.schedule,
+            workload: &s.workload,
+            result: &s.result,
+        };
+        let svg = hpmoe_sim::gantt::to_string(&run, &Filter { ranks: Some(vec![0, 1]), window: None });
+        (json, r.human(), trace, svg)
+    };
+    for pol in Policy::all() {
+        let a = outputs(pol);
+        let b = outputs(pol);
+        assert!(a == b, "{} is not deterministic", pol.name());
+    }
+}
+
+#[test]
+fn the_trace_is_chrome_json() {
+    let f = root().join("examples/deepseek_v3_ep4_fwd.hpm");
+    let p = program_file(&f, &["tokens=256"]);
+    let c = compile(&p, Some(Policy::Interleaved), None);
+    let (s, _) = simulated(&p, &c, true);
+    let text = trace_of(&p, &c, &s, &Filter::default());
+    let v: serde_json::Value = serde_json::from_str(&text).expect("the trace parses");
+    let events = v["traceEvents"].as_array().expect("traceEvents");
+    let mut kinds = std::collections::BTreeMap::new();
+    for e in events {
+        let ph = e["ph"].as_str().expect("ph");
+        *kinds.entry(ph.to_string()).or_insert(0) += 1;
+        if ph == "X" {
+            for key in ["ts", "dur", "pid", "tid"] {
+                assert!(e[key].is_number(), "X event without {key}: {e}");
+            }
+            for key in ["op", "call", "tile", "rank"] {
+                assert!(!e["args"][key].is_null(), "X event without args.{key}: {e}");
+            }
+        }
+    }
+    assert_eq!(kinds.get("X").copied().unwrap_or(0), c.graph.len(), "one X event per task");
+    for k in ["M", "s", "f", "C"] {
+        assert!(kinds.get(k).copied().unwrap_or(0) > 0, "no `{k}` events: {kinds:?}");
+    }
+    assert_eq!(kinds.get("s"), kinds.get("f"));
+    // Thread names for every core of every rank.
+    let names = events.iter().filter(|e| e["name"] == "thread_name").count();
+    assert_eq!(names as u32, c.graph.ranks * c.schedule.cores_per_rank());
+    // Filters keep a rank and a window.
+    let filter = Filter {
+        ranks: Some(vec![1]),
+        window: Some((100e-6, 200e-6)),
+    };
+    let small: serde_json::Value = serde_json::from_str(&trace_of(&p, &c, &s, &filter)).expect("parses");
+    for e in small["traceEvents"].as_array().expect("events") {
+        assert_eq!(e["pid"], 1, "{e}");
+        if e["ph"] == "X" {
+            let (ts, dur) = (e["ts"].as_f64().unwrap_or(0.0), e["dur"].as_f64().unwrap_or(0.0));
+            assert!(ts <= 200.0 + 1e-6 && ts + dur >= 100.0 - 1e-6, "{e}");
+        }
+    }
+}
+
+#[test]
+fn the_gantt_chart_is_svg_with_a_legend() {
+    let f = root().join("examples/deepseek_v3_ep4_fwd.hpm");
+    let p = program_file(&f, &["tokens=256"]);
+    let c = compile(&p, Some(Policy::KernelByKernel), None);
+    let (s, _) = simulated(&p, &c, false);
+    let run = Run {
+        program: &p,
+        tf: &p.taskflows[0],
+        graph: &c.graph,
+        schedule: &c.schedule,
+        workload: &s.workload,
+        result: &s.result,
+    };
+    let svg = hpmoe_sim::gantt::to_string(&run, &Filter { ranks: Some(vec![0]), window: None });
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    for call in ["xd (dispatch", "h (gmm", "a (swiglu", "y (gmm", "out (combine"] {
+        assert!(svg.contains(call), "legend misses {call}");
+    }
+    assert!(svg.contains(" us</text>") || svg.contains(" ms</text>"), "no time axis");
+    assert!(svg.contains("aiv47") || svg.contains("aiv46"), "no lane labels");
+}
+
+// ---- analytic cases -------------------------------------------------------------------
+
+const MATMUL: &str = r#"
+import std::device::ascend_a3;
+device = ascend_a3 { ranks: 1 };
+op mm<T>(x: T[M, K], w: T[K, N]) -> T[M, N] on aic {
+    out[m, n] = sum(k) x[m, k] * w[k, n];
+}
+taskflow one_tile(x: bf16[128, 2048], w: bf16[2048, 256]) -> bf16[128, 256] {
+    return mm(x, w) tile(m: 128, n: 256, k: 64);
+}
+"#;
+
+#[test]
+fn one_gmm_tile_alone_equals_the_formula() {
+    let p = program_text(MATMUL, None);
+    let c = compile(&p, Some(Policy::Interleaved), None);
+    assert_eq!(c.graph.len(), 1);
+    let (s, _) = simulated(&p, &c, false);
+    let m = DeviceModel::new(&p.device).expect("model");
+    let flops = 2.0 * 128.0 * 256.0 * 2048.0;
+    let bytes_in = (128.0 * 2048.0 + 2048.0 * 256.0) * 2.0;
+    let bytes_out = 128.0 * 256.0 * 2.0;
+    // Nothing is in L2 yet: the inputs come from HBM at the core's rate (alone, below the
+    // die's bandwidth); the output goes to L2.
+    let compute = flops / (m.cube_flops);
+    let memory = bytes_in / m.core_hbm[AIC] + bytes_out / m.core_l2_write[AIC];
+    let expected = m.kernel_launch + m.task_overhead + compute.max(memory);
+    assert!(close(s.result.end[0], expected, 1e-12), "{} vs {expected}", s.result.end[0]);
+    assert!(close(s.result.makespan, expected, 1e-12));
+    assert!(close(s.result.miss[0] as f64, bytes_in, 1e-6));
+}
+
+/// Two ranks, balanced routing over two experts: each rank keeps half its rows and puts the
+/// other half to the other rank, alone on the link; a vector op consumes the window.
+fn put_program(link: &str) -> String {
+    format!(
+        r#"
+import std::moe::dispatch;
+import std::device::ascend_a3;
+param tokens = 512;
+device = ascend_a3 {{ ranks: 2, link_bandwidth: {link}, link_efficiency: 1.0 ratio, put_chunk_bytes: 64 KiB }};
+route r = balanced(experts: 2, topk: 1);
+op twice<T>(x: T[M, N]) -> T[M, N] on aiv {{
+    out[m, n] = x[m, n] + x[m, n];
+}}
+taskflow put_once(x: bf16[tokens, 512]) -> bf16[r.recv, 512] {{
+    let xd = dispatch(x, r) tile(t: 512);
+    return twice(xd) tile(m: 8);
+}}
+"#
+    )
+}
+
+#[test]
+fn one_put_alone_equals_latency_plus_bytes_over_bandwidth() {
+    let p = program_text(&put_program("1 GB/s"), None);
+    let c = compile(&p, Some(Policy::Interleaved), None);
+    let (s, _) = simulated(&p, &c, false);
+    let (g, w, res, m) = (&c.graph, &s.workload, &s.result, &s.model);
+    // The remote put of rank 0.
+    let put = (0..g.len()).find(|&t| g.rank[t] == 0 && !w.task_flows(t).is_empty()).expect("a remote put");
+    let bytes = w.remote_bytes(put);
+    assert!(close(bytes, 256.0 * 512.0 * 2.0, 1e-12), "{bytes}");
+    let read = w.read_total[put];
+    let fill = read.min(m.put_chunk_bytes) / m.core_hbm[AIV];
+    let link = bytes / m.link_egress;
+    assert!(read / m.core_hbm[AIV] < fill + link, "the link must dominate");
+    let dur = res.end[put] - res.start[put];
+    assert!(close(dur, m.task_overhead + fill + link, 1e-12), "{dur} vs {}", m.task_overhead + fill + link);
+    // Its consumers on rank 1 start when its signal lands: latency after the put ended.
+    let first_consumer = (0..g.len())
+        .filter(|&t| g.preds(t).contains(&(put as u32)))
+        .map(|t| res.start[t])
+        .fold(f64::INFINITY, f64::min);
+    assert!(close(first_consumer - res.start[put], m.task_overhead + fill + link + m.link_latency, 1e-12));
+}
+
+const CHAIN: &str = r#"
+import std::device::ascend_a3;
+device = ascend_a3 { ranks: 1 };
+op twice<T>(x: T[M, N]) -> T[M, N] on aiv {
+    out[m, n] = x[m, n] + x[m, n];
+}
+taskflow chain(x: bf16[64, 1024]) -> bf16[64, 1024] {
+    let a = twice(x) tile(m: 64);
+    let b = twice(a) tile(m: 64);
+    return twice(b) tile(m: 64);
+}
+"#;
+
+#[test]
+fn a_chain_of_tasks_equals_the_sum() {
+    let p = program_text(CHAIN, None);
+    let c = compile(&p, Some(Policy::Interleaved), None);
+    assert_eq!(c.graph.len(), 3);
+    let (s, _) = simulated(&p, &c, false);
+    let (res, m) = (&s.result, &s.model);
+    let bytes = 64.0 * 1024.0 * 2.0;
+    let compute = 64.0 * 1024.0 * 2.0 / m.vector_bytes * 1.0; // one op per element, 2-byte elements
+    // The first reads its input from HBM, the others their producer's output from L2.
+    let first = m.task_overhead + compute.max(bytes / m.core_hbm[AIV] + bytes / m.core_l2_write[AIV]);
+    let next = m.task_overhead + compute.max(bytes / m.core_l2_read[AIV] + bytes / m.core_l2_write[AIV]);
+    let durations = [first, next, next];
+    for t in 0..3 {
+        assert!(close(res.end[t] - res.start[t], durations[t], 1e-12), "task {t}: {} vs {}", res.end[t] - res.start[t], durations[t]);
+    }
+    let expected = m.kernel_launch + durations.iter().sum::<f64>() + 2.0 * m.event_latency;
+    assert!(close(res.makespan, expected, 1e-12), "{} vs {expected}", res.makespan);
+}
+
+/// `ranks` ranks; every token of every rank goes to expert 0 on rank 0.
+fn hotspot_program(dir: &Path, ranks: usize) -> Program {
+    let tokens = 256;
+    let data = vec![0.0; ranks * tokens];
+    hpmoe_dsl::npy::write(&dir.join("routes.npy"), hpmoe_dsl::npy::NpyType::I32, &[ranks, tokens, 1], &data).expect("write npy");
+    let text = format!(
+        r#"
+import std::moe::dispatch;
+import std::device::ascend_a3;
+device = ascend_a3 {{ ranks: {ranks}, link_bandwidth: 1 GB/s, link_efficiency: 1.0 ratio }};
+route r = file(path: "routes.npy", experts: {ranks});
+op twice<T>(x: T[M, N]) -> T[M, N] on aiv {{
+    out[m, n] = x[m, n] + x[m, n];
+}}
+taskflow hot(x: bf16[{tokens}, 512]) -> bf16[r.recv, 512] {{
+    let xd = dispatch(x, r) tile(t: 256);
+    return twice(xd) tile(m: 64);
+}}
+"#
+    );
+    program_text(&text, Some(dir))
+}
+
+#[test]
+fn n_ranks_writing_one_destination_take_n_times_as_long() {
+    let dir = std::env::temp_dir().join(format!("hpmoe-sim-hotspot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let link_time = |ranks: usize| {
+        let p = hotspot_program(&dir, ranks);
+        let c = compile(&p, Some(Policy::Interleaved), Some(&dir));
+        let (s, _) = simulated(&p, &c, false);
+        let (g, w, res, m) = (&c.graph, &s.workload, &s.result, &s.model);
+        let puts: Vec<usize> = (0..g.len()).filter(|&t| !w.task_flows(t).is_empty()).collect();
+        assert_eq!(puts.len(), ranks - 1, "one put per writer");
+        // Every writer started at once and took the same time.
+        let t = puts[0];
+        for &x in &puts {
+            assert!(close(res.end[x] - res.start[x], res.end[t] - res.start[t], 1e-12));
+        }
+        let fill = w.read_total[t].min(m.put_chunk_bytes) / m.core_hbm[AIV];
+        let transfer = res.end[t] - res.start[t] - m.task_overhead - fill;
+        (transfer, w.remote_bytes(t) / m.link_ingress)
+    };
+    let (one, alone) = link_time(2);
+    assert!(close(one, alone, 1e-12), "one writer: {one} vs {alone}");
+    for n in [3usize, 5] {
+        let (t, _) = link_time(n + 1);
+        assert!(close(t, n as f64 * one, 1e-9), "{n} writers: {t} vs {}", n as f64 * one);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const L2_CASE: &str = r#"
+import std::device::ascend_a3;
+device = ascend_a3 { ranks: 1, l2_size: 1 MiB };
+op twice<T>(x: T[M, N]) -> T[M, N] on aiv {
+    out[m, n] = x[m, n] + x[m, n];
+}
+taskflow l2(x: bf16[64, 256], y: bf16[4096, 256])
+    -> (b: bf16[64, 256], z: bf16[4096, 256], c: bf16[64, 256]) {
+    let a = twice(x) tile(m: 64);
+    let b = twice(a) tile(m: 64);
+    let z = twice(y) tile(m: 64);
+    let c = twice(a) tile(m: 64);
+    return (b, z, c);
+}
+schedule l2 = kernel_by_kernel;
+"#;
+
+#[test]
+fn a_consumer_right_after_its_producer_hits_and_one_after_a_large_working_set_misses() {
+    let p = program_text(L2_CASE, None);
+    let c = compile(&p, None, None);
+    assert_eq!(c.schedule.policy.policy, Policy::KernelByKernel);
+    let (s, r) = simulated(&p, &c, false);
+    let (g, res) = (&c.graph, &s.result);
+    let task_of = |call: &str| {
+        let ni = p.taskflows[0].nodes.iter().position(|n| n.name == call).expect("call");
+        (0..g.len()).find(|&t| g.node[t] as usize == ni).expect("task")
+    };
+    let (b, cc) = (task_of("b"), task_of("c"));
+    let bytes = 64.0 * 256.0 * 2.0;
+    assert_eq!(res.miss[b], 0.0, "right after its producer: a hit");
+    assert!(close(res.hit[b] as f64, bytes, 1e-9));
+    assert_eq!(res.hit[cc], 0.0, "after 4 MiB went through a 1 MiB L2: a miss");
+    assert!(close(res.miss[cc] as f64, bytes, 1e-9));
+    assert!(r.l2_hit_rate() > 0.0 && r.l2_hit_rate() < 1.0);
+    // The misses of the large working set cost write-backs of dirty blocks.
+    assert!(r.writeback_bytes > 0.0);
+}
+
+// ---- stalls -----------------------------------------------------------------------------
+
+#[test]
+fn a_schedule_that_cannot_progress_ends_with_a_wait_for_report() {
+    let p = program_text(CHAIN, None);
+    let mut c = compile(&p, Some(Policy::Interleaved), None);
+    // Raise the threshold of the counter the last task waits on: it can never be reached.
+    let last = c.graph.len() - 1;
+    let k = c.schedule.waits.row(last)[0] as usize;
+    c.schedule.threshold[k] += 1;
+    let m = DeviceModel::new(&p.device).expect("model");
+    let w = hpmoe_sim::sim::Workload::new(&p, &p.taskflows[0], &c.graph, &c.schedule, &m);
+    let st = match simulate(&w, &c.schedule, &m, SimOptions::default()) {
+        Err(st) => st,
+        Ok(_) => panic!("a broken threshold must stall"),
+    };
+    assert_eq!(st.done, 2);
+    assert_eq!(st.total, 3);
+    assert_eq!(st.waits.len(), 1);
+    assert_eq!(st.waits[0].task as usize, last);
+    assert_eq!(st.waits[0].counter as usize, k);
+    assert_eq!((st.waits[0].arrived, st.waits[0].threshold), (1, 2));
+    let d = sim::stall_diagnostic(&p, &p.taskflows[0], &c.graph, &c.schedule, &st);
+    assert_eq!(d.code, hpmoe_dsl::Code::Deadlock);
+    let text = format!("{} {:?}", d.message, d.notes);
+    assert!(text.contains("1 of 2 signals"), "{text}");
+    // Through the convenience API it is an error, not a panic.
+    assert!(matches!(sim::simulate_compiled(&p, &p.taskflows[0], &c, SimOptions::default()), Err(SimError::Stall(_))));
+}
+
+// ---- command line -----------------------------------------------------------------------
+
+fn hpmoe() -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::cargo_bin("hpmoe").expect("the binary");
+    c.current_dir(root());
+    c
+}
+
+#[test]
+fn cli_run_reports_and_compares() {
+    let out = hpmoe()
+        .args(["run", "examples/deepseek_v3_ep4_fwd.hpm", "--set", "tokens=256", "--format", "json", "--compare", "kernel_by_kernel"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["runs"].as_array().map(|a| a.len()), Some(2));
+    let cmp = &v["comparisons"][0];
+    assert_eq!(cmp["base"], "kernel_by_kernel");
+    assert_eq!(cmp["other"], "interleaved");
+    let speedup = cmp["speedup"].as_f64().expect("speedup");
+    let (b, o) = (cmp["base_latency_us"].as_f64().unwrap_or(0.0), cmp["other_latency_us"].as_f64().unwrap_or(1.0));
+    assert!(close(speedup, b / o, 1e-12));
+    for key in ["latency_us", "lower_bound_us", "efficiency", "phases", "per_rank", "engines", "memory", "communication"] {
+        assert!(!v["runs"][0][key].is_null(), "missing {key}");
+    }
+    // Human output: tables.
+    let out = hpmoe().args(["run", "examples/deepseek_v3_ep4_fwd.hpm", "--set", "tokens=256"]).output().expect("runs");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for s in ["Dispatch-to-Combine latency", "lower bound", "phases (op calls)", "per rank", "L2 hit rate"] {
+        assert!(text.contains(s), "no `{s}` in:\n{text}");
+    }
+}
+
+#[test]
+fn cli_run_writes_traces_and_charts() {
+    let dir = std::env::temp_dir().join(format!("hpmoe-sim-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (tr, gt) = (dir.join("t.json"), dir.join("g.svg"));
+    let out = hpmoe()
+        .args(["run", "examples/deepseek_v3_ep4_fwd.hpm", "--set", "tokens=256", "--policy", "expert_level", "--trace-ranks", "0,2", "--trace-window", "0..300"])
+        .arg("--trace")
+        .arg(&tr)
+        .arg("--gantt")
+        .arg(&gt)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&tr).expect("trace")).expect("trace json");
+    let pids: std::collections::BTreeSet<i64> = v["traceEvents"].as_array().expect("events").iter().filter_map(|e| e["pid"].as_i64()).collect();
+    assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![0, 2]);
+    let svg = std::fs::read_to_string(&gt).expect("chart");
+    assert!(svg.contains("rank 0") && svg.contains("rank 2") && !svg.contains("rank 1<"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cli_run_errors_have_exit_codes() {
+    let code = |args: &[&str]| hpmoe().args(args).output().expect("runs").status.code();
+    assert_eq!(code(&["run", "examples/geglu.hpm", "--policy", "kernel_by_kernal"]), Some(2));
+    assert_eq!(code(&["run", "examples/geglu.hpm", "--trace-ranks", "x"]), Some(2));
+    assert_eq!(code(&["run", "examples/geglu.hpm", "--trace-window", "5..2"]), Some(2));
+    assert_eq!(code(&["run", "examples/geglu.hpm", "--trace-ranks", "9"]), Some(2));
+    assert_eq!(code(&["run", "examples/no_such_file.hpm"]), Some(1));
+    assert_eq!(code(&["run", "examples/geglu.hpm", "--taskflow", "nope"]), Some(1));
+    assert_eq!(code(&["run", "examples/geglu.hpm", "--set", "device.link_efficiency=2 GB/s"]), Some(1));
+    assert_eq!(code(&["run"]), Some(2));
+}
