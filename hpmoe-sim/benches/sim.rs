@@ -33,17 +33,26 @@ const CASES: &[(&str, u32, Policy)] = &[
 
 fn compiled(case: usize) -> (Program, Compiled) {
     let (file, ranks, policy) = CASES[case];
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(file);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(file);
     let opts = Options {
         overrides: vec![Override::parse(&format!("ranks={ranks}")).expect("an override")],
         ..Options::default()
     };
-    let p = check_path(&path, &opts, &mut SourceMap::new()).program.expect("the example checks");
+    let p = check_path(&path, &opts, &mut SourceMap::new())
+        .program
+        .expect("the example checks");
     let spec = PolicySpec::new(policy);
     let layouts = lower::layouts(&p, spec.static_capacity, None).expect("a routing");
     let c = schedule::compile(&p, &p.taskflows[0], &spec, layouts, DEFAULT_MAX_TASKS, false).expect("it compiles");
     let (file, ranks, policy) = CASES[case];
-    eprintln!("{} EP{ranks} {}: {} tasks", file.trim_end_matches(".hpm"), policy.name(), c.graph.len());
+    eprintln!(
+        "{} EP{ranks} {}: {} tasks",
+        file.trim_end_matches(".hpm"),
+        policy.name(),
+        c.graph.len()
+    );
     (p, c)
 }
 

@@ -19,14 +19,18 @@ fn root() -> PathBuf {
 
 fn options(overrides: &[&str]) -> Options {
     Options {
-        overrides: overrides.iter().map(|o| Override::parse(o).expect("an override")).collect(),
+        overrides: overrides
+            .iter()
+            .map(|o| Override::parse(o).expect("an override"))
+            .collect(),
         ..Options::default()
     }
 }
 
 fn program_file(path: &Path, overrides: &[&str]) -> Program {
     let out = check_path(path, &options(overrides), &mut SourceMap::new());
-    out.program.unwrap_or_else(|| panic!("{} does not check: {:?}", path.display(), out.diagnostics))
+    out.program
+        .unwrap_or_else(|| panic!("{} does not check: {:?}", path.display(), out.diagnostics))
 }
 
 fn program_text(text: &str, dir: Option<&Path>) -> Program {
@@ -35,7 +39,12 @@ fn program_text(text: &str, dir: Option<&Path>) -> Program {
     match out.program {
         Some(p) => p,
         None => {
-            let ds = hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sources, hpmoe_dsl::diag::RenderStyle::Plain);
+            let ds = hpmoe_dsl::diag::render_all(
+                out.diagnostics.as_slice(),
+                0,
+                &sources,
+                hpmoe_dsl::diag::RenderStyle::Plain,
+            );
             panic!("the test program does not check:\n{ds}")
         }
     }
@@ -55,12 +64,29 @@ fn compile(p: &Program, policy: Option<Policy>, base: Option<&Path>) -> Compiled
         None => PolicySpec::from_program(p, &tf.name, Policy::Interleaved),
     };
     let layouts = lower::layouts(p, spec.static_capacity, base).expect("a routing");
-    schedule::compile(p, tf, &spec, layouts, DEFAULT_MAX_TASKS, true).unwrap_or_else(|ds| panic!("does not compile: {ds:?}"))
+    schedule::compile(p, tf, &spec, layouts, DEFAULT_MAX_TASKS, true)
+        .unwrap_or_else(|ds| panic!("does not compile: {ds:?}"))
 }
 
 fn simulated(p: &Program, c: &Compiled, record: bool) -> (Simulated, Report) {
-    let s = sim::simulate_compiled(p, &p.taskflows[0], c, SimOptions { record_bandwidth: record }).unwrap_or_else(|e| panic!("{e:?}"));
-    let r = Report::new(p, &p.taskflows[0], &c.graph, &c.schedule, &s.workload, &s.model, &s.result);
+    let s = sim::simulate_compiled(
+        p,
+        &p.taskflows[0],
+        c,
+        SimOptions {
+            record_bandwidth: record,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let r = Report::new(
+        p,
+        &p.taskflows[0],
+        &c.graph,
+        &c.schedule,
+        &s.workload,
+        &s.model,
+        &s.result,
+    );
     (s, r)
 }
 
@@ -86,7 +112,10 @@ fn check_invariants(name: &str, p: &Program, c: &Compiled, s: &Simulated, r: &Re
     let n = g.len();
     // Every task ran, inside the run, after the first launch.
     for t in 0..n {
-        assert!(res.start[t] >= w.start_time && res.end[t] >= res.start[t], "{name}: task {t} times");
+        assert!(
+            res.start[t] >= w.start_time && res.end[t] >= res.start[t],
+            "{name}: task {t} times"
+        );
         assert!(res.end[t] <= res.makespan, "{name}: task {t} ends after the makespan");
     }
     // No core runs two tasks at once.
@@ -95,7 +124,10 @@ fn check_invariants(name: &str, p: &Program, c: &Compiled, s: &Simulated, r: &Re
         ts.sort_by(|&a, &b| res.start[a as usize].total_cmp(&res.start[b as usize]));
         for pair in ts.windows(2) {
             let (a, b) = (pair[0] as usize, pair[1] as usize);
-            assert!(res.end[a] <= res.start[b], "{name}: core {core} runs tasks {a} and {b} at once");
+            assert!(
+                res.end[a] <= res.start[b],
+                "{name}: core {core} runs tasks {a} and {b} at once"
+            );
         }
     }
     // No task starts before its predecessors' signals arrive.
@@ -107,15 +139,25 @@ fn check_invariants(name: &str, p: &Program, c: &Compiled, s: &Simulated, r: &Re
         let ready = res.counter_time[k];
         for &p_ in signallers.row(k) {
             let pu = p_ as usize;
-            let lat = if sch.counter_rank[k] == g.rank[pu] { m.event_latency } else { m.link_latency };
+            let lat = if sch.counter_rank[k] == g.rank[pu] {
+                m.event_latency
+            } else {
+                m.link_latency
+            };
             let arrive = res.end[pu] + lat + w.delay[k];
-            assert!(ready >= arrive * (1.0 - 1e-12), "{name}: counter {k} ready at {ready} before task {pu}'s signal ({arrive})");
+            assert!(
+                ready >= arrive * (1.0 - 1e-12),
+                "{name}: counter {k} ready at {ready} before task {pu}'s signal ({arrive})"
+            );
         }
     }
     for t in 0..n {
         for &k in sch.waits.row(t) {
             if sch.threshold[k as usize] > 0 {
-                assert!(res.start[t] >= res.counter_time[k as usize], "{name}: task {t} starts before counter {k}");
+                assert!(
+                    res.start[t] >= res.counter_time[k as usize],
+                    "{name}: task {t} starts before counter {k}"
+                );
             }
         }
     }
@@ -124,19 +166,50 @@ fn check_invariants(name: &str, p: &Program, c: &Compiled, s: &Simulated, r: &Re
     let received: f64 = res.received.iter().sum();
     let flows: f64 = w.flow_bytes.iter().sum();
     let remote: f64 = g.remote.iter().map(|&x| x as f64).sum();
-    assert!(close(sent, received, 1e-12) && close(sent, flows, 1e-12), "{name}: sent {sent}, received {received}, flows {flows}");
-    assert!(close(sent, remote, 1e-6), "{name}: sent {sent}, lowered remote bytes {remote}");
+    assert!(
+        close(sent, received, 1e-12) && close(sent, flows, 1e-12),
+        "{name}: sent {sent}, received {received}, flows {flows}"
+    );
+    assert!(
+        close(sent, remote, 1e-6),
+        "{name}: sent {sent}, lowered remote bytes {remote}"
+    );
     for rk in 0..g.ranks as usize {
-        assert!(close(res.moved_out[rk], res.sent[rk], 1e-9), "{name}: rank {rk} moved {} of {}", res.moved_out[rk], res.sent[rk]);
+        assert!(
+            close(res.moved_out[rk], res.sent[rk], 1e-9),
+            "{name}: rank {rk} moved {} of {}",
+            res.moved_out[rk],
+            res.sent[rk]
+        );
     }
     // The makespan is at least every lower bound.
     let b = &r.bounds;
-    for (what, v) in [("aic", b.aic_work), ("aiv", b.aiv_work), ("hbm", b.hbm), ("link", b.link), ("critical path", b.critical_path)] {
-        assert!(res.makespan >= v * (1.0 - 1e-12), "{name}: makespan {} below the {what} bound {v}", res.makespan);
+    for (what, v) in [
+        ("aic", b.aic_work),
+        ("aiv", b.aiv_work),
+        ("hbm", b.hbm),
+        ("link", b.link),
+        ("critical path", b.critical_path),
+    ] {
+        assert!(
+            res.makespan >= v * (1.0 - 1e-12),
+            "{name}: makespan {} below the {what} bound {v}",
+            res.makespan
+        );
     }
-    assert!(r.efficiency > 0.0 && r.efficiency <= 1.0 + 1e-12, "{name}: efficiency {}", r.efficiency);
+    assert!(
+        r.efficiency > 0.0 && r.efficiency <= 1.0 + 1e-12,
+        "{name}: efficiency {}",
+        r.efficiency
+    );
     // Utilisations are fractions.
-    for (what, v) in [("aic", r.aic_busy), ("aiv", r.aiv_busy), ("cube", r.cube_mac_utilisation), ("link", r.link_busy), ("hbm", r.hbm_utilisation)] {
+    for (what, v) in [
+        ("aic", r.aic_busy),
+        ("aiv", r.aiv_busy),
+        ("cube", r.cube_mac_utilisation),
+        ("link", r.link_busy),
+        ("hbm", r.hbm_utilisation),
+    ] {
         assert!((0.0..=1.0 + 1e-9).contains(&v), "{name}: {what} utilisation {v}");
     }
     let _ = p;
@@ -171,7 +244,11 @@ fn invariants_on_every_example_and_policy() {
     for f in &files {
         let p = program_file(f, &small(f));
         for pol in Policy::all() {
-            let name = format!("{} under {}", f.file_name().and_then(|x| x.to_str()).unwrap_or("?"), pol.name());
+            let name = format!(
+                "{} under {}",
+                f.file_name().and_then(|x| x.to_str()).unwrap_or("?"),
+                pol.name()
+            );
             let c = compile(&p, Some(pol), f.parent());
             let (s, r) = simulated(&p, &c, true);
             check_invariants(&name, &p, &c, &s, &r);
@@ -207,7 +284,13 @@ fn runs_are_byte_identical() {
             workload: &s.workload,
             result: &s.result,
         };
-        let svg = hpmoe_sim::gantt::to_string(&run, &Filter { ranks: Some(vec![0, 1]), window: None });
+        let svg = hpmoe_sim::gantt::to_string(
+            &run,
+            &Filter {
+                ranks: Some(vec![0, 1]),
+                window: None,
+            },
+        );
         (json, r.human(), trace, svg)
     };
     for pol in Policy::all() {
@@ -239,7 +322,11 @@ fn the_trace_is_chrome_json() {
             }
         }
     }
-    assert_eq!(kinds.get("X").copied().unwrap_or(0), c.graph.len(), "one X event per task");
+    assert_eq!(
+        kinds.get("X").copied().unwrap_or(0),
+        c.graph.len(),
+        "one X event per task"
+    );
     for k in ["M", "s", "f", "C"] {
         assert!(kinds.get(k).copied().unwrap_or(0) > 0, "no `{k}` events: {kinds:?}");
     }
@@ -276,7 +363,13 @@ fn the_gantt_chart_is_svg_with_a_legend() {
         workload: &s.workload,
         result: &s.result,
     };
-    let svg = hpmoe_sim::gantt::to_string(&run, &Filter { ranks: Some(vec![0]), window: None });
+    let svg = hpmoe_sim::gantt::to_string(
+        &run,
+        &Filter {
+            ranks: Some(vec![0]),
+            window: None,
+        },
+    );
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     for call in ["xd (dispatch", "h (gmm", "a (swiglu", "y (gmm", "out (combine"] {
         assert!(svg.contains(call), "legend misses {call}");
@@ -313,7 +406,11 @@ fn one_gmm_tile_alone_equals_the_formula() {
     let compute = flops / (m.cube_flops);
     let memory = bytes_in / m.core_hbm[AIC] + bytes_out / m.core_l2_write[AIC];
     let expected = m.kernel_launch + m.task_overhead + compute.max(memory);
-    assert!(close(s.result.end[0], expected, 1e-12), "{} vs {expected}", s.result.end[0]);
+    assert!(
+        close(s.result.end[0], expected, 1e-12),
+        "{} vs {expected}",
+        s.result.end[0]
+    );
     assert!(close(s.result.makespan, expected, 1e-12));
     assert!(close(s.result.miss[0] as f64, bytes_in, 1e-6));
 }
@@ -346,7 +443,9 @@ fn one_put_alone_equals_latency_plus_bytes_over_bandwidth() {
     let (s, _) = simulated(&p, &c, false);
     let (g, w, res, m) = (&c.graph, &s.workload, &s.result, &s.model);
     // The remote put of rank 0.
-    let put = (0..g.len()).find(|&t| g.rank[t] == 0 && !w.task_flows(t).is_empty()).expect("a remote put");
+    let put = (0..g.len())
+        .find(|&t| g.rank[t] == 0 && !w.task_flows(t).is_empty())
+        .expect("a remote put");
     let bytes = w.remote_bytes(put);
     assert!(close(bytes, 256.0 * 512.0 * 2.0, 1e-12), "{bytes}");
     let read = w.read_total[put];
@@ -354,13 +453,21 @@ fn one_put_alone_equals_latency_plus_bytes_over_bandwidth() {
     let link = bytes / m.link_egress;
     assert!(read / m.core_hbm[AIV] < fill + link, "the link must dominate");
     let dur = res.end[put] - res.start[put];
-    assert!(close(dur, m.task_overhead + fill + link, 1e-12), "{dur} vs {}", m.task_overhead + fill + link);
+    assert!(
+        close(dur, m.task_overhead + fill + link, 1e-12),
+        "{dur} vs {}",
+        m.task_overhead + fill + link
+    );
     // Its consumers on rank 1 start when its signal lands: latency after the put ended.
     let first_consumer = (0..g.len())
         .filter(|&t| g.preds(t).contains(&(put as u32)))
         .map(|t| res.start[t])
         .fold(f64::INFINITY, f64::min);
-    assert!(close(first_consumer - res.start[put], m.task_overhead + fill + link + m.link_latency, 1e-12));
+    assert!(close(
+        first_consumer - res.start[put],
+        m.task_overhead + fill + link + m.link_latency,
+        1e-12
+    ));
 }
 
 const CHAIN: &str = r#"
@@ -385,12 +492,17 @@ fn a_chain_of_tasks_equals_the_sum() {
     let (res, m) = (&s.result, &s.model);
     let bytes = 64.0 * 1024.0 * 2.0;
     let compute = 64.0 * 1024.0 * 2.0 / m.vector_bytes * 1.0; // one op per element, 2-byte elements
-    // The first reads its input from HBM, the others their producer's output from L2.
+                                                              // The first reads its input from HBM, the others their producer's output from L2.
     let first = m.task_overhead + compute.max(bytes / m.core_hbm[AIV] + bytes / m.core_l2_write[AIV]);
     let next = m.task_overhead + compute.max(bytes / m.core_l2_read[AIV] + bytes / m.core_l2_write[AIV]);
     let durations = [first, next, next];
     for t in 0..3 {
-        assert!(close(res.end[t] - res.start[t], durations[t], 1e-12), "task {t}: {} vs {}", res.end[t] - res.start[t], durations[t]);
+        assert!(
+            close(res.end[t] - res.start[t], durations[t], 1e-12),
+            "task {t}: {} vs {}",
+            res.end[t] - res.start[t],
+            durations[t]
+        );
     }
     let expected = m.kernel_launch + durations.iter().sum::<f64>() + 2.0 * m.event_latency;
     assert!(close(res.makespan, expected, 1e-12), "{} vs {expected}", res.makespan);
@@ -400,7 +512,13 @@ fn a_chain_of_tasks_equals_the_sum() {
 fn hotspot_program(dir: &Path, ranks: usize) -> Program {
     let tokens = 256;
     let data = vec![0.0; ranks * tokens];
-    hpmoe_dsl::npy::write(&dir.join("routes.npy"), hpmoe_dsl::npy::NpyType::I32, &[ranks, tokens, 1], &data).expect("write npy");
+    hpmoe_dsl::npy::write(
+        &dir.join("routes.npy"),
+        hpmoe_dsl::npy::NpyType::I32,
+        &[ranks, tokens, 1],
+        &data,
+    )
+    .expect("write npy");
     let text = format!(
         r#"
 import std::moe::dispatch;
@@ -514,7 +632,10 @@ fn a_schedule_that_cannot_progress_ends_with_a_wait_for_report() {
     let text = format!("{} {:?}", d.message, d.notes);
     assert!(text.contains("1 of 2 signals"), "{text}");
     // Through the convenience API it is an error, not a panic.
-    assert!(matches!(sim::simulate_compiled(&p, &p.taskflows[0], &c, SimOptions::default()), Err(SimError::Stall(_))));
+    assert!(matches!(
+        sim::simulate_compiled(&p, &p.taskflows[0], &c, SimOptions::default()),
+        Err(SimError::Stall(_))
+    ));
 }
 
 // ---- command line -----------------------------------------------------------------------
@@ -528,7 +649,16 @@ fn hpmoe() -> assert_cmd::Command {
 #[test]
 fn cli_run_reports_and_compares() {
     let out = hpmoe()
-        .args(["run", "examples/deepseek_v3_ep4_fwd.hpm", "--set", "tokens=256", "--format", "json", "--compare", "kernel_by_kernel"])
+        .args([
+            "run",
+            "examples/deepseek_v3_ep4_fwd.hpm",
+            "--set",
+            "tokens=256",
+            "--format",
+            "json",
+            "--compare",
+            "kernel_by_kernel",
+        ])
         .output()
         .expect("runs");
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -539,16 +669,37 @@ fn cli_run_reports_and_compares() {
     assert_eq!(cmp["base"], "kernel_by_kernel");
     assert_eq!(cmp["other"], "interleaved");
     let speedup = cmp["speedup"].as_f64().expect("speedup");
-    let (b, o) = (cmp["base_latency_us"].as_f64().unwrap_or(0.0), cmp["other_latency_us"].as_f64().unwrap_or(1.0));
+    let (b, o) = (
+        cmp["base_latency_us"].as_f64().unwrap_or(0.0),
+        cmp["other_latency_us"].as_f64().unwrap_or(1.0),
+    );
     assert!(close(speedup, b / o, 1e-12));
-    for key in ["latency_us", "lower_bound_us", "efficiency", "phases", "per_rank", "engines", "memory", "communication"] {
+    for key in [
+        "latency_us",
+        "lower_bound_us",
+        "efficiency",
+        "phases",
+        "per_rank",
+        "engines",
+        "memory",
+        "communication",
+    ] {
         assert!(!v["runs"][0][key].is_null(), "missing {key}");
     }
     // Human output: tables.
-    let out = hpmoe().args(["run", "examples/deepseek_v3_ep4_fwd.hpm", "--set", "tokens=256"]).output().expect("runs");
+    let out = hpmoe()
+        .args(["run", "examples/deepseek_v3_ep4_fwd.hpm", "--set", "tokens=256"])
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    for s in ["Dispatch-to-Combine latency", "lower bound", "phases (op calls)", "per rank", "L2 hit rate"] {
+    for s in [
+        "Dispatch-to-Combine latency",
+        "lower bound",
+        "phases (op calls)",
+        "per rank",
+        "L2 hit rate",
+    ] {
         assert!(text.contains(s), "no `{s}` in:\n{text}");
     }
 }
@@ -559,7 +710,18 @@ fn cli_run_writes_traces_and_charts() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let (tr, gt) = (dir.join("t.json"), dir.join("g.svg"));
     let out = hpmoe()
-        .args(["run", "examples/deepseek_v3_ep4_fwd.hpm", "--set", "tokens=256", "--policy", "expert_level", "--trace-ranks", "0,2", "--trace-window", "0..300"])
+        .args([
+            "run",
+            "examples/deepseek_v3_ep4_fwd.hpm",
+            "--set",
+            "tokens=256",
+            "--policy",
+            "expert_level",
+            "--trace-ranks",
+            "0,2",
+            "--trace-window",
+            "0..300",
+        ])
         .arg("--trace")
         .arg(&tr)
         .arg("--gantt")
@@ -568,7 +730,12 @@ fn cli_run_writes_traces_and_charts() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&tr).expect("trace")).expect("trace json");
-    let pids: std::collections::BTreeSet<i64> = v["traceEvents"].as_array().expect("events").iter().filter_map(|e| e["pid"].as_i64()).collect();
+    let pids: std::collections::BTreeSet<i64> = v["traceEvents"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["pid"].as_i64())
+        .collect();
     assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![0, 2]);
     let svg = std::fs::read_to_string(&gt).expect("chart");
     assert!(svg.contains("rank 0") && svg.contains("rank 2") && !svg.contains("rank 1<"));
@@ -578,12 +745,18 @@ fn cli_run_writes_traces_and_charts() {
 #[test]
 fn cli_run_errors_have_exit_codes() {
     let code = |args: &[&str]| hpmoe().args(args).output().expect("runs").status.code();
-    assert_eq!(code(&["run", "examples/geglu.hpm", "--policy", "kernel_by_kernal"]), Some(2));
+    assert_eq!(
+        code(&["run", "examples/geglu.hpm", "--policy", "kernel_by_kernal"]),
+        Some(2)
+    );
     assert_eq!(code(&["run", "examples/geglu.hpm", "--trace-ranks", "x"]), Some(2));
     assert_eq!(code(&["run", "examples/geglu.hpm", "--trace-window", "5..2"]), Some(2));
     assert_eq!(code(&["run", "examples/geglu.hpm", "--trace-ranks", "9"]), Some(2));
     assert_eq!(code(&["run", "examples/no_such_file.hpm"]), Some(1));
     assert_eq!(code(&["run", "examples/geglu.hpm", "--taskflow", "nope"]), Some(1));
-    assert_eq!(code(&["run", "examples/geglu.hpm", "--set", "device.link_efficiency=2 GB/s"]), Some(1));
+    assert_eq!(
+        code(&["run", "examples/geglu.hpm", "--set", "device.link_efficiency=2 GB/s"]),
+        Some(1)
+    );
     assert_eq!(code(&["run"]), Some(2));
 }

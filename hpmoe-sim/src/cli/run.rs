@@ -46,7 +46,9 @@ fn usage(msg: String) -> i32 {
 
 /// The taskflows to run: `--taskflow`, else all.
 fn selected<'p>(p: &'p Program, name: Option<&str>) -> Result<Vec<&'p Taskflow>, Diagnostic> {
-    let Some(name) = name else { return Ok(p.taskflows.iter().collect()) };
+    let Some(name) = name else {
+        return Ok(p.taskflows.iter().collect());
+    };
     match p.taskflow(name) {
         Some(t) => Ok(vec![t]),
         None => {
@@ -67,7 +69,14 @@ struct Done {
 
 /// Lowers, schedules and simulates a taskflow under a policy; writes the trace and chart if
 /// asked. Errors carry the exit code.
-fn one(p: &Program, tf: &Taskflow, policy: Option<&str>, o: &RunCli, sources: &SourceMap, outputs: Option<&Filter>) -> Result<Done, i32> {
+fn one(
+    p: &Program,
+    tf: &Taskflow,
+    policy: Option<&str>,
+    o: &RunCli,
+    sources: &SourceMap,
+    outputs: Option<&Filter>,
+) -> Result<Done, i32> {
     let spec = policy_for(p, &tf.name, policy).map_err(|d| {
         print_diags(&[d], sources, o.format);
         2
@@ -164,7 +173,10 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     };
     if let Some(max) = filter.ranks.as_ref().and_then(|v| v.last()) {
         if *max as u64 >= p.device.ranks() {
-            return usage(format!("--trace-ranks names rank {max}, but the device has {} ranks", p.device.ranks()));
+            return usage(format!(
+                "--trace-ranks names rank {max}, but the device has {} ranks",
+                p.device.ranks()
+            ));
         }
     }
     let tfs = match selected(&p, o.taskflow) {
@@ -175,12 +187,22 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         }
     };
     if tfs.is_empty() {
-        print_diags(&[Diagnostic::error(Code::NoTaskflow, "the program has no taskflow to run")], &sources, o.format);
+        print_diags(
+            &[Diagnostic::error(
+                Code::NoTaskflow,
+                "the program has no taskflow to run",
+            )],
+            &sources,
+            o.format,
+        );
         return 1;
     }
     let wants_outputs = o.trace.is_some() || o.gantt.is_some();
     if wants_outputs && tfs.len() > 1 && o.format == Format::Human {
-        eprintln!("note: the trace and chart show taskflow `{}`; choose one with --taskflow", tfs[0].name);
+        eprintln!(
+            "note: the trace and chart show taskflow `{}`; choose one with --taskflow",
+            tfs[0].name
+        );
     }
     let mut runs: Vec<Report> = Vec::new();
     let mut comparisons: Vec<Comparison> = Vec::new();

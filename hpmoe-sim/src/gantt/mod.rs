@@ -45,7 +45,10 @@ fn nice_step(span: f64) -> f64 {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// Writes the chart.
@@ -87,7 +90,11 @@ pub fn to_string(run: &Run, filter: &Filter) -> String {
         r.makespan * 1e6,
         ranks.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
     );
-    let _ = writeln!(o, "<text x=\"{LEFT}\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>", esc(&title));
+    let _ = writeln!(
+        o,
+        "<text x=\"{LEFT}\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>",
+        esc(&title)
+    );
     // Legend.
     for (i, node) in tf.nodes.iter().enumerate() {
         let (row, col) = (i / per_row, i % per_row);
@@ -109,12 +116,22 @@ pub fn to_string(run: &Run, filter: &Filter) -> String {
     let step = nice_step(span * 1e6);
     let axis_y = plot_top - 6.0;
     let bottom = height - 10.0;
-    let _ = writeln!(o, "<line x1=\"{LEFT}\" y1=\"{axis_y}\" x2=\"{}\" y2=\"{axis_y}\" stroke=\"black\"/>", LEFT + plot_w);
+    let _ = writeln!(
+        o,
+        "<line x1=\"{LEFT}\" y1=\"{axis_y}\" x2=\"{}\" y2=\"{axis_y}\" stroke=\"black\"/>",
+        LEFT + plot_w
+    );
     let mut k = (t0 * 1e6 / step).ceil();
     while k * step <= t1 * 1e6 + 1e-9 {
         let tu = k * step;
         let x = x_of(tu * 1e-6);
-        let label = if step >= 1000.0 { format!("{:.0} ms", tu / 1000.0) } else if step >= 1.0 { format!("{tu:.0} us") } else { format!("{tu} us") };
+        let label = if step >= 1000.0 {
+            format!("{:.0} ms", tu / 1000.0)
+        } else if step >= 1.0 {
+            format!("{tu:.0} us")
+        } else {
+            format!("{tu} us")
+        };
         let _ = writeln!(
             o,
             "<line x1=\"{x:.1}\" y1=\"{axis_y}\" x2=\"{x:.1}\" y2=\"{bottom}\" stroke=\"#dddddd\"/><text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{label}</text>",
@@ -126,14 +143,25 @@ pub fn to_string(run: &Run, filter: &Filter) -> String {
     let mut lane_y = vec![f64::NAN; (g.ranks * cpr) as usize];
     let mut y = plot_top;
     for &rank in &ranks {
-        let _ = writeln!(o, "<text x=\"4\" y=\"{:.1}\" font-weight=\"bold\">rank {rank}</text>", y + 10.0);
+        let _ = writeln!(
+            o,
+            "<text x=\"4\" y=\"{:.1}\" font-weight=\"bold\">rank {rank}</text>",
+            y + 10.0
+        );
         for l in 0..cpr {
             let core = rank * cpr + l;
             lane_y[core as usize] = y;
             if l % 2 == 1 {
-                let _ = writeln!(o, "<rect x=\"{LEFT}\" y=\"{y:.1}\" width=\"{plot_w}\" height=\"{lane_h}\" fill=\"#f4f4f4\"/>");
+                let _ = writeln!(
+                    o,
+                    "<rect x=\"{LEFT}\" y=\"{y:.1}\" width=\"{plot_w}\" height=\"{lane_h}\" fill=\"#f4f4f4\"/>"
+                );
             }
-            let every = if lane_h >= 9.0 { 1 } else { (9.0 / lane_h).ceil() as u32 * 2 };
+            let every = if lane_h >= 9.0 {
+                1
+            } else {
+                (9.0 / lane_h).ceil() as u32 * 2
+            };
             if l % every == 0 && l > 0 || (l == 0 && lane_h >= 9.0) {
                 let _ = writeln!(
                     o,

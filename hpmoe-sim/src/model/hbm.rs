@@ -130,7 +130,14 @@ impl Hbm {
     /// At `now` on die `d`: dirty bytes `writeback` evicted from L2 must go back to HBM,
     /// and a task's job (class, task, bytes) joins, if given. A finish event to schedule, if
     /// any, goes to `wakes` as (die, time, generation).
-    pub fn update(&mut self, d: usize, now: f64, writeback: f64, job: Option<(usize, u32, f64)>, wakes: &mut Vec<(u32, f64, u32)>) {
+    pub fn update(
+        &mut self,
+        d: usize,
+        now: f64,
+        writeback: f64,
+        job: Option<(usize, u32, f64)>,
+        wakes: &mut Vec<(u32, f64, u32)>,
+    ) {
         if writeback <= 0.0 && job.is_none() {
             return;
         }
@@ -253,7 +260,9 @@ impl Hbm {
     /// The die's current throughput (B/s).
     pub fn throughput(&self, d: usize) -> f64 {
         let die = &self.dies[d];
-        (0..CLASSES).map(|k| die.n[k] as f64 * if die.n[k] > 0 { die.rate[k] } else { 0.0 }).sum()
+        (0..CLASSES)
+            .map(|k| die.n[k] as f64 * if die.n[k] > 0 { die.rate[k] } else { 0.0 })
+            .sum()
     }
 
     /// Bytes moved by die `d` so far (integrated), of which write-backs requested.

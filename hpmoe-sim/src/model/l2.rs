@@ -20,7 +20,6 @@
 
 use std::collections::VecDeque;
 
-
 /// Residency states (bit flags).
 const RESIDENT: u8 = 1;
 const DIRTY: u8 = 2;

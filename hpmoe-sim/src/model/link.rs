@@ -243,7 +243,9 @@ impl Links {
         let first = done.len();
         loop {
             let pr = &self.pairs[pu];
-            let Some(&Reverse((vf, f))) = pr.flows.peek() else { break };
+            let Some(&Reverse((vf, f))) = pr.flows.peek() else {
+                break;
+            };
             let vf = f64::from_bits(vf);
             // Delivered, or so close that no time step would change anything.
             let left = vf - pr.virt;

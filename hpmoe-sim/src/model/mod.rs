@@ -109,8 +109,13 @@ impl DeviceModel {
     pub fn new(d: &Device) -> Result<DeviceModel, String> {
         for f in FIELDS {
             let v = d.get(f);
-            if !v.is_finite() || v < 0.0 || (v == 0.0 && !f.ends_with("latency") && *f != "kernel_launch" && *f != "task_overhead") {
-                return Err(format!("device field `{f}` = {v} cannot be simulated: it must be positive"));
+            if !v.is_finite()
+                || v < 0.0
+                || (v == 0.0 && !f.ends_with("latency") && *f != "kernel_launch" && *f != "task_overhead")
+            {
+                return Err(format!(
+                    "device field `{f}` = {v} cannot be simulated: it must be positive"
+                ));
             }
         }
         let ranks = d.get("ranks") as u32;

@@ -89,7 +89,7 @@ pub struct Env<'a, T> {
     pub out_of_range: bool,
 }
 
-fn layout<'a>(g: &'a TaskGraph, r: hpmoe_dsl::ir::RouteId) -> Option<&'a RouteLayout> {
+fn layout(g: &TaskGraph, r: hpmoe_dsl::ir::RouteId) -> Option<&RouteLayout> {
     g.layouts.get(r.0 as usize).and_then(|l| l.as_ref())
 }
 

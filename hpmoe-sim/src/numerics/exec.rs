@@ -23,7 +23,10 @@ pub struct Race {
 
 /// Iterates the points of a statement: `dims` are (variable, lo, hi); `sparse` are (token
 /// variable, choice variable, entries) for a sending put.
-fn for_points<T: Num>(env: &mut Env<T>, dims: &[(usize, i64, i64)], sparse: Option<(usize, usize, &[(u32, u32, u32)])>, f: &mut impl FnMut(&mut Env<T>)) {
+/// The (token variable, choice variable, entries) of a sending put.
+type Sparse<'a> = Option<(usize, usize, &'a [(u32, u32, u32)])>;
+
+fn for_points<T: Num>(env: &mut Env<T>, dims: &[(usize, i64, i64)], sparse: Sparse<'_>, f: &mut impl FnMut(&mut Env<T>)) {
     if dims.iter().any(|&(_, lo, hi)| hi <= lo) {
         return;
     }
@@ -144,6 +147,7 @@ impl Order<'_> {
 }
 
 /// Runs every task in `order` (a start order of the schedule) on `stores` (inputs filled).
+#[allow(clippy::too_many_arguments)]
 pub fn execute_tiled(
     program: &hpmoe_dsl::ir::Program,
     tf: &Taskflow,

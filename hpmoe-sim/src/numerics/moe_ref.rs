@@ -98,7 +98,7 @@ fn activation(p: &Program, tf: &Taskflow, g: &TaskGraph, act: &hpmoe_dsl::ir::No
     out
 }
 
-fn weight_block<'a>(w: &'a TensorStore<f64>, rank: usize, el: usize) -> (&'a [f64], usize, usize) {
+fn weight_block(w: &TensorStore<f64>, rank: usize, el: usize) -> (&[f64], usize, usize) {
     let s = &w.shape[rank];
     let (k, n) = (s[1], s[2]);
     (&w.data[rank][el * k * n..(el + 1) * k * n], k, n)

@@ -102,6 +102,7 @@ mod tests {
         // 1 + 2^-8 is exactly halfway between bf16 neighbours 1 and 1 + 2^-7: ties to even.
         assert_eq!(round_bf16(1.0 + 1.0 / 256.0), 1.0);
         assert_eq!(round_bf16(1.0 + 3.0 / 256.0), 1.0 + 1.0 / 64.0);
-        assert!((round_bf16(3.14159) - 3.140625).abs() < 1e-6);
+        assert_eq!(round_bf16(1.5 + 1.0 / 512.0), 1.5);
+        assert_eq!(round_bf16(-3.0 - 3.0 / 128.0), -3.0 - 1.0 / 32.0);
     }
 }

@@ -47,7 +47,8 @@ impl Bounds {
             (self.link, "link traffic"),
             (self.critical_path, "critical path"),
         ];
-        all.iter().fold((0.0, "critical path"), |a, &(v, k)| if v > a.0 { (v, k) } else { a })
+        all.iter()
+            .fold((0.0, "critical path"), |a, &(v, k)| if v > a.0 { (v, k) } else { a })
     }
 }
 
@@ -174,7 +175,9 @@ impl Comparison {
 /// launches after barriers. Tasks on a dependency cycle (never ready) are left out.
 pub fn critical_path(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -> f64 {
     let n = w.tasks();
-    let mut indeg: Vec<u32> = (0..n).map(|t| s.waits.row(t).iter().filter(|&&c| s.threshold[c as usize] > 0).count() as u32).collect();
+    let mut indeg: Vec<u32> = (0..n)
+        .map(|t| s.waits.row(t).iter().filter(|&&c| s.threshold[c as usize] > 0).count() as u32)
+        .collect();
     let mut est = vec![w.start_time; n];
     let mut ready = vec![0.0f64; s.threshold.len()];
     let mut count = vec![0u32; s.threshold.len()];
@@ -187,7 +190,11 @@ pub fn critical_path(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) 
         best = best.max(fin);
         for &c in s.signals.row(t) {
             let c = c as usize;
-            let lat = if s.counter_rank[c] == rank[t] { m.event_latency } else { m.link_latency };
+            let lat = if s.counter_rank[c] == rank[t] {
+                m.event_latency
+            } else {
+                m.link_latency
+            };
             ready[c] = ready[c].max(fin + lat);
             count[c] += 1;
             if count[c] == s.threshold[c] {
@@ -276,13 +283,25 @@ fn options(s: &Schedule, aiv_used: u32) -> Vec<(String, String)> {
 
 impl Report {
     /// Measures a simulated schedule.
-    pub fn new(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Schedule, w: &Workload, m: &DeviceModel, r: &SimResult) -> Report {
+    pub fn new(
+        program: &Program,
+        tf: &Taskflow,
+        g: &TaskGraph,
+        s: &Schedule,
+        w: &Workload,
+        m: &DeviceModel,
+        r: &SimResult,
+    ) -> Report {
         let n = w.tasks();
         let ranks = w.ranks as usize;
         let makespan = r.makespan.max(f64::MIN_POSITIVE);
         let cpr = s.cores_per_rank();
         let aiv_used = (0..ranks as u32)
-            .map(|rk| (s.aic_cores..cpr).filter(|&l| !s.queues.row((rk * cpr + l) as usize).is_empty()).count() as u32)
+            .map(|rk| {
+                (s.aic_cores..cpr)
+                    .filter(|&l| !s.queues.row((rk * cpr + l) as usize).is_empty())
+                    .count() as u32
+            })
             .max()
             .unwrap_or(0);
         // Engines.
@@ -546,7 +565,15 @@ impl Report {
             let _ = writeln!(
                 o,
                 "    {:>4} {:>11} {:>9} {:>9} {:>10} {:>11} {:>12} {:>9} {:>9}",
-                "rank", "latency us", "AIC busy", "AIV busy", "comm us", "exposed us", "vec-only us", "sent MB", "recv MB"
+                "rank",
+                "latency us",
+                "AIC busy",
+                "AIV busy",
+                "comm us",
+                "exposed us",
+                "vec-only us",
+                "sent MB",
+                "recv MB"
             );
             for (i, r) in self.per_rank.iter().enumerate() {
                 let _ = writeln!(
@@ -573,7 +600,11 @@ impl Report {
     pub fn json(&self) -> J {
         let us = 1e6;
         let b = &self.bounds;
-        let opts: serde_json::Map<String, J> = self.options.iter().map(|(k, v)| (k.clone(), J::String(v.clone()))).collect();
+        let opts: serde_json::Map<String, J> = self
+            .options
+            .iter()
+            .map(|(k, v)| (k.clone(), J::String(v.clone())))
+            .collect();
         let comm = self.comm_mean();
         let exposed = self.exposed_mean();
         json!({

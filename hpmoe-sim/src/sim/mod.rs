@@ -235,7 +235,11 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
     let counters = s.threshold.len();
     let cores = s.queues.len();
     let unsat = w.plan.waits.clone();
-    let counter_time: Vec<f64> = s.threshold.iter().map(|&th| if th == 0 { w.start_time } else { f64::INFINITY }).collect();
+    let counter_time: Vec<f64> = s
+        .threshold
+        .iter()
+        .map(|&th| if th == 0 { w.start_time } else { f64::INFINITY })
+        .collect();
     let mut sim = Sim {
         w,
         s,
@@ -515,7 +519,8 @@ impl Sim<'_> {
         done.clear();
         let mut wakes = std::mem::take(&mut self.wakes);
         wakes.clear();
-        self.links.fire(pair, gen, self.now, &self.w.flow_bytes, &mut done, &mut wakes);
+        self.links
+            .fire(pair, gen, self.now, &self.w.flow_bytes, &mut done, &mut wakes);
         self.link_wakes(&wakes, pair);
         self.wakes = wakes;
         for &f in &done {
@@ -580,7 +585,11 @@ impl Sim<'_> {
     fn deliver(&mut self, i: usize, local: bool) {
         let w = self.w;
         let info = &w.plan.info[i];
-        let (a, b) = if local { (info.sigs, info.sig_split) } else { (info.sig_split, info.sig_end) };
+        let (a, b) = if local {
+            (info.sigs, info.sig_split)
+        } else {
+            (info.sig_split, info.sig_end)
+        };
         let sched = self.s;
         for &k in &w.plan.sig[a as usize..b as usize] {
             let k = k as usize;
@@ -631,8 +640,19 @@ impl Sim<'_> {
                 continue;
             }
             let t = plan.info[plan.queue[p] as usize].task;
-            if let Some(&k) = s.waits.row(t as usize).iter().find(|&&k| self.count[k as usize] < s.threshold[k as usize]) {
-                let missing: Vec<u32> = signallers.row(k as usize).iter().copied().filter(|&x| self.r.end[x as usize].is_nan()).take(MISSING).collect();
+            if let Some(&k) = s
+                .waits
+                .row(t as usize)
+                .iter()
+                .find(|&&k| self.count[k as usize] < s.threshold[k as usize])
+            {
+                let missing: Vec<u32> = signallers
+                    .row(k as usize)
+                    .iter()
+                    .copied()
+                    .filter(|&x| self.r.end[x as usize].is_nan())
+                    .take(MISSING)
+                    .collect();
                 waits.push(StallWait {
                     core: c as u32,
                     task: t,
@@ -691,7 +711,11 @@ pub fn simulate_compiled(
     let model = DeviceModel::new(&program.device).map_err(SimError::Model)?;
     let workload = Workload::new(program, tf, &c.graph, &c.schedule, &model);
     let result = simulate(&workload, &c.schedule, &model, opts).map_err(SimError::Stall)?;
-    Ok(Simulated { model, workload, result })
+    Ok(Simulated {
+        model,
+        workload,
+        result,
+    })
 }
 
 /// The wait-for report of a stalled schedule as a diagnostic (E1305).
@@ -706,7 +730,12 @@ pub fn stall_diagnostic(
     let pos = queue_positions(s, g.len());
     let where_ = |t: u32| {
         let c = s.core[t as usize];
-        format!("{} of rank {} at queue position {}", s.core_name(c), s.core_rank(c), pos[t as usize])
+        format!(
+            "{} of rank {} at queue position {}",
+            s.core_name(c),
+            s.core_rank(c),
+            pos[t as usize]
+        )
     };
     let mut d = hpmoe_dsl::Diagnostic::error(
         hpmoe_dsl::Code::Deadlock,
@@ -720,7 +749,10 @@ pub fn stall_diagnostic(
         ),
     );
     if let Some(first) = st.waits.first() {
-        d = d.primary(tf.nodes[g.node[first.task as usize] as usize].span, "a task of this call waits forever");
+        d = d.primary(
+            tf.nodes[g.node[first.task as usize] as usize].span,
+            "a task of this call waits forever",
+        );
     }
     for wt in &st.waits {
         let mut note = format!(
@@ -738,7 +770,11 @@ pub fn stall_diagnostic(
             for &m in &wt.missing {
                 let _ = std::fmt::Write::write_fmt(
                     &mut note,
-                    format_args!("; it waits for {} queued on {}", describe(program, tf, g, m as usize), where_(m)),
+                    format_args!(
+                        "; it waits for {} queued on {}",
+                        describe(program, tf, g, m as usize),
+                        where_(m)
+                    ),
                 );
             }
         }

@@ -154,7 +154,9 @@ fn real_rows(l: &RouteLayout, rank: usize, lo: i64, hi: i64) -> f64 {
 fn send_rows(g: &TaskGraph, t: usize) -> Option<Vec<i64>> {
     let nt = &g.nodes[g.node[t] as usize];
     let d = nt.dims.iter().position(|d| matches!(d.kind, DimKind::Send { .. }))?;
-    let DimKind::Send { route, .. } = nt.dims[d].kind else { return None };
+    let DimKind::Send { route, .. } = nt.dims[d].kind else {
+        return None;
+    };
     let l = g.layouts.get(route.0 as usize)?.as_ref()?;
     let c = g.chunks(t)[d];
     let rank = g.rank[t] as usize;
@@ -271,7 +273,11 @@ impl Workload {
                         for (k, i) in ix.iter().enumerate() {
                             if let Index::Group(var) = i {
                                 let name = &node.body.vars[*var].name;
-                                if let Some(d) = g.nodes[ni].dims.iter().position(|d| d.name == *name && matches!(d.kind, DimKind::Recv(_))) {
+                                if let Some(d) = g.nodes[ni]
+                                    .dims
+                                    .iter()
+                                    .position(|d| d.name == *name && matches!(d.kind, DimKind::Recv(_)))
+                                {
                                     let e = (node.inputs[input], k, d);
                                     if !v.contains(&e) {
                                         v.push(e);
@@ -302,7 +308,11 @@ impl Workload {
             }
             // Remote bytes: the lowering's count (excludes padding slots of static windows).
             let remote_total: f64 = per_rank.iter().filter(|(r, _)| *r != rank).map(|(_, b)| b).sum();
-            let remote_scale = if remote_total > 0.0 { a.remote / remote_total } else { 0.0 };
+            let remote_scale = if remote_total > 0.0 {
+                a.remote / remote_total
+            } else {
+                0.0
+            };
             let local_out = per_rank.iter().find(|(r, _)| *r == rank).map_or(0.0, |e| e.1);
             // Reads: the lowering's regions, with `group(m)` indices narrowed to the tile's
             // expert and gathers split into the rows they read.
@@ -325,7 +335,12 @@ impl Workload {
                     frac_den += rd.volume() as f64;
                 }
                 match &send {
-                    Some(tokens) if rd.ndim > 0 && rd.lo[0] == tokens.first().copied().unwrap_or(0) && rd.hi[0] == tokens.last().map_or(0, |x| x + 1) && (rd.hi[0] - rd.lo[0]) as usize > tokens.len() => {
+                    Some(tokens)
+                        if rd.ndim > 0
+                            && rd.lo[0] == tokens.first().copied().unwrap_or(0)
+                            && rd.hi[0] == tokens.last().map_or(0, |x| x + 1)
+                            && (rd.hi[0] - rd.lo[0]) as usize > tokens.len() =>
+                    {
                         for &tok in tokens.iter() {
                             let mut row = rd;
                             row.lo[0] = tok;
@@ -376,7 +391,9 @@ impl Workload {
                                         NONE
                                     }
                                 } else {
-                                    (fo[pu]..fo[pu + 1]).find(|&f| fd[f as usize] == probe.rank).map_or(NONE, |f| fb[f as usize])
+                                    (fo[pu]..fo[pu + 1])
+                                        .find(|&f| fd[f as usize] == probe.rank)
+                                        .map_or(NONE, |f| fb[f as usize])
                                 };
                                 if block != NONE {
                                     memo_arena.push((block, b));
@@ -413,7 +430,11 @@ impl Workload {
             reads.sort_by_key(|e| e.0);
             for &(b, bytes) in reads.iter() {
                 let n_runs = run_first.len();
-                let last = if n_runs > run_off[t] as usize { Some(n_runs - 1) } else { None };
+                let last = if n_runs > run_off[t] as usize {
+                    Some(n_runs - 1)
+                } else {
+                    None
+                };
                 match last {
                     Some(i) if run_first[i] + run_count[i] == b => {
                         run_count[i] += 1;
@@ -473,7 +494,9 @@ impl Workload {
         for t in 0..n {
             let c = w.class[t] as usize;
             let mem = w.read_total[t] / m.best_read_rate(c) + w.local_out[t] / m.core_l2_write[c];
-            let flows: f64 = w.flow_bytes[w.flow_off[t] as usize..w.flow_off[t + 1] as usize].iter().sum();
+            let flows: f64 = w.flow_bytes[w.flow_off[t] as usize..w.flow_off[t + 1] as usize]
+                .iter()
+                .sum();
             let link = if flows > 0.0 {
                 w.read_total[t].min(m.put_chunk_bytes) / m.best_read_rate(c) + flows / m.link_egress.min(m.link_ingress)
             } else {
@@ -493,7 +516,15 @@ impl Workload {
     }
 
     /// Renumbers the tasks in queue order and gathers what a task start needs.
-    fn build_plan(&self, g: &TaskGraph, s: &Schedule, run_off: &[u32], run_first: &[u32], run_count: &[u32], run_bytes: &[f64]) -> Plan {
+    fn build_plan(
+        &self,
+        g: &TaskGraph,
+        s: &Schedule,
+        run_off: &[u32],
+        run_first: &[u32],
+        run_count: &[u32],
+        run_bytes: &[f64],
+    ) -> Plan {
         let n = g.len();
         let mut pos = vec![NONE; n];
         let mut order: Vec<u32> = Vec::with_capacity(n);
@@ -510,7 +541,12 @@ impl Workload {
                 order.push(t as u32);
             }
         }
-        let queue: Vec<u32> = s.queues.idx.iter().map(|&t| pos.get(t as usize).copied().unwrap_or(NONE)).collect();
+        let queue: Vec<u32> = s
+            .queues
+            .idx
+            .iter()
+            .map(|&t| pos.get(t as usize).copied().unwrap_or(NONE))
+            .collect();
         let mut p = Plan {
             info: Vec::with_capacity(n),
             pos,
@@ -532,10 +568,13 @@ impl Workload {
             p.run_bytes.extend_from_slice(&run_bytes[a..b]);
             let sigs = p.sig.len() as u32;
             let rank = g.rank[t];
-            p.sig.extend(s.signals.row(t).iter().filter(|&&c| s.counter_rank[c as usize] == rank));
+            p.sig
+                .extend(s.signals.row(t).iter().filter(|&&c| s.counter_rank[c as usize] == rank));
             let sig_split = p.sig.len() as u32;
-            p.sig.extend(s.signals.row(t).iter().filter(|&&c| s.counter_rank[c as usize] != rank));
-            p.waits.push(s.waits.row(t).iter().filter(|&&c| s.threshold[c as usize] > 0).count() as u32);
+            p.sig
+                .extend(s.signals.row(t).iter().filter(|&&c| s.counter_rank[c as usize] != rank));
+            p.waits
+                .push(s.waits.row(t).iter().filter(|&&c| s.threshold[c as usize] > 0).count() as u32);
             p.info.push(TaskInfo {
                 compute: self.compute[t],
                 read_total: self.read_total[t],
@@ -554,7 +593,10 @@ impl Workload {
                 class: self.class[t],
             });
         }
-        let pairs: Vec<(u32, u32)> = (0..n).flat_map(|t| s.waits.row(t).iter().map(move |&c| (c, t as u32))).map(|(c, t)| (c, p.pos[t as usize])).collect();
+        let pairs: Vec<(u32, u32)> = (0..n)
+            .flat_map(|t| s.waits.row(t).iter().map(move |&c| (c, t as u32)))
+            .map(|(c, t)| (c, p.pos[t as usize]))
+            .collect();
         p.waiters = Csr::from_pairs(s.threshold.len(), &pairs);
         p
     }
@@ -589,7 +631,14 @@ impl Workload {
     pub fn resident_bytes(&self) -> usize {
         let n = self.tasks();
         let p = &self.plan;
-        n * (1 + 8 * 4 + 4) + p.info.len() * std::mem::size_of::<TaskInfo>() + p.pos.len() * 4 + p.queue.len() * 4 + p.run_first.len() * 16
-            + p.sig.len() * 4 + (p.waiters.idx.len() + self.waiters.idx.len()) * 8 + self.flows() * 32 + self.blocks() * 13
+        n * (1 + 8 * 4 + 4)
+            + p.info.len() * std::mem::size_of::<TaskInfo>()
+            + p.pos.len() * 4
+            + p.queue.len() * 4
+            + p.run_first.len() * 16
+            + p.sig.len() * 4
+            + (p.waiters.idx.len() + self.waiters.idx.len()) * 8
+            + self.flows() * 32
+            + self.blocks() * 13
     }
 }

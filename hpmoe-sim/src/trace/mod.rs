@@ -33,7 +33,11 @@ impl Filter {
     pub fn parse_ranks(s: &str) -> Result<Vec<u32>, String> {
         let mut out = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let num = |x: &str| x.trim().parse::<u32>().map_err(|_| format!("`{x}` is not a rank number"));
+            let num = |x: &str| {
+                x.trim()
+                    .parse::<u32>()
+                    .map_err(|_| format!("`{x}` is not a rank number"))
+            };
             match part.split_once('-') {
                 Some((a, b)) => {
                     let (a, b) = (num(a)?, num(b)?);
@@ -58,7 +62,9 @@ impl Filter {
 
     /// Parses `START..END` in microseconds (either end may be left out) into seconds.
     pub fn parse_window(s: &str) -> Result<(f64, f64), String> {
-        let (a, b) = s.split_once("..").ok_or_else(|| format!("`{s}` is not of the form START..END (microseconds)"))?;
+        let (a, b) = s
+            .split_once("..")
+            .ok_or_else(|| format!("`{s}` is not of the form START..END (microseconds)"))?;
         let num = |x: &str, d: f64| -> Result<f64, String> {
             let x = x.trim();
             if x.is_empty() {
@@ -197,7 +203,12 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
             if c >= graph_counters || s.counter_rank[c] == g.rank[t] {
                 continue;
             }
-            let Some(&x) = w.waiters.row(c).iter().min_by(|&&a, &&b| r.start[a as usize].total_cmp(&r.start[b as usize]).then(a.cmp(&b))) else {
+            let Some(&x) = w
+                .waiters
+                .row(c)
+                .iter()
+                .min_by(|&&a, &&b| r.start[a as usize].total_cmp(&r.start[b as usize]).then(a.cmp(&b)))
+            else {
                 continue;
             };
             let x = x as usize;

@@ -1,0 +1,372 @@
+//! The stage caches of a session. Each stage's result is kept under the key of what it
+//! depends on, so a re-run after a change redoes only the stages the change affects:
+//!
+//! - check: (buffer text, param/device overrides, device profile, routing) → program (or its
+//!   diagnostics). A program equal to one already checked keeps that one's id, so a setting
+//!   changed and changed back finds everything after it cached;
+//! - routing: (routings of the program, static capacity) → the materialised layouts;
+//! - compile (lower, verify, schedule, verify): (program id, taskflow, policy spec);
+//! - simulate (workload, simulation, report): (compiled id, bandwidth recording).
+//!
+//! Every cache is a short most-recently-used list.
+
+use super::session::Session;
+use crate::report::Report;
+use crate::sim::{self, SimError, SimOptions, Simulated};
+use hpmoe_dsl::check::{self, Options, Override};
+use hpmoe_dsl::diag::{self, Diagnostic};
+use hpmoe_dsl::ir::{Program, RouteSpec, Taskflow};
+use hpmoe_dsl::lower::{Csr, Layouts};
+use hpmoe_dsl::schedule::{self, Compiled, PolicySpec};
+use hpmoe_dsl::{Code, SourceMap};
+use std::cell::OnceCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+const CHECKS: usize = 8;
+const LAYOUTS: usize = 4;
+const COMPILED: usize = 6;
+const SIMS: usize = 4;
+
+/// What a check depends on.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct CheckKey {
+    pub text: Rc<str>,
+    pub overrides: Vec<Override>,
+    pub device: Option<String>,
+    pub routing: Option<String>,
+}
+
+/// A checked buffer.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    pub id: u64,
+    pub key: CheckKey,
+    pub program: Option<Rc<Program>>,
+    pub sources: Rc<SourceMap>,
+    /// Errors and warnings, sorted.
+    pub diags: Vec<Diagnostic>,
+    pub dropped: usize,
+}
+
+#[derive(Debug)]
+struct LayoutEntry {
+    routes: Vec<RouteSpec>,
+    static_capacity: bool,
+    base: Option<PathBuf>,
+    result: Result<Layouts, Diagnostic>,
+}
+
+/// A compiled taskflow under a policy.
+#[derive(Debug)]
+pub(crate) struct CompiledEntry {
+    pub id: u64,
+    prog: u64,
+    taskflow: String,
+    pub spec: PolicySpec,
+    pub result: Result<Rc<Compiled>, Vec<Diagnostic>>,
+}
+
+/// A simulated schedule with its report and what `:explain` needs, computed once.
+#[derive(Debug)]
+pub(crate) struct SimRun {
+    pub sim: Simulated,
+    pub report: Report,
+    /// Per counter: the tasks that signal it.
+    signallers: OnceCell<Csr>,
+    /// Per task: its position in its core's queue.
+    positions: OnceCell<Vec<u32>>,
+}
+
+impl SimRun {
+    pub fn signallers(&self, s: &schedule::Schedule) -> &Csr {
+        self.signallers.get_or_init(|| s.signals.transpose_into(s.threshold.len()))
+    }
+    pub fn positions(&self, s: &schedule::Schedule) -> &[u32] {
+        self.positions.get_or_init(|| sim::queue_positions(s, self.sim.result.start.len()))
+    }
+    /// Tasks in the order they started (ties by id).
+    pub fn start_order(&self) -> Vec<u32> {
+        let st = &self.sim.result.start;
+        let mut order: Vec<u32> = (0..st.len() as u32).collect();
+        order.sort_by(|&a, &b| st[a as usize].total_cmp(&st[b as usize]).then(a.cmp(&b)));
+        order
+    }
+}
+
+#[derive(Debug)]
+struct SimEntry {
+    compiled: u64,
+    record_bandwidth: bool,
+    result: Result<Rc<SimRun>, SimError>,
+}
+
+/// The caches of a session.
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    next_id: u64,
+    checks: Vec<Rc<Checked>>,
+    layouts: Vec<Rc<LayoutEntry>>,
+    compiled: Vec<Rc<CompiledEntry>>,
+    sims: Vec<Rc<SimEntry>>,
+}
+
+/// Finds an entry, moving it to the front.
+fn lookup<T>(v: &mut Vec<Rc<T>>, pred: impl Fn(&T) -> bool) -> Option<Rc<T>> {
+    let i = v.iter().position(|x| pred(x))?;
+    let x = v.remove(i);
+    v.insert(0, Rc::clone(&x));
+    Some(x)
+}
+
+fn insert<T>(v: &mut Vec<Rc<T>>, x: Rc<T>, cap: usize) {
+    v.insert(0, x);
+    v.truncate(cap);
+}
+
+impl Cache {
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+    pub fn clear(&mut self) {
+        self.checks.clear();
+        self.layouts.clear();
+        self.compiled.clear();
+        self.sims.clear();
+    }
+}
+
+/// One stage of a command: its name and how long it took (`None`: cached).
+#[derive(Clone, Debug)]
+pub(crate) struct Stage {
+    pub name: String,
+    pub took: Option<Duration>,
+}
+
+impl Session {
+    fn stage(&mut self, name: impl Into<String>, took: Option<Duration>) {
+        self.stages.push(Stage { name: name.into(), took });
+    }
+
+    /// Checks the buffer under the current settings (cached).
+    pub(crate) fn check(&mut self) -> Rc<Checked> {
+        let key = CheckKey {
+            text: Rc::clone(&self.buffer),
+            overrides: self.settings.overrides.iter().map(|(_, o)| o.clone()).collect(),
+            device: self.settings.device.clone(),
+            routing: self.settings.routing.clone(),
+        };
+        if let Some(c) = lookup(&mut self.cache.checks, |c| c.key == key) {
+            self.stage("check", None);
+            self.update_names(&c);
+            return c;
+        }
+        let t0 = Instant::now();
+        let opts = Options {
+            overrides: key.overrides.clone(),
+            device: key.device.clone(),
+            routing: key.routing.clone(),
+        };
+        let mut sources = SourceMap::new();
+        let (name, path) = self.source_name();
+        let file = sources.add(name, path, Rc::clone(&key.text).to_string());
+        let outcome = check::check_file(file, &opts, &mut sources);
+        let dropped = outcome.diagnostics.dropped();
+        let diags = outcome.diagnostics.into_vec();
+        let program = outcome.program;
+        // A program equal to one checked before (a setting changed back, an unused item
+        // added at the end) keeps its id, so what was compiled from it is found again.
+        let same = program
+            .as_ref()
+            .and_then(|p| self.cache.checks.iter().find(|c| c.program.as_deref() == Some(p)).map(|c| c.id));
+        let id = same.unwrap_or_else(|| self.cache.id());
+        let c = Rc::new(Checked {
+            id,
+            key,
+            program: program.map(Rc::new),
+            sources: Rc::new(sources),
+            diags,
+            dropped,
+        });
+        self.stage("check", Some(t0.elapsed()));
+        insert(&mut self.cache.checks, Rc::clone(&c), CHECKS);
+        // Warnings are shown when the check runs, not on every use of a cached one.
+        if c.program.is_some() && !c.diags.is_empty() {
+            self.diagnostics(&c.diags, c.dropped, &c.sources);
+        }
+        self.update_names(&c);
+        c
+    }
+
+    /// The checked program, or its errors printed.
+    pub(crate) fn program(&mut self) -> Result<Rc<Checked>, ()> {
+        if self.buffer.trim().is_empty() && self.file.is_none() {
+            self.error("no program: load one with `:load FILE` or type its definitions");
+            return Err(());
+        }
+        let c = self.check();
+        if c.program.is_none() {
+            self.diagnostics(&c.diags, c.dropped, &c.sources);
+            return Err(());
+        }
+        Ok(c)
+    }
+
+    /// The routings materialised for a policy's capacity mode (cached by the routings).
+    fn layouts(&mut self, c: &Checked, static_capacity: bool) -> Result<Layouts, ()> {
+        let Some(p) = c.program.as_deref() else { return Err(()) };
+        let base = self.file.as_ref().and_then(|f| f.parent().map(|d| d.to_path_buf()));
+        let hit = lookup(&mut self.cache.layouts, |e| {
+            e.routes == p.routes && e.static_capacity == static_capacity && e.base == base
+        });
+        let e = match hit {
+            Some(e) => {
+                self.stage("routing", None);
+                e
+            }
+            None => {
+                let t0 = Instant::now();
+                let result = hpmoe_dsl::lower::layouts(p, static_capacity, base.as_deref());
+                let e = Rc::new(LayoutEntry {
+                    routes: p.routes.clone(),
+                    static_capacity,
+                    base,
+                    result,
+                });
+                self.stage("routing", Some(t0.elapsed()));
+                insert(&mut self.cache.layouts, Rc::clone(&e), LAYOUTS);
+                e
+            }
+        };
+        match &e.result {
+            Ok(l) => Ok(Layouts::clone(l)),
+            Err(d) => {
+                let d = d.clone();
+                self.diagnostics(&[d], 0, &c.sources);
+                Err(())
+            }
+        }
+    }
+
+    /// Lowers, verifies and schedules a taskflow under a policy (cached).
+    pub(crate) fn compiled(&mut self, c: &Checked, tf: &Taskflow, spec: &PolicySpec) -> Result<Rc<CompiledEntry>, ()> {
+        let Some(p) = c.program.clone() else { return Err(()) };
+        let label = format!("compile {}", spec.policy.name());
+        let hit = lookup(&mut self.cache.compiled, |e| e.prog == c.id && e.taskflow == tf.name && e.spec == *spec);
+        let e = match hit {
+            Some(e) => {
+                self.stage(label, None);
+                e
+            }
+            None => {
+                let layouts = self.layouts(c, spec.static_capacity)?;
+                let t0 = Instant::now();
+                let result = schedule::compile(&p, tf, spec, layouts, hpmoe_dsl::lower::DEFAULT_MAX_TASKS, true).map(Rc::new);
+                let id = self.cache.id();
+                let e = Rc::new(CompiledEntry {
+                    id,
+                    prog: c.id,
+                    taskflow: tf.name.clone(),
+                    spec: spec.clone(),
+                    result,
+                });
+                self.stage(label, Some(t0.elapsed()));
+                insert(&mut self.cache.compiled, Rc::clone(&e), COMPILED);
+                e
+            }
+        };
+        if let Err(ds) = &e.result {
+            let ds = ds.clone();
+            self.diagnostics(&ds, 0, &c.sources);
+            return Err(());
+        }
+        Ok(e)
+    }
+
+    /// Simulates a compiled taskflow and builds its report (cached). A run recorded with
+    /// bandwidth samples serves a request without them.
+    pub(crate) fn simulated(&mut self, c: &Checked, tf: &Taskflow, e: &CompiledEntry, record_bandwidth: bool) -> Result<Rc<SimRun>, ()> {
+        let (Some(p), Ok(comp)) = (c.program.clone(), e.result.as_ref()) else { return Err(()) };
+        let label = format!("simulate {}", e.spec.policy.name());
+        let hit = lookup(&mut self.cache.sims, |s| s.compiled == e.id && (s.record_bandwidth || !record_bandwidth));
+        let s = match hit {
+            Some(s) => {
+                self.stage(label, None);
+                s
+            }
+            None => {
+                let t0 = Instant::now();
+                let result = sim::simulate_compiled(&p, tf, comp, SimOptions { record_bandwidth }).map(|sim| {
+                    let report = Report::new(&p, tf, &comp.graph, &comp.schedule, &sim.workload, &sim.model, &sim.result);
+                    Rc::new(SimRun {
+                        sim,
+                        report,
+                        signallers: OnceCell::new(),
+                        positions: OnceCell::new(),
+                    })
+                });
+                let s = Rc::new(SimEntry {
+                    compiled: e.id,
+                    record_bandwidth,
+                    result,
+                });
+                self.stage(label, Some(t0.elapsed()));
+                insert(&mut self.cache.sims, Rc::clone(&s), SIMS);
+                s
+            }
+        };
+        match &s.result {
+            Ok(r) => Ok(Rc::clone(r)),
+            Err(SimError::Model(msg)) => {
+                let d = Diagnostic::error(Code::BadOverride, msg.clone());
+                self.diagnostics(&[d], 0, &c.sources);
+                Err(())
+            }
+            Err(SimError::Stall(st)) => {
+                let d = sim::stall_diagnostic(&p, tf, &comp.graph, &comp.schedule, st);
+                self.diagnostics(&[d], 0, &c.sources);
+                Err(())
+            }
+        }
+    }
+
+    /// Prints diagnostics as the CLI does; errors among them mark the command as failed.
+    pub(crate) fn diagnostics(&mut self, ds: &[Diagnostic], dropped: usize, sources: &SourceMap) {
+        if ds.is_empty() {
+            return;
+        }
+        if ds.iter().any(|d| d.is_error()) {
+            self.failed_now = true;
+        }
+        let text = diag::render_all(ds, dropped, sources, self.cfg.style);
+        let _ = self.err.write_all(text.as_bytes());
+        let _ = self.err.flush();
+    }
+
+    /// The stages of the last command: `stages: check 1.2 ms, compile interleaved (cached)`.
+    pub(crate) fn print_stages(&mut self) {
+        if self.stages.is_empty() {
+            return;
+        }
+        let parts: Vec<String> = std::mem::take(&mut self.stages)
+            .into_iter()
+            .map(|s| match s.took {
+                None => format!("{} (cached)", s.name),
+                Some(d) if self.cfg.timings => format!("{} {}", s.name, fmt_duration(d)),
+                Some(_) => s.name,
+            })
+            .collect();
+        self.say(&format!("stages: {}", parts.join(", ")));
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1e3)
+    } else {
+        format!("{ms:.1} ms")
+    }
+}

@@ -1,0 +1,165 @@
+//! Input handling shared by the line editor and scripts: whether an input is complete (the
+//! parser decides: an unclosed bracket or block comment at the end means "go on on the next
+//! line"), and the session buffer's items (to add or replace a definition).
+
+use hpmoe_dsl::diag::Code;
+use hpmoe_dsl::syntax::ast::{Item, ItemKind};
+use hpmoe_dsl::syntax::lexer::tokenize;
+use hpmoe_dsl::syntax::token::{FileId, TokenKind};
+
+/// Whether `text` is a whole input. A `:command` is one line; a definition is complete unless
+/// the parser finds a bracket or a block comment still open at the end.
+pub fn is_complete(text: &str) -> bool {
+    let t = text.trim_start();
+    if t.is_empty() || t.starts_with(':') {
+        return true;
+    }
+    let (_, diags, _) = hpmoe_dsl::syntax::parse_text(text, FileId(0));
+    !diags.iter().any(|d| {
+        (d.code == Code::UnbalancedDelimiter && d.message.starts_with("unclosed"))
+            || (d.code == Code::Unterminated && d.message.contains("block comment"))
+    })
+}
+
+/// What a definition replaces when it is typed again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ItemKey {
+    /// A param, op, comm, taskflow, route, profile or signature: one namespace per file.
+    Named(String),
+    /// `schedule [TASKFLOW] = ...`.
+    Schedule(Option<String>),
+    Device,
+    /// An import, by its tokens.
+    Import(String),
+}
+
+/// The key of an item.
+pub(crate) fn item_key(item: &Item, text: &str) -> ItemKey {
+    match &item.kind {
+        ItemKind::Schedule(s) => ItemKey::Schedule(s.taskflow.as_ref().map(|i| i.name.clone())),
+        ItemKind::Device(_) => ItemKey::Device,
+        ItemKind::Import(_) => {
+            let src = text.get(item.span.lo as usize..item.span.hi as usize).unwrap_or("");
+            ItemKey::Import(src.split_whitespace().collect::<Vec<_>>().join(" "))
+        }
+        other => ItemKey::Named(other.name().map(|n| n.name.clone()).unwrap_or_default()),
+    }
+}
+
+/// How an item is named in messages: `op geglu`, `schedule for moe_ffn`, `device`.
+pub(crate) fn item_title(item: &Item, text: &str) -> String {
+    let kw = text
+        .get(item.span.lo as usize..item.span.hi as usize)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').next())
+        .unwrap_or("item")
+        .to_string();
+    match &item.kind {
+        ItemKind::Schedule(s) => match &s.taskflow {
+            Some(t) => format!("schedule for {}", t.name),
+            None => "schedule".to_string(),
+        },
+        ItemKind::Device(_) => "device".to_string(),
+        ItemKind::Import(_) => {
+            let src = text.get(item.span.lo as usize..item.span.hi as usize).unwrap_or("");
+            src.trim_end_matches(';').split_whitespace().collect::<Vec<_>>().join(" ")
+        }
+        other => format!("{kw} {}", other.name().map(|n| n.name.as_str()).unwrap_or("?")),
+    }
+}
+
+/// The items of a text with their byte ranges, each range widened to the `///` doc comments
+/// in front of the item.
+pub(crate) fn items_with_ranges(text: &str) -> Vec<(Item, std::ops::Range<usize>)> {
+    let (file, _, _) = hpmoe_dsl::syntax::parse_text(text, FileId(0));
+    let (toks, _, _) = tokenize(text, FileId(0));
+    file.items
+        .into_iter()
+        .map(|item| {
+            let lo = item.span.lo as usize;
+            let mut start = lo;
+            if let Ok(i) = toks.binary_search_by_key(&item.span.lo, |t| t.span.lo) {
+                let mut j = i;
+                while j > 0 && matches!(toks[j - 1].kind, TokenKind::Doc(_)) {
+                    j -= 1;
+                }
+                start = toks[j].span.lo as usize;
+            }
+            let end = (item.span.hi as usize).min(text.len());
+            (item, start.min(end)..end)
+        })
+        .collect()
+}
+
+/// The outcome of adding definitions to a buffer.
+#[derive(Debug)]
+pub(crate) struct Edit {
+    pub text: String,
+    /// `defined op geglu` / `replaced param tokens`, one per item.
+    pub actions: Vec<String>,
+    /// Params (re)defined, to warn when a setting overrides them.
+    pub params: Vec<String>,
+}
+
+/// Adds the items of `input` to `buffer`: an item whose key is already there replaces it in
+/// place; a new one goes at the end; an import already there is skipped.
+pub(crate) fn add_items(buffer: &str, input: &str) -> Edit {
+    let mut text = buffer.to_string();
+    let mut actions = Vec::new();
+    let mut params = Vec::new();
+    for (item, range) in items_with_ranges(input) {
+        let new_text = &input[range];
+        let key = item_key(&item, input);
+        let title = item_title(&item, input);
+        if let ItemKind::Param(p) = &item.kind {
+            params.push(p.name.name.clone());
+        }
+        let existing = items_with_ranges(&text).into_iter().find(|(it, _)| item_key(it, &text) == key);
+        match existing {
+            Some(_) if matches!(key, ItemKey::Import(_)) => actions.push(format!("{title}: already imported")),
+            Some((_, r)) => {
+                text.replace_range(r, new_text);
+                actions.push(format!("replaced {title}"));
+            }
+            None => {
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                text.push_str(new_text);
+                text.push('\n');
+                actions.push(format!("defined {title}"));
+            }
+        }
+    }
+    Edit { text, actions, params }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completeness() {
+        assert!(is_complete(":run"));
+        assert!(is_complete(":set routing = zipf(s: 1.2"));
+        assert!(is_complete("param x = 3;"));
+        assert!(is_complete("param x = 3")); // an error, not a continuation
+        assert!(!is_complete("op f<T>(x: T[M]) -> T[M] on aiv {"));
+        assert!(!is_complete("taskflow t(x: bf16[4, 4]"));
+        assert!(!is_complete("/* a comment"));
+        assert!(is_complete("op f<T>(x: T[M]) -> T[M] on aiv {\n    out[m] = x[m];\n}"));
+        assert!(is_complete("// only a comment"));
+    }
+
+    #[test]
+    fn add_and_replace() {
+        let buf = "param a = 1;\n/// doc\nparam b = 2;\n";
+        let e = add_items(buf, "/// new doc\nparam b = 3;");
+        assert_eq!(e.text, "param a = 1;\n/// new doc\nparam b = 3;\n");
+        assert_eq!(e.actions, vec!["replaced param b"]);
+        let e = add_items(&e.text, "param c = 4; schedule = interleaved;");
+        assert!(e.text.ends_with("param c = 4;\nschedule = interleaved;\n"));
+        assert_eq!(e.actions, vec!["defined param c", "defined schedule"]);
+        let e = add_items("import std::moe::*;\n", "import std::moe::*;");
+        assert_eq!(e.text, "import std::moe::*;\n");
+    }
+}
