@@ -56,7 +56,7 @@ fn compiled(case: usize) -> (Program, Compiled) {
     (p, c)
 }
 
-#[divan::bench(args = [0, 1, 2, 3, 4, 5], sample_count = 3, sample_size = 1)]
+#[divan::bench(args = [0, 1, 2, 3, 4, 5], sample_count = 10, sample_size = 1)]
 fn simulate_tasks(b: Bencher, case: usize) {
     let (p, c) = compiled(case);
     let m = DeviceModel::new(&p.device).expect("a device");

@@ -13,12 +13,16 @@
 //! 5. [`gantt`]: SVG charts of core timelines;
 //! 6. [`numerics`]: the real numbers of a schedule, compared with dense and per-token
 //!    references, with a dynamic race check;
-//! 7. [`cli`]: the command-line interface (check, lower, run, fmt, explain).
+//! 7. [`cli`]: the command-line interface (check, lower, run, fmt, explain, repl);
+//! 8. [`repl`]: the interactive session (`hpmoe repl`);
+//! 9. [`sweep`]: parameter sweeps over a grid of configurations and policies (`hpmoe sweep`).
 
 pub mod cli;
 pub mod gantt;
 pub mod model;
 pub mod numerics;
+pub mod repl;
 pub mod report;
 pub mod sim;
+pub mod sweep;
 pub mod trace;

@@ -1,7 +1,8 @@
 //! The command-line interface: arguments in (clap), output on stdout/stderr and an exit code
 //! out: 0 success, 1 a user error (diagnostics printed), 2 a usage error.
 //!
-//! Subcommands live in their own files: `lower.rs` (`hpmoe lower`), `run.rs` (`hpmoe run`).
+//! Subcommands live in their own files: `lower.rs` (`hpmoe lower`), `run.rs` (`hpmoe run`),
+//! `sweep.rs` (`hpmoe sweep`).
 
 use clap::{Parser, Subcommand, ValueEnum};
 use hpmoe_dsl::check::{self, Options, Override};
@@ -12,6 +13,7 @@ use std::path::PathBuf;
 
 mod lower;
 mod run;
+mod sweep;
 
 /// Options of `hpmoe lower` past checking.
 pub(crate) struct LowerCli<'a> {
@@ -134,6 +136,37 @@ enum Command {
         #[arg(long)]
         taskflow: Option<String>,
     },
+    /// Simulate a grid of configurations (`--vary`) under several policies in parallel;
+    /// write sweep.csv, sweep.json and SVG charts.
+    Sweep {
+        file: PathBuf,
+        /// An axis: a param (`ranks=4,8,16`), a device field (`device.link_efficiency=0.5,1`),
+        /// `device=PROFILE,...`, `schedule.OPTION=...` (a policy option, e.g.
+        /// `schedule.interleave_backward=true,false`) or `routing=...`. Values are separated by
+        /// commas outside parentheses, or by `;` when there is one
+        /// (`routing=zipf(s: 0.5);zipf(s: 1.2)`). Repeat for a cartesian grid.
+        #[arg(long, value_name = "NAME=V1,V2,...")]
+        vary: Vec<String>,
+        /// Policies, comma-separated.
+        #[arg(long, default_value = "kernel_by_kernel,expert_level,interleaved")]
+        policy: String,
+        #[command(flatten)]
+        prog: ProgramArgs,
+        /// Only this taskflow (default: the first).
+        #[arg(long)]
+        taskflow: Option<String>,
+        /// Directory for sweep.csv, sweep.json and the charts.
+        #[arg(long, default_value = "sweep-out")]
+        out: PathBuf,
+        /// Worker threads (0: one per CPU).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+        /// Refuse to lower to more tasks than this.
+        #[arg(long, default_value_t = hpmoe_dsl::lower::DEFAULT_MAX_TASKS)]
+        max_tasks: u64,
+    },
     /// Format a program in the canonical layout (in place, or check only).
     Fmt {
         files: Vec<PathBuf>,
@@ -143,6 +176,24 @@ enum Command {
         /// Print the formatted text instead of writing the file.
         #[arg(long)]
         stdout: bool,
+    },
+    /// An interactive session: load a program, set parameters, run and compare policies,
+    /// inspect tasks and queues, explain why a task waited. Reads commands from stdin when it
+    /// is not a terminal (exit code 1 if any command failed).
+    Repl {
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        prog: ProgramArgs,
+        /// Scheduling policy (default: the program's `schedule`, else interleaved).
+        #[arg(long)]
+        policy: Option<String>,
+        /// Do not print how long each stage took (also `HPMOE_REPL_NO_TIMINGS=1`).
+        #[arg(long)]
+        no_timings: bool,
+        /// Echo each command with a prompt before its output, for transcripts of scripts
+        /// (also `HPMOE_REPL_ECHO=1`).
+        #[arg(long)]
+        echo: bool,
     },
     /// Explain an error code (`hpmoe explain E0501`), or list them all.
     Explain {
@@ -294,8 +345,45 @@ fn run(cmd: Command) -> i32 {
             trace_ranks: trace_ranks.as_deref(),
             trace_window: trace_window.as_deref(),
         }),
+        Command::Sweep {
+            file,
+            vary,
+            policy,
+            prog,
+            taskflow,
+            out,
+            threads,
+            format,
+            max_tasks,
+        } => sweep::sweep(&sweep::SweepCli {
+            file: &file,
+            prog: &prog,
+            vary: &vary,
+            policy: &policy,
+            taskflow: taskflow.as_deref(),
+            out: &out,
+            threads,
+            format,
+            max_tasks,
+        }),
         Command::Fmt { files, check, stdout } => fmt(&files, check, stdout),
         Command::Explain { code, list } => explain(code.as_deref(), list),
+        Command::Repl {
+            file,
+            prog,
+            policy,
+            no_timings,
+            echo,
+        } => crate::repl::main(crate::repl::ReplOptions {
+            file,
+            set: prog.set,
+            device: prog.device,
+            routing: prog.routing,
+            policy,
+            timings: !no_timings,
+            echo,
+            graphical: style() == RenderStyle::Graphical,
+        }),
     }
 }
 

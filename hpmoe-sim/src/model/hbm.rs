@@ -138,8 +138,19 @@ impl Hbm {
         job: Option<(usize, u32, f64)>,
         wakes: &mut Vec<(u32, f64, u32)>,
     ) {
-        if writeback <= 0.0 && job.is_none() {
-            return;
+        if job.is_none() {
+            if writeback <= 0.0 {
+                return;
+            }
+            let die = &mut self.dies[d];
+            if die.n[WRITEBACK] == 1 {
+                // More demand for the running write-back: rates stay, its finish only moves
+                // later, and the pending event (if it is the one) fires early and predicts
+                // again.
+                die.writeback += writeback;
+                die.wb_finish += writeback;
+                return;
+            }
         }
         self.advance(d, now);
         let die = &mut self.dies[d];
@@ -223,17 +234,29 @@ impl Hbm {
         }
         self.dies[d].sched = f64::INFINITY;
         self.advance(d, now);
-        // A job whose remaining time is below the clock's resolution finishes now.
-        if let Some((t, k)) = self.next(d) {
-            if t <= now {
-                let die = &mut self.dies[d];
-                if k == WRITEBACK {
-                    die.virt[k] = die.virt[k].max(die.wb_finish);
-                } else if let Some(Reverse(j)) = die.jobs[k].peek() {
-                    die.virt[k] = die.virt[k].max(f64::from_bits(j.finish));
+        let mut changed = self.pop_finished(d, done);
+        if !changed {
+            // A job whose remaining time is below the clock's resolution finishes now.
+            if let Some((t, k)) = self.next(d) {
+                if t <= now {
+                    let die = &mut self.dies[d];
+                    if k == WRITEBACK {
+                        die.virt[k] = die.virt[k].max(die.wb_finish);
+                    } else if let Some(Reverse(j)) = die.jobs[k].peek() {
+                        die.virt[k] = die.virt[k].max(f64::from_bits(j.finish));
+                    }
+                    changed = self.pop_finished(d, done);
                 }
             }
         }
+        if changed {
+            self.rebalance(d);
+        }
+        self.wake(d, wakes);
+    }
+
+    /// Removes the jobs of die `d` that moved all their bytes; whether any did.
+    fn pop_finished(&mut self, d: usize, done: &mut Vec<u32>) -> bool {
         let die = &mut self.dies[d];
         let mut changed = false;
         for k in 0..2 {
@@ -251,10 +274,7 @@ impl Hbm {
             die.n[WRITEBACK] = 0;
             changed = true;
         }
-        if changed {
-            self.rebalance(d);
-        }
-        self.wake(d, wakes);
+        changed
     }
 
     /// The die's current throughput (B/s).

@@ -18,7 +18,7 @@
 //!
 //! Cost: a hit is one byte read and one written; entries and evictions are amortised O(1).
 
-use std::collections::VecDeque;
+use super::Fifo;
 
 /// Residency states (bit flags).
 const RESIDENT: u8 = 1;
@@ -30,7 +30,7 @@ pub struct L2 {
     capacity: f64,
     /// Per die: bytes held, and the ring of resident blocks (oldest first).
     used: Vec<f64>,
-    ring: Vec<VecDeque<u32>>,
+    ring: Vec<Fifo<u32>>,
     /// Per block.
     state: Vec<u8>,
     size: Vec<f64>,
@@ -43,7 +43,7 @@ impl L2 {
         L2 {
             capacity,
             used: vec![0.0; dies],
-            ring: vec![VecDeque::new(); dies],
+            ring: vec![Fifo::default(); dies],
             state: vec![0; die.len()],
             size,
             die,
@@ -101,38 +101,49 @@ impl L2 {
     }
 
     fn insert(&mut self, b: u32, state: u8, writeback: &mut f64) {
-        let size = self.size[b as usize];
-        if size > self.capacity {
+        let L2 {
+            capacity,
+            used,
+            ring,
+            state: st,
+            size,
+            die,
+        } = self;
+        let bs = size[b as usize];
+        if bs > *capacity {
             // Streams through: nothing stays; a write goes back to HBM at once.
             if state & DIRTY != 0 {
-                *writeback += size;
+                *writeback += bs;
             }
             return;
         }
-        let d = self.die[b as usize] as usize;
-        self.state[b as usize] = state | REFERENCED;
-        self.ring[d].push_back(b);
-        self.used[d] += size;
+        let d = die[b as usize] as usize;
+        let ring = &mut ring[d];
+        let mut held = used[d] + bs;
+        st[b as usize] = state | REFERENCED;
+        ring.push(b);
         // Every other block loses its mark on its first turn and leaves on its second, and
         // the new block fits alone: the loop ends.
-        while self.used[d] > self.capacity {
-            let Some(v) = self.ring[d].pop_front() else { break };
+        while held > *capacity {
+            let Some(v) = ring.pop() else { break };
             let vu = v as usize;
+            let sv = st[vu];
             if v == b {
-                self.ring[d].push_back(v);
+                ring.push(v);
                 continue;
             }
-            if self.state[vu] & REFERENCED != 0 {
-                self.state[vu] &= !REFERENCED;
-                self.ring[d].push_back(v);
+            if sv & REFERENCED != 0 {
+                st[vu] = sv & !REFERENCED;
+                ring.push(v);
                 continue;
             }
-            if self.state[vu] & DIRTY != 0 {
-                *writeback += self.size[vu];
+            if sv & DIRTY != 0 {
+                *writeback += size[vu];
             }
-            self.state[vu] = 0;
-            self.used[d] -= self.size[vu];
+            st[vu] = 0;
+            held -= size[vu];
         }
+        used[d] = held;
     }
 }
 

@@ -33,6 +33,58 @@ pub mod hbm;
 pub mod l2;
 pub mod link;
 
+/// A first-in-first-out queue: a vector and the index of its head, compacted when the head
+/// passed half of it (cheaper per operation than a ring buffer; amortised O(1)).
+#[derive(Clone, Debug)]
+pub struct Fifo<T> {
+    items: Vec<T>,
+    head: usize,
+}
+
+impl<T: Copy> Default for Fifo<T> {
+    fn default() -> Self {
+        Fifo {
+            items: Vec::new(),
+            head: 0,
+        }
+    }
+}
+
+impl<T: Copy> Fifo<T> {
+    #[inline]
+    pub fn push(&mut self, x: T) {
+        self.items.push(x);
+    }
+    #[inline]
+    pub fn front(&self) -> Option<&T> {
+        self.items.get(self.head)
+    }
+    #[inline]
+    pub fn back(&self) -> Option<&T> {
+        if self.head < self.items.len() {
+            self.items.last()
+        } else {
+            None
+        }
+    }
+    #[inline]
+    pub fn pop(&mut self) -> Option<T> {
+        let x = *self.items.get(self.head)?;
+        self.head += 1;
+        if self.head >= 1024 && self.head * 2 >= self.items.len() {
+            self.items.drain(..self.head);
+            self.head = 0;
+        }
+        Some(x)
+    }
+    pub fn len(&self) -> usize {
+        self.items.len() - self.head
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 use hpmoe_dsl::ir::{Device, Engine};
 
 /// Engine classes: index 0 for the cube cores, 1 for the vector cores.

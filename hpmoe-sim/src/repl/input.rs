@@ -15,10 +15,26 @@ pub fn is_complete(text: &str) -> bool {
         return true;
     }
     let (_, diags, _) = hpmoe_dsl::syntax::parse_text(text, FileId(0));
-    !diags.iter().any(|d| {
+    let open = diags.iter().any(|d| {
         (d.code == Code::UnbalancedDelimiter && d.message.starts_with("unclosed"))
             || (d.code == Code::Unterminated && d.message.contains("block comment"))
-    })
+    });
+    // A `///` doc comment documents the item on the next lines.
+    let (toks, _, _) = tokenize(text, FileId(0));
+    let doc_last = toks.iter().rev().find(|t| t.kind != TokenKind::Eof).is_some_and(|t| matches!(t.kind, TokenKind::Doc(_)));
+    !(open || doc_last)
+}
+
+/// The input to add: `text`, or `text;` when the only thing missing is a final `;`
+/// (`param tokens = 128` at the prompt).
+pub(crate) fn with_final_semicolon(text: &str) -> Option<String> {
+    let trimmed = text.trim_end();
+    if trimmed.ends_with(';') || trimmed.ends_with('}') {
+        return None;
+    }
+    let fixed = format!("{trimmed};");
+    let (_, diags, _) = hpmoe_dsl::syntax::parse_text(&fixed, FileId(0));
+    diags.is_empty().then_some(fixed)
 }
 
 /// What a definition replaces when it is typed again.
@@ -148,6 +164,10 @@ mod tests {
         assert!(!is_complete("/* a comment"));
         assert!(is_complete("op f<T>(x: T[M]) -> T[M] on aiv {\n    out[m] = x[m];\n}"));
         assert!(is_complete("// only a comment"));
+        assert!(!is_complete("/// GeGLU"));
+        assert!(!is_complete("/// GeGLU\n/// more"));
+        assert_eq!(with_final_semicolon("param x = 3").as_deref(), Some("param x = 3;"));
+        assert_eq!(with_final_semicolon("param = 3"), None);
     }
 
     #[test]

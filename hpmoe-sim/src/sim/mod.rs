@@ -32,10 +32,8 @@ pub use workload::Workload;
 use crate::model::hbm::Hbm;
 use crate::model::l2::L2;
 use crate::model::link::Links;
-use crate::model::DeviceModel;
-use hpmoe_dsl::lower::Csr;
+use crate::model::{DeviceModel, Fifo};
 use hpmoe_dsl::schedule::Schedule;
-use std::collections::BinaryHeap;
 use workload::NONE;
 
 /// What to record besides the timeline.
@@ -87,6 +85,32 @@ pub struct SimResult {
     pub link_samples: Vec<Sample>,
     /// Events processed.
     pub events: u64,
+}
+
+impl SimResult {
+    fn empty() -> SimResult {
+        SimResult {
+            start: Vec::new(),
+            end: Vec::new(),
+            hit: Vec::new(),
+            miss: Vec::new(),
+            counter_time: Vec::new(),
+            flow_end: Vec::new(),
+            rank_done: Vec::new(),
+            makespan: 0.0,
+            sent: Vec::new(),
+            received: Vec::new(),
+            moved_out: Vec::new(),
+            busy_out: Vec::new(),
+            busy_in: Vec::new(),
+            hbm_bytes: Vec::new(),
+            hbm_writeback: Vec::new(),
+            hbm_busy: Vec::new(),
+            hbm_samples: Vec::new(),
+            link_samples: Vec::new(),
+            events: 0,
+        }
+    }
 }
 
 /// One core that cannot proceed.
@@ -156,8 +180,8 @@ impl PartialOrd for Ev {
 /// one a single heap would give.
 #[derive(Debug, Default)]
 struct Queue {
-    heap: BinaryHeap<Ev>,
-    fifo: [std::collections::VecDeque<Ev>; 3],
+    heap: std::collections::BinaryHeap<Ev>,
+    fifo: [Fifo<Ev>; 3],
     seq: u64,
 }
 
@@ -179,7 +203,7 @@ impl Queue {
             _ => usize::MAX,
         };
         match self.fifo.get_mut(lane) {
-            Some(q) if q.back().is_none_or(|b| b.time <= ev.time) => q.push_back(ev),
+            Some(q) if q.back().is_none_or(|b| b.time <= ev.time) => q.push(ev),
             _ => self.heap.push(ev),
         }
     }
@@ -196,9 +220,42 @@ impl Queue {
         }
         match best?.2 {
             3 => self.heap.pop(),
-            i => self.fifo[i].pop_front(),
+            i => self.fifo[i].pop(),
         }
     }
+}
+
+/// A task while it runs (internal ids).
+#[derive(Clone, Copy, Debug, Default)]
+struct TaskState {
+    /// The task's work is done no earlier than this.
+    partial: f64,
+    /// Seconds of L2 traffic after its HBM part.
+    tail: f64,
+    /// Its current flow.
+    flow_cur: u32,
+    /// Parts (HBM, link) still running.
+    pend: u8,
+}
+
+/// What is measured of a task (internal ids; moved to task order at the end).
+#[derive(Clone, Copy, Debug)]
+struct Times {
+    start: f64,
+    end: f64,
+    hit: f32,
+    miss: f32,
+}
+
+/// A counter while the schedule runs.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ctr {
+    count: u32,
+    threshold: u32,
+    /// Its waiters in `plan.waiters.idx[waiters..waiters_end]`.
+    waiters: u32,
+    waiters_end: u32,
+    delay: f64,
 }
 
 struct Sim<'a> {
@@ -215,12 +272,11 @@ struct Sim<'a> {
     wakes: Vec<(u32, f64, u32)>,
     pos: Vec<u32>,
     idle: Vec<bool>,
+    ts: Vec<TaskState>,
+    /// Per internal task: the counters it still waits on (dense: read at every release).
     unsat: Vec<u32>,
-    pend: Vec<u8>,
-    partial: Vec<f64>,
-    tail: Vec<f64>,
-    flow_cur: Vec<u32>,
-    count: Vec<u32>,
+    times: Vec<Times>,
+    ctr: Vec<Ctr>,
     done: usize,
     finished: Vec<u32>,
     last_hbm: Vec<f64>,
@@ -234,7 +290,18 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
     let ranks = w.ranks as usize;
     let counters = s.threshold.len();
     let cores = s.queues.len();
+    let ts: Vec<TaskState> = vec![TaskState::default(); n];
     let unsat = w.plan.waits.clone();
+    let pw = &w.plan.waiters;
+    let ctr: Vec<Ctr> = (0..counters)
+        .map(|k| Ctr {
+            count: 0,
+            threshold: s.threshold[k],
+            waiters: pw.off[k],
+            waiters_end: pw.off[k + 1],
+            delay: w.delay[k],
+        })
+        .collect();
     let counter_time: Vec<f64> = s
         .threshold
         .iter()
@@ -247,7 +314,7 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
         opts,
         now: 0.0,
         queue: Queue {
-            heap: BinaryHeap::with_capacity(cores * 2 + 16),
+            heap: std::collections::BinaryHeap::with_capacity(cores * 2 + 16),
             ..Queue::default()
         },
         events: 0,
@@ -257,21 +324,27 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
         wakes: Vec::new(),
         pos: vec![0; cores],
         idle: vec![true; cores],
+        ts,
         unsat,
-        pend: vec![0; n],
-        partial: vec![0.0; n],
-        tail: vec![0.0; n],
-        flow_cur: vec![0; n],
-        count: vec![0; counters],
+        times: vec![
+            Times {
+                start: f64::NAN,
+                end: f64::NAN,
+                hit: 0.0,
+                miss: 0.0,
+            };
+            n
+        ],
+        ctr,
         done: 0,
         finished: Vec::new(),
         last_hbm: vec![0.0; ranks],
         last_link: vec![(0.0, 0.0); ranks],
         r: SimResult {
-            start: vec![f64::NAN; n],
-            end: vec![f64::NAN; n],
-            hit: vec![0.0; n],
-            miss: vec![0.0; n],
+            start: Vec::new(),
+            end: Vec::new(),
+            hit: Vec::new(),
+            miss: Vec::new(),
             counter_time,
             flow_end: vec![f64::NAN; w.flows()],
             rank_done: vec![w.start_time; ranks],
@@ -294,7 +367,18 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
     if sim.done < n {
         return Err(sim.stall());
     }
-    let mut r = sim.r;
+    let mut r = std::mem::replace(&mut sim.r, SimResult::empty());
+    r.start = vec![0.0; n];
+    r.end = vec![0.0; n];
+    r.hit = vec![0.0; n];
+    r.miss = vec![0.0; n];
+    for (x, info) in sim.times.iter().zip(&w.plan.info) {
+        let t = info.task as usize;
+        r.start[t] = x.start;
+        r.end[t] = x.end;
+        r.hit[t] = x.hit;
+        r.miss[t] = x.miss;
+    }
     r.makespan = r.rank_done.iter().copied().fold(0.0, f64::max);
     r.sent = sim.links.sent().to_vec();
     r.received = sim.links.received().to_vec();
@@ -339,7 +423,7 @@ impl Sim<'_> {
                     self.wakes = wakes;
                     for &t in &fin {
                         let t = t as usize;
-                        let at = self.now + self.tail[t];
+                        let at = self.now + self.ts[t].tail;
                         self.part_done(t, at);
                     }
                     self.finished = fin;
@@ -357,22 +441,13 @@ impl Sim<'_> {
         }
         let plan = &self.w.plan;
         let (lo, hi) = (plan.queue_off[c] as usize, plan.queue_off[c + 1] as usize);
-        loop {
-            let p = lo + self.pos[c] as usize;
-            if p >= hi {
-                return;
-            }
+        let p = lo + self.pos[c] as usize;
+        if p < hi {
             let i = plan.queue[p] as usize;
-            if !self.r.start[plan.info[i].task as usize].is_nan() {
-                // Queued twice (a broken schedule): it ran already.
-                self.pos[c] += 1;
-                continue;
-            }
             if self.unsat[i] == 0 {
                 self.idle[c] = false;
                 self.start_task(i);
             }
-            return;
         }
     }
 
@@ -384,11 +459,10 @@ impl Sim<'_> {
         let now = self.now;
         let class = info.class as usize;
         let die = info.rank as usize;
-        let t = info.task as usize;
-        self.r.start[t] = now;
+        self.times[i].start = now;
         let (mut hit, mut miss, mut wb) = (0.0f64, 0.0f64, 0.0f64);
-        for r in info.reads as usize..info.read_end as usize {
-            let (first, count, bytes) = (plan.run_first[r], plan.run_count[r], plan.run_bytes[r]);
+        for run in &plan.runs[info.reads as usize..info.read_end as usize] {
+            let (first, count, bytes) = (run.first, run.count, run.bytes);
             if count == 1 {
                 if self.l2.read(first, &mut wb) {
                     hit += bytes;
@@ -405,17 +479,17 @@ impl Sim<'_> {
         if info.local_block != NONE {
             self.l2.write(info.local_block, &mut wb);
         }
-        self.r.hit[t] = hit as f32;
-        self.r.miss[t] = miss as f32;
+        self.times[i].hit = hit as f32;
+        self.times[i].miss = miss as f32;
         let l2_time = hit / m.core_l2_read[class] + info.local_out / m.core_l2_write[class];
         let mut pend = 0u8;
-        self.partial[i] = now + info.compute;
+        let mut partial = now + info.compute;
         let job = if miss > 0.0 {
-            self.tail[i] = l2_time;
+            self.ts[i].tail = l2_time;
             pend += 1;
             Some((class, i as u32, miss))
         } else {
-            self.partial[i] = self.partial[i].max(now + l2_time);
+            partial = partial.max(now + l2_time);
             None
         };
         if wb > 0.0 || job.is_some() {
@@ -433,25 +507,27 @@ impl Sim<'_> {
             } else {
                 0.0
             };
-            self.flow_cur[i] = 0;
+            self.ts[i].flow_cur = 0;
             self.push(now + fill, FLOW_START, i as u32, 0);
             pend += 1;
         }
-        self.pend[i] = pend;
+        self.ts[i].pend = pend;
+        self.ts[i].partial = partial;
         if pend == 0 {
-            self.push(self.partial[i] + m.task_overhead, TASK_END, i as u32, 0);
+            self.push(partial + m.task_overhead, TASK_END, i as u32, 0);
         }
     }
 
     /// One part (HBM or link) of task `t` ended; the task's work is done no earlier than `at`.
-    fn part_done(&mut self, t: usize, at: f64) {
-        if at > self.partial[t] {
-            self.partial[t] = at;
+    fn part_done(&mut self, i: usize, at: f64) {
+        let st = &mut self.ts[i];
+        if at > st.partial {
+            st.partial = at;
         }
-        self.pend[t] -= 1;
-        if self.pend[t] == 0 {
-            let end = self.partial[t] + self.m.task_overhead;
-            self.push(end, TASK_END, t as u32, 0);
+        st.pend -= 1;
+        if st.pend == 0 {
+            let end = st.partial + self.m.task_overhead;
+            self.push(end, TASK_END, i as u32, 0);
         }
     }
 
@@ -475,7 +551,7 @@ impl Sim<'_> {
     }
 
     fn flow_start(&mut self, i: usize) {
-        let f = self.w.plan.info[i].flows + self.flow_cur[i];
+        let f = self.w.plan.info[i].flows + self.ts[i].flow_cur;
         let fu = f as usize;
         let pair = self.w.flow_pair[fu];
         let mut wakes = std::mem::take(&mut self.wakes);
@@ -552,9 +628,9 @@ impl Sim<'_> {
             self.wakes = wakes;
         }
         let i = w.plan.pos[w.flow_task[fu] as usize] as usize;
-        self.flow_cur[i] += 1;
+        self.ts[i].flow_cur += 1;
         let info = &w.plan.info[i];
-        if info.flows + self.flow_cur[i] < info.flow_end {
+        if info.flows + self.ts[i].flow_cur < info.flow_end {
             self.flow_start(i);
         } else {
             self.part_done(i, now);
@@ -564,7 +640,7 @@ impl Sim<'_> {
     fn task_end(&mut self, i: usize) {
         let now = self.now;
         let info = self.w.plan.info[i];
-        self.r.end[info.task as usize] = now;
+        self.times[i].end = now;
         self.done += 1;
         let c = info.core as usize;
         self.idle[c] = true;
@@ -590,12 +666,12 @@ impl Sim<'_> {
         } else {
             (info.sig_split, info.sig_end)
         };
-        let sched = self.s;
         for &k in &w.plan.sig[a as usize..b as usize] {
             let k = k as usize;
-            self.count[k] += 1;
-            if self.count[k] == sched.threshold[k] {
-                let delay = w.delay[k];
+            let c = &mut self.ctr[k];
+            c.count += 1;
+            if c.count == c.threshold {
+                let delay = c.delay;
                 if delay > 0.0 {
                     self.push(self.now + delay, COUNTER_READY, k as u32, 0);
                 } else {
@@ -608,14 +684,14 @@ impl Sim<'_> {
     fn satisfy(&mut self, k: usize) {
         self.r.counter_time[k] = self.now;
         let w = self.w;
-        let waiters: &Csr = &w.plan.waiters;
-        for j in waiters.off[k] as usize..waiters.off[k + 1] as usize {
-            let i = waiters.idx[j] as usize;
+        let c = self.ctr[k];
+        for &i in &w.plan.waiters.idx[c.waiters as usize..c.waiters_end as usize] {
+            let i = i as usize;
             self.unsat[i] -= 1;
             if self.unsat[i] == 0 {
-                let c = w.plan.info[i].core;
-                if c != NONE {
-                    self.try_start(c as usize);
+                let core = w.plan.core[i];
+                if core != NONE {
+                    self.try_start(core as usize);
                 }
             }
         }
@@ -644,20 +720,20 @@ impl Sim<'_> {
                 .waits
                 .row(t as usize)
                 .iter()
-                .find(|&&k| self.count[k as usize] < s.threshold[k as usize])
+                .find(|&&k| self.ctr[k as usize].count < s.threshold[k as usize])
             {
                 let missing: Vec<u32> = signallers
                     .row(k as usize)
                     .iter()
                     .copied()
-                    .filter(|&x| self.r.end[x as usize].is_nan())
+                    .filter(|&x| self.times[plan.pos[x as usize] as usize].end.is_nan())
                     .take(MISSING)
                     .collect();
                 waits.push(StallWait {
                     core: c as u32,
                     task: t,
                     counter: k,
-                    arrived: self.count[k as usize],
+                    arrived: self.ctr[k as usize].count,
                     threshold: s.threshold[k as usize],
                     missing,
                 });

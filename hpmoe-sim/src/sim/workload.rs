@@ -53,6 +53,14 @@ pub struct TaskInfo {
     pub class: u8,
 }
 
+/// Blocks `first..first + count` read for `bytes` in all (split over the blocks by size).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReadRun {
+    pub first: u32,
+    pub count: u32,
+    pub bytes: f64,
+}
+
 /// The event loop's view of a workload.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
@@ -60,14 +68,13 @@ pub struct Plan {
     pub info: Vec<TaskInfo>,
     /// Internal id of every task.
     pub pos: Vec<u32>,
+    /// Per internal task: its core (as in `info`, dense for the release path).
+    pub core: Vec<u32>,
     /// Per core: its queue as internal ids, `queue[queue_off[c]..queue_off[c + 1]]`.
     pub queue: Vec<u32>,
     pub queue_off: Vec<u32>,
-    /// Read runs: blocks `first..first + count` read for `bytes` in all (split over the
-    /// blocks by size).
-    pub run_first: Vec<u32>,
-    pub run_count: Vec<u32>,
-    pub run_bytes: Vec<f64>,
+    /// Read runs (in task order), per internal task `info.reads..info.read_end`.
+    pub runs: Vec<ReadRun>,
     /// Counters signalled, per internal task (local first).
     pub sig: Vec<u32>,
     /// Per counter: the internal ids waiting on it.
@@ -290,9 +297,55 @@ impl Workload {
                 v
             })
             .collect();
+        // Blocks that puts land as: allocated per call, per destination in window-row order,
+        // so a consumer reading a range of a window reads consecutive blocks.
+        let mut landed: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut landed_node = u32::MAX;
+        let mut pre_scratch = Scratch::default();
+        let mut pre: Vec<(u32, i64, u32, f64)> = Vec::new();
         for t in 0..n {
             let rank = g.rank[t];
-            let node = &tf.nodes[g.node[t] as usize];
+            let ni = g.node[t];
+            if w.node_comm[ni as usize] && landed_node != ni {
+                landed_node = ni;
+                landed.clear();
+                pre.clear();
+                let nt = &g.nodes[ni as usize];
+                let first = nt.base.first().copied().unwrap_or(0) as usize;
+                let count: usize = nt.per_rank.iter().map(|r| r.count as usize).sum();
+                for u in first..(first + count).min(n) {
+                    let a = tile_access(program, tf, g, u, &mut pre_scratch);
+                    let start = pre.len();
+                    for wr in &a.writes {
+                        if wr.rank == g.rank[u] {
+                            continue;
+                        }
+                        let (bytes, _) = region_bytes(tf, g, wr);
+                        match pre[start..].iter_mut().find(|e| e.0 == wr.rank) {
+                            Some(e) => {
+                                e.1 = e.1.min(wr.lo[0]);
+                                e.3 += bytes;
+                            }
+                            None => pre.push((wr.rank, wr.lo[0], u as u32, bytes)),
+                        }
+                    }
+                    let total: f64 = pre[start..].iter().map(|e| e.3).sum();
+                    let scale = if total > 0.0 { a.remote / total } else { 0.0 };
+                    for e in &mut pre[start..] {
+                        e.3 *= scale;
+                    }
+                }
+                pre.sort_by_key(|x| (x.0, x.1, x.2));
+                for &(dst, _, u, bytes) in &pre {
+                    if bytes > 0.0 {
+                        w.block_rank.push(dst);
+                        w.block_size.push(bytes);
+                        w.block_input.push(false);
+                        landed.insert((u, dst), (w.block_rank.len() - 1) as u32);
+                    }
+                }
+            }
+            let node = &tf.nodes[ni as usize];
             let class = model::class(node.engine);
             let a = tile_access(program, tf, g, t, &mut scratch);
             // Writes: the bytes on every rank.
@@ -459,12 +512,18 @@ impl Workload {
                 if bytes <= 0.0 {
                     continue;
                 }
-                w.block_rank.push(r);
-                w.block_size.push(bytes);
-                w.block_input.push(false);
+                let block = match landed.get(&(t as u32, r)) {
+                    Some(&b) => b,
+                    None => {
+                        w.block_rank.push(r);
+                        w.block_size.push(bytes);
+                        w.block_input.push(false);
+                        (w.block_rank.len() - 1) as u32
+                    }
+                };
                 w.flow_dst.push(r);
                 w.flow_bytes.push(bytes);
-                w.flow_block.push((w.block_rank.len() - 1) as u32);
+                w.flow_block.push(block);
                 w.flow_task.push(t as u32);
             }
             w.flow_off.push(w.flow_dst.len() as u32);
@@ -511,20 +570,20 @@ impl Workload {
         w.start_time = launch;
         w.delay = (0..total).map(|c| if c >= gc { launch } else { 0.0 }).collect();
         w.waiters = s.waits.transpose_into(total);
-        w.plan = w.build_plan(g, s, &run_off, &run_first, &run_count, &run_bytes);
+        let runs: Vec<ReadRun> = (0..run_first.len())
+            .map(|k| ReadRun {
+                first: run_first[k],
+                count: run_count[k],
+                bytes: run_bytes[k],
+            })
+            .collect();
+        drop((run_first, run_count, run_bytes));
+        w.plan = w.build_plan(g, s, &run_off, runs);
         w
     }
 
     /// Renumbers the tasks in queue order and gathers what a task start needs.
-    fn build_plan(
-        &self,
-        g: &TaskGraph,
-        s: &Schedule,
-        run_off: &[u32],
-        run_first: &[u32],
-        run_count: &[u32],
-        run_bytes: &[f64],
-    ) -> Plan {
+    fn build_plan(&self, g: &TaskGraph, s: &Schedule, run_off: &[u32], runs: Vec<ReadRun>) -> Plan {
         let n = g.len();
         let mut pos = vec![NONE; n];
         let mut order: Vec<u32> = Vec::with_capacity(n);
@@ -541,31 +600,36 @@ impl Workload {
                 order.push(t as u32);
             }
         }
-        let queue: Vec<u32> = s
-            .queues
-            .idx
-            .iter()
-            .map(|&t| pos.get(t as usize).copied().unwrap_or(NONE))
-            .collect();
+        // Queues as internal ids; a task queued twice (a broken schedule) runs once.
+        let mut queue: Vec<u32> = Vec::with_capacity(n);
+        let mut queue_off: Vec<u32> = Vec::with_capacity(s.queues.off.len());
+        let mut seen = vec![false; n];
+        queue_off.push(0);
+        for c in 0..s.queues.len() {
+            for &t in s.queues.row(c) {
+                if let Some(x) = seen.get_mut(t as usize) {
+                    if !*x {
+                        *x = true;
+                        queue.push(pos[t as usize]);
+                    }
+                }
+            }
+            queue_off.push(queue.len() as u32);
+        }
         let mut p = Plan {
             info: Vec::with_capacity(n),
             pos,
+            core: Vec::with_capacity(n),
             queue,
-            queue_off: s.queues.off.clone(),
-            run_first: Vec::with_capacity(run_first.len()),
-            run_count: Vec::with_capacity(run_first.len()),
-            run_bytes: Vec::with_capacity(run_first.len()),
+            queue_off,
+            runs,
             sig: Vec::with_capacity(s.signals.idx.len()),
             waiters: Csr::default(),
             waits: Vec::with_capacity(n),
         };
         for &t in &order {
             let t = t as usize;
-            let reads = p.run_first.len() as u32;
-            let (a, b) = (run_off[t] as usize, run_off[t + 1] as usize);
-            p.run_first.extend_from_slice(&run_first[a..b]);
-            p.run_count.extend_from_slice(&run_count[a..b]);
-            p.run_bytes.extend_from_slice(&run_bytes[a..b]);
+            let (reads, read_end) = (run_off[t], run_off[t + 1]);
             let sigs = p.sig.len() as u32;
             let rank = g.rank[t];
             p.sig
@@ -575,15 +639,22 @@ impl Workload {
                 .extend(s.signals.row(t).iter().filter(|&&c| s.counter_rank[c as usize] != rank));
             p.waits
                 .push(s.waits.row(t).iter().filter(|&&c| s.threshold[c as usize] > 0).count() as u32);
+            let core = s
+                .core
+                .get(t)
+                .copied()
+                .filter(|&c| (c as usize) < s.queues.len())
+                .unwrap_or(NONE);
+            p.core.push(core);
             p.info.push(TaskInfo {
                 compute: self.compute[t],
                 read_total: self.read_total[t],
                 local_out: self.local_out[t],
                 task: t as u32,
-                core: s.core.get(t).copied().unwrap_or(NONE),
+                core,
                 rank,
                 reads,
-                read_end: p.run_first.len() as u32,
+                read_end,
                 sigs,
                 sig_split,
                 sig_end: p.sig.len() as u32,
@@ -635,7 +706,7 @@ impl Workload {
             + p.info.len() * std::mem::size_of::<TaskInfo>()
             + p.pos.len() * 4
             + p.queue.len() * 4
-            + p.run_first.len() * 16
+            + p.runs.len() * 16
             + p.sig.len() * 4
             + (p.waiters.idx.len() + self.waiters.idx.len()) * 8
             + self.flows() * 32

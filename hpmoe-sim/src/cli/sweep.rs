@@ -1,0 +1,174 @@
+//! `hpmoe sweep`: a program, `--vary` axes and policies in; the grid runs in parallel
+//! (`crate::sweep`), `sweep.csv`, `sweep.json` and SVG charts are written to `--out`, and a
+//! table (or the JSON) is printed. Exit code 1 if any point failed, 2 on a usage error.
+
+use super::{Format, ProgramArgs};
+use crate::sweep::{self, svg, Axis, Sweep};
+use hpmoe_dsl::check::Override;
+use hpmoe_dsl::schedule::Policy;
+use std::io::IsTerminal;
+use std::path::Path;
+
+/// Options of `hpmoe sweep`.
+pub(crate) struct SweepCli<'a> {
+    pub file: &'a Path,
+    pub prog: &'a ProgramArgs,
+    pub vary: &'a [String],
+    pub policy: &'a str,
+    pub taskflow: Option<&'a str>,
+    pub out: &'a Path,
+    pub threads: usize,
+    pub format: Format,
+    pub max_tasks: u64,
+}
+
+fn usage(msg: String) -> i32 {
+    eprintln!("error: {msg}");
+    2
+}
+
+fn write(path: &Path, text: &str) -> Result<(), i32> {
+    std::fs::write(path, text).map_err(|e| {
+        eprintln!("error: cannot write `{}`: {e}", path.display());
+        1
+    })
+}
+
+pub(crate) fn sweep(o: &SweepCli) -> i32 {
+    let mut axes: Vec<Axis> = Vec::new();
+    for v in o.vary {
+        match Axis::parse(v) {
+            Ok(a) => {
+                if axes.iter().any(|b| b.name == a.name) {
+                    return usage(format!("--vary `{}` is given twice", a.name));
+                }
+                axes.push(a);
+            }
+            Err(e) => return usage(format!("--vary {e}")),
+        }
+    }
+    let mut policies = Vec::new();
+    for name in o.policy.split(',').map(str::trim) {
+        match Policy::parse(name) {
+            Some(p) if !policies.contains(&p) => policies.push(p),
+            Some(_) => return usage(format!("--policy lists `{name}` twice")),
+            None => {
+                let names: Vec<&str> = Policy::all().iter().map(|p| p.name()).collect();
+                return usage(format!(
+                    "unknown policy `{name}`; the policies are: {}",
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    for s in &o.prog.set {
+        if let Err(e) = Override::parse(s) {
+            return usage(format!("--set {e}"));
+        }
+    }
+    if !o.file.exists() {
+        eprintln!("error: cannot read `{}`: no such file", o.file.display());
+        return 1;
+    }
+    let sw = Sweep {
+        file: o.file.to_path_buf(),
+        set: o.prog.set.clone(),
+        device: o.prog.device.clone(),
+        routing: o.prog.routing.clone(),
+        axes,
+        policies,
+        taskflow: o.taskflow.map(str::to_string),
+        max_tasks: o.max_tasks,
+    };
+    let n = sw.points();
+    let bar = if std::io::stderr().is_terminal() {
+        let b = indicatif::ProgressBar::new(n as u64);
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points, {elapsed} (eta {eta})")
+        {
+            b.set_style(style);
+        }
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let rows = match sw.run(o.threads, &|| bar.inc(1)) {
+        Ok(r) => r,
+        Err(e) => {
+            bar.finish_and_clear();
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    bar.finish_and_clear();
+    if let Err(e) = std::fs::create_dir_all(o.out) {
+        eprintln!("error: cannot create `{}`: {e}", o.out.display());
+        return 1;
+    }
+    let name = o
+        .file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let json = sweep::json(&sw, &rows);
+    let json_text = serde_json::to_string_pretty(&json).unwrap_or_default() + "\n";
+    let mut files = vec![
+        ("sweep.csv".to_string(), sweep::csv(&sw.axes, &rows)),
+        ("sweep.json".to_string(), json_text.clone()),
+        (
+            "latency.svg".to_string(),
+            svg::latency_chart(&format!("{name}: latency per policy"), &sw.axes, &rows),
+        ),
+        (
+            "phases.svg".to_string(),
+            svg::phases_chart(&format!("{name}: per-phase active time"), &sw.axes, &rows),
+        ),
+    ];
+    if let Some(s) = svg::speedup_chart(&format!("{name}: speedup over kernel_by_kernel"), &sw.axes, &rows) {
+        files.push(("speedup.svg".to_string(), s));
+    }
+    for (f, text) in &files {
+        if let Err(code) = write(&o.out.join(f), text) {
+            return code;
+        }
+    }
+    let failed = rows.iter().filter(|r| r.outcome.is_err()).count();
+    match o.format {
+        Format::Json => print!("{json_text}"),
+        Format::Human => {
+            let labels: Vec<String> = rows.iter().map(|r| r.label(&sw.axes)).collect();
+            let w = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0).max(13);
+            println!(
+                "{:<w$}  {:<16}  {:>12}  {:>8}  {:>6}  {:>6}  {:>8}  {:>6}",
+                "configuration", "policy", "latency us", "speedup", "eff", "L2 hit", "exposed", "AIC"
+            );
+            for (r, l) in rows.iter().zip(&labels) {
+                match &r.outcome {
+                    Ok(m) => println!(
+                        "{:<w$}  {:<16}  {:>12.1}  {:>8}  {:>5.1}%  {:>5.1}%  {:>7.1}%  {:>5.1}%",
+                        l,
+                        r.policy,
+                        m.latency_us,
+                        r.speedup.map(|s| format!("{s:.3}x")).unwrap_or_else(|| "-".into()),
+                        100.0 * m.efficiency,
+                        100.0 * m.l2_hit_rate,
+                        100.0 * m.exposed_share,
+                        100.0 * m.aic_busy
+                    ),
+                    Err(e) => println!("{:<w$}  {:<16}  failed: {e}", l, r.policy),
+                }
+            }
+            println!(
+                "{} point(s), {} failed; wrote {} to {}",
+                rows.len(),
+                failed,
+                files.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>().join(", "),
+                o.out.display()
+            );
+        }
+    }
+    if failed > 0 {
+        1
+    } else {
+        0
+    }
+}

@@ -1,0 +1,223 @@
+//! `hpmoe repl`: an interactive session. In: a program (a file, definitions typed at the
+//! prompt) and commands; out: reports, tables, explanations, traces and dumps.
+//!
+//! - [`session`](self): the session text (the loaded file plus typed definitions, re-checked
+//!   whole; a redefinition replaces the old item), the settings (`:set`) and the commands;
+//! - `cache`: the stage caches, so a re-run redoes only the stages a change affects;
+//! - `show`, `explain`: the views of a compiled and simulated taskflow;
+//! - `input`: whether an input is complete (the parser decides) and buffer editing;
+//! - `editor`, `complete`: the terminal front end on reedline (history, completion,
+//!   highlighting with the logos lexer, multi-line input).
+//!
+//! When stdin or stdout is not a terminal, commands are read line by line with the same
+//! multi-line rule, nothing is echoed (unless asked), and the exit code is 1 if any command
+//! failed (printed an error), else 0.
+
+mod cache;
+mod commands;
+mod complete;
+mod editor;
+mod explain;
+mod input;
+mod session;
+mod show;
+
+pub use complete::{complete, highlight_spans, Class};
+pub use input::is_complete;
+
+use hpmoe_dsl::check::Override;
+use hpmoe_dsl::diag::RenderStyle;
+use session::{Config, Flow, Session};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Names the completer and highlighter know, refreshed after every successful check.
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    pub params: Vec<String>,
+    pub device_fields: Vec<String>,
+    pub ops: Vec<String>,
+    pub taskflows: Vec<String>,
+    pub routes: Vec<String>,
+    /// Op call names (`xd`, `h`, ...) of every taskflow.
+    pub calls: Vec<String>,
+    /// Names currently set with `:set`.
+    pub settings: Vec<String>,
+    /// Device profiles of `std::device`.
+    pub profiles: Vec<String>,
+}
+
+impl Names {
+    /// Names known before any program: the standard device profiles.
+    pub fn initial() -> Names {
+        let mut profiles = Vec::new();
+        if let Some(text) = hpmoe_dsl::stdlib::module("device") {
+            let (file, _, _) = hpmoe_dsl::syntax::parse_text(text, hpmoe_dsl::FileId(0));
+            for it in &file.items {
+                if let hpmoe_dsl::syntax::ast::ItemKind::Profile(p) = &it.kind {
+                    profiles.push(p.name.name.clone());
+                }
+            }
+        }
+        profiles.sort();
+        Names {
+            profiles,
+            ..Names::default()
+        }
+    }
+}
+
+/// How `hpmoe repl` was started.
+#[derive(Clone, Debug, Default)]
+pub struct ReplOptions {
+    pub file: Option<PathBuf>,
+    /// `--set NAME=VALUE` (params and `device.FIELD`).
+    pub set: Vec<String>,
+    pub device: Option<String>,
+    pub routing: Option<String>,
+    pub policy: Option<String>,
+    /// Print the time each stage took (`--no-timings` or `HPMOE_REPL_NO_TIMINGS=1` turn it off).
+    pub timings: bool,
+    /// Echo each input with a prompt before its output (`--echo`, `HPMOE_REPL_ECHO=1`): a
+    /// transcript of a script.
+    pub echo: bool,
+    /// Diagnostics drawn with colours and boxes (a terminal) or plain.
+    pub graphical: bool,
+}
+
+impl ReplOptions {
+    /// Applies `HPMOE_REPL_NO_TIMINGS` and `HPMOE_REPL_ECHO` (set to anything but `0` or empty).
+    pub fn with_env(mut self) -> ReplOptions {
+        let on = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty() && v != "0");
+        if on("HPMOE_REPL_NO_TIMINGS") {
+            self.timings = false;
+        }
+        if on("HPMOE_REPL_ECHO") {
+            self.echo = true;
+        }
+        self
+    }
+}
+
+/// Creates a session from the options: the command-line settings, then the file. A bad
+/// setting is a usage error (exit code 2).
+fn start(opts: &ReplOptions, out: Box<dyn Write>, mut err: Box<dyn Write>, names: Arc<Mutex<Names>>) -> Result<Session, i32> {
+    let mut settings = session::Settings::default();
+    for s in &opts.set {
+        match Override::parse(s) {
+            Ok(o) => {
+                let name = o.name.clone();
+                settings.overrides.retain(|(k, _)| *k != name);
+                settings.overrides.push((name, o));
+            }
+            Err(e) => {
+                let _ = writeln!(err, "error: --set {e}");
+                return Err(2);
+            }
+        }
+    }
+    if let Some(p) = &opts.policy {
+        match session::parse_policy(p) {
+            Ok(p) => settings.policy = Some(p),
+            Err(e) => {
+                let _ = writeln!(err, "error: --policy: {e}");
+                return Err(2);
+            }
+        }
+    }
+    settings.device = opts.device.clone();
+    settings.routing = opts.routing.clone();
+    let cfg = Config {
+        timings: opts.timings,
+        echo: opts.echo,
+        style: if opts.graphical { RenderStyle::Graphical } else { RenderStyle::Plain },
+    };
+    let mut s = Session::new(cfg, out, err, names);
+    s.settings = settings;
+    if let Some(f) = &opts.file {
+        s.failed_now = false;
+        if s.load_path(f).is_err() || s.failed_now {
+            s.failed = true;
+        }
+        s.stages.clear();
+    }
+    Ok(s)
+}
+
+/// Runs one input, catching a panic (a bug) so that the session goes on.
+fn exec(s: &mut Session, text: &str) -> Flow {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.execute(text))) {
+        Ok(f) => f,
+        Err(_) => {
+            s.cache.clear();
+            s.stages.clear();
+            s.error("internal error while running this input (a bug in hpmoe; please report it); the session goes on");
+            s.failed = true;
+            Flow::Continue
+        }
+    }
+}
+
+/// Reads inputs line by line (an input goes on while a bracket is open) and runs them.
+/// Returns whether `:quit` was given.
+fn run_lines(s: &mut Session, input: &mut dyn BufRead) -> bool {
+    let mut pending = String::new();
+    let mut bytes = Vec::new();
+    loop {
+        bytes.clear();
+        match input.read_until(b'\n', &mut bytes) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                s.error(&format!("cannot read the input: {e}"));
+                s.failed = true;
+                break;
+            }
+        }
+        let line = String::from_utf8_lossy(&bytes);
+        pending.push_str(&line);
+        if !pending.ends_with('\n') {
+            pending.push('\n');
+        }
+        if pending.trim().is_empty() {
+            pending.clear();
+            continue;
+        }
+        if is_complete(&pending) {
+            let text = std::mem::take(&mut pending);
+            if exec(s, &text) == Flow::Quit {
+                return true;
+            }
+        }
+    }
+    if !pending.trim().is_empty() {
+        // The input ended inside a bracket: run it, and let the parser say what is missing.
+        return exec(s, &pending) == Flow::Quit;
+    }
+    false
+}
+
+/// Runs a session on a script: the inputs of `input`, results to `out`, diagnostics and
+/// errors to `err`. Returns the exit code: 0, or 1 if any input failed (2 for bad options).
+pub fn run_script(input: &mut dyn BufRead, opts: &ReplOptions, out: Box<dyn Write>, err: Box<dyn Write>) -> i32 {
+    let names = Arc::new(Mutex::new(Names::initial()));
+    let mut s = match start(opts, out, err, names) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    run_lines(&mut s, input);
+    i32::from(s.failed)
+}
+
+/// `hpmoe repl`: interactive on a terminal, a script otherwise.
+pub fn main(opts: ReplOptions) -> i32 {
+    let opts = opts.with_env();
+    if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
+        editor::interactive(&opts)
+    } else {
+        let stdin = std::io::stdin();
+        let mut lock = stdin.lock();
+        run_script(&mut lock, &opts, Box::new(std::io::stdout()), Box::new(std::io::stderr()))
+    }
+}

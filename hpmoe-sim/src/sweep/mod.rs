@@ -1,0 +1,633 @@
+//! Parameter sweeps (`hpmoe sweep`): a program, axes of values and policies in; one row per
+//! grid point (configuration × policy) out, as CSV, JSON and SVG charts.
+//!
+//! Each point checks, lowers, verifies, schedules and simulates the program on its own
+//! (points run in parallel; one simulation stays single-threaded and deterministic). Rows
+//! come back in grid order whatever order they finished in, so the outputs are
+//! byte-identical for any thread count. A failing point carries its first diagnostic and the
+//! sweep goes on.
+//!
+//! Grid order: configurations in row-major order of the axes (the first `--vary` slowest),
+//! then the policies in the order given.
+
+pub mod svg;
+
+use crate::report::Report;
+use crate::sim::{self, SimError, SimOptions};
+use hpmoe_dsl::check::{self, Options, Override};
+use hpmoe_dsl::ir::{Program, Value};
+use hpmoe_dsl::schedule::{self, Policy, PolicySpec};
+use hpmoe_dsl::SourceMap;
+use rayon::prelude::*;
+use serde_json::{json, Value as J};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// The policy options a `schedule.OPTION` axis may vary (`std::schedule`).
+pub const SCHEDULE_OPTIONS: [&str; 7] = [
+    "priority",
+    "ratr",
+    "aiv_workers",
+    "interleave_backward",
+    "static_capacity",
+    "aiv_fraction",
+    "launch_overhead",
+];
+
+/// What an axis changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AxisKind {
+    /// A param or a device field (`tokens`, `device.link_efficiency`): an override like `--set`.
+    Set,
+    /// The routing (`--routing`): `KIND(ARGS)` or `NAME=KIND(ARGS)`.
+    Routing,
+    /// The device profile (`--device`).
+    Device,
+    /// A policy option (`schedule.interleave_backward`), applied to every policy.
+    Schedule(String),
+}
+
+/// One `--vary NAME=V1,V2,...`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Axis {
+    pub name: String,
+    pub kind: AxisKind,
+    pub values: Vec<String>,
+}
+
+/// Splits a value list: at `;` when there is one, else at commas outside parentheses (so
+/// `balanced(),hotspot(max_over_mean: 2, seed: 1)` is two values).
+pub fn split_values(s: &str) -> Vec<String> {
+    let parts: Vec<String> = if s.contains(';') {
+        s.split(';').map(str::to_string).collect()
+    } else {
+        let mut out = Vec::new();
+        let mut depth = 0i32;
+        let mut cur = String::new();
+        for ch in s.chars() {
+            match ch {
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth -= 1,
+                _ => {}
+            }
+            if ch == ',' && depth <= 0 {
+                out.push(std::mem::take(&mut cur));
+            } else {
+                cur.push(ch);
+            }
+        }
+        out.push(cur);
+        out
+    };
+    parts.into_iter().map(|p| p.trim().to_string()).collect()
+}
+
+impl Axis {
+    /// Parses `NAME=V1,V2,...` (see [`split_values`]).
+    pub fn parse(spec: &str) -> Result<Axis, String> {
+        let (name, values) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("`{spec}` is not of the form NAME=V1,V2,..."))?;
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(format!("`{spec}` has no name before `=`"));
+        }
+        let values = split_values(values);
+        if values.iter().any(|v| v.is_empty()) {
+            return Err(format!("`{spec}` has an empty value"));
+        }
+        let kind = match name {
+            "routing" => AxisKind::Routing,
+            "device" => AxisKind::Device,
+            _ => match name.strip_prefix("schedule.") {
+                Some(opt) => {
+                    if !SCHEDULE_OPTIONS.contains(&opt) {
+                        return Err(format!(
+                            "unknown schedule option `{opt}`; the options are: {}",
+                            SCHEDULE_OPTIONS.join(", ")
+                        ));
+                    }
+                    AxisKind::Schedule(opt.to_string())
+                }
+                None => {
+                    // Validate the override syntax once, with the first value.
+                    Override::parse(&format!("{name}={}", values[0]))?;
+                    AxisKind::Set
+                }
+            },
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for v in &values {
+            if !seen.insert(v.as_str()) {
+                return Err(format!("`{name}` lists `{v}` twice"));
+            }
+        }
+        Ok(Axis {
+            name: name.to_string(),
+            kind,
+            values,
+        })
+    }
+}
+
+/// The metrics of one simulated point (times in microseconds, shares in 0..1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metrics {
+    pub latency_us: f64,
+    pub lower_bound_us: f64,
+    pub bound_kind: String,
+    pub efficiency: f64,
+    pub aic_busy: f64,
+    pub aiv_busy: f64,
+    pub cube_mac_utilisation: f64,
+    pub link_busy: f64,
+    pub comm_active_us: f64,
+    pub exposed_comm_us: f64,
+    pub exposed_share: f64,
+    pub exposed_fraction: f64,
+    pub vector_only_share: f64,
+    pub l2_hit_rate: f64,
+    pub tasks: usize,
+    /// Per op call: (call, op, active time in us).
+    pub phases: Vec<(String, String, f64)>,
+}
+
+impl Metrics {
+    pub fn from_report(r: &Report) -> Metrics {
+        let us = 1e6;
+        let comm = r.comm_mean();
+        let exposed = r.exposed_mean();
+        let share = |x: f64| if r.latency > 0.0 { x / r.latency } else { 0.0 };
+        Metrics {
+            latency_us: r.latency * us,
+            lower_bound_us: r.bound * us,
+            bound_kind: r.bound_kind.to_string(),
+            efficiency: r.efficiency,
+            aic_busy: r.aic_busy,
+            aiv_busy: r.aiv_busy,
+            cube_mac_utilisation: r.cube_mac_utilisation,
+            link_busy: r.link_busy,
+            comm_active_us: comm * us,
+            exposed_comm_us: exposed * us,
+            exposed_share: share(exposed),
+            exposed_fraction: if comm > 0.0 { exposed / comm } else { 0.0 },
+            vector_only_share: share(r.vector_only_mean()),
+            l2_hit_rate: r.l2_hit_rate(),
+            tasks: r.tasks,
+            phases: r
+                .phases
+                .iter()
+                .map(|p| (p.call.clone(), p.op.clone(), p.active * us))
+                .collect(),
+        }
+    }
+}
+
+/// One grid point's result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// The point's position in the grid.
+    pub index: usize,
+    /// The configuration's position (rows of the same configuration share it).
+    pub config: usize,
+    /// The axis values, in axis order.
+    pub values: Vec<String>,
+    pub policy: String,
+    /// The taskflow simulated (empty when the point failed before choosing one).
+    pub taskflow: String,
+    /// The metrics, or the first diagnostic (`E0xxx: message`).
+    pub outcome: Result<Metrics, String>,
+    /// The speedup over `kernel_by_kernel` in the same configuration, when it ran.
+    pub speedup: Option<f64>,
+}
+
+impl Row {
+    /// `name=value, ...` of the configuration (`base` when nothing varies).
+    pub fn label(&self, axes: &[Axis]) -> String {
+        config_label(axes, &self.values)
+    }
+}
+
+/// `name=value, ...`, or `base` when there are no axes.
+pub fn config_label(axes: &[Axis], values: &[String]) -> String {
+    if axes.is_empty() {
+        return "base".to_string();
+    }
+    axes.iter()
+        .zip(values)
+        .map(|(a, v)| format!("{}={v}", a.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A sweep: the program, what stays fixed, the axes and the policies.
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    pub file: PathBuf,
+    /// `--set` overrides applied to every point (before the axes).
+    pub set: Vec<String>,
+    pub device: Option<String>,
+    pub routing: Option<String>,
+    pub axes: Vec<Axis>,
+    pub policies: Vec<Policy>,
+    pub taskflow: Option<String>,
+    pub max_tasks: u64,
+}
+
+fn first_message(ds: &[hpmoe_dsl::diag::Diagnostic]) -> String {
+    match ds.first() {
+        Some(d) => format!("{}: {}", d.code, d.message),
+        None => "failed without a diagnostic".to_string(),
+    }
+}
+
+fn option_value(opt: &str, v: &str) -> Value {
+    match v {
+        "true" => Value::Bool(true),
+        "false" => Value::Bool(false),
+        _ if opt == "aiv_fraction" => v.parse::<f64>().map(Value::Float).unwrap_or(Value::Name(v.to_string())),
+        _ => match v.parse::<i64>() {
+            Ok(i) => Value::Int(i),
+            Err(_) => Value::Name(v.to_string()),
+        },
+    }
+}
+
+impl Sweep {
+    /// The configurations: per configuration, the index of its value on each axis.
+    pub fn configs(&self) -> Vec<Vec<usize>> {
+        let mut out = vec![Vec::new()];
+        for a in &self.axes {
+            let mut next = Vec::with_capacity(out.len() * a.values.len());
+            for prefix in &out {
+                for i in 0..a.values.len() {
+                    let mut c = prefix.clone();
+                    c.push(i);
+                    next.push(c);
+                }
+            }
+            out = next;
+        }
+        out
+    }
+
+    /// How many points the grid has.
+    pub fn points(&self) -> usize {
+        self.configs().len() * self.policies.len()
+    }
+
+    fn values(&self, config: &[usize]) -> Vec<String> {
+        self.axes
+            .iter()
+            .zip(config)
+            .map(|(a, &i)| a.values[i].clone())
+            .collect()
+    }
+
+    /// Checks, compiles and simulates one configuration under one policy.
+    fn simulate(&self, values: &[String], policy: Policy) -> (String, Result<Metrics, String>) {
+        let mut set = self.set.clone();
+        let mut device = self.device.clone();
+        let mut routing = self.routing.clone();
+        let mut sched: BTreeMap<String, Value> = BTreeMap::new();
+        for (a, v) in self.axes.iter().zip(values) {
+            match &a.kind {
+                AxisKind::Set => set.push(format!("{}={v}", a.name)),
+                AxisKind::Routing => routing = Some(v.clone()),
+                AxisKind::Device => device = Some(v.clone()),
+                AxisKind::Schedule(opt) => {
+                    sched.insert(opt.clone(), option_value(opt, v));
+                }
+            }
+        }
+        let overrides = match set.iter().map(|s| Override::parse(s)).collect::<Result<Vec<_>, _>>() {
+            Ok(o) => o,
+            Err(e) => return (String::new(), Err(format!("--set {e}"))),
+        };
+        let opts = Options {
+            overrides,
+            device,
+            routing,
+        };
+        let mut sources = SourceMap::new();
+        let outcome = check::check_path(&self.file, &opts, &mut sources);
+        let Some(p) = outcome.program else {
+            return (String::new(), Err(first_message(outcome.diagnostics.as_slice())));
+        };
+        let tf = match &self.taskflow {
+            Some(name) => match p.taskflow(name) {
+                Some(t) => t,
+                None => return (String::new(), Err(format!("no taskflow `{name}`"))),
+            },
+            None => match p.taskflows.first() {
+                Some(t) => t,
+                None => return (String::new(), Err("the program has no taskflow to run".to_string())),
+            },
+        };
+        let name = tf.name.clone();
+        (name, self.simulate_taskflow(&p, tf, policy, &sched))
+    }
+
+    fn simulate_taskflow(
+        &self,
+        p: &Program,
+        tf: &hpmoe_dsl::ir::Taskflow,
+        policy: Policy,
+        sched: &BTreeMap<String, Value>,
+    ) -> Result<Metrics, String> {
+        // As `hpmoe run --policy`: the program's options apply when it selects this policy.
+        let from = PolicySpec::from_program(p, &tf.name, policy);
+        let mut spec = if from.policy == policy {
+            from
+        } else {
+            PolicySpec::new(policy)
+        };
+        spec.apply(sched);
+        let layouts =
+            hpmoe_dsl::lower::layouts(p, spec.static_capacity, self.file.parent()).map_err(|d| first_message(&[d]))?;
+        let c = schedule::compile(p, tf, &spec, layouts, self.max_tasks, true).map_err(|ds| first_message(&ds))?;
+        let simd = match sim::simulate_compiled(
+            p,
+            tf,
+            &c,
+            SimOptions {
+                record_bandwidth: false,
+            },
+        ) {
+            Ok(x) => x,
+            Err(SimError::Model(msg)) => return Err(msg),
+            Err(SimError::Stall(st)) => {
+                let d = sim::stall_diagnostic(p, tf, &c.graph, &c.schedule, &st);
+                return Err(first_message(&[d]));
+            }
+        };
+        let report = Report::new(p, tf, &c.graph, &c.schedule, &simd.workload, &simd.model, &simd.result);
+        Ok(Metrics::from_report(&report))
+    }
+
+    /// Runs one point of the grid.
+    pub fn run_point(&self, index: usize, configs: &[Vec<usize>]) -> Row {
+        let np = self.policies.len();
+        let config = index / np;
+        let policy = self.policies[index % np];
+        let values = self.values(&configs[config]);
+        let (taskflow, outcome) = self.simulate(&values, policy);
+        Row {
+            index,
+            config,
+            values,
+            policy: policy.name().to_string(),
+            taskflow,
+            outcome,
+            speedup: None,
+        }
+    }
+
+    /// Runs the whole grid on `threads` threads (0: one per CPU), calling `tick` after each
+    /// point; rows in grid order, speedups over `kernel_by_kernel` filled in.
+    pub fn run(&self, threads: usize, tick: &(dyn Fn() + Sync)) -> Result<Vec<Row>, String> {
+        let configs = self.configs();
+        let n = configs.len() * self.policies.len();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| format!("cannot start the worker threads: {e}"))?;
+        let mut rows: Vec<Row> = pool.install(|| {
+            (0..n)
+                .into_par_iter()
+                .map(|i| {
+                    let r = self.run_point(i, &configs);
+                    tick();
+                    r
+                })
+                .collect()
+        });
+        fill_speedups(&mut rows);
+        Ok(rows)
+    }
+}
+
+/// Sets each row's speedup over the `kernel_by_kernel` row of its configuration.
+pub fn fill_speedups(rows: &mut [Row]) {
+    let base: BTreeMap<usize, f64> = rows
+        .iter()
+        .filter(|r| r.policy == Policy::KernelByKernel.name())
+        .filter_map(|r| r.outcome.as_ref().ok().map(|m| (r.config, m.latency_us)))
+        .collect();
+    for r in rows.iter_mut() {
+        r.speedup = match (&r.outcome, base.get(&r.config)) {
+            (Ok(m), Some(&b)) if m.latency_us > 0.0 => Some(b / m.latency_us),
+            _ => None,
+        };
+    }
+}
+
+/// The op calls of all rows, in order of first appearance.
+pub fn phase_names(rows: &[Row]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in rows {
+        if let Ok(m) = &r.outcome {
+            for (call, _, _) in &m.phases {
+                if !out.contains(call) {
+                    out.push(call.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// The CSV: a header, then one row per point. Numbers are printed exactly (shortest form
+/// that reads back to the same double); failed points leave the metrics empty.
+pub fn csv(axes: &[Axis], rows: &[Row]) -> String {
+    let phases = phase_names(rows);
+    let mut head: Vec<String> = vec!["index".into()];
+    head.extend(axes.iter().map(|a| a.name.clone()));
+    for h in [
+        "policy",
+        "taskflow",
+        "ok",
+        "error",
+        "latency_us",
+        "speedup_vs_kernel_by_kernel",
+        "lower_bound_us",
+        "bound_kind",
+        "efficiency",
+        "aic_busy",
+        "aiv_busy",
+        "cube_mac_utilisation",
+        "link_busy",
+        "comm_active_us",
+        "exposed_comm_us",
+        "exposed_share",
+        "exposed_fraction",
+        "vector_only_share",
+        "l2_hit_rate",
+        "tasks",
+    ] {
+        head.push(h.into());
+    }
+    head.extend(phases.iter().map(|p| format!("phase_{p}_active_us")));
+    let mut o = String::new();
+    let _ = writeln!(o, "{}", head.iter().map(|h| csv_field(h)).collect::<Vec<_>>().join(","));
+    for r in rows {
+        let mut f: Vec<String> = vec![r.index.to_string()];
+        f.extend(r.values.iter().cloned());
+        f.push(r.policy.clone());
+        f.push(r.taskflow.clone());
+        match &r.outcome {
+            Ok(m) => {
+                f.push("true".into());
+                f.push(String::new());
+                f.push(m.latency_us.to_string());
+                f.push(r.speedup.map(|s| s.to_string()).unwrap_or_default());
+                f.push(m.lower_bound_us.to_string());
+                f.push(m.bound_kind.clone());
+                for x in [
+                    m.efficiency,
+                    m.aic_busy,
+                    m.aiv_busy,
+                    m.cube_mac_utilisation,
+                    m.link_busy,
+                    m.comm_active_us,
+                    m.exposed_comm_us,
+                    m.exposed_share,
+                    m.exposed_fraction,
+                    m.vector_only_share,
+                    m.l2_hit_rate,
+                ] {
+                    f.push(x.to_string());
+                }
+                f.push(m.tasks.to_string());
+                for p in &phases {
+                    f.push(
+                        m.phases
+                            .iter()
+                            .find(|(c, _, _)| c == p)
+                            .map(|(_, _, a)| a.to_string())
+                            .unwrap_or_default(),
+                    );
+                }
+            }
+            Err(e) => {
+                f.push("false".into());
+                f.push(e.clone());
+                f.extend(std::iter::repeat_n(String::new(), 16 + phases.len()));
+            }
+        }
+        let _ = writeln!(o, "{}", f.iter().map(|x| csv_field(x)).collect::<Vec<_>>().join(","));
+    }
+    o
+}
+
+/// The JSON form: the file, the axes, the policies and one object per point.
+pub fn json(sweep: &Sweep, rows: &[Row]) -> J {
+    let points: Vec<J> = rows
+        .iter()
+        .map(|r| {
+            let values: serde_json::Map<String, J> = sweep
+                .axes
+                .iter()
+                .zip(&r.values)
+                .map(|(a, v)| (a.name.clone(), J::String(v.clone())))
+                .collect();
+            let mut o = json!({
+                "index": r.index,
+                "config": r.config,
+                "label": r.label(&sweep.axes),
+                "values": values,
+                "policy": r.policy,
+                "taskflow": r.taskflow,
+                "ok": r.outcome.is_ok(),
+            });
+            match &r.outcome {
+                Ok(m) => {
+                    let extra = json!({
+                        "latency_us": m.latency_us,
+                        "speedup_vs_kernel_by_kernel": r.speedup,
+                        "lower_bound_us": m.lower_bound_us,
+                        "bound_kind": m.bound_kind,
+                        "efficiency": m.efficiency,
+                        "engines": {
+                            "aic_busy": m.aic_busy,
+                            "aiv_busy": m.aiv_busy,
+                            "cube_mac_utilisation": m.cube_mac_utilisation,
+                            "link_busy": m.link_busy,
+                        },
+                        "communication": {
+                            "active_us": m.comm_active_us,
+                            "exposed_us": m.exposed_comm_us,
+                            "exposed_share": m.exposed_share,
+                            "exposed_fraction": m.exposed_fraction,
+                            "vector_only_share": m.vector_only_share,
+                        },
+                        "l2_hit_rate": m.l2_hit_rate,
+                        "tasks": m.tasks,
+                        "phases": m.phases.iter().map(|(c, op, a)| json!({"call": c, "op": op, "active_us": a})).collect::<Vec<_>>(),
+                    });
+                    if let (J::Object(o), J::Object(e)) = (&mut o, extra) {
+                        o.extend(e);
+                    }
+                }
+                Err(e) => {
+                    if let J::Object(o) = &mut o {
+                        o.insert("error".into(), J::String(e.clone()));
+                    }
+                }
+            }
+            o
+        })
+        .collect();
+    json!({
+        "file": sweep.file.display().to_string(),
+        "set": sweep.set,
+        "axes": sweep.axes.iter().map(|a| json!({"name": a.name, "values": a.values})).collect::<Vec<_>>(),
+        "policies": sweep.policies.iter().map(|p| p.name()).collect::<Vec<_>>(),
+        "failed": rows.iter().filter(|r| r.outcome.is_err()).count(),
+        "points": points,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_values() {
+        assert_eq!(split_values("4, 8,16"), ["4", "8", "16"]);
+        assert_eq!(
+            split_values("balanced(),hotspot(max_over_mean: 2, seed: 1)"),
+            ["balanced()", "hotspot(max_over_mean: 2, seed: 1)"]
+        );
+        assert_eq!(
+            split_values("zipf(s: 0.5);zipf(s: 1.2)"),
+            ["zipf(s: 0.5)", "zipf(s: 1.2)"]
+        );
+    }
+
+    #[test]
+    fn parses_axes() {
+        let a = Axis::parse("schedule.interleave_backward=true,false").unwrap();
+        assert_eq!(a.kind, AxisKind::Schedule("interleave_backward".into()));
+        assert!(Axis::parse("schedule.bogus=1").is_err());
+        assert!(Axis::parse("ranks=4,,8").is_err());
+        assert!(Axis::parse("ranks=4,4").is_err());
+        assert_eq!(Axis::parse("routing=r=zipf(s: 1)").unwrap().values, ["r=zipf(s: 1)"]);
+        assert!(Axis::parse("noequals").is_err());
+    }
+
+    #[test]
+    fn csv_quotes() {
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"x\""), "\"say \"\"x\"\"\"");
+    }
+}
