@@ -135,6 +135,25 @@ enum Command {
         /// Only this taskflow (default: all).
         #[arg(long)]
         taskflow: Option<String>,
+        /// Also execute every task's arithmetic (f32, in simulated start order) on seeded
+        /// inputs and compare the outputs with dense and per-token references.
+        #[arg(long)]
+        numerics: bool,
+        /// Round stores of bf16 tensors to bf16, as the device does (implies --numerics).
+        #[arg(long)]
+        bf16_storage: bool,
+        /// An input from a .npy file with a leading rank axis (implies --numerics).
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Write inputs, routing and outputs as .npy files here (implies --numerics).
+        #[arg(long, value_name = "DIR")]
+        dump: Option<PathBuf>,
+        /// Seed of the random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Memory the numerics may use, in MiB.
+        #[arg(long, value_name = "MIB", default_value_t = 2048)]
+        numerics_memory: u64,
     },
     /// Simulate a grid of configurations (`--vary`) under several policies in parallel;
     /// write sweep.csv, sweep.json and SVG charts.
@@ -331,7 +350,31 @@ fn run(cmd: Command) -> i32 {
             max_tasks,
             no_verify,
             taskflow,
-        } => run::run(&run::RunCli {
+            numerics,
+            bf16_storage,
+            inputs,
+            dump,
+            seed,
+            numerics_memory,
+        } => {
+            let mut parsed = Vec::new();
+            for i in &inputs {
+                match i.split_once('=') {
+                    Some((n, f)) if !n.trim().is_empty() && !f.trim().is_empty() => parsed.push((n.trim().to_string(), PathBuf::from(f.trim()))),
+                    _ => {
+                        eprintln!("error: --input `{i}` is not of the form NAME=FILE.npy");
+                        return 2;
+                    }
+                }
+            }
+            let numerics = (numerics || bf16_storage || dump.is_some() || !parsed.is_empty()).then(|| crate::numerics::NumericsOptions {
+                seed,
+                bf16_storage,
+                memory_limit: numerics_memory.saturating_mul(1 << 20),
+                inputs: parsed,
+                dump: dump.clone(),
+            });
+            run::run(&run::RunCli {
             file: &file,
             prog: &prog,
             format,
@@ -344,7 +387,9 @@ fn run(cmd: Command) -> i32 {
             gantt: gantt.as_deref(),
             trace_ranks: trace_ranks.as_deref(),
             trace_window: trace_window.as_deref(),
-        }),
+            numerics,
+        })
+        }
         Command::Sweep {
             file,
             vary,

@@ -27,6 +27,8 @@ pub(crate) struct RunCli<'a> {
     pub gantt: Option<&'a Path>,
     pub trace_ranks: Option<&'a str>,
     pub trace_window: Option<&'a str>,
+    /// Compute the real numbers too (`--numerics`, `--dump`, `--input`).
+    pub numerics: Option<crate::numerics::NumericsOptions>,
 }
 
 fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
@@ -65,6 +67,7 @@ fn selected<'p>(p: &'p Program, name: Option<&str>) -> Result<Vec<&'p Taskflow>,
 /// One simulated policy.
 struct Done {
     report: Report,
+    numerics: Option<crate::numerics::NumericsReport>,
 }
 
 /// Lowers, schedules and simulates a taskflow under a policy; writes the trace and chart if
@@ -105,6 +108,21 @@ fn one(
         }
     };
     let report = Report::new(p, tf, &c.graph, &c.schedule, &simd.workload, &simd.model, &simd.result);
+    // Numerics run the tasks in the order the simulation started them.
+    let numerics = match (&o.numerics, outputs.is_some() || o.compare.is_none() || policy == o.policy) {
+        (Some(nopts), true) => {
+            let mut order: Vec<u32> = (0..c.graph.len() as u32).collect();
+            order.sort_by(|&a, &b| simd.result.start[a as usize].total_cmp(&simd.result.start[b as usize]).then(a.cmp(&b)));
+            match crate::numerics::run(p, tf, &c.graph, &c.schedule, &order, nopts) {
+                Ok(r) => Some(r),
+                Err(d) => {
+                    print_diags(&[d], sources, o.format);
+                    return Err(1);
+                }
+            }
+        }
+        _ => None,
+    };
     if let Some(filter) = outputs {
         let run = Run {
             program: p,
@@ -139,7 +157,7 @@ fn one(
             write(path, &|w| crate::gantt::write(w, &run, &gf))?;
         }
     }
-    Ok(Done { report })
+    Ok(Done { report, numerics })
 }
 
 pub(crate) fn run(o: &RunCli) -> i32 {
@@ -206,10 +224,16 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     }
     let mut runs: Vec<Report> = Vec::new();
     let mut comparisons: Vec<Comparison> = Vec::new();
+    let mut num_reports: Vec<(String, crate::numerics::NumericsReport)> = Vec::new();
     for (i, tf) in tfs.iter().enumerate() {
         let outputs = (wants_outputs && i == 0).then_some(&filter);
         let main = match one(&p, tf, o.policy, o, &sources, outputs) {
-            Ok(d) => d.report,
+            Ok(d) => {
+                if let Some(n) = d.numerics {
+                    num_reports.push((tf.name.clone(), n));
+                }
+                d.report
+            }
             Err(code) => return code,
         };
         if let Some(other) = o.compare {
@@ -240,15 +264,29 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                     print!("{}", c.human());
                 }
             }
+            for (name, n) in &num_reports {
+                println!();
+                println!("taskflow {name}:");
+                print!("{}", n.text());
+            }
+            for (_, n) in &num_reports {
+                if !n.races.is_empty() {
+                    eprint!("{}", diag::render_all(&n.races, 0, &sources, style()));
+                }
+            }
         }
         Format::Json => {
             let j = serde_json::json!({
                 "ok": true,
                 "runs": runs.iter().map(|r| r.json()).collect::<Vec<_>>(),
                 "comparisons": comparisons.iter().map(|c| c.json()).collect::<Vec<_>>(),
+                "numerics": num_reports.iter().map(|(n, r)| serde_json::json!({"taskflow": n, "result": r.json()})).collect::<Vec<_>>(),
             });
             println!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
         }
+    }
+    if num_reports.iter().any(|(_, n)| !n.passed()) {
+        return 1;
     }
     0
 }
