@@ -62,5 +62,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let flow = MoeFfn::new().tokens(tokens);
     let compiled = flow.compile(Some(Policy::Interleaved))?;
     print!("{}", compiled.summary());
+
+    // Simulate it on the device model and print the report.
+    let tf = &compiled.program.taskflows[compiled.index];
+    let sim = hpmoe_sim::sim::simulate_compiled(&compiled.program, tf, &compiled.compiled, Default::default())
+        .map_err(|e| format!("simulation failed: {e:?}"))?;
+    let report = hpmoe_sim::report::Report::new(
+        &compiled.program,
+        tf,
+        &compiled.compiled.graph,
+        &compiled.compiled.schedule,
+        &sim.workload,
+        &sim.model,
+        &sim.result,
+    );
+    println!();
+    print!("{}", report.human());
     Ok(())
 }

@@ -109,10 +109,17 @@ fn one(
     };
     let report = Report::new(p, tf, &c.graph, &c.schedule, &simd.workload, &simd.model, &simd.result);
     // Numerics run the tasks in the order the simulation started them.
-    let numerics = match (&o.numerics, outputs.is_some() || o.compare.is_none() || policy == o.policy) {
+    let numerics = match (
+        &o.numerics,
+        outputs.is_some() || o.compare.is_none() || policy == o.policy,
+    ) {
         (Some(nopts), true) => {
             let mut order: Vec<u32> = (0..c.graph.len() as u32).collect();
-            order.sort_by(|&a, &b| simd.result.start[a as usize].total_cmp(&simd.result.start[b as usize]).then(a.cmp(&b)));
+            order.sort_by(|&a, &b| {
+                simd.result.start[a as usize]
+                    .total_cmp(&simd.result.start[b as usize])
+                    .then(a.cmp(&b))
+            });
             match crate::numerics::run(p, tf, &c.graph, &c.schedule, &order, nopts) {
                 Ok(r) => Some(r),
                 Err(d) => {
