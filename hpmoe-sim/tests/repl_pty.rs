@@ -142,6 +142,25 @@ impl Term {
         }
     }
 
+    /// Waits until the last `needle` after the mark is followed by a fresh prompt: the
+    /// editor is reading keys again (in raw mode), so control keys reach it.
+    fn wait_then_prompt(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let alive = self.pump();
+            let text = self.since_mark();
+            if let Some(i) = text.rfind(needle) {
+                if text[i + needle.len()..].contains("hpmoe>") {
+                    return text;
+                }
+            }
+            if !alive || Instant::now() > deadline {
+                panic!("timed out waiting for {needle:?} and a prompt; output since the last keys:\n{text}\n--- whole session:\n{}", strip(&self.raw));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits for the process to end; returns its exit code.
     fn wait_exit(&mut self) -> i32 {
         let deadline = Instant::now() + TIMEOUT;
@@ -181,39 +200,40 @@ fn history_file(name: &str) -> PathBuf {
 fn completion_multi_line_ctrl_c_and_ctrl_d() {
     let hist = history_file("session.txt");
     let mut t = Term::spawn(&[SMALL], &hist);
-    t.wait_for("loaded tests/repl_fixtures/small.hpm");
-    t.wait_for("hpmoe>");
+    t.wait_then_prompt("loaded tests/repl_fixtures/small.hpm");
 
-    // Completion of a command name, then of a param name from the loaded program.
+    // Completion of a command name, then of a view and a param name of the loaded program.
     t.send(":sh\t");
     t.wait_for(":show ");
     t.type_more("par\t");
     t.wait_for(":show params ");
     t.type_more("\r");
-    t.wait_for("inter   = 128");
+    t.wait_then_prompt("inter   = 128");
 
     t.send(":set tok\t");
     t.wait_for(":set tokens ");
     t.type_more("= 32\r");
-    t.wait_for("tokens = 32\nstages: check");
+    t.wait_then_prompt("tokens = 32\nstages: check");
 
     // A multi-line definition: the open bracket keeps the input going.
     t.send("param extra = (\r");
     t.wait_for("...>");
     t.type_more("    7 + 1\r");
     t.type_more(");\r");
-    t.wait_for("defined param extra");
+    t.wait_then_prompt("defined param extra");
     t.send(":show params\r");
-    let out = t.wait_for("extra   = 8");
+    let out = t.wait_then_prompt("extra   = 8");
     assert!(out.contains("tokens  = 32  (set)"), "{out}");
 
     // Ctrl-C drops the line being edited; the session goes on.
     t.send("this is not run");
     t.wait_for("this is not run");
     t.type_more("\x03");
-    t.type_more(":help quit\r");
-    let out = t.wait_for("Leaves the session");
-    assert!(!out.contains("expected an item"), "the cancelled line ran:\n{out}");
+    t.wait_then_prompt("this is not run");
+    t.send(":help quit\r");
+    t.wait_then_prompt("Leaves the session");
+    let all = strip(&t.raw);
+    assert!(!all.contains("expected an item"), "the cancelled line ran:\n{all}");
 
     // Ctrl-D on an empty line leaves with exit code 0 and writes the history.
     t.send("\x04");
@@ -229,21 +249,21 @@ fn history_is_recalled_in_the_next_session() {
     let hist = history_file("recall.txt");
     {
         let mut t = Term::spawn(&[SMALL], &hist);
-        t.wait_for("hpmoe>");
+        t.wait_then_prompt("loaded");
         t.send(":show tasks call=xd rank=2 limit=1\r");
-        t.wait_for("tasks match");
+        t.wait_then_prompt("tasks match");
         t.send(":quit\r");
         assert_eq!(t.wait_exit(), 0);
     }
     let mut t = Term::spawn(&[SMALL], &hist);
-    t.wait_for("hpmoe>");
+    t.wait_then_prompt("loaded");
     // Up twice: `:quit`, then the command before it.
     t.send("\x1b[A");
     t.wait_for(":quit");
-    t.send("\x1b[A");
+    t.type_more("\x1b[A");
     t.wait_for(":show tasks call=xd rank=2 limit=1");
     t.type_more("\r");
-    let out = t.wait_for("tasks match");
+    let out = t.wait_then_prompt("tasks match");
     assert!(out.contains(" xd "), "{out}");
     t.send("\x04");
     assert_eq!(t.wait_exit(), 0);
@@ -255,12 +275,13 @@ fn an_unwritable_history_is_not_an_error() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("repl-pty").join("a-directory");
     std::fs::create_dir_all(&dir).unwrap();
     let mut t = Term::spawn(&[], &dir);
-    t.wait_for("hpmoe>");
+    t.wait_then_prompt("the history is not saved");
     t.send(":help run\r");
-    t.wait_for("simulate the current configuration");
+    t.wait_then_prompt("simulate the current configuration");
     t.send("\x1b[A");
     t.wait_for(":help run");
     t.type_more("\x03");
+    t.wait_then_prompt(":help run");
     t.send("\x04");
     assert_eq!(t.wait_exit(), 0);
 }

@@ -267,7 +267,11 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
             points *= s.ranges.entries.len() as f64;
         }
         let layout_of = |r: crate::ir::RouteId| g.layouts.get(r.0 as usize).and_then(|l| l.as_ref());
-        let group_route = node.routes.first().copied();
+        // `group(m)` is the local expert of a received row: the routing of the rows' range.
+        let group_route = body.vars.iter().find_map(|v| match v.range {
+            VarRange::Recv(r) | VarRange::GroupRows { route: r, .. } => Some(r),
+            _ => None,
+        });
         let group_of = |row: i64| -> i64 {
             match group_route.and_then(layout_of) {
                 Some(l) => l.group_of_row(rank, row.max(0) as u32) as i64,
@@ -305,7 +309,15 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
         for r in reads_here {
             if !a.reads.contains(&r) {
                 let size = tf.tensor(r.tensor).dtype.size() as f64;
-                a.bytes_in += r.volume() as f64 * size;
+                // A sending put reads the rows it sends, not their bounding box (the box stays
+                // the region, conservatively, for dependencies).
+                let volume = if send.is_some() && r.ndim > 0 {
+                    let row: u64 = (1..r.ndim as usize).map(|d| (r.hi[d] - r.lo[d]).max(0) as u64).product();
+                    (s.ranges.entries.len() as u64 * row).min(r.volume())
+                } else {
+                    r.volume()
+                };
+                a.bytes_in += volume as f64 * size;
                 a.reads.push(r);
             }
         }

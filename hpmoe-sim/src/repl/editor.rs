@@ -147,11 +147,11 @@ fn editor(names: &Arc<Mutex<Names>>) -> (Reedline, Option<String>) {
 /// The interactive session. Returns 0 when the user leaves (`:quit`, Ctrl-D).
 pub(crate) fn interactive(opts: &ReplOptions) -> i32 {
     let names = Arc::new(Mutex::new(Names::initial()));
+    println!("hpmoe repl: `:help` for the commands, Tab completes, Ctrl-D leaves");
     let mut s = match start(opts, Box::new(std::io::stdout()), Box::new(std::io::stderr()), Arc::clone(&names)) {
         Ok(s) => s,
         Err(code) => return code,
     };
-    s.say("hpmoe repl: `:help` for the commands, Tab completes, Ctrl-D leaves");
     let (mut ed, note) = editor(&names);
     if let Some(n) = note {
         s.note(&n);
