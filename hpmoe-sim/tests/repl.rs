@@ -3,9 +3,17 @@
 //! (`--no-timings`), so a transcript is deterministic; `stages:` lines still say which
 //! stages were cached.
 //!
+//! The interactive tests (completion, multi-line input, history, Ctrl-C, Ctrl-D through a
+//! pseudo-terminal) are in `repl/pty.rs`.
+//!
 //! Most sessions run in-process through `hpmoe_sim::repl::run_script` with one buffer for
 //! results and diagnostics (so they interleave as on a terminal); the last tests run the
 //! `hpmoe repl` binary for its exit codes and stream separation.
+
+/// Interactive sessions through a pseudo-terminal.
+#[cfg(unix)]
+#[path = "repl/pty.rs"]
+mod pty;
 
 use assert_cmd::Command;
 use hpmoe_sim::repl::{run_script, ReplOptions};
@@ -40,7 +48,12 @@ fn session(file: Option<&str>, script: &str) -> (String, i32) {
         ..ReplOptions::default()
     };
     let buf = Shared::default();
-    let code = run_script(&mut script.as_bytes(), &opts, Box::new(buf.clone()), Box::new(buf.clone()));
+    let code = run_script(
+        &mut script.as_bytes(),
+        &opts,
+        Box::new(buf.clone()),
+        Box::new(buf.clone()),
+    );
     let text = String::from_utf8_lossy(&buf.0.borrow()).into_owned();
     (text, code)
 }
@@ -74,7 +87,26 @@ fn set_and_rerun_the_ep8_example_redoes_only_affected_stages() {
 ",
     );
     assert_eq!(code, 0, "{out}");
-    insta::assert_snapshot!(out);
+    // The inputs, the stages (what was cached) and the headline of each report; whole
+    // reports are in the other transcripts.
+    let brief: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            [
+                "loaded",
+                "hpmoe>",
+                "stages:",
+                "moe_ffn under",
+                "  Dispatch-to-Combine",
+                "tokens",
+                "device.",
+                "policy",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        .collect();
+    insta::assert_snapshot!(brief.join("\n"));
 }
 
 #[test]
@@ -189,14 +221,28 @@ fn trace_gantt_and_dump_write_files() {
         ),
     );
     assert_eq!(code, 0, "{out}");
-    let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
-    assert!(trace.to_string().contains("traceEvents") || trace.is_array(), "not a trace");
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    assert!(
+        trace.to_string().contains("traceEvents") || trace.is_array(),
+        "not a trace"
+    );
     serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(dir.join("two.json")).unwrap()).unwrap();
     for svg in ["run.svg", "all.svg"] {
         let text = std::fs::read_to_string(dir.join(svg)).unwrap();
-        assert!(text.trim_start().starts_with("<svg") || text.starts_with("<?xml"), "{svg}");
+        assert!(
+            text.trim_start().starts_with("<svg") || text.starts_with("<?xml"),
+            "{svg}"
+        );
     }
-    for f in ["x.npy", "w_up.npy", "w_down.npy", "out.npy", "route_ids.npy", "route_weights.npy"] {
+    for f in [
+        "x.npy",
+        "w_up.npy",
+        "w_down.npy",
+        "out.npy",
+        "route_ids.npy",
+        "route_weights.npy",
+    ] {
         let bytes = std::fs::read(dir.join("npy").join(f)).unwrap();
         assert!(bytes.starts_with(b"\x93NUMPY"), "{f}");
     }
@@ -269,7 +315,9 @@ fn numerics_memory_limit_is_an_error_not_a_crash() {
 #[test]
 fn help_lists_and_explains_every_command() {
     let mut script = String::from(":help\n");
-    for c in ["load", "set", "unset", "show", "run", "compare", "explain", "trace", "gantt", "dump", "help", "quit"] {
+    for c in [
+        "load", "set", "unset", "show", "run", "compare", "explain", "trace", "gantt", "dump", "help", "quit",
+    ] {
         script.push_str(&format!(":help {c}\n"));
     }
     script.push_str(":h :q\n:?\n");
@@ -334,13 +382,22 @@ param topk = 2;
 
 fn hpmoe() -> Command {
     let mut c = Command::cargo_bin("hpmoe").unwrap();
-    c.current_dir(env!("CARGO_MANIFEST_DIR")).env("NO_COLOR", "1").env("HPMOE_REPL_NO_TIMINGS", "1").env_remove("HPMOE_REPL_ECHO");
+    c.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("NO_COLOR", "1")
+        .env("HPMOE_REPL_NO_TIMINGS", "1")
+        .env_remove("HPMOE_REPL_ECHO");
     c
 }
 
 #[test]
 fn binary_script_exits_0_when_every_command_succeeds() {
-    let out = hpmoe().args(["repl", SMALL]).write_stdin(":set tokens = 32\n:run\n:explain 3\n").assert().code(0).get_output().clone();
+    let out = hpmoe()
+        .args(["repl", SMALL])
+        .write_stdin(":set tokens = 32\n:run\n:explain 3\n")
+        .assert()
+        .code(0)
+        .get_output()
+        .clone();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Nothing extra is echoed: no prompts, no inputs.
@@ -356,10 +413,19 @@ fn binary_script_exits_0_when_every_command_succeeds() {
 
 #[test]
 fn binary_script_exits_1_when_a_command_fails_and_goes_on() {
-    let out = hpmoe().args(["repl", SMALL]).write_stdin(":set tokenz = 32\n:run\n").assert().code(1).get_output().clone();
+    let out = hpmoe()
+        .args(["repl", SMALL])
+        .write_stdin(":set tokenz = 32\n:run\n")
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("E1106") && stderr.contains("did you mean `tokens`?"), "{stderr}");
+    assert!(
+        stderr.contains("E1106") && stderr.contains("did you mean `tokens`?"),
+        "{stderr}"
+    );
     // The run after the error still happened.
     assert!(stdout.contains("Dispatch-to-Combine latency"), "{stdout}");
 }
@@ -367,7 +433,15 @@ fn binary_script_exits_1_when_a_command_fails_and_goes_on() {
 #[test]
 fn binary_quit_stops_reading_and_echo_and_timings_options() {
     let out = hpmoe()
-        .args(["repl", SMALL, "--echo", "--set", "tokens=32", "--policy", "expert_level"])
+        .args([
+            "repl",
+            SMALL,
+            "--echo",
+            "--set",
+            "tokens=32",
+            "--policy",
+            "expert_level",
+        ])
         .env_remove("HPMOE_REPL_NO_TIMINGS")
         .write_stdin(":run\n:quit\n:bogus\n")
         .assert()
@@ -383,10 +457,24 @@ fn binary_quit_stops_reading_and_echo_and_timings_options() {
 
 #[test]
 fn binary_bad_options_are_usage_errors() {
-    hpmoe().args(["repl", SMALL, "--set", "tokens"]).write_stdin("").assert().code(2);
-    hpmoe().args(["repl", SMALL, "--policy", "fastest"]).write_stdin("").assert().code(2);
+    hpmoe()
+        .args(["repl", SMALL, "--set", "tokens"])
+        .write_stdin("")
+        .assert()
+        .code(2);
+    hpmoe()
+        .args(["repl", SMALL, "--policy", "fastest"])
+        .write_stdin("")
+        .assert()
+        .code(2);
     // A file that does not check still starts a session; the script's exit code says so.
-    let out = hpmoe().args(["repl", "nope.hpm"]).write_stdin(":show config\n").assert().code(1).get_output().clone();
+    let out = hpmoe()
+        .args(["repl", "nope.hpm"])
+        .write_stdin(":show config\n")
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
     assert!(String::from_utf8_lossy(&out.stdout).contains("file: none"));
 }
 
@@ -398,7 +486,13 @@ fn binary_survives_hostile_input() {
     junk.extend_from_slice("\u{0}\u{7}:show tasks call=\u{1F600}\n".as_bytes());
     junk.extend_from_slice(&b"[".repeat(5000));
     junk.extend_from_slice(b"\n:explain -1\n:show queue -1 -1\n:set = \n:set ==\n:load \"\n");
-    let out = hpmoe().args(["repl", SMALL]).write_stdin(junk).assert().code(1).get_output().clone();
+    let out = hpmoe()
+        .args(["repl", SMALL])
+        .write_stdin(junk)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }

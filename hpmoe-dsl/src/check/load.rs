@@ -28,11 +28,24 @@ impl Checker<'_> {
     fn parse_into(&mut self, file: FileId, std_name: Option<String>, path: Option<PathBuf>) -> ModId {
         let text = self.sources.get(file).map(|f| f.text.clone()).unwrap_or_default();
         let (ast, diags, _) = crate::syntax::parse_text(&text, file);
+        self.add_module(file, ast, diags, std_name, path)
+    }
+
+    /// Registers a parsed module (its syntax errors included).
+    pub(super) fn add_module(
+        &mut self,
+        file: FileId,
+        ast: crate::syntax::ast::File,
+        diags: Vec<crate::Diagnostic>,
+        std_name: Option<String>,
+        path: Option<PathBuf>,
+    ) -> ModId {
         // Items and `let`s that failed to parse are dropped from the AST: uses of their names
         // would only repeat the syntax error, so they stay silent.
         let poisoned = if diags.is_empty() {
             Default::default()
         } else {
+            let text = self.sources.get(file).map(|f| f.text.clone()).unwrap_or_default();
             declared_names(&text, file)
         };
         self.diags.extend(diags);
@@ -47,6 +60,18 @@ impl Checker<'_> {
         self.modules.len() - 1
     }
 
+    /// The root from an already parsed source (the `taskflow!` macro), with its imports and
+    /// the prelude.
+    pub(super) fn load_root_parsed(&mut self, file: FileId, ast: crate::syntax::ast::File, diags: Vec<crate::Diagnostic>) -> ModId {
+        let path = self.sources.get(file).and_then(|f| f.path.clone());
+        let root = self.add_module(file, ast, diags, None, path.clone());
+        self.load_imports(root, path, &mut Vec::new());
+        for name in stdlib::PRELUDE {
+            self.load_std(name, &mut Vec::new());
+        }
+        root
+    }
+
     /// Loads a module and its imports; `stack` holds the canonical paths being loaded.
     fn load_module(
         &mut self,
@@ -56,6 +81,12 @@ impl Checker<'_> {
         stack: &mut Vec<PathBuf>,
     ) -> ModId {
         let m = self.parse_into(file, std_name, path.clone());
+        self.load_imports(m, path, stack);
+        m
+    }
+
+    /// Loads the imports of module `m` (whose canonical path is `path`).
+    fn load_imports(&mut self, m: ModId, path: Option<PathBuf>, stack: &mut Vec<PathBuf>) {
         if let Some(p) = &path {
             stack.push(p.clone());
         }
@@ -109,7 +140,6 @@ impl Checker<'_> {
         if path.is_some() {
             stack.pop();
         }
-        m
     }
 
     pub(super) fn load_std(&mut self, name: &str, stack: &mut Vec<PathBuf>) -> Option<ModId> {

@@ -130,12 +130,19 @@ pub fn check_text(name: &str, text: &str, dir: Option<&Path>, opts: &Options, so
 pub fn check_file(file: FileId, opts: &Options, sources: &mut SourceMap) -> Outcome {
     let mut ck = Checker::new(sources, opts);
     let program = ck.run(file);
-    let mut diagnostics = std::mem::take(&mut ck.diags);
-    diagnostics.sort();
-    // A `let` of an op body is checked where it is used: report each problem once.
-    diagnostics.dedup();
-    let program = if diagnostics.has_errors() { None } else { program };
-    Outcome { program, diagnostics }
+    ck.outcome(program)
+}
+
+impl Checker<'_> {
+    /// The sorted, de-duplicated diagnostics and the program (when there was no error).
+    fn outcome(&mut self, program: Option<ir::Program>) -> Outcome {
+        let mut diagnostics = std::mem::take(&mut self.diags);
+        diagnostics.sort();
+        // A `let` of an op body is checked where it is used: report each problem once.
+        diagnostics.dedup();
+        let program = if diagnostics.has_errors() { None } else { program };
+        Outcome { program, diagnostics }
+    }
 }
 
 /// Concrete bodies already computed, by (op, argument dtypes and shapes, routing arguments).
@@ -254,6 +261,11 @@ impl<'a> Checker<'a> {
 
     fn run(&mut self, file: FileId) -> Option<ir::Program> {
         self.root = self.load_root(file)?;
+        self.run_loaded()
+    }
+
+    /// Everything after loading: scopes, params, device, ops, routes, taskflows, schedules.
+    fn run_loaded(&mut self) -> Option<ir::Program> {
         for m in 0..self.modules.len() {
             self.build_scope(m);
         }
@@ -332,201 +344,8 @@ pub fn check_parsed(
     opts: &Options,
     sources: &mut SourceMap,
 ) -> Outcome {
-    use crate::stdlib;
-    use crate::syntax::token::TokenKind;
-    const DEFINING: &[&str] = &[
-        "param", "route", "op", "comm", "taskflow", "profile", "routing", "policy", "let",
-    ];
-    const MAX_MODULES: usize = 256;
     let mut ck = Checker::new(sources, opts);
-    let path = ck.sources.get(file).and_then(|f| f.path.clone());
-    // The root module, as `parse_into` makes it from a text.
-    let poisoned = if parse_diags.is_empty() {
-        Default::default()
-    } else {
-        let text = ck.sources.get(file).map(|f| f.text.clone()).unwrap_or_default();
-        let (toks, _, _) = crate::syntax::lexer::tokenize(&text, file);
-        toks.windows(2)
-            .filter_map(|w| match (&w[0].kind, &w[1].kind) {
-                (TokenKind::Ident(kw), TokenKind::Ident(name)) if DEFINING.contains(&kw.as_str()) => Some(name.clone()),
-                _ => None,
-            })
-            .collect()
-    };
-    ck.diags.extend(parse_diags);
-    let imports: Vec<(ast::ImportSource, Span)> = ast
-        .items
-        .iter()
-        .filter_map(|it| match &it.kind {
-            ItemKind::Import(imp) => Some((imp.source.clone(), it.span)),
-            _ => None,
-        })
-        .collect();
-    ck.modules.push(Module {
-        file,
-        ast: Rc::new(ast),
-        std_name: None,
-        path: path.clone(),
-        scope: BTreeMap::new(),
-        poisoned,
-    });
-    let root = ck.modules.len() - 1;
-    // Its imports, as `load_module` loads them.
-    for (src, span) in imports {
-        match src {
-            ast::ImportSource::Std(p) => {
-                if p.len() != 2 || p[0].name != "std" {
-                    let sp = p.first().map(|x| x.span).unwrap_or(span);
-                    let sp = p.iter().fold(sp, |a, x| a.to(x.span));
-                    ck.err(
-                        Diagnostic::error(Code::UnknownModule, "unknown module path")
-                            .primary(sp, "not a standard module")
-                            .help(format!(
-                                "standard modules are {}; files are imported with `import \"file.hpm\";`",
-                                stdlib::MODULES
-                                    .iter()
-                                    .map(|(n, _)| format!("`std::{n}`"))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            )),
-                    );
-                    continue;
-                }
-                let name = &p[1];
-                if stdlib::module(&name.name).is_none() {
-                    let mut d =
-                        Diagnostic::error(Code::UnknownModule, format!("no standard module `std::{}`", name.name))
-                            .primary(name.span, "unknown module");
-                    if let Some(b) = crate::suggest::closest(&name.name, stdlib::MODULES.iter().map(|(n, _)| *n)) {
-                        d = d.help(format!("did you mean `std::{b}`?"));
-                    }
-                    ck.err(d);
-                    continue;
-                }
-                ck.load_std(&name.name, &mut Vec::new());
-            }
-            ast::ImportSource::File(rel, sp) => {
-                let joined = match path.as_ref().and_then(|p| p.parent()) {
-                    Some(b) => b.join(&rel),
-                    None => PathBuf::from(&rel),
-                };
-                let shown = match ck.sources.get(file) {
-                    Some(f) if f.path.is_some() => Path::new(&f.name)
-                        .parent()
-                        .map_or_else(|| PathBuf::from(&rel), |d| d.join(&rel)),
-                    _ => joined.clone(),
-                };
-                let canon = match std::fs::canonicalize(&joined) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        ck.err(
-                            Diagnostic::error(Code::FileNotFound, format!("cannot import `{rel}`: {e}"))
-                                .primary(sp, "this file cannot be read")
-                                .note(format!("looked for {}", shown.display())),
-                        );
-                        continue;
-                    }
-                };
-                // The root importing itself (only a root that is a file on disk can).
-                if path.as_ref() == Some(&canon) {
-                    let n = canon
-                        .file_name()
-                        .map_or_else(|| canon.display().to_string(), |f| f.to_string_lossy().into_owned());
-                    ck.err(
-                        Diagnostic::error(Code::ImportCycle, format!("import cycle: {n} -> {n}"))
-                            .primary(sp, "this import closes the cycle")
-                            .help("move the shared items to a file that both import"),
-                    );
-                    continue;
-                }
-                if ck.modules.iter().any(|m| m.path.as_ref() == Some(&canon)) {
-                    continue;
-                }
-                if ck.modules.len() >= MAX_MODULES {
-                    ck.err(
-                        Diagnostic::error(Code::LimitExceeded, format!("more than {MAX_MODULES} imported files"))
-                            .primary(sp, "one import too many"),
-                    );
-                    continue;
-                }
-                let text = match load::read_source(&canon) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        ck.err(
-                            Diagnostic::error(Code::FileNotFound, format!("cannot import `{rel}`: {e}"))
-                                .primary(sp, "this file cannot be read"),
-                        );
-                        continue;
-                    }
-                };
-                let f = ck.sources.add(shown.display().to_string(), Some(canon), text);
-                // The file and, transitively, its imports (cycles among files are found there).
-                ck.load_root(f);
-            }
-        }
-    }
-    for name in stdlib::PRELUDE {
-        ck.load_std(name, &mut Vec::new());
-    }
-    ck.root = root;
-    // From here on, `Checker::run` after `load_root`.
-    for m in 0..ck.modules.len() {
-        ck.build_scope(m);
-    }
-    ck.scopes_built = true;
-    ck.apply_param_overrides();
-    let mut params = Vec::new();
-    for (i, item) in ck.modules[root].ast.items.iter().enumerate() {
-        if let ItemKind::Param(p) = &item.kind {
-            params.push((p.name.name.clone(), ItemRef { module: root, item: i }));
-        }
-    }
-    let mut param_values = Vec::new();
-    for (name, r) in params {
-        if let Some(v) = ck.param_value(r) {
-            param_values.push((name, v));
-        }
-    }
-    ck.check_device();
-    for m in 0..ck.modules.len() {
-        if ck.modules[m].std_name.is_some() && m != root {
-            continue;
-        }
-        for i in 0..ck.modules[m].ast.items.len() {
-            let r = ItemRef { module: m, item: i };
-            match &ck.item(r).kind {
-                ItemKind::Route(_) => {
-                    ck.route_id(r);
-                }
-                ItemKind::Op(_) => {
-                    ck.op_sig(r);
-                }
-                ItemKind::Profile(_) if m == root => ck.check_profile_item(r),
-                ItemKind::Signature(_) if m == root => ck.check_signature_item(r),
-                _ => {}
-            }
-        }
-    }
-    for i in 0..ck.modules[root].ast.items.len() {
-        let r = ItemRef { module: root, item: i };
-        if let ItemKind::Taskflow(_) = &ck.item(r).kind {
-            ck.check_taskflow(r);
-        }
-    }
-    ck.check_schedules();
-    ck.finish_routes();
-    let program = ck.device.clone().map(|device| ir::Program {
-        params: param_values,
-        device,
-        routes: ck.routes.iter().map(|r| r.spec.clone()).collect(),
-        ops: std::mem::take(&mut ck.ops),
-        taskflows: std::mem::take(&mut ck.taskflows),
-        schedules: std::mem::take(&mut ck.schedules),
-    });
-    // As `check_file`.
-    let mut diagnostics = std::mem::take(&mut ck.diags);
-    diagnostics.sort();
-    diagnostics.dedup();
-    let program = if diagnostics.has_errors() { None } else { program };
-    Outcome { program, diagnostics }
+    ck.root = ck.load_root_parsed(file, ast, parse_diags);
+    let program = ck.run_loaded();
+    ck.outcome(program)
 }

@@ -81,10 +81,12 @@ pub(crate) struct SimRun {
 
 impl SimRun {
     pub fn signallers(&self, s: &schedule::Schedule) -> &Csr {
-        self.signallers.get_or_init(|| s.signals.transpose_into(s.threshold.len()))
+        self.signallers
+            .get_or_init(|| s.signals.transpose_into(s.threshold.len()))
     }
     pub fn positions(&self, s: &schedule::Schedule) -> &[u32] {
-        self.positions.get_or_init(|| sim::queue_positions(s, self.sim.result.start.len()))
+        self.positions
+            .get_or_init(|| sim::queue_positions(s, self.sim.result.start.len()))
     }
     /// Tasks in the order they started (ties by id).
     pub fn start_order(&self) -> Vec<u32> {
@@ -147,7 +149,10 @@ pub(crate) struct Stage {
 
 impl Session {
     fn stage(&mut self, name: impl Into<String>, took: Option<Duration>) {
-        self.stages.push(Stage { name: name.into(), took });
+        self.stages.push(Stage {
+            name: name.into(),
+            took,
+        });
     }
 
     /// Checks the buffer under the current settings (cached).
@@ -178,9 +183,13 @@ impl Session {
         let program = outcome.program;
         // A program equal to one checked before (a setting changed back, an unused item
         // added at the end) keeps its id, so what was compiled from it is found again.
-        let same = program
-            .as_ref()
-            .and_then(|p| self.cache.checks.iter().find(|c| c.program.as_deref() == Some(p)).map(|c| c.id));
+        let same = program.as_ref().and_then(|p| {
+            self.cache
+                .checks
+                .iter()
+                .find(|c| c.program.as_deref() == Some(p))
+                .map(|c| c.id)
+        });
         let id = same.unwrap_or_else(|| self.cache.id());
         let c = Rc::new(Checked {
             id,
@@ -254,7 +263,9 @@ impl Session {
     pub(crate) fn compiled(&mut self, c: &Checked, tf: &Taskflow, spec: &PolicySpec) -> Result<Rc<CompiledEntry>, ()> {
         let Some(p) = c.program.clone() else { return Err(()) };
         let label = format!("compile {}", spec.policy.name());
-        let hit = lookup(&mut self.cache.compiled, |e| e.prog == c.id && e.taskflow == tf.name && e.spec == *spec);
+        let hit = lookup(&mut self.cache.compiled, |e| {
+            e.prog == c.id && e.taskflow == tf.name && e.spec == *spec
+        });
         let e = match hit {
             Some(e) => {
                 self.stage(label, None);
@@ -263,7 +274,8 @@ impl Session {
             None => {
                 let layouts = self.layouts(c, spec.static_capacity)?;
                 let t0 = Instant::now();
-                let result = schedule::compile(&p, tf, spec, layouts, hpmoe_dsl::lower::DEFAULT_MAX_TASKS, true).map(Rc::new);
+                let result =
+                    schedule::compile(&p, tf, spec, layouts, hpmoe_dsl::lower::DEFAULT_MAX_TASKS, true).map(Rc::new);
                 let id = self.cache.id();
                 let e = Rc::new(CompiledEntry {
                     id,
@@ -287,10 +299,20 @@ impl Session {
 
     /// Simulates a compiled taskflow and builds its report (cached). A run recorded with
     /// bandwidth samples serves a request without them.
-    pub(crate) fn simulated(&mut self, c: &Checked, tf: &Taskflow, e: &CompiledEntry, record_bandwidth: bool) -> Result<Rc<SimRun>, ()> {
-        let (Some(p), Ok(comp)) = (c.program.clone(), e.result.as_ref()) else { return Err(()) };
+    pub(crate) fn simulated(
+        &mut self,
+        c: &Checked,
+        tf: &Taskflow,
+        e: &CompiledEntry,
+        record_bandwidth: bool,
+    ) -> Result<Rc<SimRun>, ()> {
+        let (Some(p), Ok(comp)) = (c.program.clone(), e.result.as_ref()) else {
+            return Err(());
+        };
         let label = format!("simulate {}", e.spec.policy.name());
-        let hit = lookup(&mut self.cache.sims, |s| s.compiled == e.id && (s.record_bandwidth || !record_bandwidth));
+        let hit = lookup(&mut self.cache.sims, |s| {
+            s.compiled == e.id && (s.record_bandwidth || !record_bandwidth)
+        });
         let s = match hit {
             Some(s) => {
                 self.stage(label, None);
@@ -299,7 +321,15 @@ impl Session {
             None => {
                 let t0 = Instant::now();
                 let result = sim::simulate_compiled(&p, tf, comp, SimOptions { record_bandwidth }).map(|sim| {
-                    let report = Report::new(&p, tf, &comp.graph, &comp.schedule, &sim.workload, &sim.model, &sim.result);
+                    let report = Report::new(
+                        &p,
+                        tf,
+                        &comp.graph,
+                        &comp.schedule,
+                        &sim.workload,
+                        &sim.model,
+                        &sim.result,
+                    );
                     Rc::new(SimRun {
                         sim,
                         report,

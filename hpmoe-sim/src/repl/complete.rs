@@ -16,9 +16,15 @@ use std::ops::Range;
 const POLICIES: &[&str] = &["kernel_by_kernel", "expert_level", "interleaved"];
 const ROUTINGS: &[&str] = &["balanced(", "uniform(", "zipf(", "hotspot(", "file("];
 /// Words with a meaning inside items (besides the item keywords).
-const KEYWORDS: &[&str] = &["let", "return", "on", "tile", "order", "priority", "sum", "put", "out", "group", "in", "ratr"];
-const TYPES: &[&str] = &["bf16", "f16", "f32", "i32", "aic", "aiv", "route", "int", "float", "bool", "str"];
-const SHOW: &[&str] = &["params", "ops", "routing", "device", "tasks", "queue", "config", "source"];
+const KEYWORDS: &[&str] = &[
+    "let", "return", "on", "tile", "order", "priority", "sum", "put", "out", "group", "in", "ratr",
+];
+const TYPES: &[&str] = &[
+    "bf16", "f16", "f32", "i32", "aic", "aiv", "route", "int", "float", "bool", "str",
+];
+const SHOW: &[&str] = &[
+    "params", "ops", "routing", "device", "tasks", "queue", "config", "source",
+];
 const MAX_PATHS: usize = 200;
 
 /// A completion: the text replacing `start..pos` of the line, and whether a space follows.
@@ -30,7 +36,10 @@ pub struct Completion {
 }
 
 fn matching(cands: impl IntoIterator<Item = String>, prefix: &str, start: usize) -> Vec<Completion> {
-    let mut v: Vec<String> = cands.into_iter().filter(|c| c.starts_with(prefix) && c != prefix).collect();
+    let mut v: Vec<String> = cands
+        .into_iter()
+        .filter(|c| c.starts_with(prefix) && c != prefix)
+        .collect();
     v.sort();
     v.dedup();
     v.into_iter()
@@ -67,7 +76,9 @@ fn paths(cur: &str, start: usize, kind: PathKind) -> Vec<Completion> {
     } else {
         std::path::PathBuf::from(dir)
     };
-    let Ok(rd) = std::fs::read_dir(&read) else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir(&read) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for e in rd.flatten().take(10_000) {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -132,7 +143,9 @@ fn complete_command(names: &Names, t: &str, pos: usize) -> Vec<Completion> {
     let Some(first) = done.first() else {
         return matching(COMMANDS.iter().map(|c| format!(":{}", c.name)), cur, start);
     };
-    let Ok(cmd) = commands::lookup(first.trim_start_matches(':')) else { return Vec::new() };
+    let Ok(cmd) = commands::lookup(first.trim_start_matches(':')) else {
+        return Vec::new();
+    };
     let args = &done[1..];
     match cmd.name {
         "load" if args.is_empty() => paths(cur, start, PathKind::Hpm),
@@ -219,7 +232,11 @@ pub fn highlight_spans(names: &Names, line: &str) -> Vec<(Range<usize>, Class)> 
     let lead = line.len() - line.trim_start().len();
     if line[lead..].starts_with(':') {
         let end = line[lead..].find(char::is_whitespace).map_or(line.len(), |i| lead + i);
-        let cls = if commands::lookup(&line[lead + 1..end]).is_ok() { Class::Command } else { Class::UnknownCommand };
+        let cls = if commands::lookup(&line[lead + 1..end]).is_ok() {
+            Class::Command
+        } else {
+            Class::UnknownCommand
+        };
         out.push((lead..end, cls));
         offset = end;
     }
@@ -234,7 +251,9 @@ pub fn highlight_spans(names: &Names, line: &str) -> Vec<(Range<usize>, Class)> 
             TokenKind::Ident(s) if KEYWORDS.contains(&s.as_str()) => Class::Keyword,
             TokenKind::Ident(s) if TYPES.contains(&s.as_str()) => Class::Type,
             TokenKind::Ident(s) if names.params.contains(s) => Class::Param,
-            TokenKind::Ident(s) if names.ops.contains(s) || names.taskflows.contains(s) || names.routes.contains(s) => Class::Name,
+            TokenKind::Ident(s) if names.ops.contains(s) || names.taskflows.contains(s) || names.routes.contains(s) => {
+                Class::Name
+            }
             TokenKind::Ident(_) | TokenKind::Punct(_) | TokenKind::Open(_) | TokenKind::Close(_) => Class::Plain,
             TokenKind::Int(_) | TokenKind::Float(_) => Class::Number,
             TokenKind::Str(_) => Class::Str,
@@ -311,7 +330,13 @@ mod tests {
     #[test]
     fn highlighting_covers_the_line() {
         let n = names();
-        for line in [":set tokens = 64", "op geglu<T>(h: T[M]) -> T[M] on aiv { // c\n out[m] = h[m]; }", "param x = \"unterminated", ":nope x", "  \u{e9}\u{e9} 3"] {
+        for line in [
+            ":set tokens = 64",
+            "op geglu<T>(h: T[M]) -> T[M] on aiv { // c\n out[m] = h[m]; }",
+            "param x = \"unterminated",
+            ":nope x",
+            "  \u{e9}\u{e9} 3",
+        ] {
             let spans = highlight_spans(&n, line);
             let mut at = 0;
             for (r, _) in &spans {

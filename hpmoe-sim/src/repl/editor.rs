@@ -6,9 +6,9 @@ use super::complete::{complete, highlight_spans, Class};
 use super::{exec, input, run_lines, start, Names, ReplOptions};
 use nu_ansi_term::{Color, Style};
 use reedline::{
-    default_emacs_keybindings, ColumnarMenu, Completer, Emacs, FileBackedHistory, Highlighter, KeyCode, KeyModifiers, MenuBuilder, Prompt,
-    PromptEditMode, PromptHistorySearch, PromptHistorySearchStatus, Reedline, ReedlineEvent, ReedlineMenu, Signal, StyledText, Suggestion,
-    ValidationResult, Validator,
+    default_emacs_keybindings, ColumnarMenu, Completer, Emacs, FileBackedHistory, Highlighter, KeyCode, KeyModifiers,
+    MenuBuilder, Prompt, PromptEditMode, PromptHistorySearch, PromptHistorySearchStatus, Reedline, ReedlineEvent,
+    ReedlineMenu, Signal, StyledText, Suggestion, ValidationResult, Validator,
 };
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -100,7 +100,11 @@ impl Prompt for ReplPrompt {
         Cow::Borrowed("  ...> ")
     }
     fn render_prompt_history_search_indicator(&self, h: PromptHistorySearch) -> Cow<'_, str> {
-        let failing = if matches!(h.status, PromptHistorySearchStatus::Failing) { "failing " } else { "" };
+        let failing = if matches!(h.status, PromptHistorySearchStatus::Failing) {
+            "failing "
+        } else {
+            ""
+        };
         Cow::Owned(format!("({failing}search: {}) ", h.term))
     }
 }
@@ -110,7 +114,9 @@ fn history_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("HPMOE_HISTORY").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
-    std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".hpmoe_history"))
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| PathBuf::from(h).join(".hpmoe_history"))
 }
 
 fn editor(names: &Arc<Mutex<Names>>) -> (Reedline, Option<String>) {
@@ -128,17 +134,24 @@ fn editor(names: &Arc<Mutex<Names>>) -> (Reedline, Option<String>) {
     keys.add_binding(
         KeyModifiers::NONE,
         KeyCode::Tab,
-        ReedlineEvent::UntilFound(vec![ReedlineEvent::Menu("completion_menu".to_string()), ReedlineEvent::MenuNext]),
+        ReedlineEvent::UntilFound(vec![
+            ReedlineEvent::Menu("completion_menu".to_string()),
+            ReedlineEvent::MenuNext,
+        ]),
     );
     keys.add_binding(KeyModifiers::SHIFT, KeyCode::BackTab, ReedlineEvent::MenuPrevious);
     let menu = ColumnarMenu::default().with_name("completion_menu");
     let ed = Reedline::create()
         .with_history(Box::new(history))
-        .with_completer(Box::new(ReplCompleter { names: Arc::clone(names) }))
+        .with_completer(Box::new(ReplCompleter {
+            names: Arc::clone(names),
+        }))
         .with_quick_completions(true)
         .with_partial_completions(true)
         .with_menu(ReedlineMenu::EngineCompleter(Box::new(menu)))
-        .with_highlighter(Box::new(ReplHighlighter { names: Arc::clone(names) }))
+        .with_highlighter(Box::new(ReplHighlighter {
+            names: Arc::clone(names),
+        }))
         .with_validator(Box::new(ReplValidator))
         .with_edit_mode(Box::new(Emacs::new(keys)));
     (ed, note)
@@ -148,7 +161,12 @@ fn editor(names: &Arc<Mutex<Names>>) -> (Reedline, Option<String>) {
 pub(crate) fn interactive(opts: &ReplOptions) -> i32 {
     let names = Arc::new(Mutex::new(Names::initial()));
     println!("hpmoe repl: `:help` for the commands, Tab completes, Ctrl-D leaves");
-    let mut s = match start(opts, Box::new(std::io::stdout()), Box::new(std::io::stderr()), Arc::clone(&names)) {
+    let mut s = match start(
+        opts,
+        Box::new(std::io::stdout()),
+        Box::new(std::io::stderr()),
+        Arc::clone(&names),
+    ) {
         Ok(s) => s,
         Err(code) => return code,
     };

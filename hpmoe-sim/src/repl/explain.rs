@@ -72,7 +72,9 @@ impl Session {
             self.error(&format!("`{}` has no tasks", tf.name));
             return Err(());
         }
-        let last = (0..n).max_by(|&a, &b| r.end[a].total_cmp(&r.end[b]).then(b.cmp(&a))).unwrap_or(0);
+        let last = (0..n)
+            .max_by(|&a, &b| r.end[a].total_cmp(&r.end[b]).then(b.cmp(&a)))
+            .unwrap_or(0);
         let target = match which.as_deref() {
             None | Some("last") => last,
             Some(x) => match x.parse::<usize>() {
@@ -146,15 +148,31 @@ impl Session {
         // Print, folding long runs of one busy core.
         let core_of = |t: usize| format!("{} of rank {}", s.core_name(s.core[t]), s.core_rank(s.core[t]));
         let task_line = |t: usize| -> String {
-            let mut line = format!("{} on {}: {} -> {} us", describe(program, tf, g, t), core_of(t), us(r.start[t]), us(r.end[t]));
+            let mut line = format!(
+                "{} on {}: {} -> {} us",
+                describe(program, tf, g, t),
+                core_of(t),
+                us(r.start[t]),
+                us(r.end[t])
+            );
             let flows = w.task_flows(t);
             if !flows.is_empty() {
                 let bytes: f64 = w.flow_bytes[flows.clone()].iter().sum();
                 let mut dests: Vec<u32> = w.flow_dst[flows.clone()].to_vec();
                 dests.sort_unstable();
                 dests.dedup();
-                let left = r.flow_end[flows].iter().copied().filter(|x| x.is_finite()).fold(0.0, f64::max);
-                let _ = write!(line, "; puts {:.3} MB to {} rank(s), the last left at {} us", bytes / 1e6, dests.len(), us(left));
+                let left = r.flow_end[flows]
+                    .iter()
+                    .copied()
+                    .filter(|x| x.is_finite())
+                    .fold(0.0, f64::max);
+                let _ = write!(
+                    line,
+                    "; puts {:.3} MB to {} rank(s), the last left at {} us",
+                    bytes / 1e6,
+                    dests.len(),
+                    us(left)
+                );
             }
             line
         };
@@ -179,7 +197,12 @@ impl Session {
                         us(r.end[from])
                     );
                     if remote {
-                        let _ = write!(l, ", over the link from rank {} (+{} us link latency)", g.rank[from], us(latency));
+                        let _ = write!(
+                            l,
+                            ", over the link from rank {} (+{} us link latency)",
+                            g.rank[from],
+                            us(latency)
+                        );
                     } else {
                         let _ = write!(l, " (+{} us event latency)", us(latency));
                     }
@@ -188,15 +211,27 @@ impl Session {
                     }
                     l
                 }
-                Why::Core { prev } => format!("<- busy core: {} ran task {prev} until {} us", s.core_name(s.core[t]), us(r.end[prev])),
+                Why::Core { prev } => format!(
+                    "<- busy core: {} ran task {prev} until {} us",
+                    s.core_name(s.core[t]),
+                    us(r.end[prev])
+                ),
                 Why::Start { at } => {
-                    format!("<- start: the first task of {}, at the kernel launch ({} us)", core_of(t), us(at))
+                    format!(
+                        "<- start: the first task of {}, at the kernel launch ({} us)",
+                        core_of(t),
+                        us(at)
+                    )
                 }
             }
         };
         let mut out = String::new();
         if which.is_none() || which.as_deref() == Some("last") {
-            let _ = writeln!(out, "the last task to end is task {target} (at {} us)", us(r.end[target]));
+            let _ = writeln!(
+                out,
+                "the last task to end is task {target} (at {} us)",
+                us(r.end[target])
+            );
         }
         let _ = writeln!(
             out,
@@ -239,16 +274,30 @@ impl Session {
             i += 1;
         }
         if cut {
-            let _ = writeln!(out, "  ... {} more links to the start (`:explain {target} all` prints every link)", chain.len() - i);
+            let _ = writeln!(
+                out,
+                "  ... {} more links to the start (`:explain {target} all` prints every link)",
+                chain.len() - i
+            );
         }
-        let deps = chain.iter().filter(|(_, w)| matches!(w, Why::Dependency { .. })).count();
-        let remote = chain.iter().filter(|(_, w)| matches!(w, Why::Dependency { remote: true, .. })).count();
+        let deps = chain
+            .iter()
+            .filter(|(_, w)| matches!(w, Why::Dependency { .. }))
+            .count();
+        let remote = chain
+            .iter()
+            .filter(|(_, w)| matches!(w, Why::Dependency { remote: true, .. }))
+            .count();
         let core = chain.iter().filter(|(_, w)| matches!(w, Why::Core { .. })).count();
         let start = chain.last().map_or(w.start_time, |&(t, _)| r.start[t]);
         let _ = writeln!(
             out,
             "chain: {} back to the start at {} us: {deps} dependenc{} ({remote} over the link), {core} busy core",
-            if chain.len() == 1 { "1 link".to_string() } else { format!("{} links", chain.len()) },
+            if chain.len() == 1 {
+                "1 link".to_string()
+            } else {
+                format!("{} links", chain.len())
+            },
             us(start),
             if deps == 1 { "y" } else { "ies" }
         );

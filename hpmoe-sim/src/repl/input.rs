@@ -21,7 +21,11 @@ pub fn is_complete(text: &str) -> bool {
     });
     // A `///` doc comment documents the item on the next lines.
     let (toks, _, _) = tokenize(text, FileId(0));
-    let doc_last = toks.iter().rev().find(|t| t.kind != TokenKind::Eof).is_some_and(|t| matches!(t.kind, TokenKind::Doc(_)));
+    let doc_last = toks
+        .iter()
+        .rev()
+        .find(|t| t.kind != TokenKind::Eof)
+        .is_some_and(|t| matches!(t.kind, TokenKind::Doc(_)));
     !(open || doc_last)
 }
 
@@ -77,7 +81,10 @@ pub(crate) fn item_title(item: &Item, text: &str) -> String {
         ItemKind::Device(_) => "device".to_string(),
         ItemKind::Import(_) => {
             let src = text.get(item.span.lo as usize..item.span.hi as usize).unwrap_or("");
-            src.trim_end_matches(';').split_whitespace().collect::<Vec<_>>().join(" ")
+            src.trim_end_matches(';')
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
         }
         other => format!("{kw} {}", other.name().map(|n| n.name.as_str()).unwrap_or("?")),
     }
@@ -129,7 +136,9 @@ pub(crate) fn add_items(buffer: &str, input: &str) -> Edit {
         if let ItemKind::Param(p) = &item.kind {
             params.push(p.name.name.clone());
         }
-        let existing = items_with_ranges(&text).into_iter().find(|(it, _)| item_key(it, &text) == key);
+        let existing = items_with_ranges(&text)
+            .into_iter()
+            .find(|(it, _)| item_key(it, &text) == key);
         match existing {
             Some(_) if matches!(key, ItemKey::Import(_)) => actions.push(format!("{title}: already imported")),
             Some((_, r)) => {

@@ -102,7 +102,12 @@ impl ReplOptions {
 
 /// Creates a session from the options: the command-line settings, then the file. A bad
 /// setting is a usage error (exit code 2).
-fn start(opts: &ReplOptions, out: Box<dyn Write>, mut err: Box<dyn Write>, names: Arc<Mutex<Names>>) -> Result<Session, i32> {
+fn start(
+    opts: &ReplOptions,
+    out: Box<dyn Write>,
+    mut err: Box<dyn Write>,
+    names: Arc<Mutex<Names>>,
+) -> Result<Session, i32> {
     let mut settings = session::Settings::default();
     for s in &opts.set {
         match Override::parse(s) {
@@ -131,7 +136,11 @@ fn start(opts: &ReplOptions, out: Box<dyn Write>, mut err: Box<dyn Write>, names
     let cfg = Config {
         timings: opts.timings,
         echo: opts.echo,
-        style: if opts.graphical { RenderStyle::Graphical } else { RenderStyle::Plain },
+        style: if opts.graphical {
+            RenderStyle::Graphical
+        } else {
+            RenderStyle::Plain
+        },
     };
     let mut s = Session::new(cfg, out, err, names);
     s.settings = settings;
@@ -218,6 +227,11 @@ pub fn main(opts: ReplOptions) -> i32 {
     } else {
         let stdin = std::io::stdin();
         let mut lock = stdin.lock();
-        run_script(&mut lock, &opts, Box::new(std::io::stdout()), Box::new(std::io::stderr()))
+        run_script(
+            &mut lock,
+            &opts,
+            Box::new(std::io::stdout()),
+            Box::new(std::io::stderr()),
+        )
     }
 }

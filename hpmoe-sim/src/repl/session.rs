@@ -1,7 +1,7 @@
 //! A REPL session: the program text (the loaded file plus typed definitions), the settings,
 //! the stage caches, and the commands.
 
-use super::cache::{Cache, Checked, SimRun, Stage};
+use super::cache::{Cache, Checked, CompiledEntry, SimRun, Stage};
 use super::commands;
 use super::input;
 use super::Names;
@@ -67,7 +67,10 @@ pub(crate) struct Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session").field("file", &self.file).field("settings", &self.settings).finish()
+        f.debug_struct("Session")
+            .field("file", &self.file)
+            .field("settings", &self.settings)
+            .finish()
     }
 }
 
@@ -194,7 +197,11 @@ impl Session {
         n.ops = p.ops.iter().map(|o| o.name.clone()).collect();
         n.taskflows = p.taskflows.iter().map(|t| t.name.clone()).collect();
         n.routes = p.routes.iter().map(|r| r.name.clone()).collect();
-        let mut calls: Vec<String> = p.taskflows.iter().flat_map(|t| t.nodes.iter().map(|n| n.name.clone())).collect();
+        let mut calls: Vec<String> = p
+            .taskflows
+            .iter()
+            .flat_map(|t| t.nodes.iter().map(|n| n.name.clone()))
+            .collect();
         calls.sort();
         calls.dedup();
         n.calls = calls;
@@ -321,13 +328,18 @@ impl Session {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) => {
-                let d = Diagnostic::error(Code::FileNotFound, format!("cannot read `{}`: {e}", path.display())).note("check the path");
+                let d = Diagnostic::error(Code::FileNotFound, format!("cannot read `{}`: {e}", path.display()))
+                    .note("check the path");
                 self.diagnostics(&[d], 0, &SourceMap::new());
                 return Err(());
             }
         };
         let canon = |p: &Path| std::fs::canonicalize(p).ok();
-        let same = self.file.as_deref().and_then(canon).is_some_and(|a| Some(a) == canon(&path));
+        let same = self
+            .file
+            .as_deref()
+            .and_then(canon)
+            .is_some_and(|a| Some(a) == canon(&path));
         // Another file starts afresh; the first file keeps the command line's settings.
         if self.file.is_some() && !same {
             self.settings = Settings::default();
@@ -359,7 +371,11 @@ impl Session {
 
     pub(crate) fn settings_text(&self) -> String {
         let s = &self.settings;
-        let mut parts: Vec<String> = s.overrides.iter().map(|(k, o)| format!("{k} = {}", value_text(&o.value))).collect();
+        let mut parts: Vec<String> = s
+            .overrides
+            .iter()
+            .map(|(k, o)| format!("{k} = {}", value_text(&o.value)))
+            .collect();
         if let Some(d) = &s.device {
             parts.push(format!("device = {d}"));
         }
@@ -388,7 +404,11 @@ impl Session {
             return Ok(());
         }
         let Some((name, value)) = rest.split_once('=') else {
-            self.error(&format!("`{}` is not of the form NAME = VALUE; {}", rest.trim(), usage("set")));
+            self.error(&format!(
+                "`{}` is not of the form NAME = VALUE; {}",
+                rest.trim(),
+                usage("set")
+            ));
             return Err(());
         };
         let (name, value) = (name.trim(), value.trim());
@@ -587,7 +607,9 @@ impl Session {
         for p in &edit.params {
             if let Some((_, o)) = self.settings.overrides.iter().find(|(k, _)| k == p) {
                 let v = value_text(&o.value);
-                self.note(&format!("`{p}` is set to {v} with :set, which wins over the definition; `:unset {p}` to use it"));
+                self.note(&format!(
+                    "`{p}` is set to {v} with :set, which wins over the definition; `:unset {p}` to use it"
+                ));
             }
         }
         self.print_stages();
@@ -658,7 +680,9 @@ impl Session {
         let tf = self.view_taskflow(&p)?;
         let spec = self.spec_for(&p, &p.taskflows[tf].name, self.view_policy);
         let entry = self.compiled(&c, &p.taskflows[tf], &spec)?;
-        let Ok(compiled) = entry.result.as_ref().map(Rc::clone) else { return Err(()) };
+        let Ok(compiled) = entry.result.as_ref().map(Rc::clone) else {
+            return Err(());
+        };
         let sim = if simulate {
             Some(self.simulated(&c, &p.taskflows[tf], &entry, record_bandwidth)?)
         } else {
@@ -670,6 +694,7 @@ impl Session {
             tf,
             compiled,
             spec: entry.spec.clone(),
+            entry,
             sim,
         })
     }
@@ -788,7 +813,10 @@ impl Session {
         let g = &v.compiled().graph;
         if let Some(max) = filter.ranks.as_ref().and_then(|r| r.last()) {
             if *max >= g.ranks {
-                self.error(&format!("ranks= names rank {max}, but the device has {} ranks", g.ranks));
+                self.error(&format!(
+                    "ranks= names rank {max}, but the device has {} ranks",
+                    g.ranks
+                ));
                 return Err(());
             }
         }
@@ -819,7 +847,10 @@ impl Session {
             return Err(());
         }
         let ranks = match &filter.ranks {
-            Some(r) => format!("ranks {}", r.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")),
+            Some(r) => format!(
+                "ranks {}",
+                r.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+            ),
             None => "all ranks".to_string(),
         };
         let what = if trace { "trace" } else { "chart" };
@@ -852,7 +883,9 @@ impl Session {
         let order = if need > u128::from(opts.memory_limit) {
             crate::numerics::schedule_order(&comp.graph, &comp.schedule)
         } else {
-            let Some(sim) = self.view(true, false)?.sim else { return Err(()) };
+            let checked = Rc::clone(&v.checked);
+            let program = Rc::clone(&v.program);
+            let sim = self.simulated(&checked, &program.taskflows[v.tf], &v.entry, false)?;
             sim.start_order()
         };
         let t0 = std::time::Instant::now();
@@ -863,7 +896,12 @@ impl Session {
         });
         match res {
             Ok(r) => {
-                let header = format!("{} under {}: {} tasks", v.taskflow().name, v.spec().policy.name(), r.tasks);
+                let header = format!(
+                    "{} under {}: {} tasks",
+                    v.taskflow().name,
+                    v.spec().policy.name(),
+                    r.tasks
+                );
                 self.say(&header);
                 self.say_block(&r.text());
                 if !r.races.is_empty() {
@@ -895,6 +933,7 @@ pub(crate) struct View {
     pub tf: usize,
     pub compiled: Rc<hpmoe_dsl::schedule::Compiled>,
     pub spec: PolicySpec,
+    pub entry: Rc<CompiledEntry>,
     pub sim: Option<Rc<SimRun>>,
 }
 
@@ -914,7 +953,13 @@ impl View {
 pub(crate) fn summary(p: &Program) -> String {
     let nodes: usize = p.taskflows.iter().map(|t| t.nodes.len()).sum();
     let names: Vec<&str> = p.taskflows.iter().map(|t| t.name.as_str()).collect();
-    let plural = |n: usize, w: &str| if n == 1 { format!("{n} {w}") } else { format!("{n} {w}s") };
+    let plural = |n: usize, w: &str| {
+        if n == 1 {
+            format!("{n} {w}")
+        } else {
+            format!("{n} {w}s")
+        }
+    };
     format!(
         "{} ({}), {}, {}, device {} with {} ranks",
         plural(p.taskflows.len(), "taskflow"),

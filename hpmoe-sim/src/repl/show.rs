@@ -4,7 +4,9 @@ use super::session::{summary, value_text, words, Session};
 use hpmoe_dsl::ir::{Engine, Quantity};
 use std::fmt::Write as _;
 
-const WHATS: &[&str] = &["params", "ops", "routing", "device", "tasks", "queue", "config", "source"];
+const WHATS: &[&str] = &[
+    "params", "ops", "routing", "device", "tasks", "queue", "config", "source",
+];
 /// Rows `:show tasks` and `:show queue` print unless `limit=` says otherwise.
 const DEFAULT_LIMIT: usize = 50;
 
@@ -46,12 +48,18 @@ fn filters<'a>(args: &'a [String], allowed: &[&str]) -> Result<Vec<(&'a str, &'a
     let mut out = Vec::new();
     for a in args {
         let Some((k, v)) = a.split_once('=') else {
-            return Err(format!("`{a}` is not a filter; the filters are {}", allowed.iter().map(|k| format!("{k}=")).collect::<Vec<_>>().join(" ")));
+            return Err(format!(
+                "`{a}` is not a filter; the filters are {}",
+                allowed.iter().map(|k| format!("{k}=")).collect::<Vec<_>>().join(" ")
+            ));
         };
         if !allowed.contains(&k) {
             let hint = match hpmoe_dsl::suggest::closest(k, allowed.iter().copied()) {
                 Some(b) => format!("did you mean `{b}=`?"),
-                None => format!("the filters are {}", allowed.iter().map(|k| format!("{k}=")).collect::<Vec<_>>().join(" ")),
+                None => format!(
+                    "the filters are {}",
+                    allowed.iter().map(|k| format!("{k}=")).collect::<Vec<_>>().join(" ")
+                ),
             };
             return Err(format!("unknown filter `{k}=`: {hint}"));
         }
@@ -66,7 +74,14 @@ fn number(k: &str, v: &str) -> Result<u64, String> {
 
 /// Parses a core of a rank: `aic3`, `aiv17` or an index (cube cores first).
 fn parse_core(s: &str, aic: u32, aiv: u32) -> Result<u32, String> {
-    let err = || format!("`{s}` is not a core: write aic0..aic{} or aiv0..aiv{} (or an index below {})", aic.saturating_sub(1), aiv.saturating_sub(1), aic + aiv);
+    let err = || {
+        format!(
+            "`{s}` is not a core: write aic0..aic{} or aiv0..aiv{} (or an index below {})",
+            aic.saturating_sub(1),
+            aiv.saturating_sub(1),
+            aic + aiv
+        )
+    };
     let (base, limit, num) = if let Some(n) = s.strip_prefix("aic") {
         (0, aic, n)
     } else if let Some(n) = s.strip_prefix("aiv") {
@@ -152,7 +167,12 @@ impl Session {
             None => s.push_str("file: none"),
         }
         if self.edits > 0 {
-            let _ = write!(s, " (+{} typed definition{})", self.edits, if self.edits == 1 { "" } else { "s" });
+            let _ = write!(
+                s,
+                " (+{} typed definition{})",
+                self.edits,
+                if self.edits == 1 { "" } else { "s" }
+            );
         }
         s.push('\n');
         let _ = writeln!(s, "settings: {}", self.settings_text());
@@ -186,7 +206,13 @@ impl Session {
             let set = self.settings.overrides.iter().any(|(n, _)| n == k);
             let _ = writeln!(s, "  {k:<w$} = {v}{}", if set { "  (set)" } else { "" });
         }
-        let dev: Vec<String> = self.settings.overrides.iter().filter(|(k, _)| k.starts_with("device.")).map(|(k, o)| format!("{k} = {}", value_text(&o.value))).collect();
+        let dev: Vec<String> = self
+            .settings
+            .overrides
+            .iter()
+            .filter(|(k, _)| k.starts_with("device."))
+            .map(|(k, o)| format!("{k} = {}", value_text(&o.value)))
+            .collect();
         if !dev.is_empty() {
             let _ = writeln!(s, "device settings: {}", dev.join(", "));
         }
@@ -221,7 +247,12 @@ impl Session {
                     let used: Vec<String> = p
                         .taskflows
                         .iter()
-                        .flat_map(|t| t.nodes.iter().filter(|n| p.op(n.op).name == o.name).map(move |n| format!("`{}` in {}", n.name, t.name)))
+                        .flat_map(|t| {
+                            t.nodes
+                                .iter()
+                                .filter(|n| p.op(n.op).name == o.name)
+                                .map(move |n| format!("`{}` in {}", n.name, t.name))
+                        })
                         .collect();
                     if !used.is_empty() {
                         let _ = writeln!(s, "called as {}", used.join(", "));
@@ -276,8 +307,16 @@ impl Session {
                 spec.local_experts(),
                 spec.capacity
             );
-            let _ = writeln!(s, "  rows received per rank: min {rmin}, max {rmax}, mean {rmean:.1}, max/mean {:.3}", rmax as f64 / rmean.max(1e-9));
-            let _ = writeln!(s, "  rows per expert: min {emin}, max {emax}, mean {emean:.1}, max/mean {:.3}", emax as f64 / emean.max(1e-9));
+            let _ = writeln!(
+                s,
+                "  rows received per rank: min {rmin}, max {rmax}, mean {rmean:.1}, max/mean {:.3}",
+                rmax as f64 / rmean.max(1e-9)
+            );
+            let _ = writeln!(
+                s,
+                "  rows per expert: min {emin}, max {emax}, mean {emean:.1}, max/mean {:.3}",
+                emax as f64 / emean.max(1e-9)
+            );
             let show = |x: &[u64]| x.iter().map(|y| y.to_string()).collect::<Vec<_>>().join(" ");
             let _ = writeln!(s, "  per rank:   {}", show(&recv));
             if experts.len() <= 64 {
@@ -304,8 +343,17 @@ impl Session {
         s.push_str("fields (`:set device.NAME = VALUE [UNIT]`):\n");
         let w = p.device.fields.keys().map(|k| k.len()).max().unwrap_or(0);
         for (k, f) in &p.device.fields {
-            let set = self.settings.overrides.iter().any(|(n, _)| n.strip_prefix("device.") == Some(k.as_str()));
-            let _ = writeln!(s, "  {k:<w$} = {}{}", quantity(f.value, f.quantity), if set { "  (set)" } else { "" });
+            let set = self
+                .settings
+                .overrides
+                .iter()
+                .any(|(n, _)| n.strip_prefix("device.") == Some(k.as_str()));
+            let _ = writeln!(
+                s,
+                "  {k:<w$} = {}{}",
+                quantity(f.value, f.quantity),
+                if set { "  (set)" } else { "" }
+            );
         }
         self.say_block(&s);
         Ok(())
@@ -380,8 +428,18 @@ impl Session {
         }
         out.push('\n');
         let cw = tf.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
-        let ow = tf.nodes.iter().map(|n| v.program.op(n.op).name.len()).max().unwrap_or(2).max(2);
-        let _ = writeln!(out, "  {:>7} {:>4} {:<cw$} {:<ow$} {:<6} {:<6} {:>12} {:>12}  tile", "task", "rank", "call", "op", "engine", "core", "start us", "end us");
+        let ow = tf
+            .nodes
+            .iter()
+            .map(|n| v.program.op(n.op).name.len())
+            .max()
+            .unwrap_or(2)
+            .max(2);
+        let _ = writeln!(
+            out,
+            "  {:>7} {:>4} {:<cw$} {:<ow$} {:<6} {:<6} {:>12} {:>12}  tile",
+            "task", "rank", "call", "op", "engine", "core", "start us", "end us"
+        );
         for &t in matching.iter().take(limit) {
             let node = &tf.nodes[g.node[t] as usize];
             let _ = writeln!(
@@ -434,7 +492,10 @@ impl Session {
         let rank: u32 = match rank.parse::<u32>() {
             Ok(r) if r < g.ranks => r,
             _ => {
-                self.error(&format!("`{rank}` is not a rank: the device has ranks 0..{}", g.ranks.saturating_sub(1)));
+                self.error(&format!(
+                    "`{rank}` is not a rank: the device has ranks 0..{}",
+                    g.ranks.saturating_sub(1)
+                ));
                 return Err(());
             }
         };
@@ -466,7 +527,11 @@ impl Session {
         }
         out.push('\n');
         let cw = tf.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
-        let _ = writeln!(out, "  {:>5} {:>7} {:<cw$} {:>12} {:>12} {:>10}  waits on", "pos", "task", "call", "start us", "end us", "idle us");
+        let _ = writeln!(
+            out,
+            "  {:>5} {:>7} {:<cw$} {:>12} {:>12} {:>10}  waits on",
+            "pos", "task", "call", "start us", "end us", "idle us"
+        );
         let mut prev_end = sim.sim.workload.start_time;
         for (i, &t) in queue.iter().enumerate().take(limit) {
             let t = t as usize;
@@ -478,7 +543,11 @@ impl Session {
                 .map(|&k| {
                     let k = k as usize;
                     let what = if k >= g.counters.len() { "barrier" } else { "counter" };
-                    format!("{what} {k} ({} signals, ready {} us)", s.threshold[k], us(r.counter_time[k]))
+                    format!(
+                        "{what} {k} ({} signals, ready {} us)",
+                        s.threshold[k],
+                        us(r.counter_time[k])
+                    )
                 })
                 .collect();
             let _ = writeln!(
@@ -490,7 +559,11 @@ impl Session {
                 us(r.start[t]),
                 us(r.end[t]),
                 us((r.start[t] - prev_end).max(0.0)),
-                if waits.is_empty() { "-".to_string() } else { waits.join(", ") }
+                if waits.is_empty() {
+                    "-".to_string()
+                } else {
+                    waits.join(", ")
+                }
             );
             prev_end = r.end[t];
         }

@@ -7,8 +7,6 @@
 //! escape sequences, anywhere after the point where the keys were sent, with generous
 //! timeouts and no assertion on elapsed time.
 
-#![cfg(unix)]
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -136,7 +134,10 @@ impl Term {
                 return text;
             }
             if !alive || Instant::now() > deadline {
-                panic!("timed out waiting for {needle:?}; output since the last keys:\n{text}\n--- whole session:\n{}", strip(&self.raw));
+                panic!(
+                    "timed out waiting for {needle:?}; output since the last keys:\n{text}\n--- whole session:\n{}",
+                    strip(&self.raw)
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -240,7 +241,10 @@ fn completion_multi_line_ctrl_c_and_ctrl_d() {
     assert_eq!(t.wait_exit(), 0);
     let saved = std::fs::read_to_string(&hist).expect("the history file was written");
     assert!(saved.contains(":help quit"), "{saved}");
-    assert!(saved.contains("param extra = (<\\n>"), "multi-line entries are kept whole: {saved}");
+    assert!(
+        saved.contains("param extra = (<\\n>"),
+        "multi-line entries are kept whole: {saved}"
+    );
     assert!(!saved.contains("this is not run"), "{saved}");
 }
 
@@ -272,7 +276,9 @@ fn history_is_recalled_in_the_next_session() {
 #[test]
 fn an_unwritable_history_is_not_an_error() {
     // A directory cannot be a history file: the session keeps its history in memory.
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("repl-pty").join("a-directory");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("repl-pty")
+        .join("a-directory");
     std::fs::create_dir_all(&dir).unwrap();
     let mut t = Term::spawn(&[], &dir);
     t.wait_then_prompt("the history is not saved");
