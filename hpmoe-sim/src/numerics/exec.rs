@@ -90,6 +90,40 @@ fn send_vars(st: &BodyStmt) -> Option<(usize, usize)> {
     }
 }
 
+/// Evaluates a statement at every point of `dims` (and `sparse`) on `rank`; returns the
+/// writes (rank, index, value) to apply once the statement is done.
+#[allow(clippy::too_many_arguments)]
+fn statement_writes<T: Num>(
+    g: &TaskGraph,
+    node: &hpmoe_dsl::ir::Node,
+    st: &BodyStmt,
+    stores: &[TensorStore<T>],
+    routes: &[Option<RouteIndex>],
+    rank: usize,
+    dims: &[(usize, i64, i64)],
+    sparse: Sparse<'_>,
+) -> Vec<(usize, Vec<i64>, T)> {
+    let mut writes = Vec::new();
+    let mut env = Env {
+        g,
+        body: &node.body,
+        inputs: &node.inputs,
+        stores,
+        routes,
+        rank,
+        vars: vec![0; node.body.vars.len()],
+        ix: Vec::new(),
+        out_of_range: false,
+    };
+    for_points(&mut env, dims, sparse, &mut |env| {
+        let v: T = eval(env, &st.value);
+        if let Some((r, ix)) = target(env, st) {
+            writes.push((r, ix, v));
+        }
+    });
+    writes
+}
+
 /// Settings of the tiled executor.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ExecOptions {
@@ -240,26 +274,7 @@ pub fn execute_tiled(
                 .map(|&v| (v, ranges.vr[v].0, ranges.vr[v].1))
                 .collect();
             let sparse = sv.map(|(a, b)| (a, b, &ranges.entries[..]));
-            let mut writes: Vec<(usize, Vec<i64>, f32)> = Vec::new();
-            {
-                let mut env = Env {
-                    g,
-                    body: &node.body,
-                    inputs: &node.inputs,
-                    stores,
-                    routes,
-                    rank,
-                    vars: vec![0; node.body.vars.len()],
-                    ix: Vec::new(),
-                    out_of_range: false,
-                };
-                for_points(&mut env, &dims, sparse, &mut |env| {
-                    let v: f32 = eval(env, &st.value);
-                    if let Some((r, ix)) = target(env, st) {
-                        writes.push((r, ix, v));
-                    }
-                });
-            }
+            let writes = statement_writes(g, node, st, stores, routes, rank, &dims, sparse);
             let store = &mut stores[out];
             for (r, ix, v) in writes {
                 let Some(o) = store.offset(r, &ix) else { continue };
@@ -311,26 +326,7 @@ pub fn execute_dense(tf: &Taskflow, g: &TaskGraph, stores: &mut [TensorStore<f64
                         (v, lo, hi)
                     })
                     .collect();
-                let mut writes: Vec<(usize, Vec<i64>, f64)> = Vec::new();
-                {
-                    let mut env = Env {
-                        g,
-                        body: &node.body,
-                        inputs: &node.inputs,
-                        stores,
-                        routes,
-                        rank,
-                        vars: vec![0; node.body.vars.len()],
-                        ix: Vec::new(),
-                        out_of_range: false,
-                    };
-                    for_points(&mut env, &dims, None, &mut |env| {
-                        let v: f64 = eval(env, &st.value);
-                        if let Some((r, ix)) = target(env, st) {
-                            writes.push((r, ix, v));
-                        }
-                    });
-                }
+                let writes = statement_writes(g, node, st, stores, routes, rank, &dims, None);
                 let store = &mut stores[out];
                 for (r, ix, v) in writes {
                     let Some(o) = store.offset(r, &ix) else { continue };
