@@ -59,12 +59,30 @@ const EXCLUDED: &[(Code, &str)] = &[
         "a tile-level verification code: a correct lowering never produces it from a file; \
          the verifier's mutation tests (hpmoe-dsl/tests/lowering.rs) inject the fault",
     ),
-    (Code::Race, "tile-level verification: see the mutation tests in hpmoe-dsl/tests/lowering.rs"),
-    (Code::WriteConflict, "tile-level verification: see the mutation tests in hpmoe-dsl/tests/lowering.rs"),
-    (Code::Cycle, "tile-level verification: see the mutation tests in hpmoe-dsl/tests/lowering.rs"),
-    (Code::Deadlock, "schedule verification: see the mutation tests in hpmoe-dsl/tests/lowering.rs"),
-    (Code::ThresholdMismatch, "schedule verification: see the mutation tests in hpmoe-dsl/tests/lowering.rs"),
-    (Code::BadQueue, "schedule verification of edited schedules; not reachable from a program"),
+    (
+        Code::Race,
+        "tile-level verification: see the mutation tests in hpmoe-dsl/tests/lowering.rs",
+    ),
+    (
+        Code::WriteConflict,
+        "tile-level verification: see the mutation tests in hpmoe-dsl/tests/lowering.rs",
+    ),
+    (
+        Code::Cycle,
+        "tile-level verification: see the mutation tests in hpmoe-dsl/tests/lowering.rs",
+    ),
+    (
+        Code::Deadlock,
+        "schedule verification: see the mutation tests in hpmoe-dsl/tests/lowering.rs",
+    ),
+    (
+        Code::ThresholdMismatch,
+        "schedule verification: see the mutation tests in hpmoe-dsl/tests/lowering.rs",
+    ),
+    (
+        Code::BadQueue,
+        "schedule verification of edited schedules; not reachable from a program",
+    ),
 ];
 
 /// One expected or reported diagnostic: file name as shown, 1-based line, code, severity.

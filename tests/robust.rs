@@ -40,7 +40,10 @@ fn front_end(text: &str, dir: Option<&Path>) -> bool {
         let _ = hpmoe_dsl::diag::render(d, &sources, hpmoe_dsl::diag::RenderStyle::Plain);
         let _ = hpmoe_dsl::diag::to_json(d, &sources);
     }
-    assert!(out.program.is_some() || out.diagnostics.has_errors(), "no program and no error");
+    assert!(
+        out.program.is_some() || out.diagnostics.has_errors(),
+        "no program and no error"
+    );
     out.program.is_some()
 }
 
@@ -83,7 +86,10 @@ fn deep_nesting_is_a_diagnostic() {
         let text = format!("param x = {}1;", open.repeat(depth));
         assert!(!front_end(&text, None));
     }
-    let sum = format!("op f<T>(x: T[N]) -> T[N] on aiv {{ out[n] = {}x[n]; }}", "sum(k) ".repeat(5000));
+    let sum = format!(
+        "op f<T>(x: T[N]) -> T[N] on aiv {{ out[n] = {}x[n]; }}",
+        "sum(k) ".repeat(5000)
+    );
     assert!(!front_end(&sum, None));
 }
 
@@ -96,10 +102,75 @@ fn huge_literals_are_diagnostics() {
 }
 
 const FRAGMENTS: &[&str] = &[
-    "import", "std", "::", "moe", "{", "}", "(", ")", "[", "]", ",", ";", ":", "param", "x", "=", "1", "2.5", "+", "-",
-    "*", "/", "%", "op", "comm", "on", "aiv", "aic", "taskflow", "let", "return", "tile", "route", "r", "balanced", "sum",
-    "out", "put", "@", "->", "<", ">", "T", "bf16", "device", "ascend_a3", "schedule", "interleaved", "profile", "\"f.hpm\"",
-    "///doc\n", "// c\n", "/*", "*/", "group", "in", "+=", ".", "..", "m", "n", "k", "N", "M", "\"", "0x", "1e", "é", "`",
+    "import",
+    "std",
+    "::",
+    "moe",
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    ",",
+    ";",
+    ":",
+    "param",
+    "x",
+    "=",
+    "1",
+    "2.5",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "op",
+    "comm",
+    "on",
+    "aiv",
+    "aic",
+    "taskflow",
+    "let",
+    "return",
+    "tile",
+    "route",
+    "r",
+    "balanced",
+    "sum",
+    "out",
+    "put",
+    "@",
+    "->",
+    "<",
+    ">",
+    "T",
+    "bf16",
+    "device",
+    "ascend_a3",
+    "schedule",
+    "interleaved",
+    "profile",
+    "\"f.hpm\"",
+    "///doc\n",
+    "// c\n",
+    "/*",
+    "*/",
+    "group",
+    "in",
+    "+=",
+    ".",
+    "..",
+    "m",
+    "n",
+    "k",
+    "N",
+    "M",
+    "\"",
+    "0x",
+    "1e",
+    "é",
+    "`",
 ];
 
 proptest! {

@@ -19,12 +19,16 @@ fn main() {
 }
 
 fn program(file: &str, ranks: u32) -> Program {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(file);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(file);
     let opts = Options {
         overrides: vec![Override::parse(&format!("ranks={ranks}")).unwrap()],
         ..Options::default()
     };
-    check_path(&path, &opts, &mut SourceMap::new()).program.expect("the example checks")
+    check_path(&path, &opts, &mut SourceMap::new())
+        .program
+        .expect("the example checks")
 }
 
 const CASES: &[(&str, u32)] = &[
@@ -35,14 +39,20 @@ const CASES: &[(&str, u32)] = &[
 ];
 
 fn name(i: usize) -> String {
-    format!("{}@EP{}", CASES[i].0.trim_end_matches(".hpm").replace("deepseek_v3_ep8_", ""), CASES[i].1)
+    format!(
+        "{}@EP{}",
+        CASES[i].0.trim_end_matches(".hpm").replace("deepseek_v3_ep8_", ""),
+        CASES[i].1
+    )
 }
 
 #[divan::bench(args = [0, 1, 2, 3], sample_count = 3, sample_size = 1)]
 fn lower_tasks(b: Bencher, case: usize) {
     let p = program(CASES[case].0, CASES[case].1);
     let layouts = lower::layouts(&p, false, None).unwrap();
-    let n = lower::lower(&p, &p.taskflows[0], layouts.clone(), &LowerOptions::default()).unwrap().len();
+    let n = lower::lower(&p, &p.taskflows[0], layouts.clone(), &LowerOptions::default())
+        .unwrap()
+        .len();
     eprintln!("{}: {n} tasks", name(case));
     b.counter(ItemsCount::new(n))
         .bench(|| lower::lower(&p, &p.taskflows[0], layouts.clone(), &LowerOptions::default()).unwrap());
@@ -65,5 +75,6 @@ fn schedule_interleaved(b: Bencher, case: usize) {
     let layouts = lower::layouts(&p, false, None).unwrap();
     let g = lower::lower(&p, &p.taskflows[0], layouts, &LowerOptions::default()).unwrap();
     let spec = PolicySpec::new(Policy::Interleaved);
-    b.counter(ItemsCount::new(g.len())).bench(|| schedule::schedule(&p, &p.taskflows[0], &g, &spec));
+    b.counter(ItemsCount::new(g.len()))
+        .bench(|| schedule::schedule(&p, &p.taskflows[0], &g, &spec));
 }

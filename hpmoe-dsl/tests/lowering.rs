@@ -400,7 +400,9 @@ proptest! {
 fn mutation_task_on_wrong_engine_is_a_bad_queue() {
     let (p, mut c) = small();
     // Move a cube task onto a vector core of its rank.
-    let t = (0..c.graph.len()).find(|&t| c.graph.engine(&p.taskflows[0], t) == hpmoe_dsl::ir::Engine::Aic).unwrap();
+    let t = (0..c.graph.len())
+        .find(|&t| c.graph.engine(&p.taskflows[0], t) == hpmoe_dsl::ir::Engine::Aic)
+        .unwrap();
     let s = &mut c.schedule;
     let from = s.core[t] as usize;
     let to = (s.core_rank(from as u32) * s.cores_per_rank() + s.aic_cores) as usize;

@@ -29,31 +29,74 @@ fn examples() -> Vec<String> {
 #[test]
 fn check_passes_on_every_example() {
     for e in examples() {
-        hpmoe().args(["check", &e]).assert().success().stdout(predicates::str::starts_with("ok:"));
+        hpmoe()
+            .args(["check", &e])
+            .assert()
+            .success()
+            .stdout(predicates::str::starts_with("ok:"));
     }
 }
 
 #[test]
 fn errors_exit_1_and_usage_errors_exit_2() {
-    let out = hpmoe().args(["check", "tests/err/shape_mismatch.hpm"]).assert().code(1).get_output().clone();
+    let out = hpmoe()
+        .args(["check", "tests/err/shape_mismatch.hpm"])
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("E0501"), "{err}");
     hpmoe().args(["check"]).assert().code(2);
     hpmoe().args(["frobnicate"]).assert().code(2);
-    hpmoe().args(["check", "examples/geglu.hpm", "--set", "no_equals_sign"]).assert().code(2);
+    hpmoe()
+        .args(["check", "examples/geglu.hpm", "--set", "no_equals_sign"])
+        .assert()
+        .code(2);
     hpmoe().args(["check", "does/not/exist.hpm"]).assert().code(1);
-    hpmoe().args(["lower", "examples/geglu.hpm", "--emit", "schedule", "--policy", "fastest"]).assert().code(2);
+    hpmoe()
+        .args([
+            "lower",
+            "examples/geglu.hpm",
+            "--emit",
+            "schedule",
+            "--policy",
+            "fastest",
+        ])
+        .assert()
+        .code(2);
 }
 
 #[test]
 fn json_outputs_parse() {
-    let out = hpmoe().args(["check", "tests/err/shape_mismatch.hpm", "--format", "json"]).assert().code(1).get_output().stdout.clone();
+    let out = hpmoe()
+        .args(["check", "tests/err/shape_mismatch.hpm", "--format", "json"])
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
     let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v["ok"], false);
     assert_eq!(v["diagnostics"][0]["code"], "E0501");
     assert!(v["diagnostics"][0]["labels"][0]["line"].as_u64().unwrap() > 0);
     for emit in ["ops", "routing", "tasks", "schedule"] {
-        let out = hpmoe().args(["lower", "examples/geglu.hpm", "--emit", emit, "--format", "json", "--set", "tokens=64"]).assert().success().get_output().stdout.clone();
+        let out = hpmoe()
+            .args([
+                "lower",
+                "examples/geglu.hpm",
+                "--emit",
+                emit,
+                "--format",
+                "json",
+                "--set",
+                "tokens=64",
+            ])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
         let _: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{emit}: {e}"));
     }
 }
@@ -76,8 +119,26 @@ fn every_policy_lowers_every_example() {
 #[test]
 fn outputs_are_deterministic() {
     for args in [
-        vec!["lower", "examples/deepseek_v3_ep8_fwd.hpm", "--emit", "schedule", "--format", "json", "--set", "tokens=128"],
-        vec!["lower", "examples/qwen_moe_ep8_bwd.hpm", "--emit", "tasks", "--format", "json", "--set", "tokens=64"],
+        vec![
+            "lower",
+            "examples/deepseek_v3_ep8_fwd.hpm",
+            "--emit",
+            "schedule",
+            "--format",
+            "json",
+            "--set",
+            "tokens=128",
+        ],
+        vec![
+            "lower",
+            "examples/qwen_moe_ep8_bwd.hpm",
+            "--emit",
+            "tasks",
+            "--format",
+            "json",
+            "--set",
+            "tokens=64",
+        ],
         vec!["lower", "examples/geglu.hpm", "--emit", "ops", "--format", "json"],
         vec!["check", "tests/err/names_unknown_op.hpm", "--format", "json"],
     ] {
@@ -91,7 +152,14 @@ fn outputs_are_deterministic() {
 #[test]
 fn the_task_limit_fails_before_allocating() {
     let out = hpmoe()
-        .args(["lower", "examples/deepseek_v3_ep8_fwd.hpm", "--emit", "tasks", "--max-tasks", "1000"])
+        .args([
+            "lower",
+            "examples/deepseek_v3_ep8_fwd.hpm",
+            "--emit",
+            "tasks",
+            "--max-tasks",
+            "1000",
+        ])
         .assert()
         .code(1)
         .get_output()
@@ -109,7 +177,10 @@ fn hostile_files_get_diagnostics_not_panics() {
         ("binary.hpm", (0..2000u32).map(|i| (i * 7919 % 251) as u8).collect()),
         ("deep.hpm", format!("param x = {}1;", "(".repeat(50_000)).into_bytes()),
         ("huge.hpm", b"param x = 123456789012345678901234567890;".to_vec()),
-        ("truncated.hpm", b"taskflow f(x: bf16[4, 4]) -> bf16[4, 4] { let y = add(x, ".to_vec()),
+        (
+            "truncated.hpm",
+            b"taskflow f(x: bf16[4, 4]) -> bf16[4, 4] { let y = add(x, ".to_vec(),
+        ),
         ("import_self.hpm", b"import \"import_self.hpm\";".to_vec()),
         ("import_dir.hpm", b"import \".\";".to_vec()),
     ];
@@ -117,7 +188,12 @@ fn hostile_files_get_diagnostics_not_panics() {
         let p = dir.join(name);
         std::fs::write(&p, bytes).unwrap();
         let out = hpmoe().args(["check", p.to_str().unwrap()]).output().unwrap();
-        assert_eq!(out.status.code(), Some(1), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(!out.stderr.is_empty(), "{name}: a diagnostic");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -125,7 +201,13 @@ fn hostile_files_get_diagnostics_not_panics() {
 
 #[test]
 fn explain_and_fmt() {
-    let out = hpmoe().args(["explain", "E0501"]).assert().success().get_output().stdout.clone();
+    let out = hpmoe()
+        .args(["explain", "E0501"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     assert!(String::from_utf8_lossy(&out).contains("shape-mismatch"));
     hpmoe().args(["explain", "--list"]).assert().success();
     hpmoe().args(["explain", "E9999"]).assert().code(1);

@@ -15,9 +15,18 @@ fn program(text: &str, sets: &[&str]) -> Program {
         ..Options::default()
     };
     let mut sm = SourceMap::new();
-    let out = check_text("t.hpm", text, Some(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))), &opts, &mut sm);
+    let out = check_text(
+        "t.hpm",
+        text,
+        Some(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))),
+        &opts,
+        &mut sm,
+    );
     out.program.unwrap_or_else(|| {
-        panic!("{}", hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain))
+        panic!(
+            "{}",
+            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+        )
     })
 }
 
@@ -29,7 +38,11 @@ fn compile(p: &Program, tf: usize, policy: Policy, verify: bool) -> Compiled {
 
 fn run(p: &Program, tf: usize, c: &Compiled, bf16: bool) -> numerics::NumericsReport {
     let order = numerics::schedule_order(&c.graph, &c.schedule);
-    let opts = NumericsOptions { bf16_storage: bf16, seed: 11, ..Default::default() };
+    let opts = NumericsOptions {
+        bf16_storage: bf16,
+        seed: 11,
+        ..Default::default()
+    };
     numerics::run(p, &p.taskflows[tf], &c.graph, &c.schedule, &order, &opts).unwrap()
 }
 
@@ -79,7 +92,12 @@ fn every_policy_matches_the_references() {
                     assert!(r.races.is_empty(), "EP{ranks} {route} {policy:?}: {:?}", r.races);
                     let per_token = r.checks.iter().filter(|c| c.reference == "per-token").count();
                     assert!(per_token > 0, "the MoE reference applies to {}", p.taskflows[tf].name);
-                    assert!(r.passed(), "EP{ranks} {route} {policy:?} {}:\n{}", p.taskflows[tf].name, r.text());
+                    assert!(
+                        r.passed(),
+                        "EP{ranks} {route} {policy:?} {}:\n{}",
+                        p.taskflows[tf].name,
+                        r.text()
+                    );
                 }
             }
         }
@@ -94,7 +112,11 @@ fn bf16_storage_stays_within_its_tolerance() {
         let r = run(&p, tf, &c, true);
         assert!(r.passed(), "{}", r.text());
         // Rounding is real: the error is above f32's.
-        assert!(r.checks.iter().any(|c| c.computed == "schedule" && c.rel_l2 > 1e-5), "{}", r.text());
+        assert!(
+            r.checks.iter().any(|c| c.computed == "schedule" && c.rel_l2 > 1e-5),
+            "{}",
+            r.text()
+        );
     }
 }
 
@@ -114,7 +136,15 @@ fn a_dropped_edge_is_caught_with_the_tasks_named() {
     c.schedule = schedule::schedule(&p, &p.taskflows[0], &c.graph, &PolicySpec::new(Policy::Interleaved));
     // Unverified, the swiglu tasks may run first: the race check or the comparison fails.
     let order = numerics::schedule_order(&c.graph, &c.schedule);
-    let r = numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &NumericsOptions::default()).unwrap();
+    let r = numerics::run(
+        &p,
+        &p.taskflows[0],
+        &c.graph,
+        &c.schedule,
+        &order,
+        &NumericsOptions::default(),
+    )
+    .unwrap();
     assert!(!r.passed(), "a broken schedule must not pass:\n{}", r.text());
     assert!(!r.races.is_empty());
     assert_eq!(r.races[0].code, Code::Race);
@@ -127,12 +157,18 @@ fn a_dropped_edge_is_caught_with_the_tasks_named() {
 #[test]
 fn geglu_example_computes_correct_numbers() {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/geglu.hpm")).unwrap();
-    let p = program(&text, &["tokens=16", "hidden=32", "inter=16", "experts=8", "ranks=2", "topk=2"]);
+    let p = program(
+        &text,
+        &["tokens=16", "hidden=32", "inter=16", "experts=8", "ranks=2", "topk=2"],
+    );
     for policy in Policy::all() {
         let c = compile(&p, 0, policy, true);
         let r = run(&p, 0, &c, false);
         assert!(r.passed(), "{policy:?}\n{}", r.text());
-        assert!(r.checks.iter().any(|c| c.reference == "per-token"), "per-token reference with the GeGLU body");
+        assert!(
+            r.checks.iter().any(|c| c.reference == "per-token"),
+            "per-token reference with the GeGLU body"
+        );
     }
 }
 
@@ -141,7 +177,10 @@ fn memory_limit_fails_fast() {
     let p = program(&moe(2, ROUTES[0]), &[]);
     let c = compile(&p, 0, Policy::Interleaved, true);
     let order = numerics::schedule_order(&c.graph, &c.schedule);
-    let opts = NumericsOptions { memory_limit: 1000, ..Default::default() };
+    let opts = NumericsOptions {
+        memory_limit: 1000,
+        ..Default::default()
+    };
     let e = numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &opts).unwrap_err();
     assert_eq!(e.code, Code::LimitExceeded);
     assert!(e.message.contains("MiB"), "{}", e.message);
@@ -153,7 +192,10 @@ fn dumps_are_standard_npy_and_inputs_load_back() {
     let c = compile(&p, 0, Policy::ExpertLevel, true);
     let dir = std::env::temp_dir().join(format!("hpmoe-dump-{}", std::process::id()));
     let order = numerics::schedule_order(&c.graph, &c.schedule);
-    let opts = NumericsOptions { dump: Some(dir.clone()), ..Default::default() };
+    let opts = NumericsOptions {
+        dump: Some(dir.clone()),
+        ..Default::default()
+    };
     let r = numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &opts).unwrap();
     assert!(r.passed());
     for name in ["x", "w_up", "w_down", "out", "route_ids", "route_weights"] {
@@ -163,26 +205,43 @@ fn dumps_are_standard_npy_and_inputs_load_back() {
         let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
         let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
         assert!(header.starts_with("{'descr': '<"), "{header}");
-        assert!(header.contains("'fortran_order': False") && header.ends_with('\n'), "{header}");
+        assert!(
+            header.contains("'fortran_order': False") && header.ends_with('\n'),
+            "{header}"
+        );
         assert_eq!((10 + hlen) % 64, 0, "data aligned to 64 bytes");
         let a = hpmoe_dsl::npy::read(&path).unwrap();
         assert_eq!(a.shape[0], 2, "leading rank axis");
     }
     // The dumped inputs, fed back, give the same outputs.
-    let inputs: Vec<(String, std::path::PathBuf)> = ["x", "w_up", "w_down"].iter().map(|n| (n.to_string(), dir.join(format!("{n}.npy")))).collect();
-    let opts2 = NumericsOptions { inputs, seed: 999, ..Default::default() };
+    let inputs: Vec<(String, std::path::PathBuf)> = ["x", "w_up", "w_down"]
+        .iter()
+        .map(|n| (n.to_string(), dir.join(format!("{n}.npy"))))
+        .collect();
+    let opts2 = NumericsOptions {
+        inputs,
+        seed: 999,
+        ..Default::default()
+    };
     let r2 = numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &opts2).unwrap();
     assert!(r2.passed());
     let out1 = hpmoe_dsl::npy::read(&dir.join("out.npy")).unwrap();
     let dir2 = dir.join("again");
-    let opts3 = NumericsOptions { inputs: opts2.inputs.clone(), dump: Some(dir2.clone()), ..Default::default() };
+    let opts3 = NumericsOptions {
+        inputs: opts2.inputs.clone(),
+        dump: Some(dir2.clone()),
+        ..Default::default()
+    };
     numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &opts3).unwrap();
     let out2 = hpmoe_dsl::npy::read(&dir2.join("out.npy")).unwrap();
     assert_eq!(out1, out2);
     // A wrong shape names the input.
     let bad = dir.join("bad.npy");
     hpmoe_dsl::npy::write(&bad, hpmoe_dsl::npy::NpyType::F32, &[3, 3], &[0.0; 9]).unwrap();
-    let opts4 = NumericsOptions { inputs: vec![("x".into(), bad)], ..Default::default() };
+    let opts4 = NumericsOptions {
+        inputs: vec![("x".into(), bad)],
+        ..Default::default()
+    };
     let e = numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &opts4).unwrap_err();
     assert!(e.message.contains("input `x`"), "{}", e.message);
     let _ = std::fs::remove_dir_all(&dir);

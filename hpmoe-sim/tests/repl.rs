@@ -214,9 +214,12 @@ fn trace_gantt_and_dump_write_files() {
 :trace {d}/two.json ranks=0-1 window=10..15
 :gantt {d}/run.svg
 :gantt {d}/all.svg ranks=0,1,2,3
+:set hidden = 64
+:set inter = 32
+:set tokens = 16
 :dump {d}/npy
 :set policy = expert_level
-:dump {d}/npy_el
+:dump {d}/npy_el seed=3 bf16
 "
         ),
     );

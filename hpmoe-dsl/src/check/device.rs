@@ -374,10 +374,19 @@ impl Checker<'_> {
         let mut decls = decls;
         let mut forced = None;
         if let Some(name) = self.opts.device.clone() {
-            let ident = crate::syntax::ast::Ident { name: name.clone(), span: Span::default() };
+            let ident = crate::syntax::ast::Ident {
+                name: name.clone(),
+                span: Span::default(),
+            };
             match decls.first_mut() {
                 Some((d, _)) => d.profile = ident,
-                None => decls.push((crate::syntax::ast::DeviceDecl { profile: ident, fields: Vec::new() }, Span::default())),
+                None => decls.push((
+                    crate::syntax::ast::DeviceDecl {
+                        profile: ident,
+                        fields: Vec::new(),
+                    },
+                    Span::default(),
+                )),
             }
             // A profile of the stdlib may be named without importing it.
             if self.lookup(root, &name).is_none() {
@@ -396,12 +405,21 @@ impl Checker<'_> {
                             .collect()
                     })
                     .unwrap_or_default();
-                forced = std_dev.and_then(|m| names.iter().find(|(n, _)| *n == name).map(|(_, i)| ItemRef { module: m, item: *i }));
+                forced = std_dev.and_then(|m| {
+                    names
+                        .iter()
+                        .find(|(n, _)| *n == name)
+                        .map(|(_, i)| ItemRef { module: m, item: *i })
+                });
                 if forced.is_none() {
-                    let mut d = Diagnostic::error(Code::UnknownName, format!("`--device {name}`: no such device profile"));
+                    let mut d =
+                        Diagnostic::error(Code::UnknownName, format!("`--device {name}`: no such device profile"));
                     d = match crate::suggest::closest(&name, names.iter().map(|(s, _)| s.as_str())) {
                         Some(b) => d.help(format!("did you mean `{b}`?")),
-                        None => d.help(format!("the profiles are: {}", names.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>().join(", "))),
+                        None => d.help(format!(
+                            "the profiles are: {}",
+                            names.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>().join(", ")
+                        )),
                     };
                     self.err(d);
                     return;
@@ -411,77 +429,78 @@ impl Checker<'_> {
         let (profile_ref, decl_fields, profile_name, name_span) = match (forced, decls.first()) {
             (Some(r), Some((d, _))) => (r, d.fields.clone(), d.profile.name.clone(), d.profile.span),
             (_, first) => match first {
-            Some((d, _)) => {
-                let r = match self.lookup(root, &d.profile.name) {
-                    Some(r) if matches!(self.item(r).kind, ItemKind::Profile(_)) => r,
-                    Some(r) => {
-                        let w = super::consts::item_kind_word(&self.item(r).kind);
-                        self.err(
-                            Diagnostic::error(
-                                Code::WrongKind,
-                                format!("`{}` is {w}, not a device profile", d.profile.name),
-                            )
-                            .primary(d.profile.span, "expected a profile"),
-                        );
-                        return;
-                    }
-                    None => {
-                        let std_dev = self.load_std("device", &mut Vec::new());
-                        let known = std_dev.and_then(|m| {
-                            self.modules[m]
-                                .ast
-                                .items
-                                .iter()
-                                .position(|it| it.kind.name().is_some_and(|n| n.name == d.profile.name))
-                                .map(|_| m)
-                        });
-                        let mut diag = Diagnostic::error(
-                            Code::UnknownName,
-                            format!("unknown device profile `{}`", d.profile.name),
-                        )
-                        .primary(d.profile.span, "not defined");
-                        if known.is_some() {
-                            diag = diag.help(format!("import it: `import std::device::{};`", d.profile.name));
-                        } else {
-                            let mut names = self.names_where(root, |k| matches!(k, ItemKind::Profile(_)));
-                            if let Some(m) = std_dev {
-                                names.extend(self.modules[m].ast.items.iter().filter_map(|it| match &it.kind {
-                                    ItemKind::Profile(p) => Some(p.name.name.clone()),
-                                    _ => None,
-                                }));
-                            }
-                            if let Some(b) = crate::suggest::closest(&d.profile.name, names.iter().map(|s| s.as_str()))
-                            {
-                                diag = diag.help(format!("did you mean `{b}`?"));
-                            }
+                Some((d, _)) => {
+                    let r = match self.lookup(root, &d.profile.name) {
+                        Some(r) if matches!(self.item(r).kind, ItemKind::Profile(_)) => r,
+                        Some(r) => {
+                            let w = super::consts::item_kind_word(&self.item(r).kind);
+                            self.err(
+                                Diagnostic::error(
+                                    Code::WrongKind,
+                                    format!("`{}` is {w}, not a device profile", d.profile.name),
+                                )
+                                .primary(d.profile.span, "expected a profile"),
+                            );
+                            return;
                         }
-                        self.err(diag);
+                        None => {
+                            let std_dev = self.load_std("device", &mut Vec::new());
+                            let known = std_dev.and_then(|m| {
+                                self.modules[m]
+                                    .ast
+                                    .items
+                                    .iter()
+                                    .position(|it| it.kind.name().is_some_and(|n| n.name == d.profile.name))
+                                    .map(|_| m)
+                            });
+                            let mut diag = Diagnostic::error(
+                                Code::UnknownName,
+                                format!("unknown device profile `{}`", d.profile.name),
+                            )
+                            .primary(d.profile.span, "not defined");
+                            if known.is_some() {
+                                diag = diag.help(format!("import it: `import std::device::{};`", d.profile.name));
+                            } else {
+                                let mut names = self.names_where(root, |k| matches!(k, ItemKind::Profile(_)));
+                                if let Some(m) = std_dev {
+                                    names.extend(self.modules[m].ast.items.iter().filter_map(|it| match &it.kind {
+                                        ItemKind::Profile(p) => Some(p.name.name.clone()),
+                                        _ => None,
+                                    }));
+                                }
+                                if let Some(b) =
+                                    crate::suggest::closest(&d.profile.name, names.iter().map(|s| s.as_str()))
+                                {
+                                    diag = diag.help(format!("did you mean `{b}`?"));
+                                }
+                            }
+                            self.err(diag);
+                            return;
+                        }
+                    };
+                    (r, d.fields.clone(), d.profile.name.clone(), d.profile.span)
+                }
+                None => {
+                    // The default device: the A3 profile of the stdlib.
+                    let Some(m) = self.load_std("device", &mut Vec::new()) else {
                         return;
-                    }
-                };
-                (r, d.fields.clone(), d.profile.name.clone(), d.profile.span)
-            }
-            None => {
-                // The default device: the A3 profile of the stdlib.
-                let Some(m) = self.load_std("device", &mut Vec::new()) else {
-                    return;
-                };
-                let Some(i) = self.modules[m]
-                    .ast
-                    .items
-                    .iter()
-                    .position(|it| it.kind.name().is_some_and(|n| n.name == "ascend_a3"))
-                else {
-                    return;
-                };
-                (
-                    ItemRef { module: m, item: i },
-                    Vec::new(),
-                    "ascend_a3".to_string(),
-                    Span::default(),
-                )
-            }
-        },
+                    };
+                    let Some(i) = self.modules[m]
+                        .ast
+                        .items
+                        .iter()
+                        .position(|it| it.kind.name().is_some_and(|n| n.name == "ascend_a3"))
+                    else {
+                        return;
+                    };
+                    (
+                        ItemRef { module: m, item: i },
+                        Vec::new(),
+                        "ascend_a3".to_string(),
+                        Span::default(),
+                    )
+                }
+            },
         };
         let Some(mut fields) = self.profile_fields(profile_ref, &mut Vec::new()) else {
             return;

@@ -801,7 +801,8 @@ impl Checker<'_> {
                             for v in vs {
                                 if let Some(b) = &binds[v] {
                                     let bd = self.show_dim(b.dim);
-                                    diag = diag.secondary(b.span, format!("{} = {bd} from {}", sig.syms[v], describe(b.from)));
+                                    diag = diag
+                                        .secondary(b.span, format!("{} = {bd} from {}", sig.syms[v], describe(b.from)));
                                 }
                             }
                             if let Sym::Route(p, rd) = &c.sym {

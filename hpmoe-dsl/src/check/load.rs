@@ -62,7 +62,12 @@ impl Checker<'_> {
 
     /// The root from an already parsed source (the `taskflow!` macro), with its imports and
     /// the prelude.
-    pub(super) fn load_root_parsed(&mut self, file: FileId, ast: crate::syntax::ast::File, diags: Vec<crate::Diagnostic>) -> ModId {
+    pub(super) fn load_root_parsed(
+        &mut self,
+        file: FileId,
+        ast: crate::syntax::ast::File,
+        diags: Vec<crate::Diagnostic>,
+    ) -> ModId {
         let path = self.sources.get(file).and_then(|f| f.path.clone());
         let root = self.add_module(file, ast, diags, None, path.clone());
         self.load_imports(root, path, &mut Vec::new());

@@ -146,10 +146,19 @@ impl Checker<'_> {
 }
 
 /// Concrete bodies already computed, by (op, argument dtypes and shapes, routing arguments).
-pub(crate) type BodyCache = rustc_hash::FxHashMap<(ir::OpId, Vec<(ir::DType, Vec<ir::Dim>)>, Vec<Option<ir::RouteId>>), std::sync::Arc<ir::ConcreteBody>>;
+pub(crate) type BodyCache = rustc_hash::FxHashMap<
+    (ir::OpId, Vec<(ir::DType, Vec<ir::Dim>)>, Vec<Option<ir::RouteId>>),
+    std::sync::Arc<ir::ConcreteBody>,
+>;
 
 /// Tiles that fit their engine's buffers.
-pub(crate) type FitCache = rustc_hash::FxHashSet<(ir::OpId, Vec<(ir::DType, Vec<ir::Dim>)>, Vec<Option<ir::RouteId>>, Vec<(String, u64)>, ir::Engine)>;
+pub(crate) type FitCache = rustc_hash::FxHashSet<(
+    ir::OpId,
+    Vec<(ir::DType, Vec<ir::Dim>)>,
+    Vec<Option<ir::RouteId>>,
+    Vec<(String, u64)>,
+    ir::Engine,
+)>;
 
 /// Index of a loaded module.
 pub(crate) type ModId = usize;

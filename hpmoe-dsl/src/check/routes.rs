@@ -483,22 +483,38 @@ impl Checker<'_> {
     /// that the override does not give, and that the new kind takes, are kept.
     fn routing_override(&mut self, decl: &RouteDecl, text: &str) -> Result<Option<RouteDecl>, ()> {
         let (target, call) = match text.split_once('=') {
-            Some((n, c)) if !n.trim().is_empty() && n.trim().chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') => (Some(n.trim().to_string()), c),
+            Some((n, c))
+                if !n.trim().is_empty() && n.trim().chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') =>
+            {
+                (Some(n.trim().to_string()), c)
+            }
             _ => (None, text),
         };
-        let routes_in_root = self.modules[self.root].ast.items.iter().filter(|it| matches!(it.kind, ItemKind::Route(_))).count();
+        let routes_in_root = self.modules[self.root]
+            .ast
+            .items
+            .iter()
+            .filter(|it| matches!(it.kind, ItemKind::Route(_)))
+            .count();
         match &target {
             Some(n) if *n != decl.name.name => return Ok(None),
             None if routes_in_root != 1 => {
                 self.err(
-                    Diagnostic::error(Code::BadOverride, format!("`--routing {text}`: the program has {routes_in_root} routings"))
-                        .help("name the routing: `--routing NAME=KIND(...)`"),
+                    Diagnostic::error(
+                        Code::BadOverride,
+                        format!("`--routing {text}`: the program has {routes_in_root} routings"),
+                    )
+                    .help("name the routing: `--routing NAME=KIND(...)`"),
                 );
                 return Err(());
             }
             _ => {}
         }
-        let file = self.sources.add("<--routing>", None, format!("route {} = {};", decl.name.name, call.trim()));
+        let file = self.sources.add(
+            "<--routing>",
+            None,
+            format!("route {} = {};", decl.name.name, call.trim()),
+        );
         let src = self.sources.get(file).map(|f| f.text.clone()).unwrap_or_default();
         let (ast, diags, _) = crate::syntax::parse_text(&src, file);
         if !diags.is_empty() {
@@ -506,7 +522,10 @@ impl Checker<'_> {
             return Err(());
         }
         let Some(ItemKind::Route(new)) = ast.items.into_iter().next().map(|i| i.kind) else {
-            self.err(Diagnostic::error(Code::BadOverride, format!("`--routing {text}`: expected KIND(arg: value, ...)")));
+            self.err(Diagnostic::error(
+                Code::BadOverride,
+                format!("`--routing {text}`: expected KIND(arg: value, ...)"),
+            ));
             return Err(());
         };
         let takes: Vec<String> = match self.lookup(self.root, &new.kind.name).map(|s| &self.item(s).kind) {

@@ -155,7 +155,10 @@ pub fn tile_ranges(tf: &Taskflow, g: &TaskGraph, t: usize, out: &mut TileRanges)
             _ => match var.range {
                 VarRange::Fixed { lo, hi } => {
                     // The choice variable of a send dimension.
-                    let is_choice = nt.dims.iter().any(|d| matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name));
+                    let is_choice = nt
+                        .dims
+                        .iter()
+                        .any(|d| matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name));
                     if is_choice {
                         (0, 0)
                     } else {
@@ -184,8 +187,12 @@ pub fn tile_ranges(tf: &Taskflow, g: &TaskGraph, t: usize, out: &mut TileRanges)
     }
     let Some((d, c)) = send else { return };
     s.send_dim = Some(d);
-    let DimKind::Send { route, token, choice } = &nt.dims[d].kind else { return };
-    let Some(l) = g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) else { return };
+    let DimKind::Send { route, token, choice } = &nt.dims[d].kind else {
+        return;
+    };
+    let Some(l) = g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) else {
+        return;
+    };
     let e = c.group as usize;
     let off = &l.send_off[rank];
     let (first, last) = if l.static_capacity {
@@ -312,7 +319,9 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
                 // A sending put reads the rows it sends, not their bounding box (the box stays
                 // the region, conservatively, for dependencies).
                 let volume = if send.is_some() && r.ndim > 0 {
-                    let row: u64 = (1..r.ndim as usize).map(|d| (r.hi[d] - r.lo[d]).max(0) as u64).product();
+                    let row: u64 = (1..r.ndim as usize)
+                        .map(|d| (r.hi[d] - r.lo[d]).max(0) as u64)
+                        .product();
                     (s.ranges.entries.len() as u64 * row).min(r.volume())
                 } else {
                     r.volume()

@@ -89,10 +89,22 @@ pub(crate) fn routing(p: &Program, o: &LowerCli, sources: &SourceMap) -> i32 {
             Format::Human => {
                 println!(
                     "route {}: {} ranks x {} tokens x top-{} over {} experts ({} per rank); window {} rows",
-                    spec.name, spec.ranks, spec.tokens, spec.topk, spec.experts, spec.local_experts(), spec.capacity
+                    spec.name,
+                    spec.ranks,
+                    spec.tokens,
+                    spec.topk,
+                    spec.experts,
+                    spec.local_experts(),
+                    spec.capacity
                 );
-                println!("  rows received per rank: min {rmin}, max {rmax}, mean {rmean:.1}, max/mean {:.3}", rmax as f64 / rmean.max(1e-9));
-                println!("  rows per expert: min {emin}, max {emax}, mean {emean:.1}, max/mean {:.3}", emax as f64 / emean.max(1e-9));
+                println!(
+                    "  rows received per rank: min {rmin}, max {rmax}, mean {rmean:.1}, max/mean {:.3}",
+                    rmax as f64 / rmean.max(1e-9)
+                );
+                println!(
+                    "  rows per expert: min {emin}, max {emax}, mean {emean:.1}, max/mean {:.3}",
+                    emax as f64 / emean.max(1e-9)
+                );
                 let show = |v: &[u64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
                 println!("  per rank:   {}", show(&recv));
                 if experts.len() <= 64 {
@@ -145,7 +157,10 @@ pub(crate) fn tasks(p: &Program, o: &LowerCli, sources: &SourceMap, with_schedul
             }
         };
         match o.format {
-            Format::Human => print!("{}", schedule::summary_text(p, tf, &c.graph, with_schedule.then_some(&c.schedule))),
+            Format::Human => print!(
+                "{}",
+                schedule::summary_text(p, tf, &c.graph, with_schedule.then_some(&c.schedule))
+            ),
             Format::Json => {
                 if with_schedule {
                     json.push(schedule::schedule_json(&c.graph, &c.schedule));

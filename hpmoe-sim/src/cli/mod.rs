@@ -26,7 +26,11 @@ pub(crate) struct LowerCli<'a> {
 }
 
 #[derive(Parser, Debug)]
-#[command(name = "hpmoe", version, about = "Design, verify and simulate tile-level MoE schedules for Ascend NPUs")]
+#[command(
+    name = "hpmoe",
+    version,
+    about = "Design, verify and simulate tile-level MoE schedules for Ascend NPUs"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -196,9 +200,11 @@ enum Command {
         #[arg(long)]
         stdout: bool,
     },
-    /// An interactive session: load a program, set parameters, run and compare policies,
-    /// inspect tasks and queues, explain why a task waited. Reads commands from stdin when it
-    /// is not a terminal (exit code 1 if any command failed).
+    /// An interactive session: set parameters, run, compare, inspect tasks, explain waits.
+    ///
+    /// Load a program, change params, the device, the routing or the policy, run and compare
+    /// policies, show tasks and core queues, and ask why a task started when it did. Reads
+    /// commands from stdin when it is not a terminal (exit code 1 if any command failed).
     Repl {
         file: Option<PathBuf>,
         #[command(flatten)]
@@ -248,7 +254,11 @@ fn parse_overrides(set: &[String]) -> Result<Vec<Override>, String> {
 }
 
 /// Checks a file; prints diagnostics; returns the program on success.
-pub(crate) fn checked(file: &std::path::Path, prog: &ProgramArgs, format: Format) -> Result<(hpmoe_dsl::ir::Program, SourceMap), i32> {
+pub(crate) fn checked(
+    file: &std::path::Path,
+    prog: &ProgramArgs,
+    format: Format,
+) -> Result<(hpmoe_dsl::ir::Program, SourceMap), i32> {
     let overrides = match parse_overrides(&prog.set) {
         Ok(o) => o,
         Err(e) => {
@@ -288,7 +298,10 @@ fn run(cmd: Command) -> i32 {
         Command::Check { file, prog, format } => match checked(&file, &prog, format) {
             Ok((p, _)) => {
                 if format == Format::Json {
-                    println!("{}", serde_json::json!({ "ok": true, "diagnostics": [], "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>() }));
+                    println!(
+                        "{}",
+                        serde_json::json!({ "ok": true, "diagnostics": [], "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>() })
+                    );
                 } else {
                     let nodes: usize = p.taskflows.iter().map(|t| t.nodes.len()).sum();
                     println!(
@@ -327,7 +340,10 @@ fn run(cmd: Command) -> i32 {
                     Emit::Ops => {
                         match format {
                             Format::Human => print!("{}", hpmoe_dsl::ir::program_text(&p)),
-                            Format::Json => println!("{}", serde_json::to_string_pretty(&hpmoe_dsl::ir::program_json(&p)).unwrap_or_default()),
+                            Format::Json => println!(
+                                "{}",
+                                serde_json::to_string_pretty(&hpmoe_dsl::ir::program_json(&p)).unwrap_or_default()
+                            ),
                         }
                         0
                     }
@@ -360,35 +376,39 @@ fn run(cmd: Command) -> i32 {
             let mut parsed = Vec::new();
             for i in &inputs {
                 match i.split_once('=') {
-                    Some((n, f)) if !n.trim().is_empty() && !f.trim().is_empty() => parsed.push((n.trim().to_string(), PathBuf::from(f.trim()))),
+                    Some((n, f)) if !n.trim().is_empty() && !f.trim().is_empty() => {
+                        parsed.push((n.trim().to_string(), PathBuf::from(f.trim())))
+                    }
                     _ => {
                         eprintln!("error: --input `{i}` is not of the form NAME=FILE.npy");
                         return 2;
                     }
                 }
             }
-            let numerics = (numerics || bf16_storage || dump.is_some() || !parsed.is_empty()).then(|| crate::numerics::NumericsOptions {
-                seed,
-                bf16_storage,
-                memory_limit: numerics_memory.saturating_mul(1 << 20),
-                inputs: parsed,
-                dump: dump.clone(),
+            let numerics = (numerics || bf16_storage || dump.is_some() || !parsed.is_empty()).then(|| {
+                crate::numerics::NumericsOptions {
+                    seed,
+                    bf16_storage,
+                    memory_limit: numerics_memory.saturating_mul(1 << 20),
+                    inputs: parsed,
+                    dump: dump.clone(),
+                }
             });
             run::run(&run::RunCli {
-            file: &file,
-            prog: &prog,
-            format,
-            policy: policy.as_deref(),
-            compare: compare.as_deref(),
-            taskflow: taskflow.as_deref(),
-            max_tasks,
-            verify: !no_verify,
-            trace: trace.as_deref(),
-            gantt: gantt.as_deref(),
-            trace_ranks: trace_ranks.as_deref(),
-            trace_window: trace_window.as_deref(),
-            numerics,
-        })
+                file: &file,
+                prog: &prog,
+                format,
+                policy: policy.as_deref(),
+                compare: compare.as_deref(),
+                taskflow: taskflow.as_deref(),
+                max_tasks,
+                verify: !no_verify,
+                trace: trace.as_deref(),
+                gantt: gantt.as_deref(),
+                trace_ranks: trace_ranks.as_deref(),
+                trace_window: trace_window.as_deref(),
+                numerics,
+            })
         }
         Command::Sweep {
             file,
@@ -466,12 +486,15 @@ fn fmt(files: &[PathBuf], check: bool, to_stdout: bool) -> i32 {
             Err(ds) => {
                 let mut sources = SourceMap::new();
                 let id = sources.add(f.display().to_string(), Some(f.clone()), text);
-                let ds: Vec<_> = ds.into_iter().map(|mut d| {
-                    for l in &mut d.labels {
-                        l.span.file = id;
-                    }
-                    d
-                }).collect();
+                let ds: Vec<_> = ds
+                    .into_iter()
+                    .map(|mut d| {
+                        for l in &mut d.labels {
+                            l.span.file = id;
+                        }
+                        d
+                    })
+                    .collect();
                 eprint!("{}", diag::render_all(&ds, 0, &sources, style()));
                 status = 1;
             }

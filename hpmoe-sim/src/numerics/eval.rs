@@ -95,7 +95,10 @@ fn layout(g: &TaskGraph, r: hpmoe_dsl::ir::RouteId) -> Option<&RouteLayout> {
 
 impl<T> std::fmt::Debug for Env<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Env").field("rank", &self.rank).field("vars", &self.vars).finish()
+        f.debug_struct("Env")
+            .field("rank", &self.rank)
+            .field("vars", &self.vars)
+            .finish()
     }
 }
 
@@ -234,7 +237,10 @@ pub fn reduce_range<T>(env: &Env<T>, v: usize) -> (i64, i64) {
             Some(l) => {
                 let g = env.vars[group].max(0) as usize;
                 let off = &l.group_off[env.rank];
-                (off.get(g).copied().unwrap_or(0) as i64, off.get(g + 1).copied().unwrap_or(0) as i64)
+                (
+                    off.get(g).copied().unwrap_or(0) as i64,
+                    off.get(g + 1).copied().unwrap_or(0) as i64,
+                )
             }
             None => (0, 0),
         },

@@ -26,7 +26,12 @@ pub struct Race {
 /// The (token variable, choice variable, entries) of a sending put.
 type Sparse<'a> = Option<(usize, usize, &'a [(u32, u32, u32)])>;
 
-fn for_points<T: Num>(env: &mut Env<T>, dims: &[(usize, i64, i64)], sparse: Sparse<'_>, f: &mut impl FnMut(&mut Env<T>)) {
+fn for_points<T: Num>(
+    env: &mut Env<T>,
+    dims: &[(usize, i64, i64)],
+    sparse: Sparse<'_>,
+    f: &mut impl FnMut(&mut Env<T>),
+) {
     if dims.iter().any(|&(_, lo, hi)| hi <= lo) {
         return;
     }
@@ -83,7 +88,12 @@ fn target<T>(env: &Env<T>, st: &BodyStmt) -> Option<(usize, Vec<i64>)> {
 fn send_vars(st: &BodyStmt) -> Option<(usize, usize)> {
     match &st.target {
         Target::Put {
-            rank: Index::Route { func: RouteFn::Rank, args, .. },
+            rank:
+                Index::Route {
+                    func: RouteFn::Rank,
+                    args,
+                    ..
+                },
             ..
         } => Some((args[0], args[1])),
         _ => None,
@@ -161,7 +171,12 @@ impl Order<'_> {
                 let p = self.pos[xu] as usize;
                 (p > 0).then(|| self.s.queues.row(c)[p - 1])
             };
-            let preds = self.s.waits.row(xu).iter().flat_map(|&c| self.signallers[c as usize].iter().copied());
+            let preds = self
+                .s
+                .waits
+                .row(xu)
+                .iter()
+                .flat_map(|&c| self.signallers[c as usize].iter().copied());
             for p in preds.chain(queue_prev) {
                 if p == w {
                     return true;
@@ -205,11 +220,22 @@ pub fn execute_tiled(
             signallers[c as usize].push(t as u32);
         }
     }
-    let mut ord = Order { g, s, pos, signallers, seen: vec![0; n], stamp: 0 };
+    let mut ord = Order {
+        g,
+        s,
+        pos,
+        signallers,
+        seen: vec![0; n],
+        stamp: 0,
+    };
     let mut races = Vec::new();
     let mut ranges = TileRanges::default();
     let mut scratch = Scratch::default();
-    let bf16: Vec<bool> = tf.tensors.iter().map(|t| opts.bf16_storage && t.dtype == hpmoe_dsl::ir::DType::Bf16).collect();
+    let bf16: Vec<bool> = tf
+        .tensors
+        .iter()
+        .map(|t| opts.bf16_storage && t.dtype == hpmoe_dsl::ir::DType::Bf16)
+        .collect();
     for &t in order {
         let tu = t as usize;
         let node = &tf.nodes[g.node[tu] as usize];
@@ -320,7 +346,13 @@ pub fn execute_dense(tf: &Taskflow, g: &TaskGraph, stores: &mut [TensorStore<f64
                     .map(|&v| {
                         let (lo, hi) = match node.body.vars[v].range {
                             VarRange::Fixed { lo, hi } => (lo, hi),
-                            VarRange::Recv(r) => (0, g.layouts.get(r.0 as usize).and_then(|l| l.as_ref()).map_or(0, |l| l.rows(rank) as i64)),
+                            VarRange::Recv(r) => (
+                                0,
+                                g.layouts
+                                    .get(r.0 as usize)
+                                    .and_then(|l| l.as_ref())
+                                    .map_or(0, |l| l.rows(rank) as i64),
+                            ),
                             VarRange::GroupRows { .. } => (0, 0),
                         };
                         (v, lo, hi)

@@ -95,7 +95,9 @@ pub fn dump<T: Copy + Into<f64>>(store: &TensorStore<T>, path: &Path) -> std::io
 
 /// Writes a routing's expert ids `[ranks, tokens, topk]` (int32) and gate weights (float32).
 pub fn dump_routing(g: &TaskGraph, route: usize, dir: &Path, prefix: &str) -> std::io::Result<()> {
-    let Some(l) = g.layouts.get(route).and_then(|l| l.as_ref()) else { return Ok(()) };
+    let Some(l) = g.layouts.get(route).and_then(|l| l.as_ref()) else {
+        return Ok(());
+    };
     let r = &l.routing;
     let shape = [r.ranks, r.tokens, r.topk];
     let ids: Vec<f64> = r.expert.iter().map(|&e| e as f64).collect();

@@ -90,7 +90,10 @@ impl NumericsReport {
 
     pub fn text(&self) -> String {
         let mut s = String::from("numerics (every task executed in f32 in schedule order)\n");
-        s.push_str(&format!("  {:<10} {:<9} {:<10} {:>12} {:>12} {:>10}  \n", "output", "computed", "reference", "max |err|", "rel L2", "tolerance"));
+        s.push_str(&format!(
+            "  {:<10} {:<9} {:<10} {:>12} {:>12} {:>10}  \n",
+            "output", "computed", "reference", "max |err|", "rel L2", "tolerance"
+        ));
         for c in &self.checks {
             s.push_str(&format!(
                 "  {:<10} {:<9} {:<10} {:>12.3e} {:>12.3e} {:>10.0e}  {}\n",
@@ -122,7 +125,14 @@ impl NumericsReport {
     }
 }
 
-fn compare(output: &str, computed: &'static str, reference: &'static str, a: &TensorStore<f64>, b: &TensorStore<f64>, tol: f64) -> Check {
+fn compare(
+    output: &str,
+    computed: &'static str,
+    reference: &'static str,
+    a: &TensorStore<f64>,
+    b: &TensorStore<f64>,
+    tol: f64,
+) -> Check {
     let (mut max_abs, mut num, mut den) = (0.0f64, 0.0f64, 0.0f64);
     for (x, y) in a.data.iter().flatten().zip(b.data.iter().flatten()) {
         let d = (x - y).abs();
@@ -160,7 +170,11 @@ pub fn schedule_order(g: &TaskGraph, s: &Schedule) -> Vec<u32> {
         let mut progressed = false;
         for c in 0..s.queues.len() {
             while let Some(&t) = s.queues.row(c).get(head[c]) {
-                let ready = s.waits.row(t as usize).iter().all(|&k| count[k as usize] >= s.threshold[k as usize]);
+                let ready = s
+                    .waits
+                    .row(t as usize)
+                    .iter()
+                    .all(|&k| count[k as usize] >= s.threshold[k as usize]);
                 if !ready {
                     break;
                 }
@@ -180,7 +194,14 @@ pub fn schedule_order(g: &TaskGraph, s: &Schedule) -> Vec<u32> {
 
 /// Runs the numerics of a scheduled taskflow. `order` is the start order of the tasks (from
 /// the timing simulation, or [`schedule_order`]).
-pub fn run(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Schedule, order: &[u32], opts: &NumericsOptions) -> Result<NumericsReport, Diagnostic> {
+pub fn run(
+    program: &Program,
+    tf: &Taskflow,
+    g: &TaskGraph,
+    s: &Schedule,
+    order: &[u32],
+    opts: &NumericsOptions,
+) -> Result<NumericsReport, Diagnostic> {
     // Memory: f64 reference stores, f32 executor stores and writers, per-token outputs.
     let elements = store::total_elements(tf, g);
     let need = elements * (8 + 4 + 4 + 8);
@@ -201,25 +222,39 @@ pub fn run(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Schedule, order:
     if order.len() != g.len() {
         return Err(Diagnostic::error(
             Code::Deadlock,
-            format!("the schedule of `{}` cannot run to completion ({} of {} tasks start)", tf.name, order.len(), g.len()),
+            format!(
+                "the schedule of `{}` cannot run to completion ({} of {} tasks start)",
+                tf.name,
+                order.len(),
+                g.len()
+            ),
         ));
     }
-    let routes: Vec<Option<eval::RouteIndex>> = g.layouts.iter().map(|l| l.as_ref().map(eval::RouteIndex::new)).collect();
+    let routes: Vec<Option<eval::RouteIndex>> = g
+        .layouts
+        .iter()
+        .map(|l| l.as_ref().map(eval::RouteIndex::new))
+        .collect();
     // Inputs.
     let mut reference: Vec<TensorStore<f64>> = store::allocate(tf, g, false);
     for &i in &tf.inputs {
         let name = &tf.tensor(i).name;
         match opts.inputs.iter().find(|(n, _)| n == name) {
-            Some((_, path)) => inputs::load(tf, i, &mut reference[i.0 as usize], path)
-                .map_err(|e| Diagnostic::error(Code::FileNotFound, format!("input `{name}`: {e}")).primary(tf.tensor(i).span, "this input"))?,
+            Some((_, path)) => inputs::load(tf, i, &mut reference[i.0 as usize], path).map_err(|e| {
+                Diagnostic::error(Code::FileNotFound, format!("input `{name}`: {e}"))
+                    .primary(tf.tensor(i).span, "this input")
+            })?,
             None => inputs::random_fill(tf, i, &mut reference[i.0 as usize], opts.seed),
         }
     }
     for (n, _) in &opts.inputs {
         if !tf.inputs.iter().any(|&i| tf.tensor(i).name == *n) {
             let names: Vec<&str> = tf.inputs.iter().map(|&i| tf.tensor(i).name.as_str()).collect();
-            return Err(Diagnostic::error(Code::UnknownName, format!("`--input {n}=...`: `{}` has no input `{n}`", tf.name))
-                .help(format!("the inputs are: {}", names.join(", "))));
+            return Err(Diagnostic::error(
+                Code::UnknownName,
+                format!("`--input {n}=...`: `{}` has no input `{n}`", tf.name),
+            )
+            .help(format!("the inputs are: {}", names.join(", "))));
         }
     }
     let bf16 = |t: TensorId| opts.bf16_storage && tf.tensor(t).dtype == DType::Bf16;
@@ -229,7 +264,11 @@ pub fn run(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Schedule, order:
         let dst = &mut device[i.0 as usize];
         for (d, s) in dst.data.iter_mut().zip(&src.data) {
             for (x, y) in d.iter_mut().zip(s) {
-                *x = if bf16(i) { store::round_bf16(*y as f32) } else { *y as f32 };
+                *x = if bf16(i) {
+                    store::round_bf16(*y as f32)
+                } else {
+                    *y as f32
+                };
             }
         }
     }
@@ -243,17 +282,40 @@ pub fn run(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Schedule, order:
             }
         }
     }
-    let per_token = moe_ref::forward(program, tf, g, &reference).or_else(|| moe_ref::backward(program, tf, g, &reference));
-    let races = exec::execute_tiled(program, tf, g, s, order, &mut device, &routes, exec::ExecOptions { bf16_storage: opts.bf16_storage });
+    let per_token =
+        moe_ref::forward(program, tf, g, &reference).or_else(|| moe_ref::backward(program, tf, g, &reference));
+    let races = exec::execute_tiled(
+        program,
+        tf,
+        g,
+        s,
+        order,
+        &mut device,
+        &routes,
+        exec::ExecOptions {
+            bf16_storage: opts.bf16_storage,
+        },
+    );
     exec::execute_dense(tf, g, &mut reference, &routes);
-    let tol = if opts.bf16_storage { TOLERANCE_BF16 } else { TOLERANCE_F32 };
+    let tol = if opts.bf16_storage {
+        TOLERANCE_BF16
+    } else {
+        TOLERANCE_F32
+    };
     let mut checks = Vec::new();
     for (name, t) in &tf.outputs {
         let got = widen(&device[t.0 as usize]);
         checks.push(compare(name, "schedule", "dense", &got, &reference[t.0 as usize], tol));
         if let Some(pt) = per_token.as_ref().and_then(|v| v.iter().find(|(id, _)| id == t)) {
             checks.push(compare(name, "schedule", "per-token", &got, &pt.1, tol));
-            checks.push(compare(name, "dense", "per-token", &reference[t.0 as usize], &pt.1, TOLERANCE_REFERENCES));
+            checks.push(compare(
+                name,
+                "dense",
+                "per-token",
+                &reference[t.0 as usize],
+                &pt.1,
+                TOLERANCE_REFERENCES,
+            ));
         }
     }
     let race_diags = races
@@ -266,7 +328,10 @@ pub fn run(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Schedule, order:
             let mut d = match r.writer {
                 Some(w) => Diagnostic::error(
                     Code::Race,
-                    format!("race: {reader} read {what}, last written by {}, which is not ordered before it", hpmoe_dsl::verify::describe(program, tf, g, w as usize)),
+                    format!(
+                        "race: {reader} read {what}, last written by {}, which is not ordered before it",
+                        hpmoe_dsl::verify::describe(program, tf, g, w as usize)
+                    ),
                 )
                 .secondary(tf.nodes[g.node[w as usize] as usize].span, "the writer"),
                 None => Diagnostic::error(Code::Race, format!("race: {reader} read {what} before any write to it")),
@@ -277,10 +342,12 @@ pub fn run(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Schedule, order:
         .collect();
     let mut dumped = Vec::new();
     if let Some(dir) = &opts.dump {
-        std::fs::create_dir_all(dir).map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot create `{}`: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot create `{}`: {e}", dir.display())))?;
         let mut write = |name: &str, st: &TensorStore<f64>| -> Result<(), Diagnostic> {
             let p = dir.join(format!("{name}.npy"));
-            inputs::dump(st, &p).map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot write `{}`: {e}", p.display())))?;
+            inputs::dump(st, &p)
+                .map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot write `{}`: {e}", p.display())))?;
             dumped.push(p);
             Ok(())
         };
@@ -292,8 +359,13 @@ pub fn run(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Schedule, order:
         }
         for (k, spec) in program.routes.iter().enumerate() {
             if g.layouts.get(k).is_some_and(|l| l.is_some()) {
-                let prefix = if program.routes.len() == 1 { "route".to_string() } else { format!("route_{}", spec.name) };
-                inputs::dump_routing(g, k, dir, &prefix).map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot write routing files: {e}")))?;
+                let prefix = if program.routes.len() == 1 {
+                    "route".to_string()
+                } else {
+                    format!("route_{}", spec.name)
+                };
+                inputs::dump_routing(g, k, dir, &prefix)
+                    .map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot write routing files: {e}")))?;
                 dumped.push(dir.join(format!("{prefix}_ids.npy")));
                 dumped.push(dir.join(format!("{prefix}_weights.npy")));
             }

@@ -48,7 +48,9 @@ fn vec_mat(v: &[f64], w: &[f64], n: usize) -> Vec<f64> {
 /// `W v` for `W` `[K, N]`: `out[k] = sum_n W[k][n] v[n]`.
 fn mat_vec(w: &[f64], v: &[f64], k: usize) -> Vec<f64> {
     let n = v.len();
-    (0..k).map(|i| w[i * n..(i + 1) * n].iter().zip(v).map(|(a, b)| a * b).sum()).collect()
+    (0..k)
+        .map(|i| w[i * n..(i + 1) * n].iter().zip(v).map(|(a, b)| a * b).sum())
+        .collect()
 }
 
 /// The activation of one row: SwiGLU, or the op's body evaluated on a one-row tensor.
@@ -60,9 +62,17 @@ fn activation(p: &Program, tf: &Taskflow, g: &TaskGraph, act: &hpmoe_dsl::ir::No
     let out_cols = tf.tensor(act.output).shape.last().and_then(|d| d.fixed()).unwrap_or(0) as usize;
     let input = act.inputs[0];
     let mut stores: Vec<TensorStore<f64>> = (0..tf.tensors.len())
-        .map(|_| TensorStore { shape: vec![Vec::new()], data: vec![Vec::new()], writer: Vec::new() })
+        .map(|_| TensorStore {
+            shape: vec![Vec::new()],
+            data: vec![Vec::new()],
+            writer: Vec::new(),
+        })
         .collect();
-    stores[input.0 as usize] = TensorStore { shape: vec![vec![1, h.len()]], data: vec![h.to_vec()], writer: Vec::new() };
+    stores[input.0 as usize] = TensorStore {
+        shape: vec![vec![1, h.len()]],
+        data: vec![h.to_vec()],
+        writer: Vec::new(),
+    };
     let mut out = vec![0.0; out_cols];
     let mut env = Env {
         g,
@@ -76,9 +86,15 @@ fn activation(p: &Program, tf: &Taskflow, g: &TaskGraph, act: &hpmoe_dsl::ir::No
         out_of_range: false,
     };
     for st in &act.body.stmts {
-        let hpmoe_dsl::ir::Target::Out(ix) = &st.target else { continue };
+        let hpmoe_dsl::ir::Target::Out(ix) = &st.target else {
+            continue;
+        };
         // The row variable is 0; the column variable runs over its range.
-        let (Some(hpmoe_dsl::ir::Index::Affine { var: mv, .. }), Some(hpmoe_dsl::ir::Index::Affine { var: nv, coef, offset })) = (ix.first(), ix.get(1)) else {
+        let (
+            Some(hpmoe_dsl::ir::Index::Affine { var: mv, .. }),
+            Some(hpmoe_dsl::ir::Index::Affine { var: nv, coef, offset }),
+        ) = (ix.first(), ix.get(1))
+        else {
             continue;
         };
         let (lo, hi) = match act.body.vars[*nv].range {
@@ -124,7 +140,11 @@ pub fn forward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore<
     let r = &l.routing;
     let (xs, w1s, w2s) = (&inputs[x.0 as usize], &inputs[w1.0 as usize], &inputs[w2.0 as usize]);
     let hidden = xs.shape[0][1];
-    let mut out_store = TensorStore { shape: vec![vec![r.tokens, hidden]; r.ranks], data: vec![vec![0.0; r.tokens * hidden]; r.ranks], writer: Vec::new() };
+    let mut out_store = TensorStore {
+        shape: vec![vec![r.tokens, hidden]; r.ranks],
+        data: vec![vec![0.0; r.tokens * hidden]; r.ranks],
+        writer: Vec::new(),
+    };
     for s in 0..r.ranks {
         for t in 0..r.tokens {
             let xrow = &xs.data[s][t * hidden..(t + 1) * hidden];
@@ -150,7 +170,12 @@ pub fn forward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore<
 /// The backward reference (SwiGLU), when the taskflow has the reference runtime's DAG.
 pub fn backward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore<f64>]) -> Option<Outputs> {
     let find = |op: &str| -> Vec<NodeId> {
-        tf.nodes.iter().enumerate().filter(|(_, n)| p.op(n.op).name == op).map(|(i, _)| NodeId(i as u32)).collect()
+        tf.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| p.op(n.op).name == op)
+            .map(|(i, _)| NodeId(i as u32))
+            .collect()
     };
     let dgrad = tf.node(*find("dispatch_grad").first()?);
     let gx_up = producer(p, tf, dgrad.inputs[0], "gmm_grad_x")?;
@@ -174,7 +199,13 @@ pub fn backward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore
     let route = *cg.routes.first()?;
     let l = g.layouts.get(route.0 as usize)?.as_ref()?;
     let r = &l.routing;
-    let (dys, wds, wus, hs, xds) = (&inputs[dy.0 as usize], &inputs[w_down.0 as usize], &inputs[w_up.0 as usize], &inputs[h.0 as usize], &inputs[xd.0 as usize]);
+    let (dys, wds, wus, hs, xds) = (
+        &inputs[dy.0 as usize],
+        &inputs[w_down.0 as usize],
+        &inputs[w_up.0 as usize],
+        &inputs[h.0 as usize],
+        &inputs[xd.0 as usize],
+    );
     let hidden = dys.shape[0][1];
     let h2 = hs.shape[0][1];
     let inter = h2 / 2;
@@ -201,7 +232,10 @@ pub fn backward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore
                 let row = slot[(s * r.tokens + t) * r.topk + j] as usize;
                 let hrow = &hs.data[d][row * h2..(row + 1) * h2];
                 let xrow = &xds.data[d][row * hidden..(row + 1) * hidden];
-                let dyd: Vec<f64> = dys.data[s][t * hidden..(t + 1) * hidden].iter().map(|v| gate * v).collect();
+                let dyd: Vec<f64> = dys.data[s][t * hidden..(t + 1) * hidden]
+                    .iter()
+                    .map(|v| gate * v)
+                    .collect();
                 let (wd, kd, nd) = weight_block(wds, d, el);
                 let da = mat_vec(wd, &dyd, kd);
                 let a: Vec<f64> = (0..inter).map(|n| silu(hrow[n]) * hrow[n + inter]).collect();

@@ -49,7 +49,11 @@ pub fn rank_shape(tf: &Taskflow, g: &TaskGraph, t: TensorId, rank: usize) -> Vec
         .iter()
         .map(|d| match d {
             Dim::Fixed(n) => *n as usize,
-            Dim::Recv(r) => g.layouts.get(r.0 as usize).and_then(|l| l.as_ref()).map_or(0, |l| l.rows(rank) as usize),
+            Dim::Recv(r) => g
+                .layouts
+                .get(r.0 as usize)
+                .and_then(|l| l.as_ref())
+                .map_or(0, |l| l.rows(rank) as usize),
         })
         .collect()
 }
@@ -59,7 +63,12 @@ pub fn total_elements(tf: &Taskflow, g: &TaskGraph) -> u128 {
     (0..tf.tensors.len())
         .map(|t| {
             (0..g.ranks as usize)
-                .map(|r| rank_shape(tf, g, TensorId(t as u32), r).iter().map(|&d| d as u128).product::<u128>())
+                .map(|r| {
+                    rank_shape(tf, g, TensorId(t as u32), r)
+                        .iter()
+                        .map(|&d| d as u128)
+                        .product::<u128>()
+                })
                 .sum::<u128>()
         })
         .sum()
@@ -69,7 +78,9 @@ pub fn total_elements(tf: &Taskflow, g: &TaskGraph) -> u128 {
 pub fn allocate<T: Copy + Default>(tf: &Taskflow, g: &TaskGraph, track_writers: bool) -> Vec<TensorStore<T>> {
     (0..tf.tensors.len())
         .map(|t| {
-            let shape: Vec<Vec<usize>> = (0..g.ranks as usize).map(|r| rank_shape(tf, g, TensorId(t as u32), r)).collect();
+            let shape: Vec<Vec<usize>> = (0..g.ranks as usize)
+                .map(|r| rank_shape(tf, g, TensorId(t as u32), r))
+                .collect();
             let data = shape.iter().map(|s| vec![T::default(); s.iter().product()]).collect();
             let writer = if track_writers && tf.tensor(TensorId(t as u32)).producer.is_some() {
                 shape.iter().map(|s| vec![NO_WRITER; s.iter().product()]).collect()

@@ -96,11 +96,13 @@ pub(crate) const COMMANDS: &[CommandInfo] = &[
     },
     CommandInfo {
         name: "dump",
-        args: "DIR",
+        args: "DIR [seed=N] [bf16]",
         summary: "compute the real numbers of the current configuration; .npy files into DIR",
         help: "Executes every task's arithmetic in f32 in the simulated order, compares the outputs\n\
                with the dense and per-token references, and writes inputs, outputs and routings as\n\
-               .npy files into DIR. Use small sizes (e.g. :set tokens = 64, :set hidden = 256).",
+               .npy files into DIR. `seed=N` seeds the random inputs (default 0); `bf16` rounds\n\
+               stores of bf16 tensors to bf16 as the device does. Use small sizes (e.g. :set\n\
+               tokens = 16, :set hidden = 64): the reference computations are slow.",
     },
     CommandInfo {
         name: "help",

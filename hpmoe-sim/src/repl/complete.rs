@@ -150,6 +150,7 @@ fn complete_command(names: &Names, t: &str, pos: usize) -> Vec<Completion> {
     match cmd.name {
         "load" if args.is_empty() => paths(cur, start, PathKind::Hpm),
         "dump" if args.is_empty() => paths(cur, start, PathKind::Dir),
+        "dump" => matching(owned(&["seed=", "bf16"]), cur, start),
         "trace" | "gantt" if args.is_empty() => paths(cur, start, PathKind::Any),
         "trace" | "gantt" => matching(owned(&["ranks=", "window="]), cur, start),
         "run" if args.is_empty() => matching(owned(POLICIES), cur, start),

@@ -865,16 +865,29 @@ impl Session {
     }
 
     fn dump(&mut self, rest: &str) -> Result<(), ()> {
-        let args = words(rest);
-        let [dir] = args.as_slice() else {
+        let mut opts = crate::numerics::NumericsOptions::default();
+        for a in words(rest) {
+            if let Some(v) = a.strip_prefix("seed=") {
+                match v.parse::<u64>() {
+                    Ok(n) => opts.seed = n,
+                    Err(_) => {
+                        self.error(&format!("seed={v}: `{v}` is not a number"));
+                        return Err(());
+                    }
+                }
+            } else if a == "bf16" {
+                opts.bf16_storage = true;
+            } else if opts.dump.is_none() {
+                opts.dump = Some(PathBuf::from(a));
+            } else {
+                self.error(&usage("dump"));
+                return Err(());
+            }
+        }
+        if opts.dump.is_none() {
             self.error(&usage("dump"));
             return Err(());
-        };
-        let dir = PathBuf::from(dir);
-        let opts = crate::numerics::NumericsOptions {
-            dump: Some(dir),
-            ..Default::default()
-        };
+        }
         // The tasks run in the simulated order; a configuration too large for numerics is
         // refused by `numerics::run` before it runs anything, so it is not simulated first.
         let v = self.view(false, false)?;
