@@ -4,7 +4,7 @@
 
 use hpmoe_dsl::check::{check_text, Options, Override};
 use hpmoe_dsl::ir::Program;
-use hpmoe_dsl::lower::{self, Csr, NO_COUNTER};
+use hpmoe_dsl::lower::{self, NO_COUNTER};
 use hpmoe_dsl::schedule::{self, Compiled, Policy, PolicySpec};
 use hpmoe_dsl::{Code, SourceMap};
 use hpmoe_sim::numerics::{self, NumericsOptions};
@@ -151,7 +151,6 @@ fn a_dropped_edge_is_caught_with_the_tasks_named() {
     let msg = &r.races[0].message;
     // The reader is a SwiGLU task; the data is `h`, which the GMM call produces.
     assert!(msg.contains("`a` = swiglu") && msg.contains("`h`"), "{msg}");
-    let _ = Csr::default();
 }
 
 #[test]

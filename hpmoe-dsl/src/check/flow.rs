@@ -7,8 +7,8 @@ use super::ops::{OpSig, PSig, RDim, SIdx, STarget, Sym, DT, SS};
 use super::{Checker, ItemRef};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{
-    self, BodyStmt, BodyVar, ConcreteBody, Contraction, DType, Dim, Engine, Home, Index, NodeId, RouteFn, RouteId,
-    SExpr, Target, Tensor, TensorId, Value, VarKind, VarRange,
+    self, BodyStmt, BodyVar, ConcreteBody, Contraction, DType, Dim, Engine, Home, Index, NodeId, RouteId, SExpr,
+    Target, Tensor, TensorId, Value, VarKind, VarRange,
 };
 use crate::syntax::ast::{
     Annot, Expr, ExprKind, FlowStmtKind, ItemKind, ParamType, SignatureKind, TaskflowRet, TensorType,
@@ -252,7 +252,7 @@ impl Checker<'_> {
                 .collect(),
         };
         let mut returned = false;
-        for (si, st) in tfd.body.iter().enumerate() {
+        for st in &tfd.body {
             match &st.kind {
                 FlowStmtKind::Let { name, value } => {
                     if returned {
@@ -289,7 +289,6 @@ impl Checker<'_> {
                 }
                 FlowStmtKind::Return { value } => {
                     returned = true;
-                    let _ = si;
                     let items: Vec<&Expr> = match &value.kind {
                         ExprKind::Tuple(xs) => xs.iter().collect(),
                         _ => vec![value],
@@ -442,7 +441,7 @@ impl Checker<'_> {
                     }
                     None => {
                         mark_used(fl, e);
-                        self.unknown_op(fl.module, fname, callee.span, fl);
+                        self.unknown_op(fl.module, fname, callee.span);
                         return None;
                     }
                 };
@@ -503,7 +502,7 @@ impl Checker<'_> {
         }
     }
 
-    fn unknown_op(&mut self, m: usize, fname: &str, span: Span, fl: &Flow) {
+    fn unknown_op(&mut self, m: usize, fname: &str, span: Span) {
         if self.modules[m].poisoned.contains(fname) {
             return;
         }
@@ -535,7 +534,6 @@ impl Checker<'_> {
                 _ => None,
             }));
         }
-        let _ = fl;
         let mut d = Diagnostic::error(Code::UnknownName, format!("unknown op `{fname}`")).primary(span, "not defined");
         if let Some(b) = crate::suggest::closest(fname, cands.iter().map(|s| s.as_str())) {
             d = d.help(format!("did you mean `{b}`?"));
@@ -1415,13 +1413,8 @@ impl Checker<'_> {
                     }
                     Some(Index::Const(c))
                 }
-                SIdx::Group(v, span) => {
-                    // The group is the local expert of a received row.
-                    Some(Index::Group(*v)).filter(|_| {
-                        let _ = (span, dim);
-                        true
-                    })
-                }
+                // The group is the local expert of a received row (checked after conversion).
+                SIdx::Group(v, _) => Some(Index::Group(*v)),
                 SIdx::Route {
                     param,
                     func,
@@ -2146,6 +2139,3 @@ impl KindName for ExprKind {
         }
     }
 }
-
-#[allow(dead_code)]
-fn _uses(_: VarKind, _: RouteFn) {}

@@ -300,7 +300,6 @@ impl Checker<'_> {
             cx.generics.push(g.name.clone());
         }
         // Parameters.
-        let mut input = 0;
         let mut seen: Vec<(&str, Span)> = Vec::new();
         for p in &def.params {
             if RESERVED.contains(&p.name.name.as_str()) {
@@ -331,12 +330,9 @@ impl Checker<'_> {
                 ParamType::Route(_) => cx.params.push(PSig::Route {
                     name: p.name.name.clone(),
                 }),
-                ParamType::Tensor(t) => {
-                    // Dims may refer to routing params declared anywhere in the list.
-                    cx.params.push(PSig::Route { name: String::new() });
-                    let _ = t;
-                    input += 1;
-                }
+                // A placeholder until the tensor types are built below: their dims may refer to
+                // routing params declared anywhere in the list.
+                ParamType::Tensor(_) => cx.params.push(PSig::Route { name: String::new() }),
             }
         }
         // Now build tensor types (routing params are all known).
@@ -357,7 +353,6 @@ impl Checker<'_> {
                 input_i += 1;
             }
         }
-        let _ = input;
         // A parameter whose type failed has no dimensions: checking the result and the body
         // against it would only report follow-on errors.
         let params_ok = !cx.failed;

@@ -400,15 +400,14 @@ impl Checker<'_> {
                 RouteKind::Hotspot { max_over_mean: f, seed }
             }
             "file" => {
-                let (path, ps) = match args.get("path") {
-                    Some((Value::Str(p), s)) => (p.clone(), *s),
+                let path = match args.get("path") {
+                    Some((Value::Str(p), _)) => p.clone(),
                     _ => return None,
                 };
                 let weights = match args.get("weights") {
                     Some((Value::Str(w), _)) if !w.is_empty() => Some(w.clone()),
                     _ => None,
                 };
-                let _ = ps;
                 RouteKind::File { path, weights }
             }
             other => {

@@ -46,6 +46,14 @@ impl Rng {
     }
 }
 
+/// `(min, max, mean)` of a list of counts (rows per rank or per expert).
+pub fn count_stats(counts: &[u64]) -> (u64, u64, f64) {
+    let max = counts.iter().copied().max().unwrap_or(0);
+    let min = counts.iter().copied().min().unwrap_or(0);
+    let mean = counts.iter().sum::<u64>() as f64 / counts.len().max(1) as f64;
+    (min, max, mean)
+}
+
 /// The largest `max_over_mean` a hotspot routing can reach.
 pub fn hotspot_max(experts: u64, topk: u64, ranks: u64) -> f64 {
     let local = experts / ranks.max(1);

@@ -294,7 +294,7 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
             let ratr_node: Vec<bool> = (0..tf.nodes.len())
                 .map(|i| spec.ratr && is_comm(tf, i) && tf.nodes[i].order.iter().any(|o| o == "ratr"))
                 .collect();
-            let mut keyed: Vec<(u64, u64, u32, u32)> = (0..n as u32)
+            let keyed: Vec<(u64, u64, u32, u32)> = (0..n as u32)
                 .map(|t| {
                     let tu = t as usize;
                     let node = g.node[tu] as usize;
@@ -313,7 +313,6 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
                     let up = (i64::MAX as i128 - prio as i128) as u64;
                     (up, k0, step, topo_pos[tu])
                 })
-                .map(|(a, b, c, d)| (a.wrapping_add(0), b, c, d))
                 .collect();
             // The priority order must respect dependencies: critical path strictly
             // decreases along edges (durations are positive); for fifo and op order the
@@ -323,7 +322,6 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
                 let k = keyed[t as usize];
                 (k.1, k.2, k.3)
             });
-            let _ = &mut keyed;
             // Respect dependencies strictly: place in an order that is both by priority and
             // topological (a ready-list by priority).
             let mut rank_of = vec![0u32; n];

@@ -77,12 +77,7 @@ pub(crate) fn routing(p: &Program, o: &LowerCli, sources: &SourceMap) -> i32 {
         };
         let recv = l.routing.recv_counts();
         let experts = l.routing.expert_counts();
-        let stats = |v: &[u64]| {
-            let max = v.iter().copied().max().unwrap_or(0);
-            let min = v.iter().copied().min().unwrap_or(0);
-            let mean = v.iter().sum::<u64>() as f64 / v.len().max(1) as f64;
-            (min, max, mean)
-        };
+        let stats = hpmoe_dsl::route::count_stats;
         let (rmin, rmax, rmean) = stats(&recv);
         let (emin, emax, emean) = stats(&experts);
         match o.format {

@@ -287,12 +287,7 @@ impl Session {
             };
             let recv = l.routing.recv_counts();
             let experts = l.routing.expert_counts();
-            let stats = |x: &[u64]| {
-                let max = x.iter().copied().max().unwrap_or(0);
-                let min = x.iter().copied().min().unwrap_or(0);
-                let mean = x.iter().sum::<u64>() as f64 / x.len().max(1) as f64;
-                (min, max, mean)
-            };
+            let stats = hpmoe_dsl::route::count_stats;
             let (rmin, rmax, rmean) = stats(&recv);
             let (emin, emax, emean) = stats(&experts);
             let _ = writeln!(
