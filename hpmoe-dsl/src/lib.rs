@@ -25,6 +25,7 @@ pub mod source;
 pub mod stdlib;
 pub mod suggest;
 pub mod syntax;
+pub mod timing;
 pub mod verify;
 
 pub use diag::{Code, Diagnostic, Severity};

@@ -226,3 +226,127 @@ fn explain_and_fmt() {
     args.extend(files);
     hpmoe().args(&args).assert().success();
 }
+
+/// Small sizes for the layer example, so the tests stay quick.
+const SMALL_LAYER: [&str; 8] = [
+    "--set",
+    "tokens=256",
+    "--set",
+    "hidden=512",
+    "--set",
+    "inter=256",
+    "--set",
+    "experts=32",
+];
+
+#[test]
+fn timings_go_to_stderr_and_leave_the_report_unchanged() {
+    let mut args = vec!["run", "examples/deepseek_v3_layer.hpm"];
+    args.extend(SMALL_LAYER);
+    let plain = hpmoe().args(&args).assert().success().get_output().clone();
+    args.push("--timings");
+    let timed = hpmoe().args(&args).assert().success().get_output().clone();
+    assert_eq!(plain.stdout, timed.stdout, "--timings changed the report");
+    let err = String::from_utf8_lossy(&timed.stderr);
+    assert!(err.starts_with("timings (wall clock):"), "{err}");
+    for stage in [
+        "check",
+        "lower",
+        "verify graph",
+        "schedule",
+        "verify schedule",
+        "prepare",
+        "simulate",
+        "peak RSS",
+    ] {
+        assert!(err.contains(stage), "no `{stage}` in {err}");
+    }
+    // Both taskflows of the layer are timed.
+    assert!(err.contains("moe_ffn under interleaved:"), "{err}");
+    assert!(err.contains("moe_ffn_bwd under interleaved:"), "{err}");
+
+    args.extend(["--format", "json"]);
+    let out = hpmoe().args(&args).assert().success().get_output().stdout.clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let t = &j["timings"];
+    let runs = t["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for (r, report) in runs.iter().zip(j["runs"].as_array().unwrap()) {
+        assert_eq!(r["taskflow"], report["taskflow"]);
+        assert!(r["tasks"].as_u64().unwrap() > 0);
+        assert!(r["edges"].as_u64().unwrap() >= r["counter_entries"].as_u64().unwrap());
+        let stages = r["stages_s"].as_object().unwrap();
+        let sum: f64 = stages.values().map(|v| v.as_f64().unwrap()).sum();
+        assert!((sum - r["total_s"].as_f64().unwrap()).abs() < 1e-6, "{r}");
+    }
+    assert!(t["total_s"].as_f64().unwrap() >= t["check_s"].as_f64().unwrap());
+    if cfg!(target_os = "linux") {
+        assert!(t["peak_rss_bytes"].as_u64().unwrap() > 1 << 20);
+    }
+    // Without --timings the JSON has no timings.
+    let out = hpmoe()
+        .args(["run", "examples/geglu.hpm", "--format", "json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert!(j.get("timings").is_none());
+}
+
+#[test]
+fn scale_tabulates_every_value_in_its_own_process() {
+    let mut args = vec!["scale", "examples/deepseek_v3_layer.hpm", "--values", "2,4"];
+    args.extend(SMALL_LAYER);
+    args.extend(["--format", "json"]);
+    let out = hpmoe().args(&args).assert().success().get_output().stdout.clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(j["param"], "ranks");
+    let points = j["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    let tasks = |p: &serde_json::Value, i: usize| p["runs"][i]["tasks"].as_u64().unwrap();
+    // Twice the ranks, twice the forward tasks (each rank keeps its tokens); the backward
+    // grows too, less than twice (weight-gradient tiles follow the local experts).
+    assert_eq!(tasks(&points[1], 0), 2 * tasks(&points[0], 0), "{j}");
+    assert!(tasks(&points[1], 1) > tasks(&points[0], 1), "{j}");
+    assert_eq!(j["growth"].as_array().unwrap().len(), 2);
+
+    let md_args: Vec<&str> = args[..args.len() - 2]
+        .iter()
+        .copied()
+        .chain(["--format", "markdown"])
+        .collect();
+    let out = hpmoe().args(&md_args).assert().success().get_output().stdout.clone();
+    let md = String::from_utf8_lossy(&out);
+    assert!(md.starts_with("| ranks | taskflow | tasks | edges |"), "{md}");
+    assert_eq!(
+        md.lines()
+            .filter(|l| l.starts_with("| 2 |") || l.starts_with("| 4 |"))
+            .count(),
+        4,
+        "{md}"
+    );
+    assert!(md.contains("| growth | moe_ffn_bwd |"), "{md}");
+}
+
+#[test]
+fn scale_reports_bad_arguments_and_failed_points() {
+    let base = ["scale", "examples/geglu.hpm"];
+    let code = |extra: &[&str]| {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend(extra);
+        hpmoe().args(&a).output().unwrap()
+    };
+    assert_eq!(code(&["--param", "a b"]).status.code(), Some(2));
+    assert_eq!(code(&["--values", "1,,2"]).status.code(), Some(2));
+    assert_eq!(code(&["--repeat", "0"]).status.code(), Some(2));
+    assert_eq!(code(&["--set", "ranks=2"]).status.code(), Some(2));
+    // A value the checker refuses fails the study with the point's diagnostics.
+    let out = code(&["--param", "ranks", "--values", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ranks=0 failed"), "{err}");
+    let out = hpmoe().args(["scale", "no/such/file.hpm"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}

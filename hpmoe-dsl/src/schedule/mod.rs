@@ -563,20 +563,46 @@ pub fn compile(
     max_tasks: u64,
     verify: bool,
 ) -> Result<Compiled, Vec<crate::Diagnostic>> {
+    compile_timed(
+        program,
+        tf,
+        spec,
+        layouts,
+        max_tasks,
+        verify,
+        &mut crate::timing::Clock::new(),
+    )
+}
+
+/// [`compile`], timing its stages on `clock`: `lower`, `verify graph`, `schedule` and
+/// `verify schedule`.
+pub fn compile_timed(
+    program: &Program,
+    tf: &Taskflow,
+    spec: &PolicySpec,
+    layouts: crate::lower::Layouts,
+    max_tasks: u64,
+    verify: bool,
+    clock: &mut crate::timing::Clock,
+) -> Result<Compiled, Vec<crate::Diagnostic>> {
     let opts = spec.lower_options(program, max_tasks);
     let graph = crate::lower::lower(program, tf, layouts, &opts).map_err(|d| vec![d])?;
+    clock.lap("lower");
     if verify {
         let ds = crate::verify::verify_graph(program, tf, &graph);
         if !ds.is_empty() {
             return Err(ds);
         }
+        clock.lap("verify graph");
     }
     let schedule = schedule(program, tf, &graph, spec);
+    clock.lap("schedule");
     if verify {
         let ds = crate::verify::verify_schedule(program, tf, &graph, &schedule);
         if !ds.is_empty() {
             return Err(ds);
         }
+        clock.lap("verify schedule");
     }
     Ok(Compiled { graph, schedule })
 }

@@ -2,7 +2,7 @@
 //! out: 0 success, 1 a user error (diagnostics printed), 2 a usage error.
 //!
 //! Subcommands live in their own files: `lower.rs` (`hpmoe lower`), `run.rs` (`hpmoe run`),
-//! `sweep.rs` (`hpmoe sweep`).
+//! `scale.rs` (`hpmoe scale`), `sweep.rs` (`hpmoe sweep`).
 
 use clap::{Parser, Subcommand, ValueEnum};
 use hpmoe_dsl::check::{self, Options, Override};
@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 mod lower;
 mod run;
+mod scale;
 mod sweep;
 
 /// Options of `hpmoe lower` past checking.
@@ -158,6 +159,10 @@ enum Command {
         /// Memory the numerics may use, in MiB.
         #[arg(long, value_name = "MIB", default_value_t = 2048)]
         numerics_memory: u64,
+        /// Print each stage's wall-clock time, the graph's size and the peak memory (to
+        /// stderr, or under `timings` in JSON).
+        #[arg(long)]
+        timings: bool,
     },
     /// Simulate a grid of configurations (`--vary`) under several policies in parallel;
     /// write sweep.csv, sweep.json and SVG charts.
@@ -189,6 +194,34 @@ enum Command {
         /// Refuse to lower to more tasks than this.
         #[arg(long, default_value_t = hpmoe_dsl::lower::DEFAULT_MAX_TASKS)]
         max_tasks: u64,
+    },
+    /// Measure how the tool scales: run the whole pipeline once per value of a param, each
+    /// in a fresh process, and tabulate tasks, edges, seconds per stage, peak memory and the
+    /// growth of each stage's time with the task count.
+    Scale {
+        file: PathBuf,
+        /// The param (or device field) to scale.
+        #[arg(long, default_value = "ranks")]
+        param: String,
+        /// Its values, comma-separated.
+        #[arg(long, default_value = "8,16,32,64,128,256")]
+        values: String,
+        /// Scheduling policy (default: the program's `schedule`, else interleaved).
+        #[arg(long)]
+        policy: Option<String>,
+        /// Only this taskflow (default: all).
+        #[arg(long)]
+        taskflow: Option<String>,
+        #[command(flatten)]
+        prog: ProgramArgs,
+        /// Run every point this many times and keep each stage's fastest time.
+        #[arg(long, default_value_t = 1)]
+        repeat: u32,
+        /// Refuse to lower to more tasks than this.
+        #[arg(long, default_value_t = hpmoe_dsl::lower::DEFAULT_MAX_TASKS)]
+        max_tasks: u64,
+        #[arg(long, value_enum, default_value_t = scale::ScaleFormat::Human)]
+        format: scale::ScaleFormat,
     },
     /// Format a program in the canonical layout (in place, or check only).
     Fmt {
@@ -372,6 +405,7 @@ fn run(cmd: Command) -> i32 {
             dump,
             seed,
             numerics_memory,
+            timings,
         } => {
             let mut parsed = Vec::new();
             for i in &inputs {
@@ -408,6 +442,7 @@ fn run(cmd: Command) -> i32 {
                 trace_ranks: trace_ranks.as_deref(),
                 trace_window: trace_window.as_deref(),
                 numerics,
+                timings,
             })
         }
         Command::Sweep {
@@ -430,6 +465,27 @@ fn run(cmd: Command) -> i32 {
             threads,
             format,
             max_tasks,
+        }),
+        Command::Scale {
+            file,
+            param,
+            values,
+            policy,
+            taskflow,
+            prog,
+            repeat,
+            max_tasks,
+            format,
+        } => scale::scale(&scale::ScaleCli {
+            file: &file,
+            prog: &prog,
+            param: &param,
+            values: &values,
+            policy: policy.as_deref(),
+            taskflow: taskflow.as_deref(),
+            repeat,
+            max_tasks,
+            format,
         }),
         Command::Fmt { files, check, stdout } => fmt(&files, check, stdout),
         Command::Explain { code, list } => explain(code.as_deref(), list),

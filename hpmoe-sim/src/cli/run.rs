@@ -4,14 +4,17 @@
 
 use super::lower::policy_for;
 use super::{checked, style, Format, ProgramArgs};
+use crate::model::DeviceModel;
 use crate::report::{Comparison, Report};
-use crate::sim::{self, SimError, SimOptions};
+use crate::sim::{self, SimOptions, Workload};
 use crate::trace::{self, Filter, Run};
 use hpmoe_dsl::diag::{self, Diagnostic};
 use hpmoe_dsl::ir::{Program, Taskflow};
 use hpmoe_dsl::schedule;
+use hpmoe_dsl::timing::Clock;
 use hpmoe_dsl::{Code, SourceMap};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// Options of `hpmoe run`.
 pub(crate) struct RunCli<'a> {
@@ -29,6 +32,8 @@ pub(crate) struct RunCli<'a> {
     pub trace_window: Option<&'a str>,
     /// Compute the real numbers too (`--numerics`, `--dump`, `--input`).
     pub numerics: Option<crate::numerics::NumericsOptions>,
+    /// Measure every stage's wall-clock time and the peak memory (`--timings`).
+    pub timings: bool,
 }
 
 fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
@@ -68,6 +73,89 @@ fn selected<'p>(p: &'p Program, name: Option<&str>) -> Result<Vec<&'p Taskflow>,
 struct Done {
     report: Report,
     numerics: Option<crate::numerics::NumericsReport>,
+    timing: RunTiming,
+}
+
+/// The stages of one run and the size of its graph.
+struct RunTiming {
+    taskflow: String,
+    policy: String,
+    tasks: usize,
+    edges: u64,
+    counter_entries: usize,
+    graph_bytes: usize,
+    clock: Clock,
+}
+
+impl RunTiming {
+    fn json(&self) -> serde_json::Value {
+        let stages: serde_json::Map<String, serde_json::Value> = self
+            .clock
+            .laps()
+            .iter()
+            .map(|(n, d)| (n.to_string(), serde_json::json!(d.as_secs_f64())))
+            .collect();
+        serde_json::json!({
+            "taskflow": self.taskflow,
+            "policy": self.policy,
+            "tasks": self.tasks,
+            "edges": self.edges,
+            "counter_entries": self.counter_entries,
+            "graph_bytes": self.graph_bytes,
+            "stages_s": stages,
+            "total_s": self.clock.total().as_secs_f64(),
+        })
+    }
+}
+
+/// All timings of a `hpmoe run`.
+struct Timings {
+    check: Duration,
+    runs: Vec<RunTiming>,
+    total: Duration,
+    peak_rss: Option<u64>,
+}
+
+impl Timings {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "check_s": self.check.as_secs_f64(),
+            "runs": self.runs.iter().map(RunTiming::json).collect::<Vec<_>>(),
+            "total_s": self.total.as_secs_f64(),
+            "peak_rss_bytes": self.peak_rss,
+        })
+    }
+
+    fn human(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::from("timings (wall clock):\n");
+        let _ = writeln!(s, "  {:<22} {:>10.3} s", "check", self.check.as_secs_f64());
+        for r in &self.runs {
+            let _ = writeln!(
+                s,
+                "  {} under {}: {} tasks, {} edges in {} counter entries, graph {:.1} MiB",
+                r.taskflow,
+                r.policy,
+                r.tasks,
+                r.edges,
+                r.counter_entries,
+                r.graph_bytes as f64 / (1 << 20) as f64
+            );
+            for (n, d) in r.clock.laps() {
+                let _ = writeln!(s, "    {n:<20} {:>10.3} s", d.as_secs_f64());
+            }
+        }
+        let _ = writeln!(s, "  {:<22} {:>10.3} s", "total", self.total.as_secs_f64());
+        match self.peak_rss {
+            Some(b) => {
+                let _ = writeln!(s, "  {:<22} {:>10.2} GiB", "peak RSS", b as f64 / (1u64 << 30) as f64);
+            }
+            None => {
+                let _ = writeln!(s, "  {:<22} {:>12}", "peak RSS", "unavailable");
+            }
+        }
+        s
+    }
 }
 
 /// Lowers, schedules and simulates a taskflow under a policy; writes the trace and chart if
@@ -80,6 +168,7 @@ fn one(
     sources: &SourceMap,
     outputs: Option<&Filter>,
 ) -> Result<Done, i32> {
+    let mut clock = Clock::new();
     let spec = policy_for(p, &tf.name, policy).map_err(|d| {
         print_diags(&[d], sources, o.format);
         2
@@ -88,26 +177,33 @@ fn one(
         print_diags(&[d], sources, o.format);
         1
     })?;
-    let c = schedule::compile(p, tf, &spec, layouts, o.max_tasks, o.verify).map_err(|ds| {
+    clock.lap("layouts");
+    let c = schedule::compile_timed(p, tf, &spec, layouts, o.max_tasks, o.verify, &mut clock).map_err(|ds| {
         print_diags(&ds, sources, o.format);
         1
     })?;
     let opts = SimOptions {
         record_bandwidth: outputs.is_some() && o.trace.is_some(),
     };
-    let simd = match sim::simulate_compiled(p, tf, &c, opts) {
-        Ok(x) => x,
-        Err(SimError::Model(msg)) => {
-            print_diags(&[Diagnostic::error(Code::BadOverride, msg)], sources, o.format);
-            return Err(1);
-        }
-        Err(SimError::Stall(st)) => {
-            let d = sim::stall_diagnostic(p, tf, &c.graph, &c.schedule, &st);
-            print_diags(&[d], sources, o.format);
-            return Err(1);
-        }
+    let model = DeviceModel::new(&p.device).map_err(|msg| {
+        print_diags(&[Diagnostic::error(Code::BadOverride, msg)], sources, o.format);
+        1
+    })?;
+    let workload = Workload::new(p, tf, &c.graph, &c.schedule, &model);
+    clock.lap("prepare");
+    let result = sim::simulate(&workload, &c.schedule, &model, opts).map_err(|st| {
+        let d = sim::stall_diagnostic(p, tf, &c.graph, &c.schedule, &st);
+        print_diags(&[d], sources, o.format);
+        1
+    })?;
+    clock.lap("simulate");
+    let simd = sim::Simulated {
+        model,
+        workload,
+        result,
     };
     let report = Report::new(p, tf, &c.graph, &c.schedule, &simd.workload, &simd.model, &simd.result);
+    clock.lap("report");
     // Numerics run the tasks in the order the simulation started them.
     let numerics = match (
         &o.numerics,
@@ -130,6 +226,9 @@ fn one(
         }
         _ => None,
     };
+    if numerics.is_some() {
+        clock.lap("numerics");
+    }
     if let Some(filter) = outputs {
         let run = Run {
             program: p,
@@ -163,8 +262,22 @@ fn one(
             }
             write(path, &|w| crate::gantt::write(w, &run, &gf))?;
         }
+        clock.lap("trace and chart");
     }
-    Ok(Done { report, numerics })
+    let timing = RunTiming {
+        taskflow: tf.name.clone(),
+        policy: report.policy.clone(),
+        tasks: c.graph.len(),
+        edges: c.graph.edges(),
+        counter_entries: c.graph.counters.idx.len(),
+        graph_bytes: c.graph.resident_bytes(),
+        clock,
+    };
+    Ok(Done {
+        report,
+        numerics,
+        timing,
+    })
 }
 
 pub(crate) fn run(o: &RunCli) -> i32 {
@@ -192,10 +305,13 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             return usage(format!("unknown policy `{name}`: {hint}"));
         }
     }
+    let started = Instant::now();
     let (p, sources) = match checked(o.file, o.prog, o.format) {
         Ok(x) => x,
         Err(code) => return code,
     };
+    let check_time = started.elapsed();
+    let mut run_timings: Vec<RunTiming> = Vec::new();
     if let Some(max) = filter.ranks.as_ref().and_then(|v| v.last()) {
         if *max as u64 >= p.device.ranks() {
             return usage(format!(
@@ -239,13 +355,17 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                 if let Some(n) = d.numerics {
                     num_reports.push((tf.name.clone(), n));
                 }
+                run_timings.push(d.timing);
                 d.report
             }
             Err(code) => return code,
         };
         if let Some(other) = o.compare {
             let second = match one(&p, tf, Some(other), o, &sources, None) {
-                Ok(d) => d.report,
+                Ok(d) => {
+                    run_timings.push(d.timing);
+                    d.report
+                }
                 Err(code) => return code,
             };
             // The speedup of the main policy over the compared one.
@@ -256,6 +376,12 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             runs.push(main);
         }
     }
+    let timings = o.timings.then(|| Timings {
+        check: check_time,
+        runs: run_timings,
+        total: started.elapsed(),
+        peak_rss: hpmoe_dsl::timing::peak_rss_bytes(),
+    });
     match o.format {
         Format::Human => {
             if let Ok(m) = crate::model::DeviceModel::new(&p.device) {
@@ -281,14 +407,22 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                     eprint!("{}", diag::render_all(&n.races, 0, &sources, style()));
                 }
             }
+            // Timings vary from run to run: they go to stderr, so the report stays
+            // reproducible.
+            if let Some(t) = &timings {
+                eprint!("{}", t.human());
+            }
         }
         Format::Json => {
-            let j = serde_json::json!({
+            let mut j = serde_json::json!({
                 "ok": true,
                 "runs": runs.iter().map(|r| r.json()).collect::<Vec<_>>(),
                 "comparisons": comparisons.iter().map(|c| c.json()).collect::<Vec<_>>(),
                 "numerics": num_reports.iter().map(|(n, r)| serde_json::json!({"taskflow": n, "result": r.json()})).collect::<Vec<_>>(),
             });
+            if let Some(t) = &timings {
+                j["timings"] = t.json();
+            }
             println!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
         }
     }
