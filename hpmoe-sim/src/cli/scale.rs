@@ -221,7 +221,7 @@ fn table(param: &str, points: &[Point], markdown: bool) -> String {
             ];
             cells.extend(r.stages.iter().map(|s| format!("{s:.3}")));
             cells.push(format!("{:.3}", r.total));
-            cells.push(millions((r.tasks as f64 / r.total.max(1e-9)) as u64));
+            cells.push(format!("{:.2} M", r.tasks as f64 / r.total.max(1e-9) / 1e6));
             // The process's peak, on its last row.
             cells.push(if i + 1 == p.rows.len() {
                 gib(p.peak_rss)

@@ -239,9 +239,20 @@ pub fn bounds(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -> Boun
     }
 }
 
+/// A key whose integer order is `f64::total_cmp`'s order.
+fn order_key(x: f64) -> u64 {
+    let b = x.to_bits();
+    if b >> 63 == 1 {
+        !b
+    } else {
+        b | 1 << 63
+    }
+}
+
 /// Total length of the union of intervals (sorted in place by start).
 fn union_length(iv: &mut [(f64, f64)]) -> f64 {
-    iv.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    // Equal keys are equal intervals, so an unstable sort gives the same union.
+    iv.sort_unstable_by_key(|&(a, b)| (order_key(a), order_key(b)));
     let mut total = 0.0;
     let mut cur: Option<(f64, f64)> = None;
     for &(a, b) in iv.iter() {
@@ -345,14 +356,29 @@ impl Report {
                 busy,
             });
         }
-        // Per rank sweeps: +1/-1 per category (0 cube, 1 vector compute, 2 communication).
-        let mut evs: Vec<(u32, f64, i8, u8)> = Vec::with_capacity(2 * n);
+        // Per rank sweeps: +1/-1 per category (0 cube, 1 vector compute, 2 communication),
+        // bucketed by rank, then ordered by (time, ends before starts). Events that tie on both
+        // are a zero-length step, so their order does not change the sums.
+        let mut first = vec![0usize; ranks + 1];
         for t in 0..n {
-            let cat = if w.node_comm[g.node[t] as usize] { 2 } else { w.class[t] };
-            evs.push((g.rank[t], r.start[t], 1, cat));
-            evs.push((g.rank[t], r.end[t], -1, cat));
+            first[g.rank[t] as usize + 1] += 2;
         }
-        evs.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+        for i in 0..ranks {
+            first[i + 1] += first[i];
+        }
+        let mut fill = first.clone();
+        let mut evs: Vec<(u32, f64, i8, u8)> = vec![(0, 0.0, 0, 0); 2 * n];
+        for t in 0..n {
+            let rank = g.rank[t];
+            let cat = if w.node_comm[g.node[t] as usize] { 2 } else { w.class[t] };
+            let at = &mut fill[rank as usize];
+            evs[*at] = (rank, r.start[t], 1, cat);
+            evs[*at + 1] = (rank, r.end[t], -1, cat);
+            *at += 2;
+        }
+        for i in 0..ranks {
+            evs[first[i]..first[i + 1]].sort_unstable_by_key(|e| (order_key(e.1), e.2));
+        }
         let mut per_rank: Vec<RankStats> = (0..ranks)
             .map(|i| RankStats {
                 latency: r.rank_done[i],
