@@ -167,16 +167,26 @@ fn one(
     o: &RunCli,
     sources: &SourceMap,
     outputs: Option<&Filter>,
+    layouts_cache: &mut Vec<(bool, hpmoe_dsl::lower::Layouts)>,
 ) -> Result<Done, i32> {
     let mut clock = Clock::new();
     let spec = policy_for(p, &tf.name, policy).map_err(|d| {
         print_diags(&[d], sources, o.format);
         2
     })?;
-    let layouts = hpmoe_dsl::lower::layouts(p, spec.static_capacity, o.file.parent()).map_err(|d| {
-        print_diags(&[d], sources, o.format);
-        1
-    })?;
+    // The routings depend only on the program and the capacity mode: taskflows and policies
+    // that share them reuse one materialisation.
+    let layouts = match layouts_cache.iter().find(|(sc, _)| *sc == spec.static_capacity) {
+        Some((_, l)) => l.clone(),
+        None => {
+            let l = hpmoe_dsl::lower::layouts(p, spec.static_capacity, o.file.parent()).map_err(|d| {
+                print_diags(&[d], sources, o.format);
+                1
+            })?;
+            layouts_cache.push((spec.static_capacity, l.clone()));
+            l
+        }
+    };
     clock.lap("layouts");
     let c = schedule::compile_timed(p, tf, &spec, layouts, o.max_tasks, o.verify, &mut clock).map_err(|ds| {
         print_diags(&ds, sources, o.format);
@@ -312,6 +322,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     };
     let check_time = started.elapsed();
     let mut run_timings: Vec<RunTiming> = Vec::new();
+    let mut layouts_cache: Vec<(bool, hpmoe_dsl::lower::Layouts)> = Vec::new();
     if let Some(max) = filter.ranks.as_ref().and_then(|v| v.last()) {
         if *max as u64 >= p.device.ranks() {
             return usage(format!(
@@ -350,7 +361,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     let mut num_reports: Vec<(String, crate::numerics::NumericsReport)> = Vec::new();
     for (i, tf) in tfs.iter().enumerate() {
         let outputs = (wants_outputs && i == 0).then_some(&filter);
-        let main = match one(&p, tf, o.policy, o, &sources, outputs) {
+        let main = match one(&p, tf, o.policy, o, &sources, outputs, &mut layouts_cache) {
             Ok(d) => {
                 if let Some(n) = d.numerics {
                     num_reports.push((tf.name.clone(), n));
@@ -361,7 +372,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             Err(code) => return code,
         };
         if let Some(other) = o.compare {
-            let second = match one(&p, tf, Some(other), o, &sources, None) {
+            let second = match one(&p, tf, Some(other), o, &sources, None, &mut layouts_cache) {
                 Ok(d) => {
                     run_timings.push(d.timing);
                     d.report
