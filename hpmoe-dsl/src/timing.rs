@@ -86,7 +86,7 @@ mod tests {
     #[test]
     #[cfg(target_os = "linux")]
     fn peak_rss_is_reported_on_linux() {
-        let v = vec![1u8; 8 << 20];
+        let v = std::hint::black_box(vec![1u8; 8 << 20]);
         let peak = peak_rss_bytes().expect("VmHWM on Linux");
         assert!(peak >= v.len() as u64, "peak {peak} below an 8 MiB live buffer");
     }
