@@ -342,7 +342,7 @@ impl Checker<'_> {
             return;
         }
         let mut cands: Vec<String> = local.to_vec();
-        cands.extend(self.modules[m].scope.keys().cloned());
+        cands.extend(self.scope_names(m));
         let mut d =
             Diagnostic::error(Code::UnknownName, format!("unknown {what} `{name}`")).primary(span, "not defined");
         if let Some(b) = crate::suggest::closest(name, cands.iter().map(|s| s.as_str())) {
