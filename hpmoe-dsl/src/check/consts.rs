@@ -82,11 +82,12 @@ impl Checker<'_> {
             None => {}
         }
         self.params.insert(r, ParamState::InProgress);
-        let value = match &self.item(r).kind {
-            ItemKind::Param(p) => p.value.clone(),
-            _ => return None,
+        // A shared handle to the file, so the expression is read in place.
+        let file = self.file_of(r);
+        let ItemKind::Param(p) = &file.items[r.item].kind else {
+            return None;
         };
-        let v = self.eval_const(r.module, &value, BareNames::Reject);
+        let v = self.eval_const(r.module, &p.value, BareNames::Reject);
         // A cycle may have already marked it.
         if let Some(ParamState::Done(None)) = self.params.get(&r) {
             return None;

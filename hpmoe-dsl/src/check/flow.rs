@@ -752,8 +752,8 @@ impl Checker<'_> {
         }
         // Shape unification.
         let mut binds: Vec<Option<Bound>> = vec![None; sig.syms.len()];
-        struct C {
-            sym: Sym,
+        struct C<'s> {
+            sym: &'s Sym,
             actual: Dim,
             span: Span,
             /// (parameter index, dimension).
@@ -766,7 +766,7 @@ impl Checker<'_> {
                 let tt = fl.tf.tensor(*t);
                 for (k, (s, d)) in ty.dims.iter().zip(&tt.shape).enumerate() {
                     pending.push(C {
-                        sym: s.clone(),
+                        sym: s,
                         actual: *d,
                         span: spans[i],
                         desc: (i, k),
@@ -1831,17 +1831,19 @@ impl Checker<'_> {
                 })
                 .product()
         };
-        let tile_text = tile
-            .iter()
-            .map(|(n, s)| {
-                if *s == u64::MAX {
-                    format!("{n}: all")
-                } else {
-                    format!("{n}: {s}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
+        // Only a diagnostic shows the tile.
+        let tile_text = || {
+            tile.iter()
+                .map(|(n, s)| {
+                    if *s == u64::MAX {
+                        format!("{n}: all")
+                    } else {
+                        format!("{n}: {s}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         match (engine, &body.contraction) {
             (Engine::Aic, Some(c)) => {
                 let mut lhs = 0u128;
@@ -1872,7 +1874,8 @@ impl Checker<'_> {
                             Diagnostic::error(
                                 Code::TileExceedsL0,
                                 format!(
-                                    "the tile ({tile_text}) of `{}` needs {} of {buf}, which holds {}",
+                                    "the tile ({}) of `{}` needs {} of {buf}, which holds {}",
+                                    tile_text(),
                                     sig.name,
                                     kib(need as f64),
                                     kib(cap)
@@ -1899,20 +1902,10 @@ impl Checker<'_> {
                     }),
                     _ => None,
                 });
-                let key = |ix: &[Index]| -> String {
-                    ix.iter()
-                        .map(|i| match i {
-                            Index::Affine { var, coef, offset } => {
-                                format!("{}*{}+{}", coef, body.vars[*var].name, offset)
-                            }
-                            Index::Const(c) => c.to_string(),
-                            Index::Group(v) => format!("g({})", body.vars[*v].name),
-                            Index::Route { func, args, .. } => format!("{}{:?}", func.name(), args),
-                        })
-                        .collect::<Vec<_>>()
-                        .join(",")
-                };
-                let mut seen = std::collections::BTreeSet::new();
+                // Reads of the same input at indices that are written the same (variables
+                // by name) load the same region.
+                let key = |ix: &[Index]| index_key(body, ix);
+                let mut seen: Vec<(usize, Vec<IndexKey<'_>>)> = Vec::new();
                 let mut per_row = 0u128;
                 for st in &body.stmts {
                     let row = st
@@ -1921,7 +1914,9 @@ impl Checker<'_> {
                         .copied()
                         .find(|&v| Some(&body.vars[v].name) == row_name.as_ref());
                     st.value.for_each_read(&mut |input, ix| {
-                        if seen.insert((input, key(ix))) {
+                        let k = (input, key(ix));
+                        if !seen.contains(&k) {
+                            seen.push(k);
                             per_row += region(ix, row) * ins.get(input).map_or(2, |x| x.0.size()) as u128;
                         }
                     });
@@ -1937,7 +1932,7 @@ impl Checker<'_> {
                     self.err(
                         Diagnostic::error(
                             Code::TileExceedsUb,
-                            format!("one row of the tile ({tile_text}) of `{}` needs {} of Unified Buffer, which holds {}", sig.name, kib(need as f64), kib(cap)),
+                            format!("one row of the tile ({}) of `{}` needs {} of Unified Buffer, which holds {}", tile_text(), sig.name, kib(need as f64), kib(cap)),
                         )
                         .primary(tile_span, "does not fit in the Unified Buffer")
                         .secondary(call, "in this call")
@@ -2037,6 +2032,26 @@ impl Checker<'_> {
             });
         }
     }
+}
+
+/// An index of a tensor read as it is written: equal keys read the same region.
+#[derive(PartialEq)]
+enum IndexKey<'a> {
+    Affine(i64, &'a str, i64),
+    Const(i64),
+    Group(&'a str),
+    Route(crate::ir::body::RouteFn, Vec<crate::ir::body::VarId>),
+}
+
+fn index_key<'a>(body: &'a ConcreteBody, ix: &[Index]) -> Vec<IndexKey<'a>> {
+    ix.iter()
+        .map(|i| match i {
+            Index::Affine { var, coef, offset } => IndexKey::Affine(*coef, body.vars[*var].name.as_str(), *offset),
+            Index::Const(c) => IndexKey::Const(*c),
+            Index::Group(v) => IndexKey::Group(body.vars[*v].name.as_str()),
+            Index::Route { func, args, .. } => IndexKey::Route(*func, args.clone()),
+        })
+        .collect()
 }
 
 fn kib(bytes: f64) -> String {
