@@ -941,30 +941,33 @@ impl Checker<'_> {
             .iter()
             .map(|t| (fl.tf.tensor(*t).dtype, fl.tf.tensor(*t).shape.clone()))
             .collect();
-        // Calls of one op with the same argument types have the same concrete body.
-        let key = (sig.id, in_shapes.clone(), routes.clone());
+        // Calls of one op with the same argument types have the same concrete body. The key
+        // is copied only when it is new.
+        let key = (sig.id, in_shapes, routes);
         let body = match self.bodies.get(&key) {
             Some(b) => b.clone(),
             None => {
-                let b = std::sync::Arc::new(self.concretize(sig, &binds, &routes, &in_shapes, &out_shape, call_span)?);
-                self.bodies.insert(key, b.clone());
+                let b = std::sync::Arc::new(self.concretize(sig, &binds, &key.2, &key.1, &out_shape, call_span)?);
+                self.bodies.insert(key.clone(), b.clone());
                 b
             }
         };
+        let (_, in_shapes, routes) = key;
         // Annotations.
         let mut engine = sig.engine;
         let mut tile_over: Vec<(String, u64, Span)> = Vec::new();
         let mut order = Vec::new();
         let mut priority = 0i64;
-        let mut seen_annot: BTreeMap<&str, Span> = BTreeMap::new();
+        // The last span of each kind of annotation seen.
+        let mut seen_annot: [Option<Span>; 4] = [None; 4];
         for a in annots {
-            let key = match a {
-                Annot::Tile { .. } => "tile",
-                Annot::On { .. } => "on",
-                Annot::Order { .. } => "order",
-                Annot::Priority { .. } => "priority",
+            let (key, slot) = match a {
+                Annot::Tile { .. } => ("tile", 0),
+                Annot::On { .. } => ("on", 1),
+                Annot::Order { .. } => ("order", 2),
+                Annot::Priority { .. } => ("priority", 3),
             };
-            if let Some(prev) = seen_annot.insert(key, a.span()) {
+            if let Some(prev) = seen_annot[slot].replace(a.span()) {
                 self.err(
                     Diagnostic::error(Code::DuplicateArgument, format!("`{key}` is given twice"))
                         .primary(a.span(), "again here")
@@ -1156,13 +1159,18 @@ impl Checker<'_> {
             .find(|a| matches!(a, Annot::Tile { .. }))
             .map_or(call_span, |a| a.span());
         // A fitting tile fits again for the same op, argument types and engine.
-        let fit_key = (sig.id, in_shapes.clone(), routes.clone(), tile.clone(), engine);
-        if !self.fits.contains(&fit_key) {
-            if !self.check_buffers(sig, &body, &tile, &in_shapes, dtype, engine, call_span, tile_span) {
+        let fit_key = (sig.id, in_shapes, routes, tile, engine);
+        let tile = if self.fits.contains(&fit_key) {
+            fit_key.3
+        } else {
+            let (_, in_shapes, _, tile, _) = &fit_key;
+            if !self.check_buffers(sig, &body, tile, in_shapes, dtype, engine, call_span, tile_span) {
                 return None;
             }
+            let tile = tile.clone();
             self.fits.insert(fit_key);
-        }
+            tile
+        };
         // The output tensor.
         let out_id = TensorId(fl.tf.tensors.len() as u32);
         let node_id = NodeId(fl.tf.nodes.len() as u32);
