@@ -446,8 +446,8 @@ impl Checker<'_> {
                     }
                 };
                 // Arguments (nested calls first).
-                let mut vals = Vec::new();
-                let mut spans = Vec::new();
+                let mut vals = Vec::with_capacity(args.len());
+                let mut spans = Vec::with_capacity(args.len());
                 let mut ok = true;
                 for a in args {
                     if let Some(n) = &a.name {
@@ -760,7 +760,15 @@ impl Checker<'_> {
             desc: (usize, usize),
         }
         let describe = |(pi, k): (usize, usize)| format!("dimension {k} of `{}`", sig.params[pi].name());
-        let mut pending = Vec::new();
+        let mut pending = Vec::with_capacity(
+            sig.params
+                .iter()
+                .map(|p| match p {
+                    PSig::Tensor { ty, .. } => ty.dims.len(),
+                    PSig::Route { .. } => 0,
+                })
+                .sum(),
+        );
         for (i, (p, v)) in sig.params.iter().zip(vals).enumerate() {
             if let (PSig::Tensor { ty, .. }, ArgVal::Tensor(t)) = (p, v) {
                 let tt = fl.tf.tensor(*t);
@@ -886,7 +894,7 @@ impl Checker<'_> {
             DT::Concrete(d) => d,
             DT::Generic(g) => gen[g].as_ref()?.0,
         };
-        let mut out_shape = Vec::new();
+        let mut out_shape = Vec::with_capacity(sig.ret.dims.len());
         for (s, sp) in sig.ret.dims.iter().zip(&sig.ret.dim_spans) {
             match self.eval_sym(s, &binds, &routes, call_span) {
                 Ok(Some(Dim::Fixed(n))) if n as i64 >= 1 => out_shape.push(Dim::Fixed(n)),
@@ -1123,13 +1131,13 @@ impl Checker<'_> {
             return None;
         }
         // Tiles: call > op default > whole range.
-        let mut names: Vec<String> = Vec::new();
+        let mut names: Vec<String> = Vec::with_capacity(body.vars.len());
         for v in &body.vars {
             if !names.contains(&v.name) {
                 names.push(v.name.clone());
             }
         }
-        let mut tile = Vec::new();
+        let mut tile = Vec::with_capacity(names.len());
         for n in names {
             let size = tile_over
                 .iter()
