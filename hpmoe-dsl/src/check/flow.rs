@@ -786,7 +786,7 @@ impl Checker<'_> {
             let mut progress = false;
             let mut next = Vec::new();
             for c in pending {
-                match self.eval_sym(&c.sym, &binds, &routes, c.span) {
+                match self.eval_sym(c.sym, &binds, &routes, c.span) {
                     Err(()) => ok = false,
                     Ok(Some(d)) => {
                         if d != c.actual {
@@ -847,7 +847,7 @@ impl Checker<'_> {
                                 st.tokens_bound = Some(c.span);
                                 progress = true;
                             }
-                        } else if let Some((v, val)) = self.solve_linear(&c.sym, c.actual, &binds, &routes, c.span) {
+                        } else if let Some((v, val)) = self.solve_linear(c.sym, c.actual, &binds, &routes, c.span) {
                             binds[v] = Some(Bound {
                                 dim: Dim::Fixed(val),
                                 span: c.span,
