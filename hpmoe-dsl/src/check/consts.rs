@@ -82,11 +82,12 @@ impl Checker<'_> {
             None => {}
         }
         self.params.insert(r, ParamState::InProgress);
-        let value = match &self.item(r).kind {
-            ItemKind::Param(p) => p.value.clone(),
-            _ => return None,
+        // A shared handle to the file, so the expression is read in place.
+        let file = self.file_of(r);
+        let ItemKind::Param(p) = &file.items[r.item].kind else {
+            return None;
         };
-        let v = self.eval_const(r.module, &value, BareNames::Reject);
+        let v = self.eval_const(r.module, &p.value, BareNames::Reject);
         // A cycle may have already marked it.
         if let Some(ParamState::Done(None)) = self.params.get(&r) {
             return None;
@@ -342,7 +343,7 @@ impl Checker<'_> {
             return;
         }
         let mut cands: Vec<String> = local.to_vec();
-        cands.extend(self.modules[m].scope.keys().cloned());
+        cands.extend(self.scope_names(m));
         let mut d =
             Diagnostic::error(Code::UnknownName, format!("unknown {what} `{name}`")).primary(span, "not defined");
         if let Some(b) = crate::suggest::closest(name, cands.iter().map(|s| s.as_str())) {

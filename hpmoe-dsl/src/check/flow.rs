@@ -446,8 +446,8 @@ impl Checker<'_> {
                     }
                 };
                 // Arguments (nested calls first).
-                let mut vals = Vec::new();
-                let mut spans = Vec::new();
+                let mut vals = Vec::with_capacity(args.len());
+                let mut spans = Vec::with_capacity(args.len());
                 let mut ok = true;
                 for a in args {
                     if let Some(n) = &a.name {
@@ -752,21 +752,29 @@ impl Checker<'_> {
         }
         // Shape unification.
         let mut binds: Vec<Option<Bound>> = vec![None; sig.syms.len()];
-        struct C {
-            sym: Sym,
+        struct C<'s> {
+            sym: &'s Sym,
             actual: Dim,
             span: Span,
             /// (parameter index, dimension).
             desc: (usize, usize),
         }
         let describe = |(pi, k): (usize, usize)| format!("dimension {k} of `{}`", sig.params[pi].name());
-        let mut pending = Vec::new();
+        let mut pending = Vec::with_capacity(
+            sig.params
+                .iter()
+                .map(|p| match p {
+                    PSig::Tensor { ty, .. } => ty.dims.len(),
+                    PSig::Route { .. } => 0,
+                })
+                .sum(),
+        );
         for (i, (p, v)) in sig.params.iter().zip(vals).enumerate() {
             if let (PSig::Tensor { ty, .. }, ArgVal::Tensor(t)) = (p, v) {
                 let tt = fl.tf.tensor(*t);
                 for (k, (s, d)) in ty.dims.iter().zip(&tt.shape).enumerate() {
                     pending.push(C {
-                        sym: s.clone(),
+                        sym: s,
                         actual: *d,
                         span: spans[i],
                         desc: (i, k),
@@ -778,7 +786,7 @@ impl Checker<'_> {
             let mut progress = false;
             let mut next = Vec::new();
             for c in pending {
-                match self.eval_sym(&c.sym, &binds, &routes, c.span) {
+                match self.eval_sym(c.sym, &binds, &routes, c.span) {
                     Err(()) => ok = false,
                     Ok(Some(d)) => {
                         if d != c.actual {
@@ -839,7 +847,7 @@ impl Checker<'_> {
                                 st.tokens_bound = Some(c.span);
                                 progress = true;
                             }
-                        } else if let Some((v, val)) = self.solve_linear(&c.sym, c.actual, &binds, &routes, c.span) {
+                        } else if let Some((v, val)) = self.solve_linear(c.sym, c.actual, &binds, &routes, c.span) {
                             binds[v] = Some(Bound {
                                 dim: Dim::Fixed(val),
                                 span: c.span,
@@ -886,7 +894,7 @@ impl Checker<'_> {
             DT::Concrete(d) => d,
             DT::Generic(g) => gen[g].as_ref()?.0,
         };
-        let mut out_shape = Vec::new();
+        let mut out_shape = Vec::with_capacity(sig.ret.dims.len());
         for (s, sp) in sig.ret.dims.iter().zip(&sig.ret.dim_spans) {
             match self.eval_sym(s, &binds, &routes, call_span) {
                 Ok(Some(Dim::Fixed(n))) if n as i64 >= 1 => out_shape.push(Dim::Fixed(n)),
@@ -941,30 +949,33 @@ impl Checker<'_> {
             .iter()
             .map(|t| (fl.tf.tensor(*t).dtype, fl.tf.tensor(*t).shape.clone()))
             .collect();
-        // Calls of one op with the same argument types have the same concrete body.
-        let key = (sig.id, in_shapes.clone(), routes.clone());
+        // Calls of one op with the same argument types have the same concrete body. The key
+        // is copied only when it is new.
+        let key = (sig.id, in_shapes, routes);
         let body = match self.bodies.get(&key) {
             Some(b) => b.clone(),
             None => {
-                let b = std::sync::Arc::new(self.concretize(sig, &binds, &routes, &in_shapes, &out_shape, call_span)?);
-                self.bodies.insert(key, b.clone());
+                let b = std::sync::Arc::new(self.concretize(sig, &binds, &key.2, &key.1, &out_shape, call_span)?);
+                self.bodies.insert(key.clone(), b.clone());
                 b
             }
         };
+        let (_, in_shapes, routes) = key;
         // Annotations.
         let mut engine = sig.engine;
         let mut tile_over: Vec<(String, u64, Span)> = Vec::new();
         let mut order = Vec::new();
         let mut priority = 0i64;
-        let mut seen_annot: BTreeMap<&str, Span> = BTreeMap::new();
+        // The last span of each kind of annotation seen.
+        let mut seen_annot: [Option<Span>; 4] = [None; 4];
         for a in annots {
-            let key = match a {
-                Annot::Tile { .. } => "tile",
-                Annot::On { .. } => "on",
-                Annot::Order { .. } => "order",
-                Annot::Priority { .. } => "priority",
+            let (key, slot) = match a {
+                Annot::Tile { .. } => ("tile", 0),
+                Annot::On { .. } => ("on", 1),
+                Annot::Order { .. } => ("order", 2),
+                Annot::Priority { .. } => ("priority", 3),
             };
-            if let Some(prev) = seen_annot.insert(key, a.span()) {
+            if let Some(prev) = seen_annot[slot].replace(a.span()) {
                 self.err(
                     Diagnostic::error(Code::DuplicateArgument, format!("`{key}` is given twice"))
                         .primary(a.span(), "again here")
@@ -1120,13 +1131,13 @@ impl Checker<'_> {
             return None;
         }
         // Tiles: call > op default > whole range.
-        let mut names: Vec<String> = Vec::new();
+        let mut names: Vec<String> = Vec::with_capacity(body.vars.len());
         for v in &body.vars {
             if !names.contains(&v.name) {
                 names.push(v.name.clone());
             }
         }
-        let mut tile = Vec::new();
+        let mut tile = Vec::with_capacity(names.len());
         for n in names {
             let size = tile_over
                 .iter()
@@ -1156,13 +1167,18 @@ impl Checker<'_> {
             .find(|a| matches!(a, Annot::Tile { .. }))
             .map_or(call_span, |a| a.span());
         // A fitting tile fits again for the same op, argument types and engine.
-        let fit_key = (sig.id, in_shapes.clone(), routes.clone(), tile.clone(), engine);
-        if !self.fits.contains(&fit_key) {
-            if !self.check_buffers(sig, &body, &tile, &in_shapes, dtype, engine, call_span, tile_span) {
+        let fit_key = (sig.id, in_shapes, routes, tile, engine);
+        let tile = if self.fits.contains(&fit_key) {
+            fit_key.3
+        } else {
+            let (_, in_shapes, _, tile, _) = &fit_key;
+            if !self.check_buffers(sig, &body, tile, in_shapes, dtype, engine, call_span, tile_span) {
                 return None;
             }
+            let tile = tile.clone();
             self.fits.insert(fit_key);
-        }
+            tile
+        };
         // The output tensor.
         let out_id = TensorId(fl.tf.tensors.len() as u32);
         let node_id = NodeId(fl.tf.nodes.len() as u32);
@@ -1831,17 +1847,19 @@ impl Checker<'_> {
                 })
                 .product()
         };
-        let tile_text = tile
-            .iter()
-            .map(|(n, s)| {
-                if *s == u64::MAX {
-                    format!("{n}: all")
-                } else {
-                    format!("{n}: {s}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
+        // Only a diagnostic shows the tile.
+        let tile_text = || {
+            tile.iter()
+                .map(|(n, s)| {
+                    if *s == u64::MAX {
+                        format!("{n}: all")
+                    } else {
+                        format!("{n}: {s}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         match (engine, &body.contraction) {
             (Engine::Aic, Some(c)) => {
                 let mut lhs = 0u128;
@@ -1872,7 +1890,8 @@ impl Checker<'_> {
                             Diagnostic::error(
                                 Code::TileExceedsL0,
                                 format!(
-                                    "the tile ({tile_text}) of `{}` needs {} of {buf}, which holds {}",
+                                    "the tile ({}) of `{}` needs {} of {buf}, which holds {}",
+                                    tile_text(),
                                     sig.name,
                                     kib(need as f64),
                                     kib(cap)
@@ -1899,20 +1918,10 @@ impl Checker<'_> {
                     }),
                     _ => None,
                 });
-                let key = |ix: &[Index]| -> String {
-                    ix.iter()
-                        .map(|i| match i {
-                            Index::Affine { var, coef, offset } => {
-                                format!("{}*{}+{}", coef, body.vars[*var].name, offset)
-                            }
-                            Index::Const(c) => c.to_string(),
-                            Index::Group(v) => format!("g({})", body.vars[*v].name),
-                            Index::Route { func, args, .. } => format!("{}{:?}", func.name(), args),
-                        })
-                        .collect::<Vec<_>>()
-                        .join(",")
-                };
-                let mut seen = std::collections::BTreeSet::new();
+                // Reads of the same input at indices that are written the same (variables
+                // by name) load the same region.
+                let key = |ix: &[Index]| index_key(body, ix);
+                let mut seen: Vec<(usize, Vec<IndexKey<'_>>)> = Vec::new();
                 let mut per_row = 0u128;
                 for st in &body.stmts {
                     let row = st
@@ -1921,7 +1930,9 @@ impl Checker<'_> {
                         .copied()
                         .find(|&v| Some(&body.vars[v].name) == row_name.as_ref());
                     st.value.for_each_read(&mut |input, ix| {
-                        if seen.insert((input, key(ix))) {
+                        let k = (input, key(ix));
+                        if !seen.contains(&k) {
+                            seen.push(k);
                             per_row += region(ix, row) * ins.get(input).map_or(2, |x| x.0.size()) as u128;
                         }
                     });
@@ -1937,7 +1948,7 @@ impl Checker<'_> {
                     self.err(
                         Diagnostic::error(
                             Code::TileExceedsUb,
-                            format!("one row of the tile ({tile_text}) of `{}` needs {} of Unified Buffer, which holds {}", sig.name, kib(need as f64), kib(cap)),
+                            format!("one row of the tile ({}) of `{}` needs {} of Unified Buffer, which holds {}", tile_text(), sig.name, kib(need as f64), kib(cap)),
                         )
                         .primary(tile_span, "does not fit in the Unified Buffer")
                         .secondary(call, "in this call")
@@ -2037,6 +2048,26 @@ impl Checker<'_> {
             });
         }
     }
+}
+
+/// An index of a tensor read as it is written: equal keys read the same region.
+#[derive(PartialEq)]
+enum IndexKey<'a> {
+    Affine(i64, &'a str, i64),
+    Const(i64),
+    Group(&'a str),
+    Route(crate::ir::body::RouteFn, Vec<crate::ir::body::VarId>),
+}
+
+fn index_key<'a>(body: &'a ConcreteBody, ix: &[Index]) -> Vec<IndexKey<'a>> {
+    ix.iter()
+        .map(|i| match i {
+            Index::Affine { var, coef, offset } => IndexKey::Affine(*coef, body.vars[*var].name.as_str(), *offset),
+            Index::Const(c) => IndexKey::Const(*c),
+            Index::Group(v) => IndexKey::Group(body.vars[*v].name.as_str()),
+            Index::Route { func, args, .. } => IndexKey::Route(*func, args.clone()),
+        })
+        .collect()
 }
 
 fn kib(bytes: f64) -> String {

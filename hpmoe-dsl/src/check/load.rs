@@ -7,7 +7,6 @@ use crate::diag::{Code, Diagnostic};
 use crate::stdlib;
 use crate::syntax::ast::{ImportNames, ImportSource, ItemKind};
 use crate::syntax::token::{FileId, Span};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// At most this many modules per program (a guard against pathological import graphs).
@@ -54,7 +53,7 @@ impl Checker<'_> {
             ast: std::rc::Rc::new(ast),
             std_name,
             path,
-            scope: BTreeMap::new(),
+            scope: Default::default(),
             poisoned,
         });
         self.modules.len() - 1
@@ -261,7 +260,7 @@ impl Checker<'_> {
 
     /// Builds a module's scope: its own items, the prelude, and its imports.
     pub(super) fn build_scope(&mut self, m: ModId) {
-        let mut scope: BTreeMap<String, (ItemRef, Span)> = BTreeMap::new();
+        let mut scope: rustc_hash::FxHashMap<String, (ItemRef, Span)> = Default::default();
         let items_len = self.modules[m].ast.items.len();
         for i in 0..items_len {
             let item = &self.modules[m].ast.items[i];

@@ -19,7 +19,7 @@ use crate::source::SourceMap;
 use crate::syntax::ast::{self, ItemKind};
 use crate::syntax::token::{FileId, Span};
 
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -177,8 +177,9 @@ pub(crate) struct Module {
     /// `Some("moe")` for `std::moe`.
     pub std_name: Option<String>,
     pub path: Option<PathBuf>,
-    /// Name → item, with the span where the name was bound (definition or import).
-    pub scope: BTreeMap<String, (ItemRef, Span)>,
+    /// Name → item, with the span where the name was bound (definition or import). Hashed
+    /// for lookups; whoever lists the names sorts them.
+    pub scope: FxHashMap<String, (ItemRef, Span)>,
     /// Names whose import failed (already reported): uses stay silent.
     pub poisoned: std::collections::BTreeSet<String>,
 }
@@ -196,12 +197,12 @@ pub(crate) struct Checker<'a> {
     pub diags: Diagnostics,
     pub modules: Vec<Module>,
     pub root: ModId,
-    pub params: HashMap<ItemRef, ParamState>,
+    pub params: FxHashMap<ItemRef, ParamState>,
     pub device: Option<ir::Device>,
     pub routes: Vec<routes::RouteState>,
-    pub route_of: HashMap<ItemRef, Option<ir::RouteId>>,
+    pub route_of: FxHashMap<ItemRef, Option<ir::RouteId>>,
     pub ops: Vec<ir::OpDef>,
-    pub op_sigs: HashMap<ItemRef, Option<Rc<ops::OpSig>>>,
+    pub op_sigs: FxHashMap<ItemRef, Option<Rc<ops::OpSig>>>,
     /// Concrete bodies by (op, argument dtypes and shapes, routings).
     pub bodies: BodyCache,
     /// Tiles already found to fit, by (op, argument types, routings, tile, engine).
@@ -226,12 +227,12 @@ impl<'a> Checker<'a> {
             diags: Diagnostics::new(),
             modules: Vec::new(),
             root: 0,
-            params: HashMap::new(),
+            params: FxHashMap::default(),
             device: None,
             routes: Vec::new(),
-            route_of: HashMap::new(),
+            route_of: FxHashMap::default(),
             ops: Vec::new(),
-            op_sigs: HashMap::new(),
+            op_sigs: FxHashMap::default(),
             bodies: Default::default(),
             fits: Default::default(),
             taskflows: Vec::new(),
@@ -260,12 +261,21 @@ impl<'a> Checker<'a> {
 
     /// Names in scope of a module that satisfy `pred`, for suggestions (sorted).
     pub fn names_where(&self, m: ModId, pred: impl Fn(&ItemKind) -> bool) -> Vec<String> {
-        self.modules[m]
+        let mut names: Vec<String> = self.modules[m]
             .scope
             .iter()
             .filter(|(_, (r, _))| pred(&self.item(*r).kind))
             .map(|(n, _)| n.clone())
-            .collect()
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Every name in scope of a module, sorted.
+    pub fn scope_names(&self, m: ModId) -> Vec<String> {
+        let mut names: Vec<String> = self.modules[m].scope.keys().cloned().collect();
+        names.sort_unstable();
+        names
     }
 
     fn run(&mut self, file: FileId) -> Option<ir::Program> {

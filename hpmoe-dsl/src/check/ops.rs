@@ -56,17 +56,46 @@ impl Sym {
         }
     }
     pub fn show(&self, syms: &[String], params: &[PSig]) -> String {
+        let mut out = String::new();
+        self.show_into(&mut out, syms, params);
+        out
+    }
+    /// Appends the text of [`Sym::show`] to `out`.
+    pub fn show_into(&self, out: &mut String, syms: &[String], params: &[PSig]) {
         match self {
-            Sym::Int(i) => i.to_string(),
-            Sym::Var(v) => syms.get(*v).cloned().unwrap_or_default(),
-            Sym::Route(p, d) => {
-                let r = params.get(*p).map_or("r".to_string(), |p| p.name().to_string());
-                let dn = RDIMS.iter().find(|(_, x)| x == d).map_or("?", |(n, _)| n);
-                format!("{r}.{dn}")
+            Sym::Int(i) => {
+                use std::fmt::Write;
+                let _ = write!(out, "{i}");
             }
-            Sym::Neg(a) => format!("-{}", a.show(syms, params)),
-            Sym::Bin(op, a, b) => format!("{} {} {}", a.show(syms, params), op.as_str(), b.show(syms, params)),
-            Sym::Call(f, a, b) => format!("{f}({}, {})", a.show(syms, params), b.show(syms, params)),
+            Sym::Var(v) => {
+                if let Some(n) = syms.get(*v) {
+                    out.push_str(n);
+                }
+            }
+            Sym::Route(p, d) => {
+                out.push_str(params.get(*p).map_or("r", |p| p.name()));
+                out.push('.');
+                out.push_str(RDIMS.iter().find(|(_, x)| x == d).map_or("?", |(n, _)| n));
+            }
+            Sym::Neg(a) => {
+                out.push('-');
+                a.show_into(out, syms, params);
+            }
+            Sym::Bin(op, a, b) => {
+                a.show_into(out, syms, params);
+                out.push(' ');
+                out.push_str(op.as_str());
+                out.push(' ');
+                b.show_into(out, syms, params);
+            }
+            Sym::Call(f, a, b) => {
+                out.push_str(f);
+                out.push('(');
+                a.show_into(out, syms, params);
+                out.push_str(", ");
+                b.show_into(out, syms, params);
+                out.push(')');
+            }
         }
     }
 }
@@ -192,43 +221,52 @@ pub(crate) struct OpSig {
 }
 
 impl OpSig {
+    /// `op NAME<T>(x: T[M, K], ...) -> T[M, N] on ENGINE`, written into one buffer.
     pub fn signature_text(&self) -> String {
-        let dt = |d: &DT| match d {
-            DT::Generic(i) => self.generics.get(*i).cloned().unwrap_or_default(),
-            DT::Concrete(t) => t.name().to_string(),
+        let ty = |out: &mut String, t: &TSig| {
+            match &t.dtype {
+                DT::Generic(i) => out.push_str(self.generics.get(*i).map_or("", |g| g.as_str())),
+                DT::Concrete(d) => out.push_str(d.name()),
+            }
+            out.push('[');
+            for (k, d) in t.dims.iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                d.show_into(out, &self.syms, &self.params);
+            }
+            out.push(']');
         };
-        let ty = |t: &TSig| {
-            format!(
-                "{}[{}]",
-                dt(&t.dtype),
-                t.dims
-                    .iter()
-                    .map(|d| d.show(&self.syms, &self.params))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        };
-        let params: Vec<String> = self
-            .params
-            .iter()
-            .map(|p| match p {
-                PSig::Tensor { name, ty: t, .. } => format!("{name}: {}", ty(t)),
-                PSig::Route { name, .. } => format!("{name}: route"),
-            })
-            .collect();
-        let generics = if self.generics.is_empty() {
-            String::new()
-        } else {
-            format!("<{}>", self.generics.join(", "))
-        };
-        let kw = if self.is_comm { "comm" } else { "op" };
-        format!(
-            "{kw} {}{generics}({}) -> {} on {}",
-            self.name,
-            params.join(", "),
-            ty(&self.ret),
-            self.engine.name()
-        )
+        let mut out = String::with_capacity(96);
+        out.push_str(if self.is_comm { "comm " } else { "op " });
+        out.push_str(&self.name);
+        if !self.generics.is_empty() {
+            out.push('<');
+            out.push_str(&self.generics.join(", "));
+            out.push('>');
+        }
+        out.push('(');
+        for (i, p) in self.params.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            match p {
+                PSig::Tensor { name, ty: t, .. } => {
+                    out.push_str(name);
+                    out.push_str(": ");
+                    ty(&mut out, t);
+                }
+                PSig::Route { name, .. } => {
+                    out.push_str(name);
+                    out.push_str(": route");
+                }
+            }
+        }
+        out.push_str(") -> ");
+        ty(&mut out, &self.ret);
+        out.push_str(" on ");
+        out.push_str(self.engine.name());
+        out
     }
 }
 

@@ -228,17 +228,25 @@ impl<'s> Lexer<'s> {
     }
 
     fn int_value(&mut self, text: &str, span: Span) -> Option<u64> {
-        let clean: String = text.chars().filter(|&c| c != '_').collect();
+        // Plain decimal digits (the common case) are read in place; otherwise the `_`s are
+        // dropped first.
+        let owned;
+        let clean = if text.contains('_') {
+            owned = text.chars().filter(|&c| c != '_').collect::<String>();
+            owned.as_str()
+        } else {
+            text
+        };
         let (digits, radix) = if let Some(h) = clean.strip_prefix("0x") {
-            (h.to_string(), 16)
+            (h, 16)
         } else if let Some(b) = clean.strip_prefix("0b") {
-            (b.to_string(), 2)
+            (b, 2)
         } else if let Some(o) = clean.strip_prefix("0o") {
-            (o.to_string(), 8)
+            (o, 8)
         } else {
             (clean, 10)
         };
-        match u64::from_str_radix(&digits, radix) {
+        match u64::from_str_radix(digits, radix) {
             Ok(v) => Some(v),
             Err(_) => {
                 self.diags.push(
@@ -322,10 +330,7 @@ impl TokenSource for Lexer<'_> {
                     };
                 }
                 Ok(Raw::Ident) => TokenKind::Ident(text.to_string()),
-                Ok(Raw::Int) => {
-                    let t = text.to_string();
-                    TokenKind::Int(self.int_value(&t, span))
-                }
+                Ok(Raw::Int) => TokenKind::Int(self.int_value(text, span)),
                 Ok(Raw::SuffixedNumber) => {
                     self.diags.push(
                         Diagnostic::error(Code::InvalidLiteral, format!("number with a suffix: `{text}`"))
@@ -335,8 +340,12 @@ impl TokenSource for Lexer<'_> {
                     TokenKind::Error
                 }
                 Ok(Raw::Float) => {
-                    let clean: String = text.chars().filter(|&c| c != '_').collect();
-                    match clean.parse::<f64>() {
+                    let parsed = if text.contains('_') {
+                        text.chars().filter(|&c| c != '_').collect::<String>().parse::<f64>()
+                    } else {
+                        text.parse::<f64>()
+                    };
+                    match parsed {
                         Ok(v) if v.is_finite() => TokenKind::Float(v),
                         _ => {
                             self.diags.push(

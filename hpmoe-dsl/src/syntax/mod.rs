@@ -26,8 +26,15 @@ use token::FileId;
 /// Lexes and parses a file's text.
 pub fn parse_text(src: &str, file: FileId) -> (ast::File, Vec<Diagnostic>, Vec<lexer::Comment>) {
     let mut lx = lexer::Lexer::new(src, file);
-    // About one token per four bytes of source.
-    let mut p = parser::Parser::with_capacity(&mut lx, src.len() / 4 + 16);
+    // Code has one token per three to four bytes. Up to 16 MiB of source, one per two is
+    // reserved, so the buffer never grows (and is copied) on ordinary input; beyond, one per
+    // four, to bound what is reserved.
+    let guess = if src.len() <= 16 << 20 {
+        src.len() / 2
+    } else {
+        src.len() / 4
+    };
+    let mut p = parser::Parser::with_capacity(&mut lx, guess + 16);
     let f = p.file();
     let mut diags = std::mem::take(&mut lx.diags);
     diags.extend(p.diags);

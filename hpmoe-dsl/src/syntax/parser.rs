@@ -48,7 +48,7 @@ impl Parser {
         let mut toks = Vec::with_capacity(tokens);
         loop {
             let t = src.next_token();
-            let eof = t.kind == TokenKind::Eof;
+            let eof = matches!(t.kind, TokenKind::Eof);
             // Tokens the lexer already reported stay, so an expression can use them as a
             // placeholder; errors at them are not reported twice.
             toks.push(t);
@@ -96,40 +96,53 @@ impl Parser {
             TokenKind::Str(s) => TokenKind::Str(std::mem::take(s)),
             TokenKind::Doc(s) => TokenKind::Doc(std::mem::take(s)),
             TokenKind::InnerDoc(s) => TokenKind::InnerDoc(std::mem::take(s)),
+            TokenKind::Eof => {
+                return Token {
+                    kind: TokenKind::Eof,
+                    span: t.span,
+                }
+            }
             other => other.clone(),
         };
         let tok = Token { kind, span: t.span };
-        if tok.kind != TokenKind::Eof {
-            self.pos += 1;
-        }
+        self.pos += 1;
         tok
     }
+    /// Consumes the current token when only its span is wanted (no text is moved out).
+    fn skip(&mut self) -> Span {
+        let i = self.pos.min(self.toks.len() - 1);
+        let t = &self.toks[i];
+        if !matches!(t.kind, TokenKind::Eof) {
+            self.pos += 1;
+        }
+        t.span
+    }
     fn at_eof(&self) -> bool {
-        *self.peek_kind() == TokenKind::Eof
+        matches!(self.peek_kind(), TokenKind::Eof)
     }
     fn at_punct(&self, p: Punct) -> bool {
-        *self.peek_kind() == TokenKind::Punct(p)
+        matches!(self.peek_kind(), TokenKind::Punct(q) if *q == p)
     }
     fn eat_punct(&mut self, p: Punct) -> bool {
         if self.at_punct(p) {
-            self.bump();
+            self.skip();
             true
         } else {
             false
         }
     }
     fn at_open(&self, d: Delim) -> bool {
-        *self.peek_kind() == TokenKind::Open(d)
+        matches!(self.peek_kind(), TokenKind::Open(e) if *e == d)
     }
     fn at_close(&self, d: Delim) -> bool {
-        *self.peek_kind() == TokenKind::Close(d)
+        matches!(self.peek_kind(), TokenKind::Close(e) if *e == d)
     }
     fn at_kw(&self, kw: &str) -> bool {
         matches!(self.peek_kind(), TokenKind::Ident(s) if s == kw)
     }
     fn eat_kw(&mut self, kw: &str) -> bool {
         if self.at_kw(kw) {
-            self.bump();
+            self.skip();
             true
         } else {
             false
@@ -161,7 +174,7 @@ impl Parser {
 
     fn expect_punct(&mut self, p: Punct) -> PResult<Span> {
         if self.at_punct(p) {
-            Ok(self.bump().span)
+            Ok(self.skip())
         } else {
             Err(self.error_expected(&format!("`{}`", p.as_str())))
         }
@@ -180,7 +193,7 @@ impl Parser {
 
     fn expect_kw(&mut self, kw: &str) -> PResult<Span> {
         if self.at_kw(kw) {
-            Ok(self.bump().span)
+            Ok(self.skip())
         } else {
             Err(self.error_expected(&format!("`{kw}`")))
         }
@@ -220,15 +233,15 @@ impl Parser {
                     return;
                 }
                 TokenKind::Open(_) => {
-                    self.bump();
+                    self.skip();
                     stack.push((t.kind.clone(), t.span));
                 }
                 TokenKind::Close(_) => {
-                    self.bump();
+                    self.skip();
                     stack.pop();
                 }
                 _ => {
-                    self.bump();
+                    self.skip();
                 }
             }
         }
@@ -241,7 +254,7 @@ impl Parser {
             match self.peek_kind() {
                 TokenKind::Eof => return,
                 TokenKind::Punct(Punct::Semi) => {
-                    self.bump();
+                    self.skip();
                     return;
                 }
                 TokenKind::Open(Delim::Brace) => {
@@ -263,7 +276,7 @@ impl Parser {
                 }
                 _ if self.at_item_start() => return,
                 _ => {
-                    self.bump();
+                    self.skip();
                 }
             }
         }
@@ -279,7 +292,7 @@ impl Parser {
                 TokenKind::Close(_) => return,
                 TokenKind::Open(_) => self.skip_group(),
                 _ => {
-                    self.bump();
+                    self.skip();
                 }
             }
         }
@@ -296,7 +309,7 @@ impl Parser {
         if !self.at_open(delim) {
             return Err(self.error_expected(&format!("`{}`", delim.open())));
         }
-        let open = self.bump().span;
+        let open = self.skip();
         self.enter(open)?;
         let mut out = Vec::new();
         let mut failed = false;
@@ -346,7 +359,7 @@ impl Parser {
                 }
             }
         }
-        let close = self.bump().span;
+        let close = self.skip();
         self.leave();
         if failed {
             Err(Reported)
@@ -359,9 +372,10 @@ impl Parser {
 
     pub fn file(&mut self) -> File {
         let mut file = File::default();
-        while let TokenKind::InnerDoc(d) = self.peek_kind().clone() {
-            self.bump();
-            file.docs.push(d);
+        while matches!(self.peek_kind(), TokenKind::InnerDoc(_)) {
+            if let TokenKind::InnerDoc(d) = self.bump().kind {
+                file.docs.push(d);
+            }
         }
         while !self.at_eof() {
             if let Some(item) = self.item() {
@@ -374,10 +388,11 @@ impl Parser {
     fn docs(&mut self) -> Vec<String> {
         let mut docs = Vec::new();
         loop {
-            match self.peek_kind().clone() {
-                TokenKind::Doc(d) => {
-                    self.bump();
-                    docs.push(d);
+            match self.peek_kind() {
+                TokenKind::Doc(_) => {
+                    if let TokenKind::Doc(d) = self.bump().kind {
+                        docs.push(d);
+                    }
                 }
                 TokenKind::InnerDoc(_) => {
                     let t = self.bump();
@@ -440,7 +455,7 @@ impl Parser {
     fn error_item(&mut self) -> Reported {
         let t = self.peek().clone();
         if t.kind == TokenKind::Error {
-            self.bump();
+            self.skip();
             return Reported;
         }
         let mut d = Diagnostic::error(
@@ -468,7 +483,7 @@ impl Parser {
         let source;
         let names;
         if let TokenKind::Str(path) = self.peek_kind().clone() {
-            let span = self.bump().span;
+            let span = self.skip();
             source = ImportSource::File(path, span);
             if self.eat_punct(Punct::ColonColon) {
                 names = self.import_tail()?;
@@ -509,7 +524,7 @@ impl Parser {
 
     fn import_tail(&mut self) -> PResult<ImportNames> {
         if self.at_punct(Punct::Star) {
-            return Ok(ImportNames::All(self.bump().span));
+            return Ok(ImportNames::All(self.skip()));
         }
         let (names, _) = self.delimited(Delim::Brace, Punct::Comma, "a name", |p| p.expect_ident("a name"))?;
         Ok(ImportNames::List(names))
@@ -594,9 +609,10 @@ impl Parser {
     }
 
     fn arg(&mut self) -> PResult<Arg> {
-        if matches!(self.peek_kind(), TokenKind::Ident(_)) && *self.peek_at(1) == TokenKind::Punct(Punct::Colon) {
+        if matches!(self.peek_kind(), TokenKind::Ident(_)) && matches!(self.peek_at(1), TokenKind::Punct(Punct::Colon))
+        {
             let name = self.expect_ident("an argument name")?;
-            self.bump();
+            self.skip();
             let value = self.expr()?;
             Ok(Arg {
                 name: Some(name),
@@ -708,7 +724,7 @@ impl Parser {
             let name = p.expect_ident("a parameter name")?;
             p.expect_punct(Punct::Colon)?;
             let ty = if p.at_kw("route") && !matches!(p.peek_at(1), TokenKind::Open(Delim::Bracket)) {
-                ParamType::Route(p.bump().span)
+                ParamType::Route(p.skip())
             } else {
                 ParamType::Tensor(p.tensor_type()?)
             };
@@ -734,10 +750,10 @@ impl Parser {
         let mut tile = Vec::new();
         loop {
             if self.at_kw("on") {
-                self.bump();
+                self.skip();
                 engine = Some(self.expect_ident("an engine (`aic` or `aiv`)")?);
             } else if self.at_kw("tile") {
-                self.bump();
+                self.skip();
                 tile = self.fields(Delim::Paren, false)?;
             } else {
                 break;
@@ -766,7 +782,7 @@ impl Parser {
 
     /// `{ stmt* }` with statement-level recovery.
     fn block<T>(&mut self, mut stmt: impl FnMut(&mut Self) -> PResult<T>) -> PResult<(Vec<T>, Span)> {
-        let open = self.bump().span;
+        let open = self.skip();
         self.enter(open)?;
         let mut out = Vec::new();
         let mut failed = false;
@@ -806,7 +822,7 @@ impl Parser {
                 }
             }
         }
-        let close = self.bump().span;
+        let close = self.skip();
         self.leave();
         if failed {
             Err(Reported)
@@ -820,15 +836,15 @@ impl Parser {
             match self.peek_kind() {
                 TokenKind::Eof | TokenKind::Close(Delim::Brace) => return,
                 TokenKind::Punct(Punct::Semi) => {
-                    self.bump();
+                    self.skip();
                     return;
                 }
                 TokenKind::Open(_) => self.skip_group(),
                 TokenKind::Close(_) => {
-                    self.bump();
+                    self.skip();
                 }
                 _ => {
-                    self.bump();
+                    self.skip();
                 }
             }
         }
@@ -993,7 +1009,7 @@ impl Parser {
             self.push(d);
             return Err(Reported);
         }
-        self.bump();
+        self.skip();
         Ok(FlowStmt {
             kind,
             annots,
@@ -1028,7 +1044,7 @@ impl Parser {
             if prec < min_prec {
                 break;
             }
-            self.bump();
+            self.skip();
             let rhs = if prec == 1 { self.binary(2)? } else { self.unary()? };
             let span = lhs.span.to(rhs.span);
             lhs = Expr {
@@ -1041,7 +1057,7 @@ impl Parser {
 
     fn unary(&mut self) -> PResult<Expr> {
         if self.at_punct(Punct::Minus) {
-            let s = self.bump().span;
+            let s = self.skip();
             self.enter(s)?;
             let inner = self.unary();
             self.leave();
@@ -1084,7 +1100,7 @@ impl Parser {
                     span,
                 };
             } else if self.at_punct(Punct::Dot) {
-                self.bump();
+                self.skip();
                 let field = self.expect_ident("a field or method name after `.`")?;
                 let span = e.span.to(field.span);
                 e = Expr {
@@ -1137,7 +1153,7 @@ impl Parser {
     }
 
     fn sum(&mut self) -> PResult<Expr> {
-        let start = self.bump().span;
+        let start = self.skip();
         let (binders, _) = self.delimited(Delim::Paren, Punct::Comma, "a reduction variable", |p| {
             let var = p.expect_ident("a reduction variable")?;
             if p.eat_kw("in") {
