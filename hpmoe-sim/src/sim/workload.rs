@@ -20,7 +20,7 @@ use hpmoe_dsl::ir::{Dim, Index, Program, Taskflow};
 use hpmoe_dsl::lower::regions::{tile_access, Scratch, WriterIndex};
 use hpmoe_dsl::lower::{Csr, DimKind, Region, RouteLayout, TaskGraph};
 use hpmoe_dsl::schedule::Schedule;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// No block / no flow.
 pub const NONE: u32 = u32::MAX;
@@ -257,12 +257,12 @@ impl Workload {
         let mut run_bytes: Vec<f64> = Vec::with_capacity(2 * n);
         let mut index = WriterIndex::new(tf, ranks);
         let mut scratch = Scratch::default();
-        let mut inputs: HashMap<Region, u32> = HashMap::new();
+        let mut inputs: FxHashMap<Region, u32> = FxHashMap::default();
         // Per rank a task wrote on: its bytes (and region volume, for reads of it).
         let mut per_rank: Vec<(u32, f64)> = Vec::new();
         let mut reads: Vec<(u32, f64)> = Vec::new();
         let mut regions: Vec<Region> = Vec::new();
-        let mut memo: HashMap<Region, (usize, usize)> = HashMap::new();
+        let mut memo: FxHashMap<Region, (usize, usize)> = FxHashMap::default();
         let mut memo_arena: Vec<(u32, f64)> = Vec::new();
         let mut memo_key = (u32::MAX, u32::MAX);
         // Per op call: reads indexed by `group(m)` whose rows `m` are a receive-window task
@@ -299,7 +299,7 @@ impl Workload {
             .collect();
         // Blocks that puts land as: allocated per call, per destination in window-row order,
         // so a consumer reading a range of a window reads consecutive blocks.
-        let mut landed: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut landed: FxHashMap<(u32, u32), u32> = FxHashMap::default();
         let mut landed_node = u32::MAX;
         let mut pre_scratch = Scratch::default();
         let mut pre: Vec<(u32, i64, u32, f64)> = Vec::new();
@@ -540,7 +540,7 @@ impl Workload {
             }
         }
         // Pairs of ranks, in order of first use.
-        let mut pair_of: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut pair_of: FxHashMap<(u32, u32), u32> = FxHashMap::default();
         for f in 0..w.flow_dst.len() {
             let key = (g.rank[w.flow_task[f] as usize], w.flow_dst[f]);
             let id = *pair_of.entry(key).or_insert_with(|| {
