@@ -22,7 +22,7 @@
 //!   flow ends, into the destination's L2).
 //!
 //! Events are ordered by (time, insertion order): the same input gives the same output, bit
-//! for bit. The loop allocates nothing per event (flat arrays and one binary heap; stale
+//! for bit. The loop allocates nothing per event (flat arrays and one 4-ary heap; stale
 //! predictions of the HBM and link models are dropped by generation numbers).
 
 pub mod workload;
@@ -147,7 +147,7 @@ const HBM: u8 = 5;
 const FLOW_START: u8 = 6;
 const FLOW_DONE: u8 = 7;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 struct Ev {
     time: u64,
     /// Insertion order above, kind in the low 3 bits.
@@ -162,25 +162,79 @@ impl Ev {
     }
 }
 
-impl Ord for Ev {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        // A min-heap on (time, insertion order) through std's max-heap.
-        (o.time, o.key).cmp(&(self.time, self.key))
-    }
+/// A min-heap of events on (time, insertion order), four children per node: half the depth
+/// of a binary heap, and the four children of a node share a cache line or two. Keys are
+/// unique (the insertion order is), so any correct heap pops the same sequence.
+#[derive(Debug, Default)]
+struct Heap4 {
+    v: Vec<Ev>,
 }
-impl PartialOrd for Ev {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
+
+impl Heap4 {
+    #[inline]
+    fn less(a: &Ev, b: &Ev) -> bool {
+        (a.time, a.key) < (b.time, b.key)
+    }
+
+    #[inline]
+    fn peek(&self) -> Option<&Ev> {
+        self.v.first()
+    }
+
+    #[inline]
+    fn push(&mut self, ev: Ev) {
+        let mut i = self.v.len();
+        self.v.push(ev);
+        while i > 0 {
+            let p = (i - 1) / 4;
+            if !Self::less(&ev, &self.v[p]) {
+                break;
+            }
+            self.v[i] = self.v[p];
+            i = p;
+        }
+        self.v[i] = ev;
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<Ev> {
+        let last = self.v.pop()?;
+        let n = self.v.len();
+        if n == 0 {
+            return Some(last);
+        }
+        let top = self.v[0];
+        // Moves the hole at the root down to where `last` belongs.
+        let mut i = 0;
+        loop {
+            let c = 4 * i + 1;
+            if c >= n {
+                break;
+            }
+            let mut m = c;
+            for j in c + 1..(c + 4).min(n) {
+                if Self::less(&self.v[j], &self.v[m]) {
+                    m = j;
+                }
+            }
+            if !Self::less(&self.v[m], &last) {
+                break;
+            }
+            self.v[i] = self.v[m];
+            i = m;
+        }
+        self.v[i] = last;
+        Some(top)
     }
 }
 
-/// Events in (time, insertion) order: a binary heap, plus first-in-first-out queues for the
+/// Events in (time, insertion) order: a 4-ary heap, plus first-in-first-out queues for the
 /// kinds whose delay is a constant (local and remote signals, kernel launches), whose times
 /// therefore arrive in order; popping takes the earliest of the heads, so the order is the
 /// one a single heap would give.
 #[derive(Debug, Default)]
 struct Queue {
-    heap: std::collections::BinaryHeap<Ev>,
+    heap: Heap4,
     fifo: [Fifo<Ev>; 3],
     seq: u64,
 }
@@ -238,15 +292,6 @@ struct TaskState {
     pend: u8,
 }
 
-/// What is measured of a task (internal ids; moved to task order at the end).
-#[derive(Clone, Copy, Debug)]
-struct Times {
-    start: f64,
-    end: f64,
-    hit: f32,
-    miss: f32,
-}
-
 /// A counter while the schedule runs.
 #[derive(Clone, Copy, Debug, Default)]
 struct Ctr {
@@ -275,7 +320,6 @@ struct Sim<'a> {
     ts: Vec<TaskState>,
     /// Per internal task: the counters it still waits on (dense: read at every release).
     unsat: Vec<u32>,
-    times: Vec<Times>,
     ctr: Vec<Ctr>,
     done: usize,
     finished: Vec<u32>,
@@ -314,7 +358,9 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
         opts,
         now: 0.0,
         queue: Queue {
-            heap: std::collections::BinaryHeap::with_capacity(cores * 2 + 16),
+            heap: Heap4 {
+                v: Vec::with_capacity(cores * 2 + 16),
+            },
             ..Queue::default()
         },
         events: 0,
@@ -326,25 +372,17 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
         idle: vec![true; cores],
         ts,
         unsat,
-        times: vec![
-            Times {
-                start: f64::NAN,
-                end: f64::NAN,
-                hit: 0.0,
-                miss: 0.0,
-            };
-            n
-        ],
         ctr,
         done: 0,
         finished: Vec::new(),
         last_hbm: vec![0.0; ranks],
         last_link: vec![(0.0, 0.0); ranks],
+        // What is measured of a task, written in task order as it runs.
         r: SimResult {
-            start: Vec::new(),
-            end: Vec::new(),
-            hit: Vec::new(),
-            miss: Vec::new(),
+            start: vec![f64::NAN; n],
+            end: vec![f64::NAN; n],
+            hit: vec![0.0; n],
+            miss: vec![0.0; n],
             counter_time,
             flow_end: vec![f64::NAN; w.flows()],
             rank_done: vec![w.start_time; ranks],
@@ -368,17 +406,6 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
         return Err(sim.stall());
     }
     let mut r = std::mem::replace(&mut sim.r, SimResult::empty());
-    r.start = vec![0.0; n];
-    r.end = vec![0.0; n];
-    r.hit = vec![0.0; n];
-    r.miss = vec![0.0; n];
-    for (x, info) in sim.times.iter().zip(&w.plan.info) {
-        let t = info.task as usize;
-        r.start[t] = x.start;
-        r.end[t] = x.end;
-        r.hit[t] = x.hit;
-        r.miss[t] = x.miss;
-    }
     r.makespan = r.rank_done.iter().copied().fold(0.0, f64::max);
     r.sent = sim.links.sent().to_vec();
     r.received = sim.links.received().to_vec();
@@ -459,7 +486,8 @@ impl Sim<'_> {
         let now = self.now;
         let class = info.class as usize;
         let die = info.rank as usize;
-        self.times[i].start = now;
+        let task = info.task as usize;
+        self.r.start[task] = now;
         let (mut hit, mut miss, mut wb) = (0.0f64, 0.0f64, 0.0f64);
         for run in &plan.runs[info.reads as usize..info.read_end as usize] {
             let (first, count, bytes) = (run.first, run.count, run.bytes);
@@ -479,8 +507,8 @@ impl Sim<'_> {
         if info.local_block != NONE {
             self.l2.write(info.local_block, &mut wb);
         }
-        self.times[i].hit = hit as f32;
-        self.times[i].miss = miss as f32;
+        self.r.hit[task] = hit as f32;
+        self.r.miss[task] = miss as f32;
         let l2_time = hit / m.core_l2_read[class] + info.local_out / m.core_l2_write[class];
         let mut pend = 0u8;
         let mut partial = now + info.compute;
@@ -640,7 +668,7 @@ impl Sim<'_> {
     fn task_end(&mut self, i: usize) {
         let now = self.now;
         let info = self.w.plan.info[i];
-        self.times[i].end = now;
+        self.r.end[info.task as usize] = now;
         self.done += 1;
         let c = info.core as usize;
         self.idle[c] = true;
@@ -726,7 +754,7 @@ impl Sim<'_> {
                     .row(k as usize)
                     .iter()
                     .copied()
-                    .filter(|&x| self.times[plan.pos[x as usize] as usize].end.is_nan())
+                    .filter(|&x| self.r.end[x as usize].is_nan())
                     .take(MISSING)
                     .collect();
                 waits.push(StallWait {
