@@ -292,6 +292,15 @@ struct TaskState {
     pend: u8,
 }
 
+/// What is measured of a task (internal ids; moved to task order at the end).
+#[derive(Clone, Copy, Debug)]
+struct Times {
+    start: f64,
+    end: f64,
+    hit: f32,
+    miss: f32,
+}
+
 /// A counter while the schedule runs.
 #[derive(Clone, Copy, Debug, Default)]
 struct Ctr {
@@ -320,6 +329,7 @@ struct Sim<'a> {
     ts: Vec<TaskState>,
     /// Per internal task: the counters it still waits on (dense: read at every release).
     unsat: Vec<u32>,
+    times: Vec<Times>,
     ctr: Vec<Ctr>,
     done: usize,
     finished: Vec<u32>,
@@ -372,17 +382,25 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
         idle: vec![true; cores],
         ts,
         unsat,
+        times: vec![
+            Times {
+                start: f64::NAN,
+                end: f64::NAN,
+                hit: 0.0,
+                miss: 0.0,
+            };
+            n
+        ],
         ctr,
         done: 0,
         finished: Vec::new(),
         last_hbm: vec![0.0; ranks],
         last_link: vec![(0.0, 0.0); ranks],
-        // What is measured of a task, written in task order as it runs.
         r: SimResult {
-            start: vec![f64::NAN; n],
-            end: vec![f64::NAN; n],
-            hit: vec![0.0; n],
-            miss: vec![0.0; n],
+            start: Vec::new(),
+            end: Vec::new(),
+            hit: Vec::new(),
+            miss: Vec::new(),
             counter_time,
             flow_end: vec![f64::NAN; w.flows()],
             rank_done: vec![w.start_time; ranks],
@@ -406,6 +424,17 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
         return Err(sim.stall());
     }
     let mut r = std::mem::replace(&mut sim.r, SimResult::empty());
+    r.start = vec![0.0; n];
+    r.end = vec![0.0; n];
+    r.hit = vec![0.0; n];
+    r.miss = vec![0.0; n];
+    for (x, info) in sim.times.iter().zip(&w.plan.info) {
+        let t = info.task as usize;
+        r.start[t] = x.start;
+        r.end[t] = x.end;
+        r.hit[t] = x.hit;
+        r.miss[t] = x.miss;
+    }
     r.makespan = r.rank_done.iter().copied().fold(0.0, f64::max);
     r.sent = sim.links.sent().to_vec();
     r.received = sim.links.received().to_vec();
@@ -468,13 +497,11 @@ impl Sim<'_> {
         }
         let plan = &self.w.plan;
         let (lo, hi) = (plan.queue_off[c] as usize, plan.queue_off[c + 1] as usize);
-        let p = lo + self.pos[c] as usize;
-        if p < hi {
-            let i = plan.queue[p] as usize;
-            if self.unsat[i] == 0 {
-                self.idle[c] = false;
-                self.start_task(i);
-            }
+        // Internal ids are in queue order: position `p` holds task `p`.
+        let i = lo + self.pos[c] as usize;
+        if i < hi && self.unsat[i] == 0 {
+            self.idle[c] = false;
+            self.start_task(i);
         }
     }
 
@@ -486,8 +513,7 @@ impl Sim<'_> {
         let now = self.now;
         let class = info.class as usize;
         let die = info.rank as usize;
-        let task = info.task as usize;
-        self.r.start[task] = now;
+        self.times[i].start = now;
         let (mut hit, mut miss, mut wb) = (0.0f64, 0.0f64, 0.0f64);
         for run in &plan.runs[info.reads as usize..info.read_end as usize] {
             let (first, count, bytes) = (run.first, run.count, run.bytes);
@@ -507,8 +533,8 @@ impl Sim<'_> {
         if info.local_block != NONE {
             self.l2.write(info.local_block, &mut wb);
         }
-        self.r.hit[task] = hit as f32;
-        self.r.miss[task] = miss as f32;
+        self.times[i].hit = hit as f32;
+        self.times[i].miss = miss as f32;
         let l2_time = hit / m.core_l2_read[class] + info.local_out / m.core_l2_write[class];
         let mut pend = 0u8;
         let mut partial = now + info.compute;
@@ -668,7 +694,7 @@ impl Sim<'_> {
     fn task_end(&mut self, i: usize) {
         let now = self.now;
         let info = self.w.plan.info[i];
-        self.r.end[info.task as usize] = now;
+        self.times[i].end = now;
         self.done += 1;
         let c = info.core as usize;
         self.idle[c] = true;
@@ -754,7 +780,7 @@ impl Sim<'_> {
                     .row(k as usize)
                     .iter()
                     .copied()
-                    .filter(|&x| self.r.end[x as usize].is_nan())
+                    .filter(|&x| self.times[plan.pos[x as usize] as usize].end.is_nan())
                     .take(MISSING)
                     .collect();
                 waits.push(StallWait {

@@ -70,10 +70,11 @@ pub struct Plan {
     pub pos: Vec<u32>,
     /// Per internal task: its core (as in `info`, dense for the release path).
     pub core: Vec<u32>,
-    /// Per core: its queue as internal ids, `queue[queue_off[c]..queue_off[c + 1]]`.
+    /// Per core: its queue as internal ids, `queue[queue_off[c]..queue_off[c + 1]]` (internal
+    /// ids are given in queue order, so `queue[k] == k`: the event loop uses `k` directly).
     pub queue: Vec<u32>,
     pub queue_off: Vec<u32>,
-    /// Read runs (in task order), per internal task `info.reads..info.read_end`.
+    /// Read runs (in internal order), per internal task `info.reads..info.read_end`.
     pub runs: Vec<ReadRun>,
     /// Counters signalled, per internal task (local first).
     pub sig: Vec<u32>,
@@ -616,20 +617,24 @@ impl Workload {
             }
             queue_off.push(queue.len() as u32);
         }
+        debug_assert!(queue.iter().enumerate().all(|(k, &i)| k == i as usize));
         let mut p = Plan {
             info: Vec::with_capacity(n),
             pos,
             core: Vec::with_capacity(n),
             queue,
             queue_off,
-            runs,
+            runs: Vec::with_capacity(runs.len()),
             sig: Vec::with_capacity(s.signals.idx.len()),
             waiters: Csr::default(),
             waits: Vec::with_capacity(n),
         };
         for &t in &order {
             let t = t as usize;
-            let (reads, read_end) = (run_off[t], run_off[t + 1]);
+            let reads = p.runs.len() as u32;
+            p.runs
+                .extend_from_slice(&runs[run_off[t] as usize..run_off[t + 1] as usize]);
+            let read_end = p.runs.len() as u32;
             let sigs = p.sig.len() as u32;
             let rank = g.rank[t];
             p.sig
