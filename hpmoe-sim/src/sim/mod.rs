@@ -171,9 +171,10 @@ struct Heap4 {
 }
 
 impl Heap4 {
+    /// (time, insertion order) as one 128-bit key: one branch-free comparison.
     #[inline]
     fn less(a: &Ev, b: &Ev) -> bool {
-        (a.time, a.key) < (b.time, b.key)
+        ((a.time as u128) << 64 | a.key as u128) < ((b.time as u128) << 64 | b.key as u128)
     }
 
     #[inline]
@@ -320,7 +321,7 @@ struct Sim<'a> {
     now: f64,
     queue: Queue,
     events: u64,
-    l2: L2,
+    l2: L2<'a>,
     hbm: Hbm,
     links: Links,
     wakes: Vec<(u32, f64, u32)>,
@@ -374,7 +375,7 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
             ..Queue::default()
         },
         events: 0,
-        l2: L2::new(ranks, m.l2_size, w.block_rank.clone(), w.block_size.clone()),
+        l2: L2::new(ranks, m.l2_size, &w.block_rank, &w.block_size),
         hbm: Hbm::new(ranks, m.hbm_bandwidth, m.core_hbm),
         links: Links::new(ranks, &w.pairs, m.link_egress, m.link_ingress),
         wakes: Vec::new(),

@@ -262,7 +262,8 @@ impl Workload {
         // Per rank a task wrote on: its bytes (and region volume, for reads of it).
         let mut per_rank: Vec<(u32, f64)> = Vec::new();
         let mut reads: Vec<(u32, f64)> = Vec::new();
-        let mut regions: Vec<Region> = Vec::new();
+        // Regions read, with their bytes.
+        let mut regions: Vec<(Region, f64)> = Vec::new();
         let mut memo: FxHashMap<Region, (usize, usize)> = FxHashMap::default();
         let mut memo_arena: Vec<(u32, f64)> = Vec::new();
         let mut memo_key = (u32::MAX, u32::MAX);
@@ -383,7 +384,7 @@ impl Workload {
                         rd.hi[k] = rd.lo[k] + 1;
                     }
                 }
-                let (_, frac) = region_bytes(tf, g, &rd);
+                let (rd_bytes, frac) = region_bytes(tf, g, &rd);
                 if recv_layout(tf, g, &rd).is_some() {
                     frac_num += frac * rd.volume() as f64;
                     frac_den += rd.volume() as f64;
@@ -399,16 +400,16 @@ impl Workload {
                             let mut row = rd;
                             row.lo[0] = tok;
                             row.hi[0] = tok + 1;
-                            regions.push(row);
+                            regions.push((row, region_bytes(tf, g, &row).0));
                         }
                     }
-                    _ => regions.push(rd),
+                    _ => regions.push((rd, rd_bytes)),
                 }
             }
             reads.clear();
             let mut read_total = 0.0;
-            for probe in regions.iter() {
-                let (bytes, _) = region_bytes(tf, g, probe);
+            for (probe, bytes) in regions.iter() {
+                let bytes = *bytes;
                 if bytes <= 0.0 {
                     continue;
                 }
