@@ -572,20 +572,13 @@ impl Workload {
         w.start_time = launch;
         w.delay = (0..total).map(|c| if c >= gc { launch } else { 0.0 }).collect();
         w.waiters = s.waits.transpose_into(total);
-        let runs: Vec<ReadRun> = (0..run_first.len())
-            .map(|k| ReadRun {
-                first: run_first[k],
-                count: run_count[k],
-                bytes: run_bytes[k],
-            })
-            .collect();
-        drop((run_first, run_count, run_bytes));
-        w.plan = w.build_plan(g, s, &run_off, runs);
+        w.plan = w.build_plan(g, s, &run_off, (&run_first, &run_count, &run_bytes));
         w
     }
 
     /// Renumbers the tasks in queue order and gathers what a task start needs.
-    fn build_plan(&self, g: &TaskGraph, s: &Schedule, run_off: &[u32], runs: Vec<ReadRun>) -> Plan {
+    /// `runs`: the first block, count and bytes of every read run, in task order.
+    fn build_plan(&self, g: &TaskGraph, s: &Schedule, run_off: &[u32], runs: (&[u32], &[u32], &[f64])) -> Plan {
         let n = g.len();
         let mut pos = vec![NONE; n];
         let mut order: Vec<u32> = Vec::with_capacity(n);
@@ -625,7 +618,7 @@ impl Workload {
             core: Vec::with_capacity(n),
             queue,
             queue_off,
-            runs: Vec::with_capacity(runs.len()),
+            runs: Vec::with_capacity(runs.0.len()),
             sig: Vec::with_capacity(s.signals.idx.len()),
             waiters: Csr::default(),
             waits: Vec::with_capacity(n),
@@ -634,7 +627,11 @@ impl Workload {
             let t = t as usize;
             let reads = p.runs.len() as u32;
             p.runs
-                .extend_from_slice(&runs[run_off[t] as usize..run_off[t + 1] as usize]);
+                .extend((run_off[t] as usize..run_off[t + 1] as usize).map(|k| ReadRun {
+                    first: runs.0[k],
+                    count: runs.1[k],
+                    bytes: runs.2[k],
+                }));
             let read_end = p.runs.len() as u32;
             let sigs = p.sig.len() as u32;
             let rank = g.rank[t];
