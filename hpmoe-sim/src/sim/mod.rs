@@ -424,6 +424,8 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
     if sim.done < n {
         return Err(sim.stall());
     }
+    // The per-task state is no longer needed: free it before the results are laid out.
+    drop((std::mem::take(&mut sim.ts), std::mem::take(&mut sim.unsat)));
     let mut r = std::mem::replace(&mut sim.r, SimResult::empty());
     r.start = vec![0.0; n];
     r.end = vec![0.0; n];
