@@ -572,13 +572,14 @@ impl Workload {
         w.start_time = launch;
         w.delay = (0..total).map(|c| if c >= gc { launch } else { 0.0 }).collect();
         w.waiters = s.waits.transpose_into(total);
-        w.plan = w.build_plan(g, s, &run_off, (&run_first, &run_count, &run_bytes));
+        w.plan = w.build_plan(g, s, &run_off, (run_first, run_count, run_bytes));
         w
     }
 
     /// Renumbers the tasks in queue order and gathers what a task start needs.
-    /// `runs`: the first block, count and bytes of every read run, in task order.
-    fn build_plan(&self, g: &TaskGraph, s: &Schedule, run_off: &[u32], runs: (&[u32], &[u32], &[f64])) -> Plan {
+    /// `runs`: the first block, count and bytes of every read run, in task order (freed once
+    /// laid out in internal order, before the rest of the plan is allocated).
+    fn build_plan(&self, g: &TaskGraph, s: &Schedule, run_off: &[u32], runs: (Vec<u32>, Vec<u32>, Vec<f64>)) -> Plan {
         let n = g.len();
         let mut pos = vec![NONE; n];
         let mut order: Vec<u32> = Vec::with_capacity(n);
@@ -595,6 +596,16 @@ impl Workload {
                 order.push(t as u32);
             }
         }
+        let mut plan_runs: Vec<ReadRun> = Vec::with_capacity(runs.0.len());
+        for &t in &order {
+            let t = t as usize;
+            plan_runs.extend((run_off[t] as usize..run_off[t + 1] as usize).map(|k| ReadRun {
+                first: runs.0[k],
+                count: runs.1[k],
+                bytes: runs.2[k],
+            }));
+        }
+        drop(runs);
         // Queues as internal ids; a task queued twice (a broken schedule) runs once.
         let mut queue: Vec<u32> = Vec::with_capacity(n);
         let mut queue_off: Vec<u32> = Vec::with_capacity(s.queues.off.len());
@@ -618,21 +629,17 @@ impl Workload {
             core: Vec::with_capacity(n),
             queue,
             queue_off,
-            runs: Vec::with_capacity(runs.0.len()),
+            runs: plan_runs,
             sig: Vec::with_capacity(s.signals.idx.len()),
             waiters: Csr::default(),
             waits: Vec::with_capacity(n),
         };
+        let mut next_run = 0u32;
         for &t in &order {
             let t = t as usize;
-            let reads = p.runs.len() as u32;
-            p.runs
-                .extend((run_off[t] as usize..run_off[t + 1] as usize).map(|k| ReadRun {
-                    first: runs.0[k],
-                    count: runs.1[k],
-                    bytes: runs.2[k],
-                }));
-            let read_end = p.runs.len() as u32;
+            let reads = next_run;
+            next_run += run_off[t + 1] - run_off[t];
+            let read_end = next_run;
             let sigs = p.sig.len() as u32;
             let rank = g.rank[t];
             p.sig
