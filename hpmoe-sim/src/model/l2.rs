@@ -26,20 +26,20 @@ const DIRTY: u8 = 2;
 const REFERENCED: u8 = 4;
 
 #[derive(Clone, Debug)]
-pub struct L2 {
+pub struct L2<'a> {
     capacity: f64,
     /// Per die: bytes held, and the ring of resident blocks (oldest first).
     used: Vec<f64>,
     ring: Vec<Fifo<u32>>,
-    /// Per block.
+    /// Per block (the sizes and dies borrowed from the workload).
     state: Vec<u8>,
-    size: Vec<f64>,
-    die: Vec<u32>,
+    size: &'a [f64],
+    die: &'a [u32],
 }
 
-impl L2 {
+impl<'a> L2<'a> {
     /// `die[b]` and `size[b]` (bytes) of every block; `capacity` bytes per die.
-    pub fn new(dies: usize, capacity: f64, die: Vec<u32>, size: Vec<f64>) -> L2 {
+    pub fn new(dies: usize, capacity: f64, die: &'a [u32], size: &'a [f64]) -> L2<'a> {
         L2 {
             capacity,
             used: vec![0.0; dies],
@@ -154,7 +154,7 @@ mod tests {
     #[test]
     fn a_block_used_again_stays_and_an_untouched_one_leaves() {
         // Blocks of 30 bytes on one die of 100 bytes.
-        let mut l2 = L2::new(1, 100.0, vec![0; 5], vec![30.0; 5]);
+        let mut l2 = L2::new(1, 100.0, &[0; 5], &[30.0; 5]);
         let mut wb = 0.0;
         l2.write(0, &mut wb);
         assert!(!l2.read(1, &mut wb));
@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn a_large_unrelated_working_set_evicts() {
-        let mut l2 = L2::new(1, 100.0, vec![0; 25], vec![10.0; 25]);
+        let mut l2 = L2::new(1, 100.0, &[0; 25], &[10.0; 25]);
         let mut wb = 0.0;
         l2.write(0, &mut wb);
         assert!(l2.read(0, &mut wb));
@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn oversized_blocks_stream_through() {
-        let mut l2 = L2::new(1, 10.0, vec![0], vec![20.0]);
+        let mut l2 = L2::new(1, 10.0, &[0], &[20.0]);
         let mut wb = 0.0;
         l2.write(0, &mut wb);
         assert_eq!(wb, 20.0);

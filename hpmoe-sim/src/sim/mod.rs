@@ -22,7 +22,7 @@
 //!   flow ends, into the destination's L2).
 //!
 //! Events are ordered by (time, insertion order): the same input gives the same output, bit
-//! for bit. The loop allocates nothing per event (flat arrays and one binary heap; stale
+//! for bit. The loop allocates nothing per event (flat arrays and one 4-ary heap; stale
 //! predictions of the HBM and link models are dropped by generation numbers).
 
 pub mod workload;
@@ -147,7 +147,7 @@ const HBM: u8 = 5;
 const FLOW_START: u8 = 6;
 const FLOW_DONE: u8 = 7;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 struct Ev {
     time: u64,
     /// Insertion order above, kind in the low 3 bits.
@@ -162,25 +162,80 @@ impl Ev {
     }
 }
 
-impl Ord for Ev {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        // A min-heap on (time, insertion order) through std's max-heap.
-        (o.time, o.key).cmp(&(self.time, self.key))
-    }
+/// A min-heap of events on (time, insertion order), four children per node: half the depth
+/// of a binary heap, and the four children of a node share a cache line or two. Keys are
+/// unique (the insertion order is), so any correct heap pops the same sequence.
+#[derive(Debug, Default)]
+struct Heap4 {
+    v: Vec<Ev>,
 }
-impl PartialOrd for Ev {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
+
+impl Heap4 {
+    /// (time, insertion order) as one 128-bit key: one branch-free comparison.
+    #[inline]
+    fn less(a: &Ev, b: &Ev) -> bool {
+        ((a.time as u128) << 64 | a.key as u128) < ((b.time as u128) << 64 | b.key as u128)
+    }
+
+    #[inline]
+    fn peek(&self) -> Option<&Ev> {
+        self.v.first()
+    }
+
+    #[inline]
+    fn push(&mut self, ev: Ev) {
+        let mut i = self.v.len();
+        self.v.push(ev);
+        while i > 0 {
+            let p = (i - 1) / 4;
+            if !Self::less(&ev, &self.v[p]) {
+                break;
+            }
+            self.v[i] = self.v[p];
+            i = p;
+        }
+        self.v[i] = ev;
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<Ev> {
+        let last = self.v.pop()?;
+        let n = self.v.len();
+        if n == 0 {
+            return Some(last);
+        }
+        let top = self.v[0];
+        // Moves the hole at the root down to where `last` belongs.
+        let mut i = 0;
+        loop {
+            let c = 4 * i + 1;
+            if c >= n {
+                break;
+            }
+            let mut m = c;
+            for j in c + 1..(c + 4).min(n) {
+                if Self::less(&self.v[j], &self.v[m]) {
+                    m = j;
+                }
+            }
+            if !Self::less(&self.v[m], &last) {
+                break;
+            }
+            self.v[i] = self.v[m];
+            i = m;
+        }
+        self.v[i] = last;
+        Some(top)
     }
 }
 
-/// Events in (time, insertion) order: a binary heap, plus first-in-first-out queues for the
+/// Events in (time, insertion) order: a 4-ary heap, plus first-in-first-out queues for the
 /// kinds whose delay is a constant (local and remote signals, kernel launches), whose times
 /// therefore arrive in order; popping takes the earliest of the heads, so the order is the
 /// one a single heap would give.
 #[derive(Debug, Default)]
 struct Queue {
-    heap: std::collections::BinaryHeap<Ev>,
+    heap: Heap4,
     fifo: [Fifo<Ev>; 3],
     seq: u64,
 }
@@ -266,7 +321,7 @@ struct Sim<'a> {
     now: f64,
     queue: Queue,
     events: u64,
-    l2: L2,
+    l2: L2<'a>,
     hbm: Hbm,
     links: Links,
     wakes: Vec<(u32, f64, u32)>,
@@ -314,11 +369,13 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
         opts,
         now: 0.0,
         queue: Queue {
-            heap: std::collections::BinaryHeap::with_capacity(cores * 2 + 16),
+            heap: Heap4 {
+                v: Vec::with_capacity(cores * 2 + 16),
+            },
             ..Queue::default()
         },
         events: 0,
-        l2: L2::new(ranks, m.l2_size, w.block_rank.clone(), w.block_size.clone()),
+        l2: L2::new(ranks, m.l2_size, &w.block_rank, &w.block_size),
         hbm: Hbm::new(ranks, m.hbm_bandwidth, m.core_hbm),
         links: Links::new(ranks, &w.pairs, m.link_egress, m.link_ingress),
         wakes: Vec::new(),
@@ -367,6 +424,8 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
     if sim.done < n {
         return Err(sim.stall());
     }
+    // The per-task state is no longer needed: free it before the results are laid out.
+    drop((std::mem::take(&mut sim.ts), std::mem::take(&mut sim.unsat)));
     let mut r = std::mem::replace(&mut sim.r, SimResult::empty());
     r.start = vec![0.0; n];
     r.end = vec![0.0; n];
@@ -441,13 +500,11 @@ impl Sim<'_> {
         }
         let plan = &self.w.plan;
         let (lo, hi) = (plan.queue_off[c] as usize, plan.queue_off[c + 1] as usize);
-        let p = lo + self.pos[c] as usize;
-        if p < hi {
-            let i = plan.queue[p] as usize;
-            if self.unsat[i] == 0 {
-                self.idle[c] = false;
-                self.start_task(i);
-            }
+        // Internal ids are in queue order: position `p` holds task `p`.
+        let i = lo + self.pos[c] as usize;
+        if i < hi && self.unsat[i] == 0 {
+            self.idle[c] = false;
+            self.start_task(i);
         }
     }
 

@@ -20,7 +20,7 @@ use hpmoe_dsl::ir::{Dim, Index, Program, Taskflow};
 use hpmoe_dsl::lower::regions::{tile_access, Scratch, WriterIndex};
 use hpmoe_dsl::lower::{Csr, DimKind, Region, RouteLayout, TaskGraph};
 use hpmoe_dsl::schedule::Schedule;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// No block / no flow.
 pub const NONE: u32 = u32::MAX;
@@ -70,10 +70,11 @@ pub struct Plan {
     pub pos: Vec<u32>,
     /// Per internal task: its core (as in `info`, dense for the release path).
     pub core: Vec<u32>,
-    /// Per core: its queue as internal ids, `queue[queue_off[c]..queue_off[c + 1]]`.
+    /// Per core: its queue as internal ids, `queue[queue_off[c]..queue_off[c + 1]]` (internal
+    /// ids are given in queue order, so `queue[k] == k`: the event loop uses `k` directly).
     pub queue: Vec<u32>,
     pub queue_off: Vec<u32>,
-    /// Read runs (in task order), per internal task `info.reads..info.read_end`.
+    /// Read runs (in internal order), per internal task `info.reads..info.read_end`.
     pub runs: Vec<ReadRun>,
     /// Counters signalled, per internal task (local first).
     pub sig: Vec<u32>,
@@ -257,12 +258,13 @@ impl Workload {
         let mut run_bytes: Vec<f64> = Vec::with_capacity(2 * n);
         let mut index = WriterIndex::new(tf, ranks);
         let mut scratch = Scratch::default();
-        let mut inputs: HashMap<Region, u32> = HashMap::new();
+        let mut inputs: FxHashMap<Region, u32> = FxHashMap::default();
         // Per rank a task wrote on: its bytes (and region volume, for reads of it).
         let mut per_rank: Vec<(u32, f64)> = Vec::new();
         let mut reads: Vec<(u32, f64)> = Vec::new();
-        let mut regions: Vec<Region> = Vec::new();
-        let mut memo: HashMap<Region, (usize, usize)> = HashMap::new();
+        // Regions read, with their bytes.
+        let mut regions: Vec<(Region, f64)> = Vec::new();
+        let mut memo: FxHashMap<Region, (usize, usize)> = FxHashMap::default();
         let mut memo_arena: Vec<(u32, f64)> = Vec::new();
         let mut memo_key = (u32::MAX, u32::MAX);
         // Per op call: reads indexed by `group(m)` whose rows `m` are a receive-window task
@@ -299,7 +301,7 @@ impl Workload {
             .collect();
         // Blocks that puts land as: allocated per call, per destination in window-row order,
         // so a consumer reading a range of a window reads consecutive blocks.
-        let mut landed: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut landed: FxHashMap<(u32, u32), u32> = FxHashMap::default();
         let mut landed_node = u32::MAX;
         let mut pre_scratch = Scratch::default();
         let mut pre: Vec<(u32, i64, u32, f64)> = Vec::new();
@@ -382,7 +384,7 @@ impl Workload {
                         rd.hi[k] = rd.lo[k] + 1;
                     }
                 }
-                let (_, frac) = region_bytes(tf, g, &rd);
+                let (rd_bytes, frac) = region_bytes(tf, g, &rd);
                 if recv_layout(tf, g, &rd).is_some() {
                     frac_num += frac * rd.volume() as f64;
                     frac_den += rd.volume() as f64;
@@ -398,16 +400,16 @@ impl Workload {
                             let mut row = rd;
                             row.lo[0] = tok;
                             row.hi[0] = tok + 1;
-                            regions.push(row);
+                            regions.push((row, region_bytes(tf, g, &row).0));
                         }
                     }
-                    _ => regions.push(rd),
+                    _ => regions.push((rd, rd_bytes)),
                 }
             }
             reads.clear();
             let mut read_total = 0.0;
-            for probe in regions.iter() {
-                let (bytes, _) = region_bytes(tf, g, probe);
+            for (probe, bytes) in regions.iter() {
+                let bytes = *bytes;
                 if bytes <= 0.0 {
                     continue;
                 }
@@ -540,7 +542,7 @@ impl Workload {
             }
         }
         // Pairs of ranks, in order of first use.
-        let mut pair_of: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut pair_of: FxHashMap<(u32, u32), u32> = FxHashMap::default();
         for f in 0..w.flow_dst.len() {
             let key = (g.rank[w.flow_task[f] as usize], w.flow_dst[f]);
             let id = *pair_of.entry(key).or_insert_with(|| {
@@ -570,20 +572,14 @@ impl Workload {
         w.start_time = launch;
         w.delay = (0..total).map(|c| if c >= gc { launch } else { 0.0 }).collect();
         w.waiters = s.waits.transpose_into(total);
-        let runs: Vec<ReadRun> = (0..run_first.len())
-            .map(|k| ReadRun {
-                first: run_first[k],
-                count: run_count[k],
-                bytes: run_bytes[k],
-            })
-            .collect();
-        drop((run_first, run_count, run_bytes));
-        w.plan = w.build_plan(g, s, &run_off, runs);
+        w.plan = w.build_plan(g, s, &run_off, (run_first, run_count, run_bytes));
         w
     }
 
     /// Renumbers the tasks in queue order and gathers what a task start needs.
-    fn build_plan(&self, g: &TaskGraph, s: &Schedule, run_off: &[u32], runs: Vec<ReadRun>) -> Plan {
+    /// `runs`: the first block, count and bytes of every read run, in task order (freed once
+    /// laid out in internal order, before the rest of the plan is allocated).
+    fn build_plan(&self, g: &TaskGraph, s: &Schedule, run_off: &[u32], runs: (Vec<u32>, Vec<u32>, Vec<f64>)) -> Plan {
         let n = g.len();
         let mut pos = vec![NONE; n];
         let mut order: Vec<u32> = Vec::with_capacity(n);
@@ -600,6 +596,16 @@ impl Workload {
                 order.push(t as u32);
             }
         }
+        let mut plan_runs: Vec<ReadRun> = Vec::with_capacity(runs.0.len());
+        for &t in &order {
+            let t = t as usize;
+            plan_runs.extend((run_off[t] as usize..run_off[t + 1] as usize).map(|k| ReadRun {
+                first: runs.0[k],
+                count: runs.1[k],
+                bytes: runs.2[k],
+            }));
+        }
+        drop(runs);
         // Queues as internal ids; a task queued twice (a broken schedule) runs once.
         let mut queue: Vec<u32> = Vec::with_capacity(n);
         let mut queue_off: Vec<u32> = Vec::with_capacity(s.queues.off.len());
@@ -616,20 +622,24 @@ impl Workload {
             }
             queue_off.push(queue.len() as u32);
         }
+        debug_assert!(queue.iter().enumerate().all(|(k, &i)| k == i as usize));
         let mut p = Plan {
             info: Vec::with_capacity(n),
             pos,
             core: Vec::with_capacity(n),
             queue,
             queue_off,
-            runs,
+            runs: plan_runs,
             sig: Vec::with_capacity(s.signals.idx.len()),
             waiters: Csr::default(),
             waits: Vec::with_capacity(n),
         };
+        let mut next_run = 0u32;
         for &t in &order {
             let t = t as usize;
-            let (reads, read_end) = (run_off[t], run_off[t + 1]);
+            let reads = next_run;
+            next_run += run_off[t + 1] - run_off[t];
+            let read_end = next_run;
             let sigs = p.sig.len() as u32;
             let rank = g.rank[t];
             p.sig
