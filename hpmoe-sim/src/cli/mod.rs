@@ -163,6 +163,10 @@ enum Command {
         /// stderr, or under `timings` in JSON).
         #[arg(long)]
         timings: bool,
+        /// Taskflows and policies to run at once (0: one per CPU). Each holds its own task
+        /// graph, so fewer jobs use less memory; the output is the same whatever the number.
+        #[arg(long, default_value_t = 0)]
+        jobs: usize,
     },
     /// Simulate a grid of configurations (`--vary`) under several policies in parallel;
     /// write sweep.csv, sweep.json and SVG charts.
@@ -196,7 +200,7 @@ enum Command {
         max_tasks: u64,
     },
     /// Measure how the tool scales: run the whole pipeline once per value of a param, each
-    /// in a fresh process, and tabulate tasks, edges, seconds per stage, peak memory and the
+    /// in a fresh process running one job at a time, and tabulate tasks, edges, seconds per stage, peak memory and the
     /// growth of each stage's time with the task count.
     Scale {
         file: PathBuf,
@@ -406,6 +410,7 @@ fn run(cmd: Command) -> i32 {
             seed,
             numerics_memory,
             timings,
+            jobs,
         } => {
             let mut parsed = Vec::new();
             for i in &inputs {
@@ -443,6 +448,7 @@ fn run(cmd: Command) -> i32 {
                 trace_window: trace_window.as_deref(),
                 numerics,
                 timings,
+                jobs,
             })
         }
         Command::Sweep {

@@ -34,6 +34,8 @@ pub(crate) struct RunCli<'a> {
     pub numerics: Option<crate::numerics::NumericsOptions>,
     /// Measure every stage's wall-clock time and the peak memory (`--timings`).
     pub timings: bool,
+    /// Runs at once (0: one per CPU).
+    pub jobs: usize,
 }
 
 fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
@@ -111,6 +113,10 @@ impl RunTiming {
 /// All timings of a `hpmoe run`.
 struct Timings {
     check: Duration,
+    /// Materialising the routings.
+    layouts: Duration,
+    /// Threads the runs were spread over (their stages overlap when more than one).
+    threads: usize,
     runs: Vec<RunTiming>,
     total: Duration,
     peak_rss: Option<u64>,
@@ -120,6 +126,8 @@ impl Timings {
     fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "check_s": self.check.as_secs_f64(),
+            "layouts_s": self.layouts.as_secs_f64(),
+            "threads": self.threads,
             "runs": self.runs.iter().map(RunTiming::json).collect::<Vec<_>>(),
             "total_s": self.total.as_secs_f64(),
             "peak_rss_bytes": self.peak_rss,
@@ -128,8 +136,13 @@ impl Timings {
 
     fn human(&self) -> String {
         use std::fmt::Write as _;
-        let mut s = String::from("timings (wall clock):\n");
+        let mut s = String::from("timings (wall clock");
+        if self.threads > 1 {
+            let _ = write!(s, "; the runs shared {} threads, so their stages overlap", self.threads);
+        }
+        s.push_str("):\n");
         let _ = writeln!(s, "  {:<22} {:>10.3} s", "check", self.check.as_secs_f64());
+        let _ = writeln!(s, "  {:<22} {:>10.3} s", "routings", self.layouts.as_secs_f64());
         for r in &self.runs {
             let _ = writeln!(
                 s,
@@ -158,54 +171,47 @@ impl Timings {
     }
 }
 
+/// A failed run: the diagnostics to print (already printed when empty) and the exit code.
+struct Failure {
+    diags: Vec<Diagnostic>,
+    code: i32,
+}
+
+impl Failure {
+    fn new(d: Diagnostic) -> Failure {
+        Failure { diags: vec![d], code: 1 }
+    }
+}
+
+/// One taskflow under one policy, ready to run.
+struct Job<'p> {
+    tf: &'p Taskflow,
+    /// The policy asked for (`None`: the program's).
+    policy: Option<&'p str>,
+    spec: schedule::PolicySpec,
+    layouts: hpmoe_dsl::lower::Layouts,
+    /// Write the trace and chart of this job.
+    outputs: bool,
+}
+
 /// Lowers, schedules and simulates a taskflow under a policy; writes the trace and chart if
-/// asked. Errors carry the exit code.
-fn one(
-    p: &Program,
-    tf: &Taskflow,
-    policy: Option<&str>,
-    o: &RunCli,
-    sources: &SourceMap,
-    outputs: Option<&Filter>,
-    layouts_cache: &mut Vec<(bool, hpmoe_dsl::lower::Layouts)>,
-) -> Result<Done, i32> {
+/// asked. Prints nothing but notes of the trace and chart: failures are returned, so jobs can
+/// run side by side and still report in order.
+fn one(p: &Program, job: &Job, o: &RunCli, outputs: Option<&Filter>) -> Result<Done, Failure> {
+    let tf = job.tf;
+    let policy = job.policy;
     let mut clock = Clock::new();
-    let spec = policy_for(p, &tf.name, policy).map_err(|d| {
-        print_diags(&[d], sources, o.format);
-        2
-    })?;
-    // The routings depend only on the program and the capacity mode: taskflows and policies
-    // that share them reuse one materialisation.
-    let layouts = match layouts_cache.iter().find(|(sc, _)| *sc == spec.static_capacity) {
-        Some((_, l)) => l.clone(),
-        None => {
-            let l = hpmoe_dsl::lower::layouts(p, spec.static_capacity, o.file.parent()).map_err(|d| {
-                print_diags(&[d], sources, o.format);
-                1
-            })?;
-            layouts_cache.push((spec.static_capacity, l.clone()));
-            l
-        }
-    };
-    clock.lap("layouts");
-    let c = schedule::compile_timed(p, tf, &spec, layouts, o.max_tasks, o.verify, &mut clock).map_err(|ds| {
-        print_diags(&ds, sources, o.format);
-        1
-    })?;
+    let c = schedule::compile_timed(p, tf, &job.spec, job.layouts.clone(), o.max_tasks, o.verify, &mut clock)
+        .map_err(|diags| Failure { diags, code: 1 })?;
     let opts = SimOptions {
         record_bandwidth: outputs.is_some() && o.trace.is_some(),
     };
-    let model = DeviceModel::new(&p.device).map_err(|msg| {
-        print_diags(&[Diagnostic::error(Code::BadOverride, msg)], sources, o.format);
-        1
-    })?;
+    let model =
+        DeviceModel::new(&p.device).map_err(|msg| Failure::new(Diagnostic::error(Code::BadOverride, msg)))?;
     let workload = Workload::new(p, tf, &c.graph, &c.schedule, &model);
     clock.lap("prepare");
-    let result = sim::simulate(&workload, &c.schedule, &model, opts).map_err(|st| {
-        let d = sim::stall_diagnostic(p, tf, &c.graph, &c.schedule, &st);
-        print_diags(&[d], sources, o.format);
-        1
-    })?;
+    let result = sim::simulate(&workload, &c.schedule, &model, opts)
+        .map_err(|st| Failure::new(sim::stall_diagnostic(p, tf, &c.graph, &c.schedule, &st)))?;
     clock.lap("simulate");
     let simd = sim::Simulated {
         model,
@@ -226,13 +232,7 @@ fn one(
                     .total_cmp(&simd.result.start[b as usize])
                     .then(a.cmp(&b))
             });
-            match crate::numerics::run(p, tf, &c.graph, &c.schedule, &order, nopts) {
-                Ok(r) => Some(r),
-                Err(d) => {
-                    print_diags(&[d], sources, o.format);
-                    return Err(1);
-                }
-            }
+            Some(crate::numerics::run(p, tf, &c.graph, &c.schedule, &order, nopts).map_err(Failure::new)?)
         }
         _ => None,
     };
@@ -248,7 +248,7 @@ fn one(
             workload: &simd.workload,
             result: &simd.result,
         };
-        let write = |path: &Path, f: &dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()>| -> Result<(), i32> {
+        let write = |path: &Path, f: &dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()>| -> Result<(), Failure> {
             let res = std::fs::File::create(path).and_then(|file| {
                 let mut w = std::io::BufWriter::new(file);
                 f(&mut w)?;
@@ -256,7 +256,10 @@ fn one(
             });
             res.map_err(|e| {
                 eprintln!("error: cannot write `{}`: {e}", path.display());
-                1
+                Failure {
+                    diags: Vec::new(),
+                    code: 1,
+                }
             })
         };
         if let Some(path) = o.trace {
@@ -321,8 +324,6 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         Err(code) => return code,
     };
     let check_time = started.elapsed();
-    let mut run_timings: Vec<RunTiming> = Vec::new();
-    let mut layouts_cache: Vec<(bool, hpmoe_dsl::lower::Layouts)> = Vec::new();
     if let Some(max) = filter.ranks.as_ref().and_then(|v| v.last()) {
         if *max as u64 >= p.device.ranks() {
             return usage(format!(
@@ -356,39 +357,98 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             tfs[0].name
         );
     }
+    // The jobs: every taskflow under --policy, then under --compare. The routings depend
+    // only on the program and the capacity mode, so jobs share their materialisation.
+    let mut layouts_cache: Vec<(bool, hpmoe_dsl::lower::Layouts)> = Vec::new();
+    let mut jobs: Vec<Job> = Vec::new();
+    for (i, tf) in tfs.iter().enumerate() {
+        for (policy, outputs) in [(o.policy, wants_outputs && i == 0), (o.compare, false)] {
+            let spec = match policy_for(&p, &tf.name, policy) {
+                Ok(s) => s,
+                Err(d) => {
+                    print_diags(&[d], &sources, o.format);
+                    return 2;
+                }
+            };
+            let layouts = match layouts_cache.iter().find(|(sc, _)| *sc == spec.static_capacity) {
+                Some((_, l)) => l.clone(),
+                None => match hpmoe_dsl::lower::layouts(&p, spec.static_capacity, o.file.parent()) {
+                    Ok(l) => {
+                        layouts_cache.push((spec.static_capacity, l.clone()));
+                        l
+                    }
+                    Err(d) => {
+                        print_diags(&[d], &sources, o.format);
+                        return 1;
+                    }
+                },
+            };
+            jobs.push(Job {
+                tf,
+                policy,
+                spec,
+                layouts,
+                outputs,
+            });
+            if o.compare.is_none() {
+                break;
+            }
+        }
+    }
+    let setup = started.elapsed() - check_time;
+    // Jobs run side by side (each holds its own graph); results are reported in job order,
+    // and the first failure in that order is the one shown.
+    let threads = match o.jobs {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+    .min(jobs.len())
+    .max(1);
+    let run_job = |job: &Job| one(&p, job, o, job.outputs.then_some(&filter));
+    let results: Vec<Result<Done, Failure>> = if threads <= 1 {
+        jobs.iter().map(run_job).collect()
+    } else {
+        match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+            Ok(pool) => pool.install(|| {
+                use rayon::prelude::*;
+                jobs.par_iter().map(run_job).collect()
+            }),
+            Err(_) => jobs.iter().map(run_job).collect(),
+        }
+    };
     let mut runs: Vec<Report> = Vec::new();
     let mut comparisons: Vec<Comparison> = Vec::new();
     let mut num_reports: Vec<(String, crate::numerics::NumericsReport)> = Vec::new();
-    for (i, tf) in tfs.iter().enumerate() {
-        let outputs = (wants_outputs && i == 0).then_some(&filter);
-        let main = match one(&p, tf, o.policy, o, &sources, outputs, &mut layouts_cache) {
-            Ok(d) => {
-                if let Some(n) = d.numerics {
-                    num_reports.push((tf.name.clone(), n));
+    let mut run_timings: Vec<RunTiming> = Vec::new();
+    for (job, res) in jobs.iter().zip(results) {
+        let d = match res {
+            Ok(d) => d,
+            Err(f) => {
+                if !f.diags.is_empty() {
+                    print_diags(&f.diags, &sources, o.format);
                 }
-                run_timings.push(d.timing);
-                d.report
+                return f.code;
             }
-            Err(code) => return code,
         };
-        if let Some(other) = o.compare {
-            let second = match one(&p, tf, Some(other), o, &sources, None, &mut layouts_cache) {
-                Ok(d) => {
-                    run_timings.push(d.timing);
-                    d.report
-                }
-                Err(code) => return code,
-            };
-            // The speedup of the main policy over the compared one.
-            comparisons.push(Comparison::new(&second, &main));
-            runs.push(main);
-            runs.push(second);
-        } else {
-            runs.push(main);
+        if let Some(n) = d.numerics {
+            num_reports.push((job.tf.name.clone(), n));
+        }
+        run_timings.push(d.timing);
+        runs.push(d.report);
+    }
+    if o.compare.is_some() {
+        // Runs come in pairs: the --policy run, then the compared one; the speedup is the
+        // main policy's over the compared one.
+        for pair in runs.chunks(2) {
+            if let [main, second] = pair {
+                comparisons.push(Comparison::new(second, main));
+            }
         }
     }
     let timings = o.timings.then(|| Timings {
         check: check_time,
+        layouts: setup,
+        threads,
         runs: run_timings,
         total: started.elapsed(),
         peak_rss: hpmoe_dsl::timing::peak_rss_bytes(),

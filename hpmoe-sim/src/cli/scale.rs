@@ -33,7 +33,7 @@ pub(crate) enum ScaleFormat {
 
 /// The stages of a table's columns, in order, and the run stages each one sums.
 const COLUMNS: &[(&str, &[&str])] = &[
-    ("lower", &["layouts", "lower"]),
+    ("lower", &["lower"]),
     ("verify", &["verify graph", "verify schedule"]),
     ("schedule", &["schedule"]),
     ("prepare", &["prepare"]),
@@ -62,6 +62,8 @@ struct Point {
     value: String,
     rows: Vec<Row>,
     check: f64,
+    /// Materialising the routings, once per process.
+    layouts: f64,
     total: f64,
     peak_rss: Option<u64>,
 }
@@ -105,6 +107,7 @@ fn parse_point(value: &str, json: &serde_json::Value) -> Result<Point, String> {
         value: value.to_string(),
         rows,
         check: num(t, "check_s")?,
+        layouts: num(t, "layouts_s")?,
         total: num(t, "total_s")?,
         peak_rss: t.get("peak_rss_bytes").and_then(|x| x.as_u64()),
     })
@@ -126,6 +129,7 @@ fn fold_min(a: Point, b: Point) -> Point {
     Point {
         rows,
         check: a.check.min(b.check),
+        layouts: a.layouts.min(b.layouts),
         total: a.total.min(b.total),
         peak_rss: a.peak_rss.max(b.peak_rss),
         value: a.value,
@@ -205,6 +209,7 @@ fn table(param: &str, points: &[Point], markdown: bool) -> String {
         "edges".into(),
         "counters".into(),
         "graph B/task".into(),
+        "check + routings s".into(),
     ];
     head.extend(COLUMNS.iter().map(|(n, _)| format!("{n} s")));
     head.extend(["total s".to_string(), "tasks/s".into(), "peak RSS".into()]);
@@ -218,6 +223,12 @@ fn table(param: &str, points: &[Point], markdown: bool) -> String {
                 millions(r.edges),
                 millions(r.counter_entries),
                 format!("{:.1}", r.graph_bytes as f64 / r.tasks.max(1) as f64),
+                // Once per process, on its first row.
+                if i == 0 {
+                    format!("{:.3}", p.check + p.layouts)
+                } else {
+                    String::new()
+                },
             ];
             cells.extend(r.stages.iter().map(|s| format!("{s:.3}")));
             cells.push(format!("{:.3}", r.total));
@@ -236,11 +247,8 @@ fn table(param: &str, points: &[Point], markdown: bool) -> String {
         let mut cells = vec![
             "growth".to_string(),
             name,
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
         ];
+        cells.extend(std::iter::repeat_n(String::new(), 5));
         cells.extend(e.iter().map(|x| exp(*x)));
         cells.extend([String::new(), String::new()]);
         growth_rows.push(cells);
@@ -290,6 +298,7 @@ fn json(param: &str, points: &[Point]) -> serde_json::Value {
         "points": points.iter().map(|p| serde_json::json!({
             "value": p.value,
             "check_s": p.check,
+            "layouts_s": p.layouts,
             "total_s": p.total,
             "peak_rss_bytes": p.peak_rss,
             "runs": p.rows.iter().map(|r| {
@@ -327,7 +336,7 @@ fn measure(o: &ScaleCli, exe: &Path, value: &str) -> Result<Point, i32> {
     let mut cmd = Command::new(exe);
     cmd.arg("run")
         .arg(o.file)
-        .args(["--format", "json", "--timings"])
+        .args(["--format", "json", "--timings", "--jobs", "1"])
         .arg("--max-tasks")
         .arg(o.max_tasks.to_string());
     for s in &o.prog.set {
@@ -461,7 +470,7 @@ mod tests {
 
     fn point(value: &str, tasks: u64, secs: f64) -> serde_json::Value {
         serde_json::json!({"timings": {
-            "check_s": 0.01, "total_s": secs, "peak_rss_bytes": 1u64 << 30,
+            "check_s": 0.01, "layouts_s": 0.0, "total_s": secs, "peak_rss_bytes": 1u64 << 30,
             "runs": [{"taskflow": "f", "policy": "interleaved", "tasks": tasks, "edges": 2 * tasks,
                       "counter_entries": tasks / 2, "graph_bytes": 50 * tasks,
                       "stages_s": {"layouts": 0.0, "lower": secs / 4.0, "verify graph": secs / 4.0,
@@ -481,7 +490,7 @@ mod tests {
         let md = table("ranks", &[m, c], true);
         assert!(md.starts_with("| ranks | taskflow | tasks |"), "{md}");
         assert!(
-            md.contains("| 16 | f (interleaved) | 2000 | 4000 | 1000 | 50.0 |"),
+            md.contains("| 16 | f (interleaved) | 2000 | 4000 | 1000 | 50.0 | 0.010 |"),
             "{md}"
         );
         // Time doubled with tasks: linear growth.
