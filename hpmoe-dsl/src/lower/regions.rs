@@ -60,6 +60,9 @@ pub struct Access {
 pub struct Scratch {
     access: Access,
     ranges: TileRanges,
+    /// Per body variable: whether it is the token or choice variable of a sending put.
+    send_var: Vec<bool>,
+    reads_here: Vec<Region>,
 }
 
 fn range_of(vr: &[(i64, i64)], v: usize) -> (i64, i64) {
@@ -120,6 +123,8 @@ pub struct TileRanges {
     pub dest_slots: Option<(u32, i64, i64)>,
     /// The task dimension that is a sending put, if any.
     pub send_dim: Option<usize>,
+    /// The task's chunks (a reused buffer).
+    chunks: Vec<Chunk>,
 }
 
 /// Computes [`TileRanges`] for task `t`.
@@ -129,7 +134,20 @@ pub fn tile_ranges(tf: &Taskflow, g: &TaskGraph, t: usize, out: &mut TileRanges)
     let node = &tf.nodes[ni];
     let nt = &g.nodes[ni];
     let body: &ConcreteBody = &node.body;
-    let chunks = g.chunks(t);
+    let mut chunks = std::mem::take(&mut out.chunks);
+    g.chunks_into(t, &mut chunks);
+    tile_ranges_of(g, nt, body, rank, &chunks, out);
+    out.chunks = chunks;
+}
+
+fn tile_ranges_of(
+    g: &TaskGraph,
+    nt: &super::NodeTiles,
+    body: &ConcreteBody,
+    rank: usize,
+    chunks: &[Chunk],
+    out: &mut TileRanges,
+) {
     out.vr.clear();
     out.vr.resize(body.vars.len(), (0, 0));
     out.entries.clear();
@@ -250,35 +268,31 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
     tile_ranges(tf, g, t, &mut s.ranges);
     let send: Option<usize> = s.ranges.send_dim;
     let dest_slots = s.ranges.dest_slots;
+    s.send_var.clear();
+    s.send_var.resize(body.vars.len(), false);
+    if let Some(DimKind::Send { token, choice, .. }) = send.map(|d| &nt.dims[d].kind) {
+        for (v, var) in body.vars.iter().enumerate() {
+            s.send_var[v] = var.name == *token || var.name == *choice;
+        }
+    }
+    // `group(m)` is the local expert of a received row: the routing of the rows' range.
+    let group_route = body.vars.iter().find_map(|v| match v.range {
+        VarRange::Recv(r) | VarRange::GroupRows { route: r, .. } => Some(r),
+        _ => None,
+    });
     for st in &body.stmts {
         // Points the statement computes.
-        let send_vars: Vec<usize> = match send {
-            Some(d) => match &nt.dims[d].kind {
-                DimKind::Send { token, choice, .. } => st
-                    .vars
-                    .iter()
-                    .copied()
-                    .filter(|&v| body.vars[v].name == *token || body.vars[v].name == *choice)
-                    .collect(),
-                _ => Vec::new(),
-            },
-            None => Vec::new(),
-        };
+        let send_var = &s.send_var;
         let mut points: f64 = st
             .vars
             .iter()
-            .filter(|v| !send_vars.contains(v))
+            .filter(|&&v| !send_var.get(v).copied().unwrap_or(false))
             .map(|&v| (s.ranges.vr[v].1 - s.ranges.vr[v].0).max(0) as f64)
             .product();
         if send.is_some() {
             points *= s.ranges.entries.len() as f64;
         }
         let layout_of = |r: crate::ir::RouteId| g.layouts.get(r.0 as usize).and_then(|l| l.as_ref());
-        // `group(m)` is the local expert of a received row: the routing of the rows' range.
-        let group_route = body.vars.iter().find_map(|v| match v.range {
-            VarRange::Recv(r) | VarRange::GroupRows { route: r, .. } => Some(r),
-            _ => None,
-        });
         let group_of = |row: i64| -> i64 {
             match group_route.and_then(layout_of) {
                 Some(l) => l.group_of_row(rank, row.max(0) as u32) as i64,
@@ -287,7 +301,8 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
         };
         // Reads.
         let vr = &s.ranges.vr;
-        let mut reads_here: Vec<Region> = Vec::new();
+        let reads_here = &mut s.reads_here;
+        reads_here.clear();
         st.value.for_each_read(&mut |input, ix| {
             let tid = node.inputs[input];
             let tensor = tf.tensor(tid);
@@ -313,7 +328,7 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
                 reads_here.push(r);
             }
         });
-        for r in reads_here {
+        for &r in reads_here.iter() {
             if !a.reads.contains(&r) {
                 let size = tf.tensor(r.tensor).dtype.size() as f64;
                 // A sending put reads the rows it sends, not their bounding box (the box stays
@@ -496,8 +511,29 @@ impl WriterIndex {
         for i in 0..n {
             per[list[i * st] as usize].push((i * st) as u32);
         }
+        // By (lo of dimension 0, task, insertion): one packed key, unique, so an unstable
+        // sort gives the stable order; records usually arrive sorted already.
+        // Below the biased `lo`: the accumulation flag and the task (the order of the stored
+        // `task | flag << 32`), then the record number (below 2^31: offsets are `u32` and
+        // records at least 2 wide).
+        let key = |o: u32| -> u128 {
+            let lo = (list[o as usize + 1] as u64) ^ (1 << 63);
+            let field = list[o as usize + st - 1] as u64;
+            let (task, acc) = (field & 0xffff_ffff, (field >> 32) & 1);
+            let rec = (o as u64 / st as u64) & 0x7fff_ffff;
+            (u128::from(lo) << 64) | u128::from(acc << 63 | task << 31 | rec)
+        };
+        let mut keys: Vec<u128> = Vec::new();
         for v in &mut per {
-            v.sort_by_key(|&o| (list[o as usize + 1], list[o as usize + st - 1]));
+            if v.windows(2).all(|w| key(w[0]) <= key(w[1])) {
+                continue;
+            }
+            keys.clear();
+            keys.extend(v.iter().map(|&o| key(o)));
+            keys.sort_unstable();
+            for (x, k) in v.iter_mut().zip(&keys) {
+                *x = ((*k as u64 & 0x7fff_ffff) * st as u64) as u32;
+            }
         }
         self.sorted[ti] = Some(per);
     }
