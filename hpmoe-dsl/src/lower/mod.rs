@@ -541,8 +541,10 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     }
     for (ni, node) in tf.nodes.iter().enumerate() {
         if is_read.get(node.output.0 as usize) == Some(&true) {
-            let tasks: usize = g.nodes[ni].per_rank.iter().map(|r| r.count as usize).sum();
-            index.reserve(node.output, tasks);
+            // About one write per task, mostly on the task's rank.
+            for (r, rt) in g.nodes[ni].per_rank.iter().enumerate() {
+                index.reserve(node.output, r as u32, rt.count as usize);
+            }
         }
     }
     for t in 0..n {

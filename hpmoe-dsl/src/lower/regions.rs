@@ -445,12 +445,22 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
 pub struct WriterIndex {
     ndim: Vec<usize>,
     ranks: usize,
-    /// `[tensor]`: flat records of (rank, `ndim` (lo, hi) pairs, task id), in insertion order.
-    records: Vec<Vec<i64>>,
-    /// `[tensor][rank]`: record offsets sorted by (lo of dimension 0, task); built on the
-    /// first query after the tensor's writers were added.
-    sorted: Vec<Option<Vec<Vec<u32>>>>,
+    /// `[tensor][rank]`: flat records of (`ndim` (lo, hi) pairs, task id with the
+    /// accumulation flag above it), in insertion order.
+    records: Vec<Vec<Vec<i64>>>,
+    /// `[tensor][rank]`: the order of the records by (lo of dimension 0, task); built on the
+    /// first query after records were added.
+    sorted: Vec<Vec<Option<Order>>>,
     max_len: Vec<Vec<i64>>,
+}
+
+/// The records of one tensor on one rank by position.
+#[derive(Debug)]
+enum Order {
+    /// Insertion order is already sorted.
+    Inserted,
+    /// Record offsets, sorted.
+    Offsets(Vec<u32>),
 }
 
 impl WriterIndex {
@@ -459,22 +469,22 @@ impl WriterIndex {
         WriterIndex {
             ndim: tf.tensors.iter().map(|t| t.shape.len().min(MAX_DIMS)).collect(),
             ranks,
-            records: vec![Vec::new(); nt],
-            sorted: vec![None; nt],
+            records: (0..nt).map(|_| (0..ranks).map(|_| Vec::new()).collect()).collect(),
+            sorted: (0..nt).map(|_| (0..ranks).map(|_| None).collect()).collect(),
             max_len: vec![vec![0; ranks]; nt],
         }
     }
 
     fn stride(&self, ti: usize) -> usize {
-        2 * self.ndim[ti] + 2
+        2 * self.ndim[ti] + 1
     }
 
-    /// Reserves room for `n` more records of a tensor.
-    pub fn reserve(&mut self, tensor: TensorId, n: usize) {
-        let ti = tensor.0 as usize;
-        if ti < self.records.len() {
+    /// Reserves room for `n` more records of a tensor on a rank.
+    pub fn reserve(&mut self, tensor: TensorId, rank: u32, n: usize) {
+        let (ti, r) = (tensor.0 as usize, rank as usize);
+        if ti < self.records.len() && r < self.ranks {
             let st = self.stride(ti);
-            self.records[ti].reserve(n * st);
+            self.records[ti][r].reserve(n * st);
         }
     }
 
@@ -484,127 +494,122 @@ impl WriterIndex {
             return;
         }
         let nd = self.ndim[ti];
-        let list = &mut self.records[ti];
-        list.push(r as i64);
+        let list = &mut self.records[ti][r];
         for d in 0..nd {
             list.push(w.lo[d]);
             list.push(w.hi[d]);
         }
         // The task id, with the accumulation flag above it.
         list.push(task as i64 | (i64::from(w.accumulate) << 32));
-        self.sorted[ti] = None;
+        self.sorted[ti][r] = None;
         let len = w.hi[0] - w.lo[0];
         if len > self.max_len[ti][r] {
             self.max_len[ti][r] = len;
         }
     }
 
-    fn sort(&mut self, ti: usize) {
+    /// Sorts the records of a tensor on a rank, unless they are sorted.
+    fn sort(&mut self, ti: usize, r: usize) {
+        if self.sorted[ti][r].is_some() {
+            return;
+        }
         let st = self.stride(ti);
-        let list = &self.records[ti];
+        let list = &self.records[ti][r];
         let n = list.len() / st;
-        let mut counts = vec![0usize; self.ranks];
-        for i in 0..n {
-            counts[list[i * st] as usize] += 1;
-        }
-        let mut per: Vec<Vec<u32>> = counts.iter().map(|&c| Vec::with_capacity(c)).collect();
-        for i in 0..n {
-            per[list[i * st] as usize].push((i * st) as u32);
-        }
-        // By (lo of dimension 0, task, insertion): one packed key, unique, so an unstable
-        // sort gives the stable order; records usually arrive sorted already.
-        // Below the biased `lo`: the accumulation flag and the task (the order of the stored
-        // `task | flag << 32`), then the record number (below 2^31: offsets are `u32` and
-        // records at least 2 wide).
-        let key = |o: u32| -> u128 {
-            let lo = (list[o as usize + 1] as u64) ^ (1 << 63);
-            let field = list[o as usize + st - 1] as u64;
+        // By (lo of dimension 0, task with its flag, insertion): one packed key, unique, so
+        // an unstable sort gives the stable order. Below the biased `lo`: the flag and the
+        // task (the order of the stored `task | flag << 32`), then the record number
+        // (below 2^31: offsets are `u32` and records at least 3 wide).
+        let key = |i: usize| -> u128 {
+            let o = i * st;
+            let lo = (list[o] as u64) ^ (1 << 63);
+            let field = list[o + st - 1] as u64;
             let (task, acc) = (field & 0xffff_ffff, (field >> 32) & 1);
-            let rec = (o as u64 / st as u64) & 0x7fff_ffff;
-            (u128::from(lo) << 64) | u128::from(acc << 63 | task << 31 | rec)
+            (u128::from(lo) << 64) | u128::from(acc << 63 | task << 31 | (i as u64 & 0x7fff_ffff))
         };
-        let mut keys: Vec<u128> = Vec::new();
-        for v in &mut per {
-            if v.windows(2).all(|w| key(w[0]) <= key(w[1])) {
-                continue;
-            }
-            keys.clear();
-            keys.extend(v.iter().map(|&o| key(o)));
+        let order = if (1..n).all(|i| key(i - 1) < key(i)) {
+            Order::Inserted
+        } else {
+            let mut keys: Vec<u128> = (0..n).map(key).collect();
             keys.sort_unstable();
-            for (x, k) in v.iter_mut().zip(&keys) {
-                *x = ((*k as u64 & 0x7fff_ffff) * st as u64) as u32;
+            Order::Offsets(
+                keys.iter()
+                    .map(|k| ((*k as u64 & 0x7fff_ffff) as usize * st) as u32)
+                    .collect(),
+            )
+        };
+        self.sorted[ti][r] = Some(order);
+    }
+
+    /// Calls `f` with the offset of every record of `rd`'s tensor and rank that may overlap
+    /// `rd` (those whose dimension 0 can reach `rd.lo[0]`, up to `rd.hi[0]`), in order.
+    fn scan(&mut self, rd: &Region, f: &mut impl FnMut(&[i64], usize)) {
+        let (ti, r) = (rd.tensor.0 as usize, rd.rank as usize);
+        if ti >= self.records.len() || r >= self.ranks {
+            return;
+        }
+        self.sort(ti, r);
+        let nd = self.ndim[ti];
+        let st = self.stride(ti);
+        let list = &self.records[ti][r];
+        let n = list.len() / st;
+        let from = rd.lo[0].saturating_sub(self.max_len[ti][r]);
+        let mut visit = |o: usize| -> bool {
+            let rec = &list[o..o + st];
+            if rec[0] >= rd.hi[0] {
+                return false;
+            }
+            if (0..nd).all(|d| rec[2 * d] < rd.hi[d] && rd.lo[d] < rec[2 * d + 1]) {
+                f(rec, nd);
+            }
+            true
+        };
+        // Records whose lo0 <= lo - max_len end before `lo`: skip them.
+        match &self.sorted[ti][r] {
+            Some(Order::Offsets(order)) => {
+                let i = order.partition_point(|&o| list[o as usize] <= from);
+                for &o in &order[i..] {
+                    if !visit(o as usize) {
+                        break;
+                    }
+                }
+            }
+            _ => {
+                let mut lo = 0;
+                let mut hi = n;
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if list[mid * st] <= from {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                for i in lo..n {
+                    if !visit(i * st) {
+                        break;
+                    }
+                }
             }
         }
-        self.sorted[ti] = Some(per);
     }
 
     /// Calls `f` with every task whose write overlaps `rd`.
     pub fn writers(&mut self, rd: &Region, f: &mut impl FnMut(u32)) {
-        let (ti, r) = (rd.tensor.0 as usize, rd.rank as usize);
-        if ti >= self.records.len() || r >= self.ranks {
-            return;
-        }
-        if self.sorted[ti].is_none() {
-            self.sort(ti);
-        }
-        let nd = self.ndim[ti];
-        let st = self.stride(ti);
-        let list = &self.records[ti];
-        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else {
-            return;
-        };
-        let (a, b) = (rd.lo[0], rd.hi[0]);
-        let from = a - self.max_len[ti][r];
-        // Records whose lo0 <= a - max_len end before `a`: skip them.
-        let mut i = order.partition_point(|&o| list[o as usize + 1] <= from);
-        while i < order.len() {
-            let o = order[i] as usize;
-            let rec = &list[o + 1..o + st];
-            if rec[0] >= b {
-                break;
-            }
-            let hit = (0..nd).all(|d| rec[2 * d] < rd.hi[d] && rd.lo[d] < rec[2 * d + 1]);
-            if hit {
-                f(rec[2 * nd] as u32);
-            }
-            i += 1;
-        }
+        self.scan(rd, &mut |rec, nd| f(rec[2 * nd] as u32));
     }
 
     /// Calls `f` with every write record overlapping `rd`: the writing task and its region.
     pub fn writes_over(&mut self, rd: &Region, f: &mut impl FnMut(u32, Region)) {
-        let (ti, r) = (rd.tensor.0 as usize, rd.rank as usize);
-        if ti >= self.records.len() || r >= self.ranks {
-            return;
-        }
-        if self.sorted[ti].is_none() {
-            self.sort(ti);
-        }
-        let nd = self.ndim[ti];
-        let st = self.stride(ti);
-        let list = &self.records[ti];
-        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else {
-            return;
-        };
-        let from = rd.lo[0] - self.max_len[ti][r];
-        let mut i = order.partition_point(|&o| list[o as usize + 1] <= from);
-        while i < order.len() {
-            let o = order[i] as usize;
-            let rec = &list[o + 1..o + st];
-            if rec[0] >= rd.hi[0] {
-                break;
+        self.scan(rd, &mut |rec, nd| {
+            let mut reg = *rd;
+            for d in 0..nd {
+                reg.lo[d] = rec[2 * d];
+                reg.hi[d] = rec[2 * d + 1];
             }
-            if (0..nd).all(|d| rec[2 * d] < rd.hi[d] && rd.lo[d] < rec[2 * d + 1]) {
-                let mut reg = *rd;
-                for d in 0..nd {
-                    reg.lo[d] = rec[2 * d];
-                    reg.hi[d] = rec[2 * d + 1];
-                }
-                reg.accumulate = (rec[2 * nd] >> 32) & 1 == 1;
-                f(rec[2 * nd] as u32, reg);
-            }
-            i += 1;
-        }
+            reg.accumulate = (rec[2 * nd] >> 32) & 1 == 1;
+            f(rec[2 * nd] as u32, reg);
+        });
     }
 
     /// Every record of a tensor on a rank: `(region, task)`, sorted by position.
@@ -613,33 +618,29 @@ impl WriterIndex {
         if ti >= self.records.len() || r >= self.ranks {
             return Vec::new();
         }
-        if self.sorted[ti].is_none() {
-            self.sort(ti);
-        }
+        self.sort(ti, r);
         let nd = self.ndim[ti];
-        let list = &self.records[ti];
-        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else {
-            return Vec::new();
+        let st = self.stride(ti);
+        let list = &self.records[ti][r];
+        let record = |o: usize| {
+            let mut reg = Region {
+                tensor,
+                rank,
+                ndim: nd as u8,
+                lo: [0; MAX_DIMS],
+                hi: [0; MAX_DIMS],
+                accumulate: false,
+            };
+            for d in 0..nd {
+                reg.lo[d] = list[o + 2 * d];
+                reg.hi[d] = list[o + 2 * d + 1];
+            }
+            reg.accumulate = (list[o + 2 * nd] >> 32) & 1 == 1;
+            (reg, list[o + 2 * nd] as u32)
         };
-        order
-            .iter()
-            .map(|&o| {
-                let o = o as usize + 1;
-                let mut reg = Region {
-                    tensor,
-                    rank,
-                    ndim: nd as u8,
-                    lo: [0; MAX_DIMS],
-                    hi: [0; MAX_DIMS],
-                    accumulate: false,
-                };
-                for d in 0..nd {
-                    reg.lo[d] = list[o + 2 * d];
-                    reg.hi[d] = list[o + 2 * d + 1];
-                }
-                reg.accumulate = (list[o + 2 * nd] >> 32) & 1 == 1;
-                (reg, list[o + 2 * nd] as u32)
-            })
-            .collect()
+        match &self.sorted[ti][r] {
+            Some(Order::Offsets(order)) => order.iter().map(|&o| record(o as usize)).collect(),
+            _ => (0..list.len() / st).map(|i| record(i * st)).collect(),
+        }
     }
 }
