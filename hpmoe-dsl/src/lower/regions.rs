@@ -612,6 +612,64 @@ impl WriterIndex {
         });
     }
 
+    /// Calls `f(first, second)` for every pair of overlapping records of a tensor on a rank
+    /// from different tasks and not both accumulations: `(region, task)` each, the first
+    /// before the second by position (pairs by the first's position, then the second's).
+    pub fn overlapping_pairs(&mut self, tensor: TensorId, rank: u32, f: &mut impl FnMut((Region, u32), (Region, u32))) {
+        let (ti, r) = (tensor.0 as usize, rank as usize);
+        if ti >= self.records.len() || r >= self.ranks {
+            return;
+        }
+        let nd = self.ndim[ti];
+        let st = self.stride(ti);
+        let acc = |field: i64| (field >> 32) & 1 == 1;
+        // Accumulations never conflict with each other; records without dimensions never
+        // overlap.
+        if nd == 0 || self.records[ti][r].chunks_exact(st).all(|rec| acc(rec[st - 1])) {
+            return;
+        }
+        self.sort(ti, r);
+        let list = &self.records[ti][r];
+        let n = list.len() / st;
+        let offsets = match &self.sorted[ti][r] {
+            Some(Order::Offsets(order)) => Some(order),
+            _ => None,
+        };
+        let off = |i: usize| offsets.map_or(i * st, |o| o[i] as usize);
+        let region = |o: usize| {
+            let mut reg = Region {
+                tensor,
+                rank,
+                ndim: nd as u8,
+                lo: [0; MAX_DIMS],
+                hi: [0; MAX_DIMS],
+                accumulate: acc(list[o + st - 1]),
+            };
+            for d in 0..nd {
+                reg.lo[d] = list[o + 2 * d];
+                reg.hi[d] = list[o + 2 * d + 1];
+            }
+            (reg, list[o + st - 1] as u32)
+        };
+        for i in 0..n {
+            let a = &list[off(i)..off(i) + st];
+            for j in i + 1..n {
+                let b = &list[off(j)..off(j) + st];
+                if b[0] >= a[1] {
+                    break;
+                }
+                let (ta, tb) = (a[st - 1] as u32, b[st - 1] as u32);
+                if ta == tb || (acc(a[st - 1]) && acc(b[st - 1])) {
+                    continue;
+                }
+                // Overlap (the same tensor and rank; dimension 0 may still be empty).
+                if (0..nd).all(|d| a[2 * d] < b[2 * d + 1] && b[2 * d] < a[2 * d + 1]) {
+                    f(region(off(i)), region(off(j)));
+                }
+            }
+        }
+    }
+
     /// Every record of a tensor on a rank: `(region, task)`, sorted by position.
     pub fn records(&mut self, tensor: TensorId, rank: u32) -> Vec<(Region, u32)> {
         let (ti, r) = (tensor.0 as usize, rank as usize);

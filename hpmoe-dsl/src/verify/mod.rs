@@ -202,44 +202,34 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
     // Write conflicts: overlapping writes of one tensor on one rank must be ordered.
     for (ti, _) in tf.tensors.iter().enumerate() {
         for rank in 0..g.ranks {
-            let recs = index.records(crate::ir::TensorId(ti as u32), rank);
-            for i in 0..recs.len() {
-                let (ri, ti_) = recs[i];
-                for &(rj, tj) in recs.iter().skip(i + 1) {
-                    if rj.lo[0] >= ri.hi[0] {
-                        break;
-                    }
-                    if tj == ti_ || (ri.accumulate && rj.accumulate) || !ri.overlaps(&rj) {
-                        continue;
-                    }
+            index.overlapping_pairs(crate::ir::TensorId(ti as u32), rank, &mut |(ri, ti_), (_, tj)| {
+                stamp = stamp.wrapping_add(1);
+                let ordered = reaches(g, ti_, tj, &mut seen, stamp) || {
                     stamp = stamp.wrapping_add(1);
-                    let ordered = reaches(g, ti_, tj, &mut seen, stamp) || {
-                        stamp = stamp.wrapping_add(1);
-                        reaches(g, tj, ti_, &mut seen, stamp)
-                    };
-                    if ordered {
-                        continue;
-                    }
-                    if conflicts < MAX_PER_KIND {
-                        let a = &tf.nodes[g.node[ti_ as usize] as usize];
-                        let b = &tf.nodes[g.node[tj as usize] as usize];
-                        out.push(
-                            Diagnostic::error(
-                                Code::WriteConflict,
-                                format!(
-                                    "{} and {} both write {} with no ordering between them",
-                                    describe(program, tf, g, ti_ as usize),
-                                    describe(program, tf, g, tj as usize),
-                                    region_text(tf, &ri)
-                                ),
-                            )
-                            .primary(b.span, "second writer")
-                            .secondary(a.span, "first writer"),
-                        );
-                    }
-                    conflicts += 1;
+                    reaches(g, tj, ti_, &mut seen, stamp)
+                };
+                if ordered {
+                    return;
                 }
-            }
+                if conflicts < MAX_PER_KIND {
+                    let a = &tf.nodes[g.node[ti_ as usize] as usize];
+                    let b = &tf.nodes[g.node[tj as usize] as usize];
+                    out.push(
+                        Diagnostic::error(
+                            Code::WriteConflict,
+                            format!(
+                                "{} and {} both write {} with no ordering between them",
+                                describe(program, tf, g, ti_ as usize),
+                                describe(program, tf, g, tj as usize),
+                                region_text(tf, &ri)
+                            ),
+                        )
+                        .primary(b.span, "second writer")
+                        .secondary(a.span, "first writer"),
+                    );
+                }
+                conflicts += 1;
+            });
         }
     }
     for (count, code, what) in [
