@@ -315,10 +315,13 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
                 accumulate: false,
             };
             for (k, i) in ix.iter().enumerate().take(MAX_DIMS) {
-                let size = match tensor.shape.get(k) {
-                    Some(crate::ir::Dim::Fixed(n)) => *n as i64,
-                    Some(crate::ir::Dim::Recv(rid)) => layout_of(*rid).map_or(0, |l| l.rows(rank) as i64),
-                    None => 0,
+                // The dimension's size only bounds a routed index.
+                let size = match (i, tensor.shape.get(k)) {
+                    (Index::Route { .. }, Some(crate::ir::Dim::Fixed(n))) => *n as i64,
+                    (Index::Route { .. }, Some(crate::ir::Dim::Recv(rid))) => {
+                        layout_of(*rid).map_or(0, |l| l.rows(rank) as i64)
+                    }
+                    _ => 0,
                 };
                 let (lo, hi) = index_range(i, vr, &group_of, size);
                 r.lo[k] = lo;
@@ -494,13 +497,14 @@ impl WriterIndex {
             return;
         }
         let nd = self.ndim[ti];
-        let list = &mut self.records[ti][r];
+        let mut rec = [0i64; 2 * MAX_DIMS + 1];
         for d in 0..nd {
-            list.push(w.lo[d]);
-            list.push(w.hi[d]);
+            rec[2 * d] = w.lo[d];
+            rec[2 * d + 1] = w.hi[d];
         }
         // The task id, with the accumulation flag above it.
-        list.push(task as i64 | (i64::from(w.accumulate) << 32));
+        rec[2 * nd] = task as i64 | (i64::from(w.accumulate) << 32);
+        self.records[ti][r].extend_from_slice(&rec[..2 * nd + 1]);
         self.sorted[ti][r] = None;
         let len = w.hi[0] - w.lo[0];
         if len > self.max_len[ti][r] {
