@@ -6,8 +6,9 @@
 //! counts are exact (or padded to the static worst case when a policy asks for it, in which
 //! case empty tiles still exist and signal). Each task knows the regions it reads and writes
 //! ([`TaskGraph::regions`]) and its cost. Dependencies come from the regions through an index
-//! of the writers of every tensor on every rank (never by comparing all pairs) and are stored
-//! as CSR arrays of `u32` task ids; per-task fields are struct-of-arrays.
+//! of the writers of every tensor some call reads, on every rank (never by comparing all
+//! pairs), and are stored as CSR arrays of `u32` task ids; per-task fields are
+//! struct-of-arrays. Tasks are numbered call by call, so producers precede consumers.
 
 pub mod layout;
 pub mod regions;

@@ -1,5 +1,12 @@
 //! The regions a task reads and writes, its cost, and the index of writers through which
 //! dependencies are found.
+//!
+//! In: a task of a [`TaskGraph`] (its call, rank and tile) and the checked taskflow. Out:
+//! [`TileRanges`] (the values of the body's variables in the tile), [`Access`] (regions read
+//! and written, cost), computed into reused [`Scratch`] buffers without allocating per task.
+//! [`WriterIndex`] keeps, per tensor and rank, flat write records (bounds and task) and
+//! answers which writes overlap a region; a list is sorted by (first-dimension start, task)
+//! on its first query, and not at all when its records arrived in that order.
 
 use super::{Chunk, DimKind, TaskGraph, NO_SOURCE};
 use crate::ir::{ConcreteBody, Index, Program, SExpr, Target, Taskflow, TensorId, VarKind, VarRange};
@@ -634,41 +641,45 @@ impl WriterIndex {
         }
         self.sort(ti, r);
         let list = &self.records[ti][r];
-        let n = list.len() / st;
-        let offsets = match &self.sorted[ti][r] {
-            Some(Order::Offsets(order)) => Some(order),
-            _ => None,
+        // The records in sorted order, contiguous.
+        let gathered: Vec<i64>;
+        let recs: &[i64] = match &self.sorted[ti][r] {
+            Some(Order::Offsets(order)) => {
+                gathered = order
+                    .iter()
+                    .flat_map(|&o| list[o as usize..o as usize + st].iter().copied())
+                    .collect();
+                &gathered
+            }
+            _ => list,
         };
-        let off = |i: usize| offsets.map_or(i * st, |o| o[i] as usize);
-        let region = |o: usize| {
+        let region = |rec: &[i64]| {
             let mut reg = Region {
                 tensor,
                 rank,
                 ndim: nd as u8,
                 lo: [0; MAX_DIMS],
                 hi: [0; MAX_DIMS],
-                accumulate: acc(list[o + st - 1]),
+                accumulate: acc(rec[st - 1]),
             };
             for d in 0..nd {
-                reg.lo[d] = list[o + 2 * d];
-                reg.hi[d] = list[o + 2 * d + 1];
+                reg.lo[d] = rec[2 * d];
+                reg.hi[d] = rec[2 * d + 1];
             }
-            (reg, list[o + st - 1] as u32)
+            (reg, rec[st - 1] as u32)
         };
-        for i in 0..n {
-            let a = &list[off(i)..off(i) + st];
-            for j in i + 1..n {
-                let b = &list[off(j)..off(j) + st];
+        for (i, a) in recs.chunks_exact(st).enumerate() {
+            let (ta, acc_a) = (a[st - 1] as u32, acc(a[st - 1]));
+            for b in recs[(i + 1) * st..].chunks_exact(st) {
                 if b[0] >= a[1] {
                     break;
                 }
-                let (ta, tb) = (a[st - 1] as u32, b[st - 1] as u32);
-                if ta == tb || (acc(a[st - 1]) && acc(b[st - 1])) {
+                if b[st - 1] as u32 == ta || (acc_a && acc(b[st - 1])) {
                     continue;
                 }
                 // Overlap (the same tensor and rank; dimension 0 may still be empty).
                 if (0..nd).all(|d| a[2 * d] < b[2 * d + 1] && b[2 * d] < a[2 * d + 1]) {
-                    f(region(off(i)), region(off(j)));
+                    f(region(a), region(b));
                 }
             }
         }

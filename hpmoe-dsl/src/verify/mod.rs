@@ -13,8 +13,12 @@
 //!   dependencies plus queue order can always make progress (no deadlock).
 //!
 //! Cost: linear in tasks and edges, plus the overlaps the regions have (n log n sorting).
-//! Path searches only run for writer/reader pairs without a direct edge, which a correct
-//! lowering never produces, and are bounded.
+//! Each task's regions are derived once: when every call reads only outputs of calls whose
+//! tasks come before its own (always, for a lowered graph), one pass in task order checks a
+//! task's reads against the writes indexed so far and then indexes its writes. The cycle
+//! check is linear when task ids are already topological. Path searches only run for
+//! writer/reader pairs without a direct edge, which a correct lowering never produces, and
+//! are bounded.
 
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{Program, Taskflow};
