@@ -6,8 +6,9 @@
 //! counts are exact (or padded to the static worst case when a policy asks for it, in which
 //! case empty tiles still exist and signal). Each task knows the regions it reads and writes
 //! ([`TaskGraph::regions`]) and its cost. Dependencies come from the regions through an index
-//! of the writers of every tensor on every rank (never by comparing all pairs) and are stored
-//! as CSR arrays of `u32` task ids; per-task fields are struct-of-arrays.
+//! of the writers of every tensor some call reads, on every rank (never by comparing all
+//! pairs), and are stored as CSR arrays of `u32` task ids; per-task fields are
+//! struct-of-arrays. Tasks are numbered call by call, so producers precede consumers.
 
 pub mod layout;
 pub mod regions;
@@ -239,16 +240,22 @@ impl TaskGraph {
     }
     /// The chunk of every dimension of a task's tile.
     pub fn chunks(&self, t: usize) -> Vec<Chunk> {
+        let mut out = Vec::new();
+        self.chunks_into(t, &mut out);
+        out
+    }
+    /// [`TaskGraph::chunks`] into a reused buffer.
+    pub fn chunks_into(&self, t: usize, out: &mut Vec<Chunk>) {
         let n = &self.nodes[self.node[t] as usize];
         let rt = &n.per_rank[self.rank[t] as usize];
         let mut rem = self.tile[t] as usize;
-        let mut out = vec![Chunk { lo: 0, hi: 0, group: 0 }; rt.chunks.len()];
+        out.clear();
+        out.resize(rt.chunks.len(), Chunk { lo: 0, hi: 0, group: 0 });
         for d in (0..rt.chunks.len()).rev() {
             let k = rt.chunks[d].len();
             out[d] = rt.chunks[d][rem % k];
             rem /= k;
         }
-        out
     }
     /// Memory the graph holds (task arrays, edges, tilings), in bytes.
     pub fn resident_bytes(&self) -> usize {
@@ -523,15 +530,30 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     let mut memo: rustc_hash::FxHashMap<Region, (usize, usize)> = Default::default();
     let mut memo_arena: Vec<u32> = Vec::new();
     let mut memo_key = (u32::MAX, u32::MAX);
+    let mut last_read: Option<(Region, usize, usize)> = None;
+    // Only writes of tensors some call reads are ever looked up: index those alone.
+    let mut is_read = vec![false; tf.tensors.len()];
+    for node in &tf.nodes {
+        for &i in &node.inputs {
+            if let Some(x) = is_read.get_mut(i.0 as usize) {
+                *x = true;
+            }
+        }
+    }
     for (ni, node) in tf.nodes.iter().enumerate() {
-        let tasks: usize = g.nodes[ni].per_rank.iter().map(|r| r.count as usize).sum();
-        index.reserve(node.output, tasks);
+        if is_read.get(node.output.0 as usize) == Some(&true) {
+            // About one write per task, mostly on the task's rank.
+            for (r, rt) in g.nodes[ni].per_rank.iter().enumerate() {
+                index.reserve(node.output, r as u32, rt.count as usize);
+            }
+        }
     }
     for t in 0..n {
         let key = (g.node[t], g.rank[t]);
         if key != memo_key {
             memo.clear();
             memo_arena.clear();
+            last_read = None;
             memo_key = key;
         }
         let access = regions::tile_access(program, tf, &g, t, &mut acc);
@@ -546,7 +568,13 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
             }
             let mut probe = *rd;
             probe.accumulate = false;
+            // Consecutive tiles often read the same region (tiles of other columns).
+            if let Some(&(_, a, b)) = last_read.as_ref().filter(|l| l.0 == probe) {
+                preds.extend_from_slice(&memo_arena[a..b]);
+                continue;
+            }
             if let Some(&(a, b)) = memo.get(&probe) {
+                last_read = Some((probe, a, b));
                 preds.extend_from_slice(&memo_arena[a..b]);
                 continue;
             }
@@ -554,6 +582,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
             index.writers(rd, &mut |w| memo_arena.push(w));
             let b = memo_arena.len();
             memo.insert(probe, (a, b));
+            last_read = Some((probe, a, b));
             preds.extend_from_slice(&memo_arena[a..b]);
         }
         preds.sort_unstable();
@@ -567,7 +596,9 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
         // Writes are visible to later calls; tasks of one call never read its own output and
         // calls are in topological order, so adding them now is equivalent.
         for w in &access.writes {
-            index.add(w, t as u32);
+            if is_read.get(w.tensor.0 as usize) == Some(&true) {
+                index.add(w, t as u32);
+            }
         }
     }
     (g.counters, g.counter_rank) = interner.finish();
@@ -582,11 +613,20 @@ struct CounterInterner {
     rank: Vec<u32>,
     off: Vec<u32>,
     idx: Vec<u32>,
+    /// The counter interned last.
+    last: Option<u32>,
 }
 
 impl CounterInterner {
     fn intern(&mut self, rank: u32, preds: &[u32]) -> u32 {
         use std::hash::{Hash, Hasher};
+        // Consecutive tasks often share their producers.
+        if let Some(c) = self.last {
+            let (a, b) = (self.off[c as usize] as usize, self.off[c as usize + 1] as usize);
+            if self.rank[c as usize] == rank && self.idx[a..b] == *preds {
+                return c;
+            }
+        }
         let mut h = rustc_hash::FxHasher::default();
         rank.hash(&mut h);
         preds.hash(&mut h);
@@ -598,6 +638,7 @@ impl CounterInterner {
             for &c in ids {
                 let (a, b) = (self.off[c as usize] as usize, self.off[c as usize + 1] as usize);
                 if self.rank[c as usize] == rank && self.idx[a..b] == *preds {
+                    self.last = Some(c);
                     return c;
                 }
             }
@@ -607,6 +648,7 @@ impl CounterInterner {
         self.idx.extend_from_slice(preds);
         self.off.push(self.idx.len() as u32);
         self.by_hash.entry(key).or_default().push(c);
+        self.last = Some(c);
         c
     }
     fn finish(mut self) -> (Csr, Vec<u32>) {

@@ -1,5 +1,12 @@
 //! The regions a task reads and writes, its cost, and the index of writers through which
 //! dependencies are found.
+//!
+//! In: a task of a [`TaskGraph`] (its call, rank and tile) and the checked taskflow. Out:
+//! [`TileRanges`] (the values of the body's variables in the tile), [`Access`] (regions read
+//! and written, cost), computed into reused [`Scratch`] buffers without allocating per task.
+//! [`WriterIndex`] keeps, per tensor and rank, flat write records (bounds and task) and
+//! answers which writes overlap a region; a list is sorted by (first-dimension start, task)
+//! on its first query, and not at all when its records arrived in that order.
 
 use super::{Chunk, DimKind, TaskGraph, NO_SOURCE};
 use crate::ir::{ConcreteBody, Index, Program, SExpr, Target, Taskflow, TensorId, VarKind, VarRange};
@@ -60,6 +67,9 @@ pub struct Access {
 pub struct Scratch {
     access: Access,
     ranges: TileRanges,
+    /// Per body variable: whether it is the token or choice variable of a sending put.
+    send_var: Vec<bool>,
+    reads_here: Vec<Region>,
 }
 
 fn range_of(vr: &[(i64, i64)], v: usize) -> (i64, i64) {
@@ -120,6 +130,8 @@ pub struct TileRanges {
     pub dest_slots: Option<(u32, i64, i64)>,
     /// The task dimension that is a sending put, if any.
     pub send_dim: Option<usize>,
+    /// The task's chunks (a reused buffer).
+    chunks: Vec<Chunk>,
 }
 
 /// Computes [`TileRanges`] for task `t`.
@@ -129,7 +141,20 @@ pub fn tile_ranges(tf: &Taskflow, g: &TaskGraph, t: usize, out: &mut TileRanges)
     let node = &tf.nodes[ni];
     let nt = &g.nodes[ni];
     let body: &ConcreteBody = &node.body;
-    let chunks = g.chunks(t);
+    let mut chunks = std::mem::take(&mut out.chunks);
+    g.chunks_into(t, &mut chunks);
+    tile_ranges_of(g, nt, body, rank, &chunks, out);
+    out.chunks = chunks;
+}
+
+fn tile_ranges_of(
+    g: &TaskGraph,
+    nt: &super::NodeTiles,
+    body: &ConcreteBody,
+    rank: usize,
+    chunks: &[Chunk],
+    out: &mut TileRanges,
+) {
     out.vr.clear();
     out.vr.resize(body.vars.len(), (0, 0));
     out.entries.clear();
@@ -250,35 +275,31 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
     tile_ranges(tf, g, t, &mut s.ranges);
     let send: Option<usize> = s.ranges.send_dim;
     let dest_slots = s.ranges.dest_slots;
+    s.send_var.clear();
+    s.send_var.resize(body.vars.len(), false);
+    if let Some(DimKind::Send { token, choice, .. }) = send.map(|d| &nt.dims[d].kind) {
+        for (v, var) in body.vars.iter().enumerate() {
+            s.send_var[v] = var.name == *token || var.name == *choice;
+        }
+    }
+    // `group(m)` is the local expert of a received row: the routing of the rows' range.
+    let group_route = body.vars.iter().find_map(|v| match v.range {
+        VarRange::Recv(r) | VarRange::GroupRows { route: r, .. } => Some(r),
+        _ => None,
+    });
     for st in &body.stmts {
         // Points the statement computes.
-        let send_vars: Vec<usize> = match send {
-            Some(d) => match &nt.dims[d].kind {
-                DimKind::Send { token, choice, .. } => st
-                    .vars
-                    .iter()
-                    .copied()
-                    .filter(|&v| body.vars[v].name == *token || body.vars[v].name == *choice)
-                    .collect(),
-                _ => Vec::new(),
-            },
-            None => Vec::new(),
-        };
+        let send_var = &s.send_var;
         let mut points: f64 = st
             .vars
             .iter()
-            .filter(|v| !send_vars.contains(v))
+            .filter(|&&v| !send_var.get(v).copied().unwrap_or(false))
             .map(|&v| (s.ranges.vr[v].1 - s.ranges.vr[v].0).max(0) as f64)
             .product();
         if send.is_some() {
             points *= s.ranges.entries.len() as f64;
         }
         let layout_of = |r: crate::ir::RouteId| g.layouts.get(r.0 as usize).and_then(|l| l.as_ref());
-        // `group(m)` is the local expert of a received row: the routing of the rows' range.
-        let group_route = body.vars.iter().find_map(|v| match v.range {
-            VarRange::Recv(r) | VarRange::GroupRows { route: r, .. } => Some(r),
-            _ => None,
-        });
         let group_of = |row: i64| -> i64 {
             match group_route.and_then(layout_of) {
                 Some(l) => l.group_of_row(rank, row.max(0) as u32) as i64,
@@ -287,7 +308,8 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
         };
         // Reads.
         let vr = &s.ranges.vr;
-        let mut reads_here: Vec<Region> = Vec::new();
+        let reads_here = &mut s.reads_here;
+        reads_here.clear();
         st.value.for_each_read(&mut |input, ix| {
             let tid = node.inputs[input];
             let tensor = tf.tensor(tid);
@@ -300,10 +322,13 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
                 accumulate: false,
             };
             for (k, i) in ix.iter().enumerate().take(MAX_DIMS) {
-                let size = match tensor.shape.get(k) {
-                    Some(crate::ir::Dim::Fixed(n)) => *n as i64,
-                    Some(crate::ir::Dim::Recv(rid)) => layout_of(*rid).map_or(0, |l| l.rows(rank) as i64),
-                    None => 0,
+                // The dimension's size only bounds a routed index.
+                let size = match (i, tensor.shape.get(k)) {
+                    (Index::Route { .. }, Some(crate::ir::Dim::Fixed(n))) => *n as i64,
+                    (Index::Route { .. }, Some(crate::ir::Dim::Recv(rid))) => {
+                        layout_of(*rid).map_or(0, |l| l.rows(rank) as i64)
+                    }
+                    _ => 0,
                 };
                 let (lo, hi) = index_range(i, vr, &group_of, size);
                 r.lo[k] = lo;
@@ -313,7 +338,7 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
                 reads_here.push(r);
             }
         });
-        for r in reads_here {
+        for &r in reads_here.iter() {
             if !a.reads.contains(&r) {
                 let size = tf.tensor(r.tensor).dtype.size() as f64;
                 // A sending put reads the rows it sends, not their bounding box (the box stays
@@ -430,12 +455,22 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
 pub struct WriterIndex {
     ndim: Vec<usize>,
     ranks: usize,
-    /// `[tensor]`: flat records of (rank, `ndim` (lo, hi) pairs, task id), in insertion order.
-    records: Vec<Vec<i64>>,
-    /// `[tensor][rank]`: record offsets sorted by (lo of dimension 0, task); built on the
-    /// first query after the tensor's writers were added.
-    sorted: Vec<Option<Vec<Vec<u32>>>>,
+    /// `[tensor][rank]`: flat records of (`ndim` (lo, hi) pairs, task id with the
+    /// accumulation flag above it), in insertion order.
+    records: Vec<Vec<Vec<i64>>>,
+    /// `[tensor][rank]`: the order of the records by (lo of dimension 0, task); built on the
+    /// first query after records were added.
+    sorted: Vec<Vec<Option<Order>>>,
     max_len: Vec<Vec<i64>>,
+}
+
+/// The records of one tensor on one rank by position.
+#[derive(Debug)]
+enum Order {
+    /// Insertion order is already sorted.
+    Inserted,
+    /// Record offsets, sorted.
+    Offsets(Vec<u32>),
 }
 
 impl WriterIndex {
@@ -444,22 +479,22 @@ impl WriterIndex {
         WriterIndex {
             ndim: tf.tensors.iter().map(|t| t.shape.len().min(MAX_DIMS)).collect(),
             ranks,
-            records: vec![Vec::new(); nt],
-            sorted: vec![None; nt],
+            records: (0..nt).map(|_| (0..ranks).map(|_| Vec::new()).collect()).collect(),
+            sorted: (0..nt).map(|_| (0..ranks).map(|_| None).collect()).collect(),
             max_len: vec![vec![0; ranks]; nt],
         }
     }
 
     fn stride(&self, ti: usize) -> usize {
-        2 * self.ndim[ti] + 2
+        2 * self.ndim[ti] + 1
     }
 
-    /// Reserves room for `n` more records of a tensor.
-    pub fn reserve(&mut self, tensor: TensorId, n: usize) {
-        let ti = tensor.0 as usize;
-        if ti < self.records.len() {
+    /// Reserves room for `n` more records of a tensor on a rank.
+    pub fn reserve(&mut self, tensor: TensorId, rank: u32, n: usize) {
+        let (ti, r) = (tensor.0 as usize, rank as usize);
+        if ti < self.records.len() && r < self.ranks {
             let st = self.stride(ti);
-            self.records[ti].reserve(n * st);
+            self.records[ti][r].reserve(n * st);
         }
     }
 
@@ -469,105 +504,184 @@ impl WriterIndex {
             return;
         }
         let nd = self.ndim[ti];
-        let list = &mut self.records[ti];
-        list.push(r as i64);
+        let mut rec = [0i64; 2 * MAX_DIMS + 1];
         for d in 0..nd {
-            list.push(w.lo[d]);
-            list.push(w.hi[d]);
+            rec[2 * d] = w.lo[d];
+            rec[2 * d + 1] = w.hi[d];
         }
         // The task id, with the accumulation flag above it.
-        list.push(task as i64 | (i64::from(w.accumulate) << 32));
-        self.sorted[ti] = None;
+        rec[2 * nd] = task as i64 | (i64::from(w.accumulate) << 32);
+        self.records[ti][r].extend_from_slice(&rec[..2 * nd + 1]);
+        self.sorted[ti][r] = None;
         let len = w.hi[0] - w.lo[0];
         if len > self.max_len[ti][r] {
             self.max_len[ti][r] = len;
         }
     }
 
-    fn sort(&mut self, ti: usize) {
+    /// Sorts the records of a tensor on a rank, unless they are sorted.
+    fn sort(&mut self, ti: usize, r: usize) {
+        if self.sorted[ti][r].is_some() {
+            return;
+        }
         let st = self.stride(ti);
-        let list = &self.records[ti];
+        let list = &self.records[ti][r];
         let n = list.len() / st;
-        let mut counts = vec![0usize; self.ranks];
-        for i in 0..n {
-            counts[list[i * st] as usize] += 1;
+        // By (lo of dimension 0, task with its flag, insertion): one packed key, unique, so
+        // an unstable sort gives the stable order. Below the biased `lo`: the flag and the
+        // task (the order of the stored `task | flag << 32`), then the record number
+        // (below 2^31: offsets are `u32` and records at least 3 wide).
+        let key = |i: usize| -> u128 {
+            let o = i * st;
+            let lo = (list[o] as u64) ^ (1 << 63);
+            let field = list[o + st - 1] as u64;
+            let (task, acc) = (field & 0xffff_ffff, (field >> 32) & 1);
+            (u128::from(lo) << 64) | u128::from(acc << 63 | task << 31 | (i as u64 & 0x7fff_ffff))
+        };
+        let order = if (1..n).all(|i| key(i - 1) < key(i)) {
+            Order::Inserted
+        } else {
+            let mut keys: Vec<u128> = (0..n).map(key).collect();
+            keys.sort_unstable();
+            Order::Offsets(
+                keys.iter()
+                    .map(|k| ((*k as u64 & 0x7fff_ffff) as usize * st) as u32)
+                    .collect(),
+            )
+        };
+        self.sorted[ti][r] = Some(order);
+    }
+
+    /// Calls `f` with the offset of every record of `rd`'s tensor and rank that may overlap
+    /// `rd` (those whose dimension 0 can reach `rd.lo[0]`, up to `rd.hi[0]`), in order.
+    fn scan(&mut self, rd: &Region, f: &mut impl FnMut(&[i64], usize)) {
+        let (ti, r) = (rd.tensor.0 as usize, rd.rank as usize);
+        if ti >= self.records.len() || r >= self.ranks {
+            return;
         }
-        let mut per: Vec<Vec<u32>> = counts.iter().map(|&c| Vec::with_capacity(c)).collect();
-        for i in 0..n {
-            per[list[i * st] as usize].push((i * st) as u32);
+        self.sort(ti, r);
+        let nd = self.ndim[ti];
+        let st = self.stride(ti);
+        let list = &self.records[ti][r];
+        let n = list.len() / st;
+        let from = rd.lo[0].saturating_sub(self.max_len[ti][r]);
+        let mut visit = |o: usize| -> bool {
+            let rec = &list[o..o + st];
+            if rec[0] >= rd.hi[0] {
+                return false;
+            }
+            if (0..nd).all(|d| rec[2 * d] < rd.hi[d] && rd.lo[d] < rec[2 * d + 1]) {
+                f(rec, nd);
+            }
+            true
+        };
+        // Records whose lo0 <= lo - max_len end before `lo`: skip them.
+        match &self.sorted[ti][r] {
+            Some(Order::Offsets(order)) => {
+                let i = order.partition_point(|&o| list[o as usize] <= from);
+                for &o in &order[i..] {
+                    if !visit(o as usize) {
+                        break;
+                    }
+                }
+            }
+            _ => {
+                let mut lo = 0;
+                let mut hi = n;
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if list[mid * st] <= from {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                for i in lo..n {
+                    if !visit(i * st) {
+                        break;
+                    }
+                }
+            }
         }
-        for v in &mut per {
-            v.sort_by_key(|&o| (list[o as usize + 1], list[o as usize + st - 1]));
-        }
-        self.sorted[ti] = Some(per);
     }
 
     /// Calls `f` with every task whose write overlaps `rd`.
     pub fn writers(&mut self, rd: &Region, f: &mut impl FnMut(u32)) {
-        let (ti, r) = (rd.tensor.0 as usize, rd.rank as usize);
-        if ti >= self.records.len() || r >= self.ranks {
-            return;
-        }
-        if self.sorted[ti].is_none() {
-            self.sort(ti);
-        }
-        let nd = self.ndim[ti];
-        let st = self.stride(ti);
-        let list = &self.records[ti];
-        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else {
-            return;
-        };
-        let (a, b) = (rd.lo[0], rd.hi[0]);
-        let from = a - self.max_len[ti][r];
-        // Records whose lo0 <= a - max_len end before `a`: skip them.
-        let mut i = order.partition_point(|&o| list[o as usize + 1] <= from);
-        while i < order.len() {
-            let o = order[i] as usize;
-            let rec = &list[o + 1..o + st];
-            if rec[0] >= b {
-                break;
-            }
-            let hit = (0..nd).all(|d| rec[2 * d] < rd.hi[d] && rd.lo[d] < rec[2 * d + 1]);
-            if hit {
-                f(rec[2 * nd] as u32);
-            }
-            i += 1;
-        }
+        self.scan(rd, &mut |rec, nd| f(rec[2 * nd] as u32));
     }
 
     /// Calls `f` with every write record overlapping `rd`: the writing task and its region.
     pub fn writes_over(&mut self, rd: &Region, f: &mut impl FnMut(u32, Region)) {
-        let (ti, r) = (rd.tensor.0 as usize, rd.rank as usize);
+        self.scan(rd, &mut |rec, nd| {
+            let mut reg = *rd;
+            for d in 0..nd {
+                reg.lo[d] = rec[2 * d];
+                reg.hi[d] = rec[2 * d + 1];
+            }
+            reg.accumulate = (rec[2 * nd] >> 32) & 1 == 1;
+            f(rec[2 * nd] as u32, reg);
+        });
+    }
+
+    /// Calls `f(first, second)` for every pair of overlapping records of a tensor on a rank
+    /// from different tasks and not both accumulations: `(region, task)` each, the first
+    /// before the second by position (pairs by the first's position, then the second's).
+    pub fn overlapping_pairs(&mut self, tensor: TensorId, rank: u32, f: &mut impl FnMut((Region, u32), (Region, u32))) {
+        let (ti, r) = (tensor.0 as usize, rank as usize);
         if ti >= self.records.len() || r >= self.ranks {
             return;
         }
-        if self.sorted[ti].is_none() {
-            self.sort(ti);
-        }
         let nd = self.ndim[ti];
         let st = self.stride(ti);
-        let list = &self.records[ti];
-        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else {
+        let acc = |field: i64| (field >> 32) & 1 == 1;
+        // Accumulations never conflict with each other; records without dimensions never
+        // overlap.
+        if nd == 0 || self.records[ti][r].chunks_exact(st).all(|rec| acc(rec[st - 1])) {
             return;
+        }
+        self.sort(ti, r);
+        let list = &self.records[ti][r];
+        // The records in sorted order, contiguous.
+        let gathered: Vec<i64>;
+        let recs: &[i64] = match &self.sorted[ti][r] {
+            Some(Order::Offsets(order)) => {
+                gathered = order
+                    .iter()
+                    .flat_map(|&o| list[o as usize..o as usize + st].iter().copied())
+                    .collect();
+                &gathered
+            }
+            _ => list,
         };
-        let from = rd.lo[0] - self.max_len[ti][r];
-        let mut i = order.partition_point(|&o| list[o as usize + 1] <= from);
-        while i < order.len() {
-            let o = order[i] as usize;
-            let rec = &list[o + 1..o + st];
-            if rec[0] >= rd.hi[0] {
-                break;
+        let region = |rec: &[i64]| {
+            let mut reg = Region {
+                tensor,
+                rank,
+                ndim: nd as u8,
+                lo: [0; MAX_DIMS],
+                hi: [0; MAX_DIMS],
+                accumulate: acc(rec[st - 1]),
+            };
+            for d in 0..nd {
+                reg.lo[d] = rec[2 * d];
+                reg.hi[d] = rec[2 * d + 1];
             }
-            if (0..nd).all(|d| rec[2 * d] < rd.hi[d] && rd.lo[d] < rec[2 * d + 1]) {
-                let mut reg = *rd;
-                for d in 0..nd {
-                    reg.lo[d] = rec[2 * d];
-                    reg.hi[d] = rec[2 * d + 1];
+            (reg, rec[st - 1] as u32)
+        };
+        for (i, a) in recs.chunks_exact(st).enumerate() {
+            let (ta, acc_a) = (a[st - 1] as u32, acc(a[st - 1]));
+            for b in recs[(i + 1) * st..].chunks_exact(st) {
+                if b[0] >= a[1] {
+                    break;
                 }
-                reg.accumulate = (rec[2 * nd] >> 32) & 1 == 1;
-                f(rec[2 * nd] as u32, reg);
+                if b[st - 1] as u32 == ta || (acc_a && acc(b[st - 1])) {
+                    continue;
+                }
+                // Overlap (the same tensor and rank; dimension 0 may still be empty).
+                if (0..nd).all(|d| a[2 * d] < b[2 * d + 1] && b[2 * d] < a[2 * d + 1]) {
+                    f(region(a), region(b));
+                }
             }
-            i += 1;
         }
     }
 
@@ -577,33 +691,29 @@ impl WriterIndex {
         if ti >= self.records.len() || r >= self.ranks {
             return Vec::new();
         }
-        if self.sorted[ti].is_none() {
-            self.sort(ti);
-        }
+        self.sort(ti, r);
         let nd = self.ndim[ti];
-        let list = &self.records[ti];
-        let Some(order) = self.sorted[ti].as_ref().and_then(|p| p.get(r)) else {
-            return Vec::new();
+        let st = self.stride(ti);
+        let list = &self.records[ti][r];
+        let record = |o: usize| {
+            let mut reg = Region {
+                tensor,
+                rank,
+                ndim: nd as u8,
+                lo: [0; MAX_DIMS],
+                hi: [0; MAX_DIMS],
+                accumulate: false,
+            };
+            for d in 0..nd {
+                reg.lo[d] = list[o + 2 * d];
+                reg.hi[d] = list[o + 2 * d + 1];
+            }
+            reg.accumulate = (list[o + 2 * nd] >> 32) & 1 == 1;
+            (reg, list[o + 2 * nd] as u32)
         };
-        order
-            .iter()
-            .map(|&o| {
-                let o = o as usize + 1;
-                let mut reg = Region {
-                    tensor,
-                    rank,
-                    ndim: nd as u8,
-                    lo: [0; MAX_DIMS],
-                    hi: [0; MAX_DIMS],
-                    accumulate: false,
-                };
-                for d in 0..nd {
-                    reg.lo[d] = list[o + 2 * d];
-                    reg.hi[d] = list[o + 2 * d + 1];
-                }
-                reg.accumulate = (list[o + 2 * nd] >> 32) & 1 == 1;
-                (reg, list[o + 2 * nd] as u32)
-            })
-            .collect()
+        match &self.sorted[ti][r] {
+            Some(Order::Offsets(order)) => order.iter().map(|&o| record(o as usize)).collect(),
+            _ => (0..list.len() / st).map(|i| record(i * st)).collect(),
+        }
     }
 }

@@ -194,6 +194,12 @@ impl Schedule {
 /// A topological order of the task graph (Kahn; ties by task id).
 pub fn topo_order(g: &TaskGraph) -> Option<Vec<u32>> {
     let n = g.len();
+    // Lowering numbers tasks call by call in topological order, so every producer normally
+    // precedes its consumers; then the smallest ready id is always the next id and Kahn's
+    // order is the identity.
+    if ids_are_topological(g) {
+        return Some((0..n as u32).collect());
+    }
     let mut remaining: Vec<u32> = (0..g.counters.len()).map(|c| g.counters.row(c).len() as u32).collect();
     let mut ready: Vec<u32> = (0..n as u32).filter(|&t| g.wait[t as usize] == NO_COUNTER).collect();
     ready.reverse();
@@ -211,6 +217,19 @@ pub fn topo_order(g: &TaskGraph) -> Option<Vec<u32>> {
         }
     }
     (order.len() == n).then_some(order)
+}
+
+/// Whether every task's producers have smaller ids (then the graph is acyclic and task-id
+/// order is topological).
+pub fn ids_are_topological(g: &TaskGraph) -> bool {
+    // The largest producer of each counter (`None`: no producer, its waiters never start).
+    let last: Vec<Option<u32>> = (0..g.counters.len())
+        .map(|c| g.counters.row(c).iter().copied().max())
+        .collect();
+    g.wait
+        .iter()
+        .enumerate()
+        .all(|(t, &c)| c == NO_COUNTER || matches!(last.get(c as usize), Some(&Some(p)) if (p as usize) < t))
 }
 
 /// The longest path (in estimated seconds) from each task to the end of the graph.

@@ -13,8 +13,12 @@
 //!   dependencies plus queue order can always make progress (no deadlock).
 //!
 //! Cost: linear in tasks and edges, plus the overlaps the regions have (n log n sorting).
-//! Path searches only run for writer/reader pairs without a direct edge, which a correct
-//! lowering never produces, and are bounded.
+//! Each task's regions are derived once: when every call reads only outputs of calls whose
+//! tasks come before its own (always, for a lowered graph), one pass in task order checks a
+//! task's reads against the writes indexed so far and then indexes its writes. The cycle
+//! check is linear when task ids are already topological. Path searches only run for
+//! writer/reader pairs without a direct edge, which a correct lowering never produces, and
+//! are bounded.
 
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{Program, Taskflow};
@@ -89,12 +93,19 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
     let mut index = WriterIndex::new(tf, g.ranks as usize);
     let mut scratch = Scratch::default();
     let mut acc_tensor = vec![false; tf.tensors.len()];
-    for t in 0..n {
-        let a = tile_access(program, tf, g, t, &mut scratch);
-        for w in &a.writes {
-            index.add(w, t as u32);
-            if w.accumulate {
-                acc_tensor[w.tensor.0 as usize] = true;
+    // A task writes only its call's output. When every call reads only outputs of earlier
+    // calls (and its tasks come after theirs), all writers of a tensor are indexed before
+    // its first reader: one pass over the tasks adds writes and checks reads. Otherwise the
+    // writes are all indexed first.
+    let one_pass = reads_follow_writes(tf, g);
+    if !one_pass {
+        for t in 0..n {
+            let a = tile_access(program, tf, g, t, &mut scratch);
+            for w in &a.writes {
+                index.add(w, t as u32);
+                if w.accumulate {
+                    acc_tensor[w.tensor.0 as usize] = true;
+                }
             }
         }
     }
@@ -103,25 +114,26 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
     let mut stamp = 0u32;
     let mut writers: Vec<u32> = Vec::new();
     let mut regions: Vec<Region> = Vec::new();
-    let mut reads: Vec<Region> = Vec::new();
     // A read of the same region by a task with the same producers (the same counter) has
     // the same writers and the same answer: check it once per call and rank.
     let mut checked: rustc_hash::FxHashSet<(Region, u32)> = Default::default();
     let mut checked_key = (u32::MAX, u32::MAX);
+    let mut last_checked: Option<(Region, u32)> = None;
     for t in 0..n as u32 {
         if (g.node[t as usize], g.rank[t as usize]) != checked_key {
             checked.clear();
+            last_checked = None;
             checked_key = (g.node[t as usize], g.rank[t as usize]);
         }
-        reads.clear();
-        reads.extend(
-            tile_access(program, tf, g, t as usize, &mut scratch)
-                .reads
-                .iter()
-                .filter(|r| tf.tensor(r.tensor).producer.is_some()),
-        );
-        for r in &reads {
-            if !checked.insert((*r, g.wait[t as usize])) {
+        let a = tile_access(program, tf, g, t as usize, &mut scratch);
+        for r in a.reads.iter().filter(|r| tf.tensor(r.tensor).producer.is_some()) {
+            // The last key checked is in the set: skip hashing it again.
+            let key = (*r, g.wait[t as usize]);
+            if last_checked == Some(key) {
+                continue;
+            }
+            last_checked = Some(key);
+            if !checked.insert(key) {
                 continue;
             }
             let t = &t;
@@ -182,51 +194,46 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
                 races += 1;
             }
         }
+        if one_pass {
+            for w in &a.writes {
+                index.add(w, t);
+                if w.accumulate {
+                    acc_tensor[w.tensor.0 as usize] = true;
+                }
+            }
+        }
     }
     // Write conflicts: overlapping writes of one tensor on one rank must be ordered.
     for (ti, _) in tf.tensors.iter().enumerate() {
         for rank in 0..g.ranks {
-            let recs = index.records(crate::ir::TensorId(ti as u32), rank);
-            for i in 0..recs.len() {
-                let (ri, ti_) = recs[i];
-                for &(rj, tj) in recs.iter().skip(i + 1) {
-                    if rj.lo[0] >= ri.hi[0] {
-                        break;
-                    }
-                    if tj == ti_ || !ri.overlaps(&rj) {
-                        continue;
-                    }
-                    if ri.accumulate && rj.accumulate {
-                        continue;
-                    }
+            index.overlapping_pairs(crate::ir::TensorId(ti as u32), rank, &mut |(ri, ti_), (_, tj)| {
+                stamp = stamp.wrapping_add(1);
+                let ordered = reaches(g, ti_, tj, &mut seen, stamp) || {
                     stamp = stamp.wrapping_add(1);
-                    let ordered = reaches(g, ti_, tj, &mut seen, stamp) || {
-                        stamp = stamp.wrapping_add(1);
-                        reaches(g, tj, ti_, &mut seen, stamp)
-                    };
-                    if ordered {
-                        continue;
-                    }
-                    if conflicts < MAX_PER_KIND {
-                        let a = &tf.nodes[g.node[ti_ as usize] as usize];
-                        let b = &tf.nodes[g.node[tj as usize] as usize];
-                        out.push(
-                            Diagnostic::error(
-                                Code::WriteConflict,
-                                format!(
-                                    "{} and {} both write {} with no ordering between them",
-                                    describe(program, tf, g, ti_ as usize),
-                                    describe(program, tf, g, tj as usize),
-                                    region_text(tf, &ri)
-                                ),
-                            )
-                            .primary(b.span, "second writer")
-                            .secondary(a.span, "first writer"),
-                        );
-                    }
-                    conflicts += 1;
+                    reaches(g, tj, ti_, &mut seen, stamp)
+                };
+                if ordered {
+                    return;
                 }
-            }
+                if conflicts < MAX_PER_KIND {
+                    let a = &tf.nodes[g.node[ti_ as usize] as usize];
+                    let b = &tf.nodes[g.node[tj as usize] as usize];
+                    out.push(
+                        Diagnostic::error(
+                            Code::WriteConflict,
+                            format!(
+                                "{} and {} both write {} with no ordering between them",
+                                describe(program, tf, g, ti_ as usize),
+                                describe(program, tf, g, tj as usize),
+                                region_text(tf, &ri)
+                            ),
+                        )
+                        .primary(b.span, "second writer")
+                        .secondary(a.span, "first writer"),
+                    );
+                }
+                conflicts += 1;
+            });
         }
     }
     for (count, code, what) in [
@@ -242,6 +249,31 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
         }
     }
     out
+}
+
+/// Whether the tasks of every call come after those of the calls whose outputs it reads
+/// (then a task's reads only need the writes of earlier tasks).
+fn reads_follow_writes(tf: &Taskflow, g: &TaskGraph) -> bool {
+    // Per tensor: the last task of the calls writing it (a task writes its call's output).
+    let mut last_writer: Vec<Option<u32>> = vec![None; tf.tensors.len()];
+    // Per call: its first task.
+    let mut first: Vec<Option<u32>> = vec![None; tf.nodes.len()];
+    for t in 0..g.len() {
+        let ni = g.node[t] as usize;
+        let Some(node) = tf.nodes.get(ni) else { return false };
+        let Some(lw) = last_writer.get_mut(node.output.0 as usize) else {
+            return false;
+        };
+        *lw = Some(t as u32);
+        first[ni].get_or_insert(t as u32);
+    }
+    tf.nodes.iter().enumerate().all(|(ni, node)| {
+        let Some(f) = first[ni] else { return true };
+        node.inputs.iter().all(|i| match last_writer.get(i.0 as usize) {
+            Some(Some(w)) => *w < f,
+            _ => true,
+        })
+    })
 }
 
 /// The part of `r` that `writes` leave uncovered, described, or `None` when covered.
@@ -303,7 +335,7 @@ fn uncovered(r: &Region, writes: &[Region], accumulate: bool) -> Option<String> 
 
 /// Finds a dependency cycle and describes it.
 fn find_cycle(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Option<Diagnostic> {
-    if crate::schedule::topo_order(g).is_some() {
+    if crate::schedule::ids_are_topological(g) || crate::schedule::topo_order(g).is_some() {
         return None;
     }
     // Tasks Kahn could not order all lie on or behind a cycle; walk predecessors among them
