@@ -268,8 +268,22 @@ fn timings_go_to_stderr_and_leave_the_report_unchanged() {
     assert_eq!(plain.stdout, seq.stdout, "--jobs 1 changed the report");
     let mut compare = args[..args.len() - 1].to_vec();
     compare.extend(["--compare", "kernel_by_kernel"]);
-    let a = hpmoe().args(&compare).arg("--jobs=1").assert().success().get_output().stdout.clone();
-    let b = hpmoe().args(&compare).arg("--jobs=4").assert().success().get_output().stdout.clone();
+    let a = hpmoe()
+        .args(&compare)
+        .arg("--jobs=1")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let b = hpmoe()
+        .args(&compare)
+        .arg("--jobs=4")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     assert_eq!(a, b, "--compare differs between one and four jobs");
     // Both taskflows of the layer are timed.
     assert!(err.contains("moe_ffn under interleaved:"), "{err}");

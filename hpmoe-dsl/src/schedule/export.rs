@@ -19,28 +19,48 @@ fn chunks_json(g: &TaskGraph, t: usize) -> J {
     J::Object(m)
 }
 
+fn task_json(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize) -> J {
+    let node = &tf.nodes[g.node[t] as usize];
+    json!({
+        "id": t,
+        "rank": g.rank[t],
+        "engine": node.engine,
+        "call": node.name,
+        "op": program.op(node.op).name,
+        "tile": chunks_json(g, t),
+        "cost": { "flops": g.flops[t], "bytes_in": g.bytes_in[t], "bytes_out": g.bytes_out[t], "remote_bytes": g.remote[t] },
+        "deps": g.preds(t),
+    })
+}
+
 /// Every task: id, rank, engine, op call, tile, cost and predecessors.
 pub fn tasks_json(program: &Program, tf: &Taskflow, g: &TaskGraph) -> J {
-    let tasks: Vec<J> = (0..g.len())
-        .map(|t| {
-            let node = &tf.nodes[g.node[t] as usize];
-            json!({
-                "id": t,
-                "rank": g.rank[t],
-                "engine": node.engine,
-                "call": node.name,
-                "op": program.op(node.op).name,
-                "tile": chunks_json(g, t),
-                "cost": { "flops": g.flops[t], "bytes_in": g.bytes_in[t], "bytes_out": g.bytes_out[t], "remote_bytes": g.remote[t] },
-                "deps": g.preds(t),
-            })
-        })
-        .collect();
+    let tasks: Vec<J> = (0..g.len()).map(|t| task_json(program, tf, g, t)).collect();
     json!({ "taskflow": tf.name, "ranks": g.ranks, "tasks": tasks, "edges": g.edges() })
 }
 
-/// Per (rank, core) queues and every counter with its threshold and signalling tasks.
-pub fn schedule_json(g: &TaskGraph, s: &Schedule) -> J {
+/// [`tasks_json`] written as it is produced: the bytes of `serde_json::to_writer` of it,
+/// without holding the whole tree, which can be many times the size of the graph.
+pub fn write_tasks_json(
+    w: &mut dyn std::io::Write,
+    program: &Program,
+    tf: &Taskflow,
+    g: &TaskGraph,
+) -> std::io::Result<()> {
+    // Keys in serde_json's (sorted) order.
+    write!(w, "{{\"edges\":{},\"ranks\":{},\"taskflow\":", g.edges(), g.ranks)?;
+    serde_json::to_writer(&mut *w, &tf.name)?;
+    w.write_all(b",\"tasks\":[")?;
+    for t in 0..g.len() {
+        if t > 0 {
+            w.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *w, &task_json(program, tf, g, t))?;
+    }
+    w.write_all(b"]}")
+}
+
+fn queues_json(s: &Schedule) -> Vec<J> {
     let mut queues = Vec::new();
     for c in 0..s.queues.len() {
         let q = s.queues.row(c);
@@ -49,38 +69,109 @@ pub fn schedule_json(g: &TaskGraph, s: &Schedule) -> J {
         }
         queues.push(json!({"rank": s.core_rank(c as u32), "core": s.core_name(c as u32), "tasks": q}));
     }
-    // Signallers per counter.
-    let mut by_counter: Vec<Vec<u32>> = vec![Vec::new(); s.threshold.len()];
+    queues
+}
+
+/// Signalling and waiting tasks per counter, as CSR rows.
+fn counter_tasks(g: &TaskGraph, s: &Schedule) -> (crate::lower::Csr, crate::lower::Csr) {
+    let mut sig: Vec<(u32, u32)> = Vec::new();
+    let mut wait: Vec<(u32, u32)> = Vec::new();
     for t in 0..g.len() {
-        for &c in s.signals.row(t) {
-            by_counter[c as usize].push(t as u32);
-        }
+        sig.extend(s.signals.row(t).iter().map(|&c| (c, t as u32)));
+        wait.extend(s.waits.row(t).iter().map(|&c| (c, t as u32)));
     }
-    let mut waiters: Vec<Vec<u32>> = vec![Vec::new(); s.threshold.len()];
-    for t in 0..g.len() {
-        for &c in s.waits.row(t) {
-            waiters[c as usize].push(t as u32);
+    let n = s.threshold.len();
+    (
+        crate::lower::Csr::from_pairs(n, &sig),
+        crate::lower::Csr::from_pairs(n, &wait),
+    )
+}
+
+fn counter_json(g: &TaskGraph, s: &Schedule, c: usize, by: &crate::lower::Csr, waiters: &crate::lower::Csr) -> J {
+    json!({
+        "id": c,
+        "rank": s.counter_rank[c],
+        "kind": if (c as u32) < g.counters.len() as u32 { "dependency" } else { "barrier" },
+        "threshold": s.threshold[c],
+        "signalled_by": by.row(c),
+        "waited_by": waiters.row(c),
+    })
+}
+
+/// [`schedule_json`] written as it is produced (the same bytes, without the whole tree).
+pub fn write_schedule_json(w: &mut dyn std::io::Write, g: &TaskGraph, s: &Schedule) -> std::io::Result<()> {
+    let (by, waiters) = counter_tasks(g, s);
+    // Keys in serde_json's (sorted) order.
+    write!(w, "{{\"cores_per_rank\":")?;
+    serde_json::to_writer(&mut *w, &json!({"aic": s.aic_cores, "aiv": s.aiv_cores}))?;
+    w.write_all(b",\"counters\":[")?;
+    for c in 0..s.threshold.len() {
+        if c > 0 {
+            w.write_all(b",")?;
         }
+        serde_json::to_writer(&mut *w, &counter_json(g, s, c, &by, &waiters))?;
     }
+    w.write_all(b"],\"policy\":")?;
+    serde_json::to_writer(&mut *w, s.policy.policy.name())?;
+    w.write_all(b",\"queues\":")?;
+    serde_json::to_writer(&mut *w, &queues_json(s))?;
+    w.write_all(b",\"taskflow\":")?;
+    serde_json::to_writer(&mut *w, &g.taskflow)?;
+    w.write_all(b"}")
+}
+
+/// Per (rank, core) queues and every counter with its threshold and signalling tasks.
+pub fn schedule_json(g: &TaskGraph, s: &Schedule) -> J {
+    let (by, waiters) = counter_tasks(g, s);
     let counters: Vec<J> = (0..s.threshold.len())
-        .map(|c| {
-            json!({
-                "id": c,
-                "rank": s.counter_rank[c],
-                "kind": if (c as u32) < g.counters.len() as u32 { "dependency" } else { "barrier" },
-                "threshold": s.threshold[c],
-                "signalled_by": by_counter[c],
-                "waited_by": waiters[c],
-            })
-        })
+        .map(|c| counter_json(g, s, c, &by, &waiters))
         .collect();
     json!({
         "taskflow": g.taskflow,
         "policy": s.policy.policy.name(),
         "cores_per_rank": {"aic": s.aic_cores, "aiv": s.aiv_cores},
-        "queues": queues,
+        "queues": queues_json(s),
         "counters": counters,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::{check_text, Options};
+    use crate::schedule::{compile, Policy, PolicySpec};
+
+    /// The streamed JSON is byte for byte the serialised tree, for every policy.
+    #[test]
+    fn streamed_json_equals_the_tree() {
+        let src = include_str!("../../../tests/ok/moe_backward.hpm");
+        let mut sources = crate::SourceMap::new();
+        let p = check_text("moe_backward.hpm", src, None, &Options::default(), &mut sources)
+            .program
+            .expect("checks");
+        for pol in Policy::all() {
+            let spec = PolicySpec::new(pol);
+            let layouts = crate::lower::layouts(&p, spec.static_capacity, None).expect("routings");
+            let tf = &p.taskflows[0];
+            let c = compile(&p, tf, &spec, layouts, 1 << 20, true).expect("compiles");
+            let mut a = Vec::new();
+            write_tasks_json(&mut a, &p, tf, &c.graph).unwrap();
+            assert_eq!(
+                a,
+                serde_json::to_vec(&tasks_json(&p, tf, &c.graph)).unwrap(),
+                "{}",
+                pol.name()
+            );
+            let mut b = Vec::new();
+            write_schedule_json(&mut b, &c.graph, &c.schedule).unwrap();
+            assert_eq!(
+                b,
+                serde_json::to_vec(&schedule_json(&c.graph, &c.schedule)).unwrap(),
+                "{}",
+                pol.name()
+            );
+        }
+    }
 }
 
 /// Counts per op call, engine and rank; edges; counters.

@@ -15,7 +15,7 @@
 pub mod cost;
 mod export;
 
-pub use export::{schedule_json, summary_text, tasks_json};
+pub use export::{schedule_json, summary_text, tasks_json, write_schedule_json, write_tasks_json};
 
 use crate::ir::{Engine, Program, Taskflow, Value};
 use crate::lower::{Csr, DimKind, TaskGraph, NO_COUNTER};

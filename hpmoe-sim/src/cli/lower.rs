@@ -128,7 +128,8 @@ pub(crate) fn tasks(p: &Program, o: &LowerCli, sources: &SourceMap, with_schedul
             return 1;
         }
     };
-    let mut json = Vec::new();
+    // JSON is streamed once every taskflow compiled, so a failure prints no partial output.
+    let mut compiled = Vec::new();
     for tf in tfs {
         let spec = match policy_for(p, &tf.name, o.policy) {
             Ok(s) => s,
@@ -156,17 +157,34 @@ pub(crate) fn tasks(p: &Program, o: &LowerCli, sources: &SourceMap, with_schedul
                 "{}",
                 schedule::summary_text(p, tf, &c.graph, with_schedule.then_some(&c.schedule))
             ),
-            Format::Json => {
-                if with_schedule {
-                    json.push(schedule::schedule_json(&c.graph, &c.schedule));
-                } else {
-                    json.push(schedule::tasks_json(p, tf, &c.graph));
-                }
-            }
+            Format::Json => compiled.push((tf, c)),
         }
     }
     if o.format == Format::Json {
-        println!("{}", serde_json::to_string(&json).unwrap_or_default());
+        // The JSON of a large graph is many times its size in memory: it is written as it
+        // is produced.
+        let stdout = std::io::stdout();
+        let mut w = std::io::BufWriter::new(stdout.lock());
+        let res = (|| -> std::io::Result<()> {
+            use std::io::Write;
+            w.write_all(b"[")?;
+            for (i, (tf, c)) in compiled.iter().enumerate() {
+                if i > 0 {
+                    w.write_all(b",")?;
+                }
+                if with_schedule {
+                    schedule::write_schedule_json(&mut w, &c.graph, &c.schedule)?;
+                } else {
+                    schedule::write_tasks_json(&mut w, p, tf, &c.graph)?;
+                }
+            }
+            w.write_all(b"]\n")?;
+            w.flush()
+        })();
+        if let Err(e) = res {
+            eprintln!("error: cannot write the output: {e}");
+            return 1;
+        }
     }
     0
 }

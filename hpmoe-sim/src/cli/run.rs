@@ -179,7 +179,10 @@ struct Failure {
 
 impl Failure {
     fn new(d: Diagnostic) -> Failure {
-        Failure { diags: vec![d], code: 1 }
+        Failure {
+            diags: vec![d],
+            code: 1,
+        }
     }
 }
 
@@ -206,8 +209,7 @@ fn one(p: &Program, job: &Job, o: &RunCli, outputs: Option<&Filter>) -> Result<D
     let opts = SimOptions {
         record_bandwidth: outputs.is_some() && o.trace.is_some(),
     };
-    let model =
-        DeviceModel::new(&p.device).map_err(|msg| Failure::new(Diagnostic::error(Code::BadOverride, msg)))?;
+    let model = DeviceModel::new(&p.device).map_err(|msg| Failure::new(Diagnostic::error(Code::BadOverride, msg)))?;
     let workload = Workload::new(p, tf, &c.graph, &c.schedule, &model);
     clock.lap("prepare");
     let result = sim::simulate(&workload, &c.schedule, &model, opts)

@@ -244,10 +244,7 @@ fn table(param: &str, points: &[Point], markdown: bool) -> String {
     }
     let mut growth_rows: Vec<Vec<String>> = Vec::new();
     for (name, e) in exponents(points) {
-        let mut cells = vec![
-            "growth".to_string(),
-            name,
-        ];
+        let mut cells = vec!["growth".to_string(), name];
         cells.extend(std::iter::repeat_n(String::new(), 5));
         cells.extend(e.iter().map(|x| exp(*x)));
         cells.extend([String::new(), String::new()]);
