@@ -1,7 +1,8 @@
 //! Simulation throughput (simulated tasks per second) on the DeepSeek-V3 MoE layer (H 7168,
 //! I 2048, 256 experts, top-8, 4096 tokens per rank), forward and backward, at EP8 and EP64,
-//! under the interleaved and kernel-by-kernel schedules. `simulate` times the event loop
-//! alone; `prepare` the workload (per-task costs, L2 blocks, flows) it needs.
+//! under the interleaved and kernel-by-kernel schedules. `simulate_tasks` times the event
+//! loop alone in simulated tasks per second, `simulate_events` the same in events per second;
+//! `prepare_tasks` the workload (per-task costs, L2 blocks, flows) it needs.
 //!
 //! Run: `cargo bench -p hpmoe-sim --bench sim`.
 
@@ -62,6 +63,23 @@ fn simulate_tasks(b: Bencher, case: usize) {
     let m = DeviceModel::new(&p.device).expect("a device");
     let w = Workload::new(&p, &p.taskflows[0], &c.graph, &c.schedule, &m);
     b.counter(ItemsCount::new(c.graph.len()))
+        .bench(|| simulate(&w, &c.schedule, &m, SimOptions::default()).expect("no stall"));
+}
+
+/// The same loop counted in events (task starts and ends, signals, flow and HBM updates).
+#[divan::bench(args = [0, 1, 2, 3, 4, 5], sample_count = 10, sample_size = 1)]
+fn simulate_events(b: Bencher, case: usize) {
+    let (p, c) = compiled(case);
+    let m = DeviceModel::new(&p.device).expect("a device");
+    let w = Workload::new(&p, &p.taskflows[0], &c.graph, &c.schedule, &m);
+    let events = simulate(&w, &c.schedule, &m, SimOptions::default())
+        .expect("no stall")
+        .events;
+    eprintln!(
+        "  {events} events, {:.2} per task",
+        events as f64 / c.graph.len() as f64
+    );
+    b.counter(ItemsCount::new(events as usize))
         .bench(|| simulate(&w, &c.schedule, &m, SimOptions::default()).expect("no stall"));
 }
 

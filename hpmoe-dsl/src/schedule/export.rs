@@ -135,45 +135,6 @@ pub fn schedule_json(g: &TaskGraph, s: &Schedule) -> J {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::check::{check_text, Options};
-    use crate::schedule::{compile, Policy, PolicySpec};
-
-    /// The streamed JSON is byte for byte the serialised tree, for every policy.
-    #[test]
-    fn streamed_json_equals_the_tree() {
-        let src = include_str!("../../../tests/ok/moe_backward.hpm");
-        let mut sources = crate::SourceMap::new();
-        let p = check_text("moe_backward.hpm", src, None, &Options::default(), &mut sources)
-            .program
-            .expect("checks");
-        for pol in Policy::all() {
-            let spec = PolicySpec::new(pol);
-            let layouts = crate::lower::layouts(&p, spec.static_capacity, None).expect("routings");
-            let tf = &p.taskflows[0];
-            let c = compile(&p, tf, &spec, layouts, 1 << 20, true).expect("compiles");
-            let mut a = Vec::new();
-            write_tasks_json(&mut a, &p, tf, &c.graph).unwrap();
-            assert_eq!(
-                a,
-                serde_json::to_vec(&tasks_json(&p, tf, &c.graph)).unwrap(),
-                "{}",
-                pol.name()
-            );
-            let mut b = Vec::new();
-            write_schedule_json(&mut b, &c.graph, &c.schedule).unwrap();
-            assert_eq!(
-                b,
-                serde_json::to_vec(&schedule_json(&c.graph, &c.schedule)).unwrap(),
-                "{}",
-                pol.name()
-            );
-        }
-    }
-}
-
 /// Counts per op call, engine and rank; edges; counters.
 pub fn summary_text(program: &Program, tf: &Taskflow, g: &TaskGraph, s: Option<&Schedule>) -> String {
     let mut out = String::new();
@@ -230,4 +191,43 @@ pub fn summary_text(program: &Program, tf: &Taskflow, g: &TaskGraph, s: Option<&
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::{check_text, Options};
+    use crate::schedule::{compile, Policy, PolicySpec};
+
+    /// The streamed JSON is byte for byte the serialised tree, for every policy.
+    #[test]
+    fn streamed_json_equals_the_tree() {
+        let src = include_str!("../../../tests/ok/moe_backward.hpm");
+        let mut sources = crate::SourceMap::new();
+        let p = check_text("moe_backward.hpm", src, None, &Options::default(), &mut sources)
+            .program
+            .expect("checks");
+        for pol in Policy::all() {
+            let spec = PolicySpec::new(pol);
+            let layouts = crate::lower::layouts(&p, spec.static_capacity, None).expect("routings");
+            let tf = &p.taskflows[0];
+            let c = compile(&p, tf, &spec, layouts, 1 << 20, true).expect("compiles");
+            let mut a = Vec::new();
+            write_tasks_json(&mut a, &p, tf, &c.graph).unwrap();
+            assert_eq!(
+                a,
+                serde_json::to_vec(&tasks_json(&p, tf, &c.graph)).unwrap(),
+                "{}",
+                pol.name()
+            );
+            let mut b = Vec::new();
+            write_schedule_json(&mut b, &c.graph, &c.schedule).unwrap();
+            assert_eq!(
+                b,
+                serde_json::to_vec(&schedule_json(&c.graph, &c.schedule)).unwrap(),
+                "{}",
+                pol.name()
+            );
+        }
+    }
 }
