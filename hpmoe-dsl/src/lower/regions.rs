@@ -473,6 +473,32 @@ enum Order {
     Offsets(Vec<u32>),
 }
 
+/// Whether no two of these records (`nd` intervals and a task field each) overlap, proven
+/// cheaply for grid-like tilings: when, in every dimension, the distinct intervals are
+/// pairwise disjoint, two records overlap only if all their intervals are equal, which
+/// sorting finds. `false` means "maybe": the caller then compares the pairs one by one.
+fn surely_disjoint(list: &[i64], nd: usize) -> bool {
+    let st = 2 * nd + 1;
+    let n = list.len() / st;
+    if n < 64 {
+        // Few records: the pairwise sweep is as cheap.
+        return false;
+    }
+    let mut iv: Vec<(i64, i64)> = Vec::with_capacity(n);
+    for d in 0..nd {
+        iv.clear();
+        iv.extend(list.chunks_exact(st).map(|rec| (rec[2 * d], rec[2 * d + 1])));
+        iv.sort_unstable();
+        iv.dedup();
+        if iv.windows(2).any(|w| w[0].1 > w[1].0) || iv.iter().any(|&(lo, hi)| lo >= hi) {
+            return false;
+        }
+    }
+    let mut boxes: Vec<&[i64]> = list.chunks_exact(st).map(|rec| &rec[..2 * nd]).collect();
+    boxes.sort_unstable();
+    !boxes.windows(2).any(|w| w[0] == w[1])
+}
+
 impl WriterIndex {
     pub fn new(tf: &Taskflow, ranks: usize) -> Self {
         let nt = tf.tensors.len();
@@ -639,6 +665,9 @@ impl WriterIndex {
         if nd == 0 || self.records[ti][r].chunks_exact(st).all(|rec| acc(rec[st - 1])) {
             return;
         }
+        if surely_disjoint(&self.records[ti][r], nd) {
+            return;
+        }
         self.sort(ti, r);
         let list = &self.records[ti][r];
         // The records in sorted order, contiguous.
@@ -715,5 +744,44 @@ impl WriterIndex {
             Some(Order::Offsets(order)) => order.iter().map(|&o| record(o as usize)).collect(),
             _ => (0..list.len() / st).map(|i| record(i * st)).collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::surely_disjoint;
+
+    /// Records of a 2-D grid of `rows x cols` tiles of 4 x 8 elements, task ids in order.
+    fn grid(rows: i64, cols: i64) -> Vec<i64> {
+        let mut v = Vec::new();
+        for i in 0..rows {
+            for j in 0..cols {
+                v.extend([4 * i, 4 * i + 4, 8 * j, 8 * j + 8, i * cols + j]);
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn a_regular_grid_is_proven_disjoint() {
+        assert!(surely_disjoint(&grid(16, 16), 2));
+    }
+
+    #[test]
+    fn any_overlap_or_irregular_tiling_is_left_to_the_pairwise_check() {
+        // A duplicated tile.
+        let mut dup = grid(16, 16);
+        dup.extend([0, 4, 0, 8, 999]);
+        assert!(!surely_disjoint(&dup, 2));
+        // A shifted tile: intervals that overlap without being equal.
+        let mut shifted = grid(16, 16);
+        shifted.extend([2, 6, 64, 72, 999]);
+        assert!(!surely_disjoint(&shifted, 2));
+        // An empty interval.
+        let mut empty = grid(16, 16);
+        empty.extend([100, 100, 0, 8, 999]);
+        assert!(!surely_disjoint(&empty, 2));
+        // Too few records to bother.
+        assert!(!surely_disjoint(&grid(2, 2), 2));
     }
 }
