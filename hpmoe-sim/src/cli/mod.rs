@@ -286,6 +286,12 @@ pub(crate) fn style() -> RenderStyle {
     }
 }
 
+/// Prints a usage error; its exit code (2).
+pub(crate) fn usage(msg: String) -> i32 {
+    eprintln!("error: {msg}");
+    2
+}
+
 fn parse_overrides(set: &[String]) -> Result<Vec<Override>, String> {
     set.iter().map(|s| Override::parse(s)).collect()
 }

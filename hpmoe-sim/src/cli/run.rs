@@ -3,7 +3,7 @@
 //! policies, a Chrome trace and a Gantt chart come out.
 
 use super::lower::policy_for;
-use super::{checked, style, Format, ProgramArgs};
+use super::{checked, style, usage, Format, ProgramArgs};
 use crate::model::DeviceModel;
 use crate::report::{Comparison, Report};
 use crate::sim::{self, SimOptions, Workload};
@@ -46,11 +46,6 @@ fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
             println!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
         }
     }
-}
-
-fn usage(msg: String) -> i32 {
-    eprintln!("error: {msg}");
-    2
 }
 
 /// The taskflows to run: `--taskflow`, else all.
@@ -364,7 +359,8 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     let mut layouts_cache: Vec<(bool, hpmoe_dsl::lower::Layouts)> = Vec::new();
     let mut jobs: Vec<Job> = Vec::new();
     for (i, tf) in tfs.iter().enumerate() {
-        for (policy, outputs) in [(o.policy, wants_outputs && i == 0), (o.compare, false)] {
+        let main = (o.policy, wants_outputs && i == 0);
+        for (policy, outputs) in std::iter::once(main).chain(o.compare.map(|c| (Some(c), false))) {
             let spec = match policy_for(&p, &tf.name, policy) {
                 Ok(s) => s,
                 Err(d) => {
@@ -392,9 +388,6 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                 layouts,
                 outputs,
             });
-            if o.compare.is_none() {
-                break;
-            }
         }
     }
     let setup = started.elapsed() - check_time;

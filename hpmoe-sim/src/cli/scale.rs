@@ -5,7 +5,7 @@
 //! task count (1 is linear). A fresh process per point makes the peak memory that point's
 //! own. Exit code 1 if a point failed (its diagnostics are shown), 2 on a usage error.
 
-use super::ProgramArgs;
+use super::{usage, ProgramArgs};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
@@ -66,11 +66,6 @@ struct Point {
     layouts: f64,
     total: f64,
     peak_rss: Option<u64>,
-}
-
-fn usage(msg: String) -> i32 {
-    eprintln!("error: {msg}");
-    2
 }
 
 /// Parses the `timings` of one `hpmoe run --format json --timings`.

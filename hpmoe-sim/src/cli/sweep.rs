@@ -2,7 +2,7 @@
 //! (`crate::sweep`), `sweep.csv`, `sweep.json` and SVG charts are written to `--out`, and a
 //! table (or the JSON) is printed. Exit code 1 if any point failed, 2 on a usage error.
 
-use super::{Format, ProgramArgs};
+use super::{usage, Format, ProgramArgs};
 use crate::sweep::{self, svg, Axis, Sweep};
 use hpmoe_dsl::check::Override;
 use hpmoe_dsl::schedule::Policy;
@@ -20,11 +20,6 @@ pub(crate) struct SweepCli<'a> {
     pub threads: usize,
     pub format: Format,
     pub max_tasks: u64,
-}
-
-fn usage(msg: String) -> i32 {
-    eprintln!("error: {msg}");
-    2
 }
 
 fn write(path: &Path, text: &str) -> Result<(), i32> {

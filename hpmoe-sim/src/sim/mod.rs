@@ -398,25 +398,10 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
         last_hbm: vec![0.0; ranks],
         last_link: vec![(0.0, 0.0); ranks],
         r: SimResult {
-            start: Vec::new(),
-            end: Vec::new(),
-            hit: Vec::new(),
-            miss: Vec::new(),
             counter_time,
             flow_end: vec![f64::NAN; w.flows()],
             rank_done: vec![w.start_time; ranks],
-            makespan: 0.0,
-            sent: Vec::new(),
-            received: Vec::new(),
-            moved_out: Vec::new(),
-            busy_out: Vec::new(),
-            busy_in: Vec::new(),
-            hbm_bytes: Vec::new(),
-            hbm_writeback: Vec::new(),
-            hbm_busy: Vec::new(),
-            hbm_samples: Vec::new(),
-            link_samples: Vec::new(),
-            events: 0,
+            ..SimResult::empty()
         },
     };
     sim.push(w.start_time, KICK, 0, 0);
