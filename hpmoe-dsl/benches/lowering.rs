@@ -49,7 +49,7 @@ fn name(i: usize) -> String {
 #[divan::bench(args = [0, 1, 2, 3], sample_count = 3, sample_size = 1)]
 fn lower_tasks(b: Bencher, case: usize) {
     let p = program(CASES[case].0, CASES[case].1);
-    let layouts = lower::layouts(&p, false, None).unwrap();
+    let layouts = lower::layouts(&p, false).unwrap();
     let n = lower::lower(&p, &p.taskflows[0], layouts.clone(), &LowerOptions::default())
         .unwrap()
         .len();
@@ -61,7 +61,7 @@ fn lower_tasks(b: Bencher, case: usize) {
 #[divan::bench(args = [0, 1, 2, 3], sample_count = 3, sample_size = 1)]
 fn verify_graph(b: Bencher, case: usize) {
     let p = program(CASES[case].0, CASES[case].1);
-    let layouts = lower::layouts(&p, false, None).unwrap();
+    let layouts = lower::layouts(&p, false).unwrap();
     let g = lower::lower(&p, &p.taskflows[0], layouts, &LowerOptions::default()).unwrap();
     b.counter(ItemsCount::new(g.len())).bench(|| {
         let ds = hpmoe_dsl::verify::verify_graph(&p, &p.taskflows[0], &g);
@@ -72,9 +72,9 @@ fn verify_graph(b: Bencher, case: usize) {
 #[divan::bench(args = [0, 1, 2, 3], sample_count = 3, sample_size = 1)]
 fn schedule_interleaved(b: Bencher, case: usize) {
     let p = program(CASES[case].0, CASES[case].1);
-    let layouts = lower::layouts(&p, false, None).unwrap();
+    let layouts = lower::layouts(&p, false).unwrap();
     let g = lower::lower(&p, &p.taskflows[0], layouts, &LowerOptions::default()).unwrap();
-    let spec = PolicySpec::new(Policy::Interleaved);
+    let spec = PolicySpec::defaults(&p, Policy::Interleaved);
     b.counter(ItemsCount::new(g.len()))
         .bench(|| schedule::schedule(&p, &p.taskflows[0], &g, &spec));
 }

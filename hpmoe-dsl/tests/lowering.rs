@@ -2,19 +2,20 @@
 //! reordering, mutation tests of the verifier (each injected fault gives its code), and a
 //! property test over random small configurations under every policy.
 
-use hpmoe_dsl::check::{check_text, Options};
+use hpmoe_dsl::check::Options;
 use hpmoe_dsl::diag::Code;
+use hpmoe_dsl::driver::{check_text, Checked, CompileOptions, Compiled};
 use hpmoe_dsl::ir::{Home, Program};
 use hpmoe_dsl::lower::{self, Csr, TaskGraph, NO_COUNTER};
-use hpmoe_dsl::schedule::{self, Compiled, Policy, PolicySpec, Schedule};
+use hpmoe_dsl::schedule::{self, Policy, PolicySpec, Schedule};
 use hpmoe_dsl::verify::{verify_graph, verify_schedule};
 use hpmoe_dsl::SourceMap;
 use proptest::prelude::*;
 
-fn program(text: &str) -> Program {
+fn program(text: &str) -> Checked {
     let mut sm = SourceMap::new();
     let out = check_text("test.hpm", text, None, &Options::default(), &mut sm);
-    match out.program {
+    match out.checked {
         Some(p) => p,
         None => panic!(
             "program does not check:\n{}",
@@ -23,10 +24,9 @@ fn program(text: &str) -> Program {
     }
 }
 
-fn compile(p: &Program, tf: usize, policy: Policy) -> Compiled {
-    let spec = PolicySpec::new(policy);
-    let layouts = lower::layouts(p, spec.static_capacity, None).unwrap();
-    match schedule::compile(p, &p.taskflows[tf], &spec, layouts, lower::DEFAULT_MAX_TASKS, true) {
+fn compile(p: &Checked, tf: usize, policy: Policy) -> Compiled {
+    let spec = p.select_policy(&p.taskflows[tf].name, Some(policy));
+    match p.compile(&p.taskflows[tf], &spec, &CompileOptions::default()) {
         Ok(c) => c,
         Err(ds) => panic!(
             "{policy:?}: {:#?}",
@@ -154,24 +154,15 @@ fn ratr_spreads_destinations() {
         (32, 32, 64, 16),
         false,
     ));
-    let spec = PolicySpec::new(Policy::ExpertLevel);
-    let layouts = lower::layouts(&p, spec.static_capacity, None).unwrap();
-    let c = schedule::compile(
-        &p,
-        &p.taskflows[0],
-        &spec,
-        layouts.clone(),
-        lower::DEFAULT_MAX_TASKS,
-        true,
-    )
-    .unwrap();
+    let spec = p.select_policy(&p.taskflows[0].name, Some(Policy::ExpertLevel));
+    let c = p.compile(&p.taskflows[0], &spec, &CompileOptions::default()).unwrap();
     assert!(
         destinations_distinct_at_every_step(&c, 4),
         "with ratr every step targets distinct ranks"
     );
     let mut no = spec.clone();
     no.ratr = false;
-    let c = schedule::compile(&p, &p.taskflows[0], &no, layouts, lower::DEFAULT_MAX_TASKS, true).unwrap();
+    let c = p.compile(&p.taskflows[0], &no, &CompileOptions::default()).unwrap();
     assert!(
         !destinations_distinct_at_every_step(&c, 4),
         "without ratr all ranks start at rank 0"
@@ -182,7 +173,7 @@ fn codes(ds: &[hpmoe_dsl::Diagnostic]) -> Vec<Code> {
     ds.iter().map(|d| d.code).collect()
 }
 
-fn small() -> (Program, Compiled) {
+fn small() -> (Checked, Compiled) {
     let p = program(&moe(
         64,
         32,
@@ -419,4 +410,77 @@ fn mutation_task_on_wrong_engine_is_a_bad_queue() {
     s.queues = Csr { off, idx };
     let ds = verify_schedule(&p, &p.taskflows[0], &c.graph, &c.schedule);
     assert_eq!(codes(&ds), vec![Code::BadQueue], "{ds:#?}");
+}
+
+/// A `file(...)` routing declared in an imported module names files relative to that
+/// module: the checker reads their header there, and lowering must read the same files.
+#[test]
+fn file_routing_of_an_imported_module_lowers() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/ok/imported_file_routing.hpm");
+    let mut sm = SourceMap::new();
+    let out = hpmoe_dsl::driver::check_path(&path, &Options::default(), &mut sm);
+    let p = out.checked.expect("the program checks");
+    for policy in Policy::all() {
+        let c = compile(&p, 0, policy);
+        // 4 ranks x 8 tokens x top-2 choices, sent and combined.
+        assert!(!c.graph.is_empty(), "{policy:?}");
+    }
+    let l = p.layouts(false).expect("the routing is read");
+    let recv: u64 = l[0].as_ref().expect("used").routing.recv_counts().iter().sum();
+    assert_eq!(recv, 4 * 8 * 2);
+}
+
+/// `interleave_backward` is an option of `expert_level` (where the cube queues alternate the
+/// tiles of the two backward GMM calls) and changes its schedule.
+#[test]
+fn interleave_backward_changes_the_expert_level_cube_queues() {
+    let p = program(&moe(
+        64,
+        32,
+        32,
+        8,
+        2,
+        2,
+        "uniform(experts: experts, topk: topk, seed: 3)",
+        (16, 32, 32, 16),
+        true,
+    ));
+    let tf = p
+        .taskflows
+        .iter()
+        .position(|t| t.name == "bwd")
+        .expect("a backward taskflow");
+    let on = PolicySpec::defaults(&p, Policy::ExpertLevel);
+    assert!(on.interleave_backward, "the stdlib's default");
+    let mut options = std::collections::BTreeMap::new();
+    options.insert("interleave_backward".to_string(), hpmoe_dsl::ir::Value::Bool(false));
+    let off = PolicySpec::with_options(&p, Policy::ExpertLevel, &options).expect("an option of expert_level");
+    let a = p.compile(&p.taskflows[tf], &on, &CompileOptions::default()).unwrap();
+    let b = p.compile(&p.taskflows[tf], &off, &CompileOptions::default()).unwrap();
+    assert_ne!(a.schedule.queues.idx, b.schedule.queues.idx);
+    // Under `interleaved` the option does not exist: asking for it is an error, not a no-op.
+    assert!(PolicySpec::with_options(&p, Policy::Interleaved, &options).is_err());
+}
+
+/// A program may declare one of the scheduler's policies again with other defaults: its
+/// `schedule` and a front end's `--policy` then both use them.
+#[test]
+fn a_redeclared_policy_brings_its_own_defaults() {
+    let text = "import std::moe::{add};\n\
+        policy expert_level(aiv_fraction: float = 1.0, static_capacity: bool = false, ratr: bool = false, interleave_backward: bool = false);\n\
+        taskflow t(x: f32[64, 64]) -> f32[64, 64] { return add(x, x); }\n";
+    let p = program(text);
+    for spec in [
+        PolicySpec::defaults(&p, Policy::ExpertLevel),
+        p.select_policy("t", Some(Policy::ExpertLevel)),
+    ] {
+        assert_eq!(spec.aiv_fraction, 1.0);
+        assert!(!spec.static_capacity && !spec.ratr && !spec.interleave_backward);
+    }
+    // The other policies keep the stdlib's.
+    assert_eq!(
+        PolicySpec::defaults(&p, Policy::Interleaved).priority,
+        schedule::Priority::CriticalPath
+    );
+    assert!(PolicySpec::defaults(&p, Policy::Interleaved).ratr);
 }

@@ -8,10 +8,9 @@
 
 use divan::counter::ItemsCount;
 use divan::Bencher;
-use hpmoe_dsl::check::{check_path, Options, Override};
-use hpmoe_dsl::ir::Program;
-use hpmoe_dsl::lower::{self, DEFAULT_MAX_TASKS};
-use hpmoe_dsl::schedule::{self, Compiled, Policy, PolicySpec};
+use hpmoe_dsl::check::{Options, Override};
+use hpmoe_dsl::driver::{check_path, Checked, CompileOptions, Compiled};
+use hpmoe_dsl::schedule::{Policy, PolicySpec};
 use hpmoe_dsl::SourceMap;
 use hpmoe_sim::model::DeviceModel;
 use hpmoe_sim::sim::{simulate, SimOptions, Workload};
@@ -32,7 +31,7 @@ const CASES: &[(&str, u32, Policy)] = &[
     ("deepseek_v3_ep8_bwd.hpm", 64, Policy::KernelByKernel),
 ];
 
-fn compiled(case: usize) -> (Program, Compiled) {
+fn compiled(case: usize) -> (Checked, Compiled) {
     let (file, ranks, policy) = CASES[case];
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../examples")
@@ -42,11 +41,14 @@ fn compiled(case: usize) -> (Program, Compiled) {
         ..Options::default()
     };
     let p = check_path(&path, &opts, &mut SourceMap::new())
-        .program
+        .checked
         .expect("the example checks");
-    let spec = PolicySpec::new(policy);
-    let layouts = lower::layouts(&p, spec.static_capacity, None).expect("a routing");
-    let c = schedule::compile(&p, &p.taskflows[0], &spec, layouts, DEFAULT_MAX_TASKS, false).expect("it compiles");
+    let spec = PolicySpec::defaults(&p, policy);
+    let opts = CompileOptions {
+        verify: false,
+        ..CompileOptions::default()
+    };
+    let c = p.compile(&p.taskflows[0], &spec, &opts).expect("it compiles");
     let (file, ranks, policy) = CASES[case];
     eprintln!(
         "{} EP{ranks} {}: {} tasks",

@@ -21,6 +21,7 @@ pub mod cli;
 pub mod gantt;
 pub mod model;
 pub mod numerics;
+pub mod pipeline;
 pub mod repl;
 pub mod report;
 pub mod sim;

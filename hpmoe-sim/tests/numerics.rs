@@ -2,14 +2,14 @@
 //! forward and backward, on 1, 2 and 4 ranks and every routing; a broken schedule is caught;
 //! the GeGLU example computes correct numbers; dumps are standard `.npy` files.
 
-use hpmoe_dsl::check::{check_text, Options, Override};
-use hpmoe_dsl::ir::Program;
-use hpmoe_dsl::lower::{self, NO_COUNTER};
-use hpmoe_dsl::schedule::{self, Compiled, Policy, PolicySpec};
+use hpmoe_dsl::check::{Options, Override};
+use hpmoe_dsl::driver::{check_text, Checked, CompileOptions, Compiled};
+use hpmoe_dsl::lower::NO_COUNTER;
+use hpmoe_dsl::schedule::{self, Policy, PolicySpec};
 use hpmoe_dsl::{Code, SourceMap};
 use hpmoe_sim::numerics::{self, NumericsOptions};
 
-fn program(text: &str, sets: &[&str]) -> Program {
+fn program(text: &str, sets: &[&str]) -> Checked {
     let opts = Options {
         overrides: sets.iter().map(|s| Override::parse(s).unwrap()).collect(),
         ..Options::default()
@@ -22,7 +22,7 @@ fn program(text: &str, sets: &[&str]) -> Program {
         &opts,
         &mut sm,
     );
-    out.program.unwrap_or_else(|| {
+    out.checked.unwrap_or_else(|| {
         panic!(
             "{}",
             hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
@@ -30,13 +30,16 @@ fn program(text: &str, sets: &[&str]) -> Program {
     })
 }
 
-fn compile(p: &Program, tf: usize, policy: Policy, verify: bool) -> Compiled {
-    let spec = PolicySpec::new(policy);
-    let layouts = lower::layouts(p, spec.static_capacity, None).unwrap();
-    schedule::compile(p, &p.taskflows[tf], &spec, layouts, lower::DEFAULT_MAX_TASKS, verify).unwrap()
+fn compile(p: &Checked, tf: usize, policy: Policy, verify: bool) -> Compiled {
+    let spec = PolicySpec::defaults(p, policy);
+    let opts = CompileOptions {
+        verify,
+        ..CompileOptions::default()
+    };
+    p.compile(&p.taskflows[tf], &spec, &opts).unwrap()
 }
 
-fn run(p: &Program, tf: usize, c: &Compiled, bf16: bool) -> numerics::NumericsReport {
+fn run(p: &hpmoe_dsl::ir::Program, tf: usize, c: &Compiled, bf16: bool) -> numerics::NumericsReport {
     let order = numerics::schedule_order(&c.graph, &c.schedule);
     let opts = NumericsOptions {
         bf16_storage: bf16,
@@ -133,7 +136,12 @@ fn a_dropped_edge_is_caught_with_the_tasks_named() {
         }
     }
     g.rebuild_reverse();
-    c.schedule = schedule::schedule(&p, &p.taskflows[0], &c.graph, &PolicySpec::new(Policy::Interleaved));
+    c.schedule = schedule::schedule(
+        &p,
+        &p.taskflows[0],
+        &c.graph,
+        &PolicySpec::defaults(&p, Policy::Interleaved),
+    );
     // Unverified, the swiglu tasks may run first: the race check or the comparison fails.
     let order = numerics::schedule_order(&c.graph, &c.schedule);
     let r = numerics::run(

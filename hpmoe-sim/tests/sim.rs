@@ -2,10 +2,10 @@
 //! built from small programs, determinism, traces, charts, stall reports and the CLI.
 //! No test depends on wall-clock time.
 
-use hpmoe_dsl::check::{check_path, check_text, Options, Override};
+use hpmoe_dsl::check::{Options, Override};
+use hpmoe_dsl::driver::{check_path, check_text, Checked, CompileOptions, Compiled};
 use hpmoe_dsl::ir::Program;
-use hpmoe_dsl::lower::{self, DEFAULT_MAX_TASKS};
-use hpmoe_dsl::schedule::{self, Compiled, Policy, PolicySpec};
+use hpmoe_dsl::schedule::Policy;
 use hpmoe_dsl::SourceMap;
 use hpmoe_sim::model::{DeviceModel, AIC, AIV};
 use hpmoe_sim::report::Report;
@@ -27,16 +27,16 @@ fn options(overrides: &[&str]) -> Options {
     }
 }
 
-fn program_file(path: &Path, overrides: &[&str]) -> Program {
+fn program_file(path: &Path, overrides: &[&str]) -> Checked {
     let out = check_path(path, &options(overrides), &mut SourceMap::new());
-    out.program
+    out.checked
         .unwrap_or_else(|| panic!("{} does not check: {:?}", path.display(), out.diagnostics))
 }
 
-fn program_text(text: &str, dir: Option<&Path>) -> Program {
+fn program_text(text: &str, dir: Option<&Path>) -> Checked {
     let mut sources = SourceMap::new();
     let out = check_text("test.hpm", text, dir, &Options::default(), &mut sources);
-    match out.program {
+    match out.checked {
         Some(p) => p,
         None => {
             let ds = hpmoe_dsl::diag::render_all(
@@ -50,21 +50,10 @@ fn program_text(text: &str, dir: Option<&Path>) -> Program {
     }
 }
 
-fn compile(p: &Program, policy: Option<Policy>, base: Option<&Path>) -> Compiled {
+fn compile(p: &Checked, policy: Option<Policy>) -> Compiled {
     let tf = &p.taskflows[0];
-    let spec = match policy {
-        Some(pol) => {
-            let from = PolicySpec::from_program(p, &tf.name, pol);
-            if from.policy == pol {
-                from
-            } else {
-                PolicySpec::new(pol)
-            }
-        }
-        None => PolicySpec::from_program(p, &tf.name, Policy::Interleaved),
-    };
-    let layouts = lower::layouts(p, spec.static_capacity, base).expect("a routing");
-    schedule::compile(p, tf, &spec, layouts, DEFAULT_MAX_TASKS, true)
+    let spec = p.select_policy(&tf.name, policy);
+    p.compile(tf, &spec, &CompileOptions::default())
         .unwrap_or_else(|ds| panic!("does not compile: {ds:?}"))
 }
 
@@ -249,7 +238,7 @@ fn invariants_on_every_example_and_policy() {
                 f.file_name().and_then(|x| x.to_str()).unwrap_or("?"),
                 pol.name()
             );
-            let c = compile(&p, Some(pol), f.parent());
+            let c = compile(&p, Some(pol));
             let (s, r) = simulated(&p, &c, true);
             check_invariants(&name, &p, &c, &s, &r);
         }
@@ -261,7 +250,7 @@ fn full_size_deepseek_ep8_forward_keeps_the_invariants() {
     let f = root().join("examples/deepseek_v3_ep8_fwd.hpm");
     let p = program_file(&f, &[]);
     for pol in [Policy::KernelByKernel, Policy::Interleaved] {
-        let c = compile(&p, Some(pol), None);
+        let c = compile(&p, Some(pol));
         let (s, r) = simulated(&p, &c, false);
         check_invariants(pol.name(), &p, &c, &s, &r);
     }
@@ -272,7 +261,7 @@ fn runs_are_byte_identical() {
     let f = root().join("examples/deepseek_v3_ep4_bwd.hpm");
     let p = program_file(&f, &["tokens=256"]);
     let outputs = |pol: Policy| {
-        let c = compile(&p, Some(pol), None);
+        let c = compile(&p, Some(pol));
         let (s, r) = simulated(&p, &c, true);
         let json = serde_json::to_string(&r.json()).expect("json");
         let trace = trace_of(&p, &c, &s, &Filter::default());
@@ -304,7 +293,7 @@ fn runs_are_byte_identical() {
 fn the_trace_is_chrome_json() {
     let f = root().join("examples/deepseek_v3_ep4_fwd.hpm");
     let p = program_file(&f, &["tokens=256"]);
-    let c = compile(&p, Some(Policy::Interleaved), None);
+    let c = compile(&p, Some(Policy::Interleaved));
     let (s, _) = simulated(&p, &c, true);
     let text = trace_of(&p, &c, &s, &Filter::default());
     let v: serde_json::Value = serde_json::from_str(&text).expect("the trace parses");
@@ -353,7 +342,7 @@ fn the_trace_is_chrome_json() {
 fn the_gantt_chart_is_svg_with_a_legend() {
     let f = root().join("examples/deepseek_v3_ep4_fwd.hpm");
     let p = program_file(&f, &["tokens=256"]);
-    let c = compile(&p, Some(Policy::KernelByKernel), None);
+    let c = compile(&p, Some(Policy::KernelByKernel));
     let (s, _) = simulated(&p, &c, false);
     let run = Run {
         program: &p,
@@ -394,7 +383,7 @@ taskflow one_tile(x: bf16[128, 2048], w: bf16[2048, 256]) -> bf16[128, 256] {
 #[test]
 fn one_gmm_tile_alone_equals_the_formula() {
     let p = program_text(MATMUL, None);
-    let c = compile(&p, Some(Policy::Interleaved), None);
+    let c = compile(&p, Some(Policy::Interleaved));
     assert_eq!(c.graph.len(), 1);
     let (s, _) = simulated(&p, &c, false);
     let m = DeviceModel::new(&p.device).expect("model");
@@ -439,7 +428,7 @@ taskflow put_once(x: bf16[tokens, 512]) -> bf16[r.recv, 512] {{
 #[test]
 fn one_put_alone_equals_latency_plus_bytes_over_bandwidth() {
     let p = program_text(&put_program("1 GB/s"), None);
-    let c = compile(&p, Some(Policy::Interleaved), None);
+    let c = compile(&p, Some(Policy::Interleaved));
     let (s, _) = simulated(&p, &c, false);
     let (g, w, res, m) = (&c.graph, &s.workload, &s.result, &s.model);
     // The remote put of rank 0.
@@ -486,7 +475,7 @@ taskflow chain(x: bf16[64, 1024]) -> bf16[64, 1024] {
 #[test]
 fn a_chain_of_tasks_equals_the_sum() {
     let p = program_text(CHAIN, None);
-    let c = compile(&p, Some(Policy::Interleaved), None);
+    let c = compile(&p, Some(Policy::Interleaved));
     assert_eq!(c.graph.len(), 3);
     let (s, _) = simulated(&p, &c, false);
     let (res, m) = (&s.result, &s.model);
@@ -509,7 +498,7 @@ fn a_chain_of_tasks_equals_the_sum() {
 }
 
 /// `ranks` ranks; every token of every rank goes to expert 0 on rank 0.
-fn hotspot_program(dir: &Path, ranks: usize) -> Program {
+fn hotspot_program(dir: &Path, ranks: usize) -> Checked {
     let tokens = 256;
     let data = vec![0.0; ranks * tokens];
     hpmoe_dsl::npy::write(
@@ -543,7 +532,7 @@ fn n_ranks_writing_one_destination_take_n_times_as_long() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let link_time = |ranks: usize| {
         let p = hotspot_program(&dir, ranks);
-        let c = compile(&p, Some(Policy::Interleaved), Some(&dir));
+        let c = compile(&p, Some(Policy::Interleaved));
         let (s, _) = simulated(&p, &c, false);
         let (g, w, res, m) = (&c.graph, &s.workload, &s.result, &s.model);
         let puts: Vec<usize> = (0..g.len()).filter(|&t| !w.task_flows(t).is_empty()).collect();
@@ -586,7 +575,7 @@ schedule l2 = kernel_by_kernel;
 #[test]
 fn a_consumer_right_after_its_producer_hits_and_one_after_a_large_working_set_misses() {
     let p = program_text(L2_CASE, None);
-    let c = compile(&p, None, None);
+    let c = compile(&p, None);
     assert_eq!(c.schedule.policy.policy, Policy::KernelByKernel);
     let (s, r) = simulated(&p, &c, false);
     let (g, res) = (&c.graph, &s.result);
@@ -610,7 +599,7 @@ fn a_consumer_right_after_its_producer_hits_and_one_after_a_large_working_set_mi
 #[test]
 fn a_schedule_that_cannot_progress_ends_with_a_wait_for_report() {
     let p = program_text(CHAIN, None);
-    let mut c = compile(&p, Some(Policy::Interleaved), None);
+    let mut c = compile(&p, Some(Policy::Interleaved));
     // Raise the threshold of the counter the last task waits on: it can never be reached.
     let last = c.graph.len() - 1;
     let k = c.schedule.waits.row(last)[0] as usize;

@@ -265,6 +265,13 @@ fn usage_errors_exit_with_2() {
         &["--vary", "schedule.nonsense=1"],
         &["--policy", "fastest"],
         &["--vary", "tokens=1,,2"],
+        // No swept policy takes the option: every row would be the same schedule.
+        &[
+            "--vary",
+            "schedule.priority=fifo,op_order",
+            "--policy",
+            "kernel_by_kernel,expert_level",
+        ],
     ] {
         let out = hpmoe()
             .args(["sweep", FILE])
@@ -300,4 +307,27 @@ fn schedule_options_vary_the_policy() {
     let with = p[0]["latency_us"].as_f64().unwrap();
     let without = p[1]["latency_us"].as_f64().unwrap();
     assert!(without < with, "launch overheads cost time: {with} vs {without}");
+}
+
+/// An option axis leaves a policy that does not take it as it is: the baseline's rows are
+/// the same at every value, the other policy's differ.
+#[test]
+fn an_option_axis_leaves_other_policies_unchanged() {
+    let dir = out_dir("schedopt-baseline");
+    let code = sweep(
+        &dir,
+        &[
+            "--vary",
+            "schedule.aiv_fraction=0.25,1.0",
+            "--policy",
+            "kernel_by_kernel,expert_level",
+        ],
+    );
+    assert_eq!(code, 0);
+    let j = read_json(&dir);
+    let p = j["points"].as_array().unwrap();
+    let lat = |i: usize| p[i]["latency_us"].as_f64().unwrap();
+    // Points: (0.25, kbk), (0.25, expert_level), (1.0, kbk), (1.0, expert_level).
+    assert_eq!(lat(0), lat(2), "kernel_by_kernel does not read aiv_fraction");
+    assert_ne!(lat(1), lat(3), "expert_level does");
 }

@@ -5,9 +5,9 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use hpmoe_dsl::check::{check_text, Options};
-use hpmoe_dsl::lower;
-use hpmoe_dsl::schedule::{self, Policy, PolicySpec};
+use hpmoe_dsl::check::Options;
+use hpmoe_dsl::driver::{check_text, CompileOptions};
+use hpmoe_dsl::schedule::{Policy, PolicySpec};
 use hpmoe_dsl::SourceMap;
 use libfuzzer_sys::fuzz_target;
 
@@ -90,12 +90,12 @@ fuzz_target!(|p: Prog| {
     );
     let mut sources = SourceMap::new();
     let out = check_text("fuzz.hpm", &text, None, &Options::default(), &mut sources);
-    let Some(program) = out.program else { return };
+    let Some(program) = out.checked else { return };
     let policy = Policy::all()[p.policy as usize % 3];
+    let opts = CompileOptions { max_tasks: 2_000_000, verify: true };
     for tf in &program.taskflows {
-        let spec = PolicySpec::new(policy);
-        let layouts = lower::layouts(&program, spec.static_capacity, None).expect("a checked routing generates");
-        match schedule::compile(&program, tf, &spec, layouts, 2_000_000, true) {
+        let spec = PolicySpec::defaults(&program, policy);
+        match program.compile(tf, &spec, &opts) {
             Ok(c) => assert!(c.graph.len() > 0),
             Err(ds) => panic!("a checked program failed to compile:\n{text}\n{:?}", ds.iter().map(|d| &d.message).collect::<Vec<_>>()),
         }

@@ -2040,6 +2040,11 @@ impl Checker<'_> {
             let Some(vals) = self.match_sig(pol, &args, span, "policy") else {
                 continue;
             };
+            if let Some(p) = crate::policy::Policy::parse(&d.policy.name) {
+                if !self.check_policy_values(p, &vals) {
+                    continue;
+                }
+            }
             self.schedules.push(ir::ScheduleSpec {
                 taskflow: key,
                 policy: d.policy.name.clone(),

@@ -11,6 +11,7 @@ mod device;
 mod flow;
 mod load;
 mod ops;
+mod policy;
 mod routes;
 
 use crate::diag::{Code, Diagnostic, Diagnostics};
@@ -331,6 +332,7 @@ impl<'a> Checker<'a> {
                 self.check_taskflow(r);
             }
         }
+        let policies = self.check_policies();
         self.check_schedules();
         self.finish_routes();
         let device = self.device.clone()?;
@@ -341,6 +343,7 @@ impl<'a> Checker<'a> {
             ops: std::mem::take(&mut self.ops),
             taskflows: std::mem::take(&mut self.taskflows),
             schedules: std::mem::take(&mut self.schedules),
+            policies,
         })
     }
 }

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug)]
 pub(crate) struct RouteState {
     pub spec: RouteSpec,
-    pub item: ItemRef,
     /// Where the token count was bound (a taskflow input or op call).
     pub tokens_bound: Option<Span>,
     pub capacity_factor: f64,
@@ -408,7 +407,18 @@ impl Checker<'_> {
                     Some((Value::Str(w), _)) if !w.is_empty() => Some(w.clone()),
                     _ => None,
                 };
-                RouteKind::File { path, weights }
+                // Resolved once, here, against the folder of the file that declares the
+                // routing: every later stage reads the resolved paths.
+                let dir = self.modules[r.module].path.as_ref().and_then(|p| p.parent());
+                let resolve = |f: &str| dir.map_or_else(|| std::path::PathBuf::from(f), |d| d.join(f));
+                let resolved = resolve(&path);
+                let resolved_weights = weights.as_deref().map(resolve);
+                RouteKind::File {
+                    path,
+                    weights,
+                    resolved,
+                    resolved_weights,
+                }
             }
             other => {
                 // A routing kind declared by the user: its generator does not exist.
@@ -423,33 +433,26 @@ impl Checker<'_> {
         // For file routings topk comes from the file; read its header now.
         let topk = match (&kind, topk) {
             (_, Some((k, _))) => k,
-            (RouteKind::File { path, .. }, None) => {
-                let base = self.modules[r.module]
-                    .path
-                    .as_ref()
-                    .and_then(|p| p.parent().map(|d| d.to_path_buf()));
-                let p = base.map_or_else(|| std::path::PathBuf::from(path), |b| b.join(path));
-                match crate::npy::read(&p) {
-                    Ok(a) if a.shape.len() == 3 => a.shape[2] as i64,
-                    Ok(a) => {
-                        self.err(
-                            Diagnostic::error(
-                                Code::BadRouting,
-                                format!("`{path}` has shape {:?}; expected [ranks, tokens, topk]", a.shape),
-                            )
-                            .primary(decl.args_span, "here"),
-                        );
-                        return None;
-                    }
-                    Err(e) => {
-                        self.err(
-                            Diagnostic::error(Code::FileNotFound, format!("cannot read routing file `{path}`: {e}"))
-                                .primary(decl.args_span, "here"),
-                        );
-                        return None;
-                    }
+            (RouteKind::File { path, resolved, .. }, None) => match crate::npy::read(resolved) {
+                Ok(a) if a.shape.len() == 3 => a.shape[2] as i64,
+                Ok(a) => {
+                    self.err(
+                        Diagnostic::error(
+                            Code::BadRouting,
+                            format!("`{path}` has shape {:?}; expected [ranks, tokens, topk]", a.shape),
+                        )
+                        .primary(decl.args_span, "here"),
+                    );
+                    return None;
                 }
-            }
+                Err(e) => {
+                    self.err(
+                        Diagnostic::error(Code::FileNotFound, format!("cannot read routing file `{path}`: {e}"))
+                            .primary(decl.args_span, "here"),
+                    );
+                    return None;
+                }
+            },
             _ => return None,
         };
         if !ok {
@@ -470,7 +473,6 @@ impl Checker<'_> {
                 capacity: 0,
                 span: item_span,
             },
-            item: r,
             tokens_bound: None,
             capacity_factor: cf,
         });
@@ -550,11 +552,7 @@ impl Checker<'_> {
                 // Never used by a taskflow: nothing to size.
                 continue;
             }
-            let base = self.modules[st.item.module]
-                .path
-                .as_ref()
-                .and_then(|p| p.parent().map(|d| d.to_path_buf()));
-            let routing = match crate::route::Routing::generate(&st.spec, base.as_deref()) {
+            let routing = match crate::route::Routing::generate(&st.spec) {
                 Ok(r) => r,
                 Err(e) => {
                     self.err(

@@ -269,6 +269,17 @@ operating system's reason.";
     BadOverride = 1106, "bad-override", "a `--set` override that cannot be applied",
 "`--set NAME=VALUE` must name a `param` of the program (or `device.FIELD`), and the value
 must be a number.";
+    UnimplementedPolicy = 1110, "unimplemented-policy", "a `policy` the scheduler has no implementation of",
+"Policies are declared in `std::schedule` and implemented by the scheduler:
+`kernel_by_kernel`, `expert_level` and `interleaved`. A program selects one with
+`schedule = NAME { options };` (or `--policy NAME`); it cannot declare a new one, which would
+otherwise have nothing to run it.";
+    PolicyOption = 1111, "policy-option", "a policy option that has no effect, or a value out of its range",
+"Each option of a policy means something to the scheduler under that policy only
+(`priority` under `interleaved`, `aiv_fraction` under `expert_level`, ...), and its value has
+a range: `aiv_fraction` is above 0 and at most 1, `aiv_workers` is at least 0. `std::schedule`
+declares each policy's options with their defaults; the scheduler's table of what each option
+means must agree with it.";
     // ---- limits: 12xx ----
     LimitExceeded = 1201, "limit-exceeded", "the program exceeds a size limit",
 "Inputs are bounded so that no program makes the tool run out of memory or time: nesting

@@ -11,11 +11,10 @@
 //! (built from what parsed), so that the user sees our errors and not a cascade of unknown
 //! types.
 
-use crate::check::{check_parsed, check_text, Options};
+use crate::check::Options;
 use crate::diag::{Diagnostic, Label};
+use crate::driver::{check_parsed, check_text, Checked, CompileOptions};
 use crate::ir::{self, DType, Program, Value};
-use crate::lower;
-use crate::schedule::{self, Policy, PolicySpec};
 use crate::source::SourceMap;
 use crate::syntax::ast::{self, ExprKind, ItemKind, ParamType, TaskflowRet, TensorType};
 use crate::syntax::fmt::expr_text;
@@ -26,7 +25,7 @@ use crate::Code;
 use proc_macro2::{Delimiter, Group, Ident, Literal, Punct, Spacing, Span as PSpan, TokenStream, TokenTree};
 use quote::{format_ident, quote};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Programs that lower to more tasks than this are only checked at compile time.
 pub const MAX_COMPILE_TIME_TASKS: u64 = 2_000_000;
@@ -111,13 +110,14 @@ pub fn expand_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream {
         }
     }
     let dir = opts.dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
-    let program = outcome.program.filter(|_| !failed);
-    if let Some(p) = &program {
-        for d in compile_all_guarded(p, opts.dir.as_deref(), opts.max_tasks) {
+    let checked = outcome.checked.filter(|_| !failed);
+    if let Some(c) = &checked {
+        for d in compile_all_guarded(c, opts.max_tasks) {
             failed |= d.is_error();
             out.extend(emit(&d, &map, &sources));
         }
     }
+    let program = checked.map(Checked::into_program);
     let text = if failed { raw_text } else { canonical_text(raw_text) };
     let source = SourceTokens {
         name: MACRO_SOURCE_NAME.to_string(),
@@ -175,12 +175,14 @@ pub fn expand_file_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream
             }
         }
     }
-    let program = outcome.program.filter(|_| !failed);
-    if let Some(p) = &program {
-        for d in compile_all_guarded(p, Some(&dir), opts.max_tasks) {
+    let checked = outcome.checked.filter(|_| !failed);
+    if let Some(c) = &checked {
+        for d in compile_all_guarded(c, opts.max_tasks) {
             out.extend(emit(&d, &map, &sources));
         }
     }
+    let program = checked.map(Checked::into_program);
+
     let (ast, _, _) = crate::syntax::parse_text(&text, FileId(0));
     let source = SourceTokens {
         name: rel.clone(),
@@ -195,8 +197,8 @@ pub fn expand_file_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream
 
 /// [`compile_all`], turning a panic of a later stage (a bug: a checked program must lower)
 /// into a warning, so that the crate still builds; the program was checked.
-fn compile_all_guarded(program: &Program, dir: Option<&Path>, max_tasks: u64) -> Vec<Diagnostic> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_all(program, dir, max_tasks))) {
+fn compile_all_guarded(checked: &Checked, max_tasks: u64) -> Vec<Diagnostic> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_all(checked, max_tasks))) {
         Ok(ds) => ds,
         Err(e) => {
             let what = e
@@ -214,10 +216,11 @@ fn compile_all_guarded(program: &Program, dir: Option<&Path>, max_tasks: u64) ->
 
 /// Lowers, verifies and schedules every taskflow of a checked program with its declared
 /// policy, within the compile-time limits. Returns the diagnostics.
-fn compile_all(program: &Program, dir: Option<&Path>, max_tasks: u64) -> Vec<Diagnostic> {
+fn compile_all(checked: &Checked, max_tasks: u64) -> Vec<Diagnostic> {
     if max_tasks == 0 {
         return Vec::new();
     }
+    let program = checked.program();
     let entries = program
         .routes
         .iter()
@@ -227,23 +230,17 @@ fn compile_all(program: &Program, dir: Option<&Path>, max_tasks: u64) -> Vec<Dia
         return Vec::new();
     }
     let mut out = Vec::new();
-    let mut layouts: BTreeMap<bool, lower::Layouts> = BTreeMap::new();
+    let opts = CompileOptions {
+        max_tasks,
+        verify: true,
+    };
     for tf in &program.taskflows {
-        let spec = PolicySpec::from_program(program, &tf.name, Policy::Interleaved);
-        let l = match layouts.get(&spec.static_capacity) {
-            Some(l) => l.clone(),
-            None => match lower::layouts(program, spec.static_capacity, dir) {
-                Ok(l) => {
-                    layouts.insert(spec.static_capacity, l.clone());
-                    l
-                }
-                Err(d) => {
-                    out.push(d);
-                    return out;
-                }
-            },
-        };
-        match schedule::compile(program, tf, &spec, l, max_tasks, true) {
+        let spec = checked.select_policy(&tf.name, None);
+        if let Err(d) = checked.layouts(spec.static_capacity) {
+            out.push(d);
+            return out;
+        }
+        match checked.compile(tf, &spec, &opts) {
             Ok(_) => {}
             // Too large to lower while compiling: checked only.
             Err(ds) if ds.iter().any(|d| d.code == Code::LimitExceeded) => {}

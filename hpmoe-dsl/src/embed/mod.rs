@@ -17,10 +17,11 @@ mod expand;
 #[cfg(feature = "proc-macro2")]
 pub use expand::{expand, expand_file, expand_file_with, expand_with, ExpandOptions, MAX_COMPILE_TIME_TASKS};
 
-use crate::check::{check_text, Options, Override};
+use crate::check::{Options, Override};
 use crate::diag::{render_all, Diagnostic, RenderStyle};
+use crate::driver::{self, Checked, CompileOptions, Compiled};
 use crate::ir::{DType, Program, Taskflow, Value};
-use crate::schedule::{self, Compiled, Policy, PolicySpec};
+use crate::schedule::{self, Policy, PolicySpec};
 use crate::source::SourceMap;
 use std::fmt;
 use std::path::Path;
@@ -42,18 +43,18 @@ pub struct Source {
 impl Source {
     /// Checks the program with parameter (and `device.FIELD`) overrides.
     pub fn program(&self, overrides: &[Override]) -> Result<Program, Error> {
-        self.check(overrides).map(|(p, _)| p)
+        self.check(overrides).map(|(c, _)| c.into_program())
     }
 
-    fn check(&self, overrides: &[Override]) -> Result<(Program, SourceMap), Error> {
+    fn check(&self, overrides: &[Override]) -> Result<(Checked, SourceMap), Error> {
         let mut sources = SourceMap::new();
         let opts = Options {
             overrides: overrides.to_vec(),
             ..Options::default()
         };
-        let out = check_text(self.name, self.text, Some(Path::new(self.dir)), &opts, &mut sources);
-        match out.program {
-            Some(p) => Ok((p, sources)),
+        let out = driver::check_text(self.name, self.text, Some(Path::new(self.dir)), &opts, &mut sources);
+        match out.checked {
+            Some(c) => Ok((c, sources)),
             None => Err(Error {
                 diagnostics: out.diagnostics.into_vec(),
                 sources,
@@ -70,43 +71,29 @@ impl Source {
         overrides: &[Override],
         policy: Option<Policy>,
     ) -> Result<CompiledTaskflow, Error> {
-        let (program, sources) = self.check(overrides)?;
+        let (checked, sources) = self.check(overrides)?;
         let fail = |ds: Vec<Diagnostic>, sources: SourceMap| Error {
             diagnostics: ds,
             sources,
         };
-        let Some(index) = program.taskflows.iter().position(|t| t.name == taskflow) else {
+        let Some(index) = checked.program().taskflows.iter().position(|t| t.name == taskflow) else {
             let d = Diagnostic::error(
                 crate::Code::NoTaskflow,
                 format!("the program has no taskflow `{taskflow}`"),
             );
             return Err(fail(vec![d], sources));
         };
-        let spec = policy_spec(&program, taskflow, policy);
-        let layouts = match crate::lower::layouts(&program, spec.static_capacity, Some(Path::new(self.dir))) {
-            Ok(l) => l,
-            Err(d) => return Err(fail(vec![d], sources)),
-        };
-        let tf = &program.taskflows[index];
-        match schedule::compile(&program, tf, &spec, layouts, crate::lower::DEFAULT_MAX_TASKS, true) {
+        let spec = checked.select_policy(taskflow, policy);
+        let tf = &checked.program().taskflows[index];
+        match checked.compile(tf, &spec, &CompileOptions::default()) {
             Ok(compiled) => Ok(CompiledTaskflow {
-                program,
+                program: checked.into_program(),
                 index,
                 policy: spec,
                 compiled,
             }),
             Err(ds) => Err(fail(ds, sources)),
         }
-    }
-}
-
-/// The policy of a taskflow: `policy` if given (with the program's options when the program
-/// declares the same policy for it), else the declared one, else `interleaved`.
-pub fn policy_spec(program: &Program, taskflow: &str, policy: Option<Policy>) -> PolicySpec {
-    let declared = PolicySpec::from_program(program, taskflow, Policy::Interleaved);
-    match policy {
-        Some(p) if p != declared.policy => PolicySpec::new(p),
-        _ => declared,
     }
 }
 

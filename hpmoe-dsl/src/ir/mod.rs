@@ -213,10 +213,28 @@ impl RouteSpec {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RouteKind {
     Balanced,
-    Uniform { seed: u64 },
-    Zipf { s: f64, seed: u64 },
-    Hotspot { max_over_mean: f64, seed: u64 },
-    File { path: String, weights: Option<String> },
+    Uniform {
+        seed: u64,
+    },
+    Zipf {
+        s: f64,
+        seed: u64,
+    },
+    Hotspot {
+        max_over_mean: f64,
+        seed: u64,
+    },
+    /// Routing read from `.npy` files. `path` and `weights` are as written; `resolved` and
+    /// `resolved_weights` are the files they name, relative to the file that declared the
+    /// routing (the checker resolves them once).
+    File {
+        path: String,
+        weights: Option<String>,
+        #[serde(skip)]
+        resolved: std::path::PathBuf,
+        #[serde(skip)]
+        resolved_weights: Option<std::path::PathBuf>,
+    },
 }
 
 /// A value of a constant expression.
@@ -314,6 +332,15 @@ pub struct ScheduleSpec {
     pub span: Span,
 }
 
+/// A scheduling policy as the stdlib declares it: its name and every option's default
+/// (in declaration order). The checker guarantees that the name is a strategy of
+/// [`crate::policy::Policy`] and that each option has a meaning under it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyDecl {
+    pub name: String,
+    pub defaults: Vec<(String, Value)>,
+}
+
 /// A checked program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Program {
@@ -324,9 +351,15 @@ pub struct Program {
     pub ops: Vec<OpDef>,
     pub taskflows: Vec<Taskflow>,
     pub schedules: Vec<ScheduleSpec>,
+    /// The policies in scope (`std::schedule`), with their declared defaults.
+    pub policies: Vec<PolicyDecl>,
 }
 
 impl Program {
+    /// The declaration of a policy.
+    pub fn policy_decl(&self, name: &str) -> Option<&PolicyDecl> {
+        self.policies.iter().find(|p| p.name == name)
+    }
     pub fn route(&self, id: RouteId) -> &RouteSpec {
         &self.routes[id.0 as usize]
     }

@@ -173,7 +173,7 @@ mod tests {
             capacity: 0,
             span: Default::default(),
         };
-        Routing::generate(&spec, None).unwrap()
+        Routing::generate(&spec).unwrap()
     }
 
     #[test]

@@ -19,7 +19,6 @@ pub use regions::{Access, Region, MAX_DIMS};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{self, Dim, Engine, Program, RouteId, Target, Taskflow, VarKind, VarRange};
 use crate::route::Routing;
-use std::path::Path;
 
 /// The default task limit: about 4 GiB of task graph on a machine of 24 GiB.
 pub const DEFAULT_MAX_TASKS: u64 = 50_000_000;
@@ -279,14 +278,14 @@ impl TaskGraph {
 }
 
 /// Materialises the routings a taskflow uses.
-pub fn layouts(program: &Program, static_capacity: bool, base: Option<&Path>) -> Result<Layouts, Diagnostic> {
+pub fn layouts(program: &Program, static_capacity: bool) -> Result<Layouts, Diagnostic> {
     let mut out = Vec::new();
     for spec in &program.routes {
         if spec.tokens == 0 {
             out.push(None);
             continue;
         }
-        let r = Routing::generate(spec, base).map_err(|e| {
+        let r = Routing::generate(spec).map_err(|e| {
             Diagnostic::error(Code::BadRouting, format!("routing `{}`: {e}", spec.name))
                 .primary(spec.span, "cannot be generated")
         })?;

@@ -93,9 +93,8 @@ impl Routing {
         c
     }
 
-    /// Generates the routing of a spec. `base` is the directory `file(...)` paths are
-    /// relative to.
-    pub fn generate(spec: &RouteSpec, base: Option<&Path>) -> Result<Routing, String> {
+    /// Generates the routing of a spec (`file(...)` paths were resolved by the checker).
+    pub fn generate(spec: &RouteSpec) -> Result<Routing, String> {
         let ranks = spec.ranks as usize;
         let tokens = spec.tokens as usize;
         let topk = spec.topk as usize;
@@ -172,8 +171,13 @@ impl Routing {
                     }
                 }
             }
-            RouteKind::File { path, weights } => {
-                r.fill_file(path, weights.as_deref(), base)?;
+            RouteKind::File {
+                path,
+                weights,
+                resolved,
+                resolved_weights,
+            } => {
+                r.fill_file(path, resolved, weights.as_deref().zip(resolved_weights.as_deref()))?;
             }
         }
         let has_file_weights = matches!(&spec.kind, RouteKind::File { weights: Some(_), .. });
@@ -257,9 +261,10 @@ impl Routing {
         }
     }
 
-    fn fill_file(&mut self, path: &str, weights: Option<&str>, base: Option<&Path>) -> Result<(), String> {
-        let p = base.map_or_else(|| Path::new(path).to_path_buf(), |b| b.join(path));
-        let a = crate::npy::read(&p).map_err(|e| format!("`{path}`: {e}"))?;
+    /// Fills the choices from `resolved` (shown as `path`) and the weights from the second
+    /// file of `weights` (shown as the first).
+    fn fill_file(&mut self, path: &str, resolved: &Path, weights: Option<(&str, &Path)>) -> Result<(), String> {
+        let a = crate::npy::read(resolved).map_err(|e| format!("`{path}`: {e}"))?;
         let want = vec![self.ranks, self.tokens, self.topk];
         if a.shape.len() != 3 || a.shape[0] != self.ranks || a.shape[1] != self.tokens {
             return Err(format!(
@@ -298,9 +303,8 @@ impl Routing {
                 }
             }
         }
-        if let Some(wp) = weights {
-            let p = base.map_or_else(|| Path::new(wp).to_path_buf(), |b| b.join(wp));
-            let w = crate::npy::read(&p).map_err(|e| format!("`{wp}`: {e}"))?;
+        if let Some((wp, p)) = weights {
+            let w = crate::npy::read(p).map_err(|e| format!("`{wp}`: {e}"))?;
             if w.shape != want {
                 return Err(format!("`{wp}` has shape {:?}, expected {:?}", w.shape, want));
             }
@@ -336,7 +340,7 @@ mod tests {
 
     #[test]
     fn balanced_is_balanced() {
-        let r = Routing::generate(&spec(RouteKind::Balanced, 4, 64, 16, 4), None).unwrap();
+        let r = Routing::generate(&spec(RouteKind::Balanced, 4, 64, 16, 4)).unwrap();
         assert!(r.expert_counts().iter().all(|&c| c == 4 * 64 * 4 / 16));
         assert!(r.recv_counts().iter().all(|&c| c == 64 * 4));
     }
@@ -351,7 +355,7 @@ mod tests {
                 seed: 3,
             },
         ] {
-            let r = Routing::generate(&spec(kind, 4, 50, 16, 4), None).unwrap();
+            let r = Routing::generate(&spec(kind, 4, 50, 16, 4)).unwrap();
             for tok in 0..4 * 50 {
                 let c = &r.expert[tok * 4..tok * 4 + 4];
                 for j in 0..4 {
@@ -365,19 +369,16 @@ mod tests {
 
     #[test]
     fn hotspot_reaches_its_factor() {
-        let r = Routing::generate(
-            &spec(
-                RouteKind::Hotspot {
-                    max_over_mean: 2.5,
-                    seed: 1,
-                },
-                8,
-                1000,
-                64,
-                8,
-            ),
-            None,
-        )
+        let r = Routing::generate(&spec(
+            RouteKind::Hotspot {
+                max_over_mean: 2.5,
+                seed: 1,
+            },
+            8,
+            1000,
+            64,
+            8,
+        ))
         .unwrap();
         let c = r.recv_counts();
         let mean = c.iter().sum::<u64>() as f64 / c.len() as f64;
@@ -387,8 +388,8 @@ mod tests {
 
     #[test]
     fn deterministic() {
-        let a = Routing::generate(&spec(RouteKind::Zipf { s: 1.0, seed: 7 }, 2, 100, 8, 2), None).unwrap();
-        let b = Routing::generate(&spec(RouteKind::Zipf { s: 1.0, seed: 7 }, 2, 100, 8, 2), None).unwrap();
+        let a = Routing::generate(&spec(RouteKind::Zipf { s: 1.0, seed: 7 }, 2, 100, 8, 2)).unwrap();
+        let b = Routing::generate(&spec(RouteKind::Zipf { s: 1.0, seed: 7 }, 2, 100, 8, 2)).unwrap();
         assert_eq!(a, b);
     }
 }

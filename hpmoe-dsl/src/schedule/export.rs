@@ -196,27 +196,32 @@ pub fn summary_text(program: &Program, tf: &Taskflow, g: &TaskGraph, s: Option<&
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::{check_text, Options};
-    use crate::schedule::{compile, Policy, PolicySpec};
+    use crate::check::Options;
+    use crate::driver::{check_text, CompileOptions};
+    use crate::schedule::Policy;
 
     /// The streamed JSON is byte for byte the serialised tree, for every policy.
     #[test]
     fn streamed_json_equals_the_tree() {
         let src = include_str!("../../../tests/ok/moe_backward.hpm");
         let mut sources = crate::SourceMap::new();
-        let p = check_text("moe_backward.hpm", src, None, &Options::default(), &mut sources)
-            .program
+        let checked = check_text("moe_backward.hpm", src, None, &Options::default(), &mut sources)
+            .checked
             .expect("checks");
+        let p = checked.program();
         for pol in Policy::all() {
-            let spec = PolicySpec::new(pol);
-            let layouts = crate::lower::layouts(&p, spec.static_capacity, None).expect("routings");
+            let spec = checked.select_policy(&p.taskflows[0].name, Some(pol));
             let tf = &p.taskflows[0];
-            let c = compile(&p, tf, &spec, layouts, 1 << 20, true).expect("compiles");
+            let opts = CompileOptions {
+                max_tasks: 1 << 20,
+                verify: true,
+            };
+            let c = checked.compile(tf, &spec, &opts).expect("compiles");
             let mut a = Vec::new();
-            write_tasks_json(&mut a, &p, tf, &c.graph).unwrap();
+            write_tasks_json(&mut a, p, tf, &c.graph).unwrap();
             assert_eq!(
                 a,
-                serde_json::to_vec(&tasks_json(&p, tf, &c.graph)).unwrap(),
+                serde_json::to_vec(&tasks_json(p, tf, &c.graph)).unwrap(),
                 "{}",
                 pol.name()
             );

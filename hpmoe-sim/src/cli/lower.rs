@@ -2,9 +2,9 @@
 
 use super::{style, Format, LowerCli};
 use hpmoe_dsl::diag::{self, Diagnostic};
-use hpmoe_dsl::ir::Program;
-use hpmoe_dsl::schedule::{self, Policy, PolicySpec};
-use hpmoe_dsl::{Code, SourceMap};
+use hpmoe_dsl::driver::{Checked, CompileOptions};
+use hpmoe_dsl::schedule;
+use hpmoe_dsl::SourceMap;
 
 fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
     match format {
@@ -16,51 +16,8 @@ fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
     }
 }
 
-/// The policy for a taskflow: `--policy`, else the program's schedule, else interleaved.
-pub(crate) fn policy_for(p: &Program, taskflow: &str, cli: Option<&str>) -> Result<PolicySpec, Diagnostic> {
-    match cli {
-        Some(name) => match Policy::parse(name) {
-            Some(pol) => {
-                // Options written in the program apply when it selects the same policy.
-                let from = PolicySpec::from_program(p, taskflow, pol);
-                Ok(if from.policy == pol { from } else { PolicySpec::new(pol) })
-            }
-            None => {
-                let names: Vec<&str> = Policy::all().iter().map(|p| p.name()).collect();
-                let mut d = Diagnostic::error(Code::UnknownPolicy, format!("unknown policy `{name}`"));
-                d = match hpmoe_dsl::suggest::closest(name, names.iter().copied()) {
-                    Some(b) => d.help(format!("did you mean `{b}`?")),
-                    None => d.help(format!("the policies are: {}", names.join(", "))),
-                };
-                Err(d)
-            }
-        },
-        None => Ok(PolicySpec::from_program(p, taskflow, Policy::Interleaved)),
-    }
-}
-
-fn selected<'p>(p: &'p Program, o: &LowerCli) -> Result<Vec<&'p hpmoe_dsl::ir::Taskflow>, Diagnostic> {
-    match o.taskflow {
-        Some(name) => match p.taskflow(name) {
-            Some(t) => Ok(vec![t]),
-            None => {
-                let names: Vec<&str> = p.taskflows.iter().map(|t| t.name.as_str()).collect();
-                let mut d = Diagnostic::error(Code::NoTaskflow, format!("no taskflow `{name}`"));
-                if let Some(b) = hpmoe_dsl::suggest::closest(name, names.iter().copied()) {
-                    d = d.help(format!("did you mean `{b}`?"));
-                } else {
-                    d = d.help(format!("the taskflows are: {}", names.join(", ")));
-                }
-                Err(d)
-            }
-        },
-        None => Ok(p.taskflows.iter().collect()),
-    }
-}
-
-pub(crate) fn routing(p: &Program, o: &LowerCli, sources: &SourceMap) -> i32 {
-    let base = o.file.parent();
-    let layouts = match hpmoe_dsl::lower::layouts(p, false, base) {
+pub(crate) fn routing(p: &Checked, o: &LowerCli, sources: &SourceMap) -> i32 {
+    let layouts = match p.layouts(false) {
         Ok(l) => l,
         Err(d) => {
             print_diags(&[d], sources, o.format);
@@ -120,8 +77,8 @@ pub(crate) fn routing(p: &Program, o: &LowerCli, sources: &SourceMap) -> i32 {
     0
 }
 
-pub(crate) fn tasks(p: &Program, o: &LowerCli, sources: &SourceMap, with_schedule: bool) -> i32 {
-    let tfs = match selected(p, o) {
+pub(crate) fn tasks(p: &Checked, o: &LowerCli, sources: &SourceMap, with_schedule: bool) -> i32 {
+    let tfs = match p.select_taskflows(o.taskflow) {
         Ok(t) => t,
         Err(d) => {
             print_diags(&[d], sources, o.format);
@@ -131,21 +88,22 @@ pub(crate) fn tasks(p: &Program, o: &LowerCli, sources: &SourceMap, with_schedul
     // JSON is streamed once every taskflow compiled, so a failure prints no partial output.
     let mut compiled = Vec::new();
     for tf in tfs {
-        let spec = match policy_for(p, &tf.name, o.policy) {
+        let spec = match p.policy(&tf.name, o.policy) {
             Ok(s) => s,
             Err(d) => {
                 print_diags(&[d], sources, o.format);
                 return 2;
             }
         };
-        let layouts = match hpmoe_dsl::lower::layouts(p, spec.static_capacity, o.file.parent()) {
-            Ok(l) => l,
-            Err(d) => {
-                print_diags(&[d], sources, o.format);
-                return 1;
-            }
+        if let Err(d) = p.layouts(spec.static_capacity) {
+            print_diags(&[d], sources, o.format);
+            return 1;
+        }
+        let opts = CompileOptions {
+            max_tasks: o.max_tasks,
+            verify: o.verify,
         };
-        let c = match schedule::compile(p, tf, &spec, layouts, o.max_tasks, o.verify) {
+        let c = match p.compile(tf, &spec, &opts) {
             Ok(c) => c,
             Err(ds) => {
                 print_diags(&ds, sources, o.format);

@@ -5,7 +5,7 @@
 //! `scale.rs` (`hpmoe scale`), `sweep.rs` (`hpmoe sweep`).
 
 use clap::{Parser, Subcommand, ValueEnum};
-use hpmoe_dsl::check::{self, Options, Override};
+use hpmoe_dsl::check::{Options, Override};
 use hpmoe_dsl::diag::{self, RenderStyle};
 use hpmoe_dsl::SourceMap;
 use std::io::{IsTerminal, Write};
@@ -18,7 +18,6 @@ mod sweep;
 
 /// Options of `hpmoe lower` past checking.
 pub(crate) struct LowerCli<'a> {
-    pub file: &'a std::path::Path,
     pub format: Format,
     pub policy: Option<&'a str>,
     pub taskflow: Option<&'a str>,
@@ -301,7 +300,7 @@ pub(crate) fn checked(
     file: &std::path::Path,
     prog: &ProgramArgs,
     format: Format,
-) -> Result<(hpmoe_dsl::ir::Program, SourceMap), i32> {
+) -> Result<(hpmoe_dsl::driver::Checked, SourceMap), i32> {
     let overrides = match parse_overrides(&prog.set) {
         Ok(o) => o,
         Err(e) => {
@@ -315,7 +314,7 @@ pub(crate) fn checked(
         routing: prog.routing.clone(),
     };
     let mut sources = SourceMap::new();
-    let outcome = check::check_path(file, &opts, &mut sources);
+    let outcome = hpmoe_dsl::driver::check_path(file, &opts, &mut sources);
     let ds = outcome.diagnostics;
     match format {
         Format::Human => {
@@ -324,13 +323,13 @@ pub(crate) fn checked(
             }
         }
         Format::Json => {
-            if outcome.program.is_none() {
+            if outcome.checked.is_none() {
                 let list: Vec<_> = ds.as_slice().iter().map(|d| diag::to_json(d, &sources)).collect();
                 println!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
             }
         }
     }
-    match outcome.program {
+    match outcome.checked {
         Some(p) => Ok((p, sources)),
         None => Err(1),
     }
@@ -372,7 +371,6 @@ fn run(cmd: Command) -> i32 {
         } => match checked(&file, &prog, format) {
             Ok((p, sources)) => {
                 let opts = LowerCli {
-                    file: &file,
                     format,
                     policy: policy.as_deref(),
                     taskflow: taskflow.as_deref(),

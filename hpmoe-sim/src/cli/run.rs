@@ -2,13 +2,12 @@
 //! scheduled and simulated, and a report (tables or JSON), optionally a comparison of two
 //! policies, a Chrome trace and a Gantt chart come out.
 
-use super::lower::policy_for;
 use super::{checked, style, usage, Format, ProgramArgs};
-use crate::model::DeviceModel;
 use crate::report::{Comparison, Report};
-use crate::sim::{self, SimOptions, Workload};
+use crate::sim::SimOptions;
 use crate::trace::{self, Filter, Run};
 use hpmoe_dsl::diag::{self, Diagnostic};
+use hpmoe_dsl::driver::{Checked, CompileOptions};
 use hpmoe_dsl::ir::{Program, Taskflow};
 use hpmoe_dsl::schedule;
 use hpmoe_dsl::timing::Clock;
@@ -44,24 +43,6 @@ fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
         Format::Json => {
             let list: Vec<_> = ds.iter().map(|d| diag::to_json(d, sources)).collect();
             println!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
-        }
-    }
-}
-
-/// The taskflows to run: `--taskflow`, else all.
-fn selected<'p>(p: &'p Program, name: Option<&str>) -> Result<Vec<&'p Taskflow>, Diagnostic> {
-    let Some(name) = name else {
-        return Ok(p.taskflows.iter().collect());
-    };
-    match p.taskflow(name) {
-        Some(t) => Ok(vec![t]),
-        None => {
-            let names: Vec<&str> = p.taskflows.iter().map(|t| t.name.as_str()).collect();
-            let d = Diagnostic::error(Code::NoTaskflow, format!("no taskflow `{name}`"));
-            Err(match hpmoe_dsl::suggest::closest(name, names.iter().copied()) {
-                Some(b) => d.help(format!("did you mean `{b}`?")),
-                None => d.help(format!("the taskflows are: {}", names.join(", "))),
-            })
         }
     }
 }
@@ -187,7 +168,6 @@ struct Job<'p> {
     /// The policy asked for (`None`: the program's).
     policy: Option<&'p str>,
     spec: schedule::PolicySpec,
-    layouts: hpmoe_dsl::lower::Layouts,
     /// Write the trace and chart of this job.
     outputs: bool,
 }
@@ -195,28 +175,24 @@ struct Job<'p> {
 /// Lowers, schedules and simulates a taskflow under a policy; writes the trace and chart if
 /// asked. Prints nothing but notes of the trace and chart: failures are returned, so jobs can
 /// run side by side and still report in order.
-fn one(p: &Program, job: &Job, o: &RunCli, outputs: Option<&Filter>) -> Result<Done, Failure> {
+fn one(checked: &Checked, job: &Job, o: &RunCli, outputs: Option<&Filter>) -> Result<Done, Failure> {
+    let p: &Program = checked;
     let tf = job.tf;
     let policy = job.policy;
     let mut clock = Clock::new();
-    let c = schedule::compile_timed(p, tf, &job.spec, job.layouts.clone(), o.max_tasks, o.verify, &mut clock)
-        .map_err(|diags| Failure { diags, code: 1 })?;
+    let copts = CompileOptions {
+        max_tasks: o.max_tasks,
+        verify: o.verify,
+    };
     let opts = SimOptions {
         record_bandwidth: outputs.is_some() && o.trace.is_some(),
     };
-    let model = DeviceModel::new(&p.device).map_err(|msg| Failure::new(Diagnostic::error(Code::BadOverride, msg)))?;
-    let workload = Workload::new(p, tf, &c.graph, &c.schedule, &model);
-    clock.lap("prepare");
-    let result = sim::simulate(&workload, &c.schedule, &model, opts)
-        .map_err(|st| Failure::new(sim::stall_diagnostic(p, tf, &c.graph, &c.schedule, &st)))?;
-    clock.lap("simulate");
-    let simd = sim::Simulated {
-        model,
-        workload,
-        result,
-    };
-    let report = Report::new(p, tf, &c.graph, &c.schedule, &simd.workload, &simd.model, &simd.result);
-    clock.lap("report");
+    let crate::pipeline::Ran {
+        compiled: c,
+        simulated: simd,
+        report,
+    } = crate::pipeline::run(checked, tf, &job.spec, &copts, opts, &mut clock)
+        .map_err(|diags| Failure { diags, code: 1 })?;
     // Numerics run the tasks in the order the simulation started them.
     let numerics = match (
         &o.numerics,
@@ -329,7 +305,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             ));
         }
     }
-    let tfs = match selected(&p, o.taskflow) {
+    let tfs = match p.select_taskflows(o.taskflow) {
         Ok(t) => t,
         Err(d) => {
             print_diags(&[d], &sources, o.format);
@@ -356,36 +332,25 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     }
     // The jobs: every taskflow under --policy, then under --compare. The routings depend
     // only on the program and the capacity mode, so jobs share their materialisation.
-    let mut layouts_cache: Vec<(bool, hpmoe_dsl::lower::Layouts)> = Vec::new();
     let mut jobs: Vec<Job> = Vec::new();
     for (i, tf) in tfs.iter().enumerate() {
         let main = (o.policy, wants_outputs && i == 0);
         for (policy, outputs) in std::iter::once(main).chain(o.compare.map(|c| (Some(c), false))) {
-            let spec = match policy_for(&p, &tf.name, policy) {
+            let spec = match p.policy(&tf.name, policy) {
                 Ok(s) => s,
                 Err(d) => {
                     print_diags(&[d], &sources, o.format);
                     return 2;
                 }
             };
-            let layouts = match layouts_cache.iter().find(|(sc, _)| *sc == spec.static_capacity) {
-                Some((_, l)) => l.clone(),
-                None => match hpmoe_dsl::lower::layouts(&p, spec.static_capacity, o.file.parent()) {
-                    Ok(l) => {
-                        layouts_cache.push((spec.static_capacity, l.clone()));
-                        l
-                    }
-                    Err(d) => {
-                        print_diags(&[d], &sources, o.format);
-                        return 1;
-                    }
-                },
-            };
+            if let Err(d) = p.layouts(spec.static_capacity) {
+                print_diags(&[d], &sources, o.format);
+                return 1;
+            }
             jobs.push(Job {
                 tf,
                 policy,
                 spec,
-                layouts,
                 outputs,
             });
         }

@@ -56,6 +56,9 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
             }
         }
     }
+    if let Err(e) = crate::sweep::check_schedule_axes(&axes, &policies) {
+        return usage(format!("--vary {e}"));
+    }
     for s in &o.prog.set {
         if let Err(e) = Override::parse(s) {
             return usage(format!("--set {e}"));

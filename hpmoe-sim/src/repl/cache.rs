@@ -13,19 +13,18 @@
 use super::session::Session;
 use crate::report::Report;
 use crate::sim::{self, SimError, SimOptions, Simulated};
-use hpmoe_dsl::check::{self, Options, Override};
+use hpmoe_dsl::check::{Options, Override};
 use hpmoe_dsl::diag::{self, Diagnostic};
-use hpmoe_dsl::ir::{Program, RouteSpec, Taskflow};
+use hpmoe_dsl::driver::{CompileOptions, Compiled};
+use hpmoe_dsl::ir::Taskflow;
 use hpmoe_dsl::lower::{Csr, Layouts};
-use hpmoe_dsl::schedule::{self, Compiled, PolicySpec};
+use hpmoe_dsl::schedule::{self, PolicySpec};
 use hpmoe_dsl::{Code, SourceMap};
 use std::cell::OnceCell;
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 const CHECKS: usize = 8;
-const LAYOUTS: usize = 4;
 const COMPILED: usize = 6;
 const SIMS: usize = 4;
 
@@ -43,19 +42,11 @@ pub(crate) struct CheckKey {
 pub(crate) struct Checked {
     pub id: u64,
     pub key: CheckKey,
-    pub program: Option<Rc<Program>>,
+    pub program: Option<Rc<hpmoe_dsl::driver::Checked>>,
     pub sources: Rc<SourceMap>,
     /// Errors and warnings, sorted.
     pub diags: Vec<Diagnostic>,
     pub dropped: usize,
-}
-
-#[derive(Debug)]
-struct LayoutEntry {
-    routes: Vec<RouteSpec>,
-    static_capacity: bool,
-    base: Option<PathBuf>,
-    result: Result<Layouts, Diagnostic>,
 }
 
 /// A compiled taskflow under a policy.
@@ -109,7 +100,6 @@ struct SimEntry {
 pub(crate) struct Cache {
     next_id: u64,
     checks: Vec<Rc<Checked>>,
-    layouts: Vec<Rc<LayoutEntry>>,
     compiled: Vec<Rc<CompiledEntry>>,
     sims: Vec<Rc<SimEntry>>,
 }
@@ -134,7 +124,6 @@ impl Cache {
     }
     pub fn clear(&mut self) {
         self.checks.clear();
-        self.layouts.clear();
         self.compiled.clear();
         self.sims.clear();
     }
@@ -177,17 +166,17 @@ impl Session {
         let mut sources = SourceMap::new();
         let (name, path) = self.source_name();
         let file = sources.add(name, path, Rc::clone(&key.text).to_string());
-        let outcome = check::check_file(file, &opts, &mut sources);
+        let outcome = hpmoe_dsl::driver::check_file(file, &opts, &mut sources);
         let dropped = outcome.diagnostics.dropped();
         let diags = outcome.diagnostics.into_vec();
-        let program = outcome.program;
+        let program = outcome.checked;
         // A program equal to one checked before (a setting changed back, an unused item
         // added at the end) keeps its id, so what was compiled from it is found again.
         let same = program.as_ref().and_then(|p| {
             self.cache
                 .checks
                 .iter()
-                .find(|c| c.program.as_deref() == Some(p))
+                .find(|c| c.program.as_deref().map(|q| q.program()) == Some(p.program()))
                 .map(|c| c.id)
         });
         let id = same.unwrap_or_else(|| self.cache.id());
@@ -223,34 +212,27 @@ impl Session {
         Ok(c)
     }
 
-    /// The routings materialised for a policy's capacity mode (cached by the routings).
+    /// The routings materialised for a policy's capacity mode (computed once per program,
+    /// shared with an earlier program of the same routings).
     fn layouts(&mut self, c: &Checked, static_capacity: bool) -> Result<Layouts, ()> {
         let Some(p) = c.program.as_deref() else { return Err(()) };
-        let base = self.file.as_ref().and_then(|f| f.parent().map(|d| d.to_path_buf()));
-        let hit = lookup(&mut self.cache.layouts, |e| {
-            e.routes == p.routes && e.static_capacity == static_capacity && e.base == base
-        });
-        let e = match hit {
-            Some(e) => {
-                self.stage("routing", None);
-                e
+        if !p.has_layouts(static_capacity) {
+            // Another program of the session may have materialised the same routings since.
+            for prev in self.cache.checks.iter().filter_map(|c| c.program.as_deref()) {
+                p.share_layouts(prev);
             }
-            None => {
-                let t0 = Instant::now();
-                let result = hpmoe_dsl::lower::layouts(p, static_capacity, base.as_deref());
-                let e = Rc::new(LayoutEntry {
-                    routes: p.routes.clone(),
-                    static_capacity,
-                    base,
-                    result,
-                });
-                self.stage("routing", Some(t0.elapsed()));
-                insert(&mut self.cache.layouts, Rc::clone(&e), LAYOUTS);
-                e
-            }
+        }
+        let result = if p.has_layouts(static_capacity) {
+            self.stage("routing", None);
+            p.layouts(static_capacity)
+        } else {
+            let t0 = Instant::now();
+            let result = p.layouts(static_capacity);
+            self.stage("routing", Some(t0.elapsed()));
+            result
         };
-        match &e.result {
-            Ok(l) => Ok(Layouts::clone(l)),
+        match result {
+            Ok(l) => Ok(l),
             Err(d) => {
                 let d = d.clone();
                 self.diagnostics(&[d], 0, &c.sources);
@@ -272,10 +254,9 @@ impl Session {
                 e
             }
             None => {
-                let layouts = self.layouts(c, spec.static_capacity)?;
+                self.layouts(c, spec.static_capacity)?;
                 let t0 = Instant::now();
-                let result =
-                    schedule::compile(&p, tf, spec, layouts, hpmoe_dsl::lower::DEFAULT_MAX_TASKS, true).map(Rc::new);
+                let result = p.compile(tf, spec, &CompileOptions::default()).map(Rc::new);
                 let id = self.cache.id();
                 let e = Rc::new(CompiledEntry {
                     id,

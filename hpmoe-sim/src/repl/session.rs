@@ -537,7 +537,7 @@ impl Session {
     }
 
     /// The program as it checks now, if it does (cached; no output).
-    pub fn current_program(&mut self) -> Option<Rc<Program>> {
+    pub fn current_program(&mut self) -> Option<Rc<hpmoe_dsl::driver::Checked>> {
         if self.buffer.trim().is_empty() && self.file.is_none() {
             return None;
         }
@@ -620,18 +620,8 @@ impl Session {
     /// The policy spec for a taskflow: `explicit`, else the session's policy, else the
     /// program's schedule, else interleaved. Options written in the program apply when it
     /// selects the same policy.
-    pub fn spec_for(&self, p: &Program, tf: &str, explicit: Option<Policy>) -> PolicySpec {
-        match explicit.or(self.settings.policy) {
-            Some(pol) => {
-                let from = PolicySpec::from_program(p, tf, pol);
-                if from.policy == pol {
-                    from
-                } else {
-                    PolicySpec::new(pol)
-                }
-            }
-            None => PolicySpec::from_program(p, tf, Policy::Interleaved),
-        }
+    pub fn spec_for(&self, p: &hpmoe_dsl::driver::Checked, tf: &str, explicit: Option<Policy>) -> PolicySpec {
+        p.select_policy(tf, explicit.or(self.settings.policy))
     }
 
     /// The taskflows to run: the one set with `:set taskflow`, else all.
@@ -942,9 +932,9 @@ impl Session {
 #[derive(Debug)]
 pub(crate) struct View {
     pub checked: Rc<Checked>,
-    pub program: Rc<Program>,
+    pub program: Rc<hpmoe_dsl::driver::Checked>,
     pub tf: usize,
-    pub compiled: Rc<hpmoe_dsl::schedule::Compiled>,
+    pub compiled: Rc<hpmoe_dsl::driver::Compiled>,
     pub spec: PolicySpec,
     pub entry: Rc<CompiledEntry>,
     pub sim: Option<Rc<SimRun>>,
@@ -954,7 +944,7 @@ impl View {
     pub fn taskflow(&self) -> &Taskflow {
         &self.program.taskflows[self.tf]
     }
-    pub fn compiled(&self) -> &hpmoe_dsl::schedule::Compiled {
+    pub fn compiled(&self) -> &hpmoe_dsl::driver::Compiled {
         &self.compiled
     }
     pub fn spec(&self) -> &PolicySpec {

@@ -823,7 +823,7 @@ pub struct Simulated {
 pub fn simulate_compiled(
     program: &hpmoe_dsl::ir::Program,
     tf: &hpmoe_dsl::ir::Taskflow,
-    c: &hpmoe_dsl::schedule::Compiled,
+    c: &hpmoe_dsl::driver::Compiled,
     opts: SimOptions,
 ) -> Result<Simulated, SimError> {
     let model = DeviceModel::new(&program.device).map_err(SimError::Model)?;

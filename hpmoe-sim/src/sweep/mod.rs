@@ -14,9 +14,10 @@ pub mod svg;
 
 use crate::report::Report;
 use crate::sim::{self, SimError, SimOptions};
-use hpmoe_dsl::check::{self, Options, Override};
-use hpmoe_dsl::ir::{Program, Value};
-use hpmoe_dsl::schedule::{self, Policy, PolicySpec};
+use hpmoe_dsl::check::{Options, Override};
+use hpmoe_dsl::driver::{Checked, CompileOptions};
+use hpmoe_dsl::ir::Value;
+use hpmoe_dsl::schedule::Policy;
 use hpmoe_dsl::SourceMap;
 use rayon::prelude::*;
 use serde_json::{json, Value as J};
@@ -24,16 +25,35 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-/// The policy options a `schedule.OPTION` axis may vary (`std::schedule`).
-pub const SCHEDULE_OPTIONS: [&str; 7] = [
-    "priority",
-    "ratr",
-    "aiv_workers",
-    "interleave_backward",
-    "static_capacity",
-    "aiv_fraction",
-    "launch_overhead",
-];
+/// The policy options a `schedule.OPTION` axis may vary: every option the scheduler gives a
+/// meaning to ([`hpmoe_dsl::policy::OPTIONS`]).
+pub fn schedule_options() -> Vec<&'static str> {
+    hpmoe_dsl::policy::OPTIONS.iter().map(|o| o.name).collect()
+}
+
+/// Checks that some swept policy takes each `schedule.OPTION` axis. A policy that does not
+/// take an option runs as it is at every value of that axis (so a baseline such as
+/// `kernel_by_kernel` stays the same baseline across the axis).
+pub fn check_schedule_axes(axes: &[Axis], policies: &[Policy]) -> Result<(), String> {
+    for a in axes {
+        let AxisKind::Schedule(opt) = &a.kind else {
+            continue;
+        };
+        let Some(def) = hpmoe_dsl::policy::option(opt) else {
+            continue;
+        };
+        if !policies.iter().any(|p| def.under.contains(p)) {
+            let with: Vec<&str> = def.under.iter().map(|p| p.name()).collect();
+            let swept: Vec<&str> = policies.iter().map(|p| p.name()).collect();
+            return Err(format!(
+                "schedule option `{opt}` has no effect under {}; it is an option of {} (choose one with --policy)",
+                swept.join(", "),
+                with.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// What an axis changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,10 +122,10 @@ impl Axis {
             "device" => AxisKind::Device,
             _ => match name.strip_prefix("schedule.") {
                 Some(opt) => {
-                    if !SCHEDULE_OPTIONS.contains(&opt) {
+                    if hpmoe_dsl::policy::option(opt).is_none() {
                         return Err(format!(
                             "unknown schedule option `{opt}`; the options are: {}",
-                            SCHEDULE_OPTIONS.join(", ")
+                            schedule_options().join(", ")
                         ));
                     }
                     AxisKind::Schedule(opt.to_string())
@@ -243,10 +263,12 @@ fn first_message(ds: &[hpmoe_dsl::diag::Diagnostic]) -> String {
 }
 
 fn option_value(opt: &str, v: &str) -> Value {
+    let float =
+        hpmoe_dsl::policy::option(opt).is_some_and(|o| matches!(o.ty, hpmoe_dsl::policy::OptionType::Float { .. }));
     match v {
         "true" => Value::Bool(true),
         "false" => Value::Bool(false),
-        _ if opt == "aiv_fraction" => v.parse::<f64>().map(Value::Float).unwrap_or(Value::Name(v.to_string())),
+        _ if float => v.parse::<f64>().map(Value::Float).unwrap_or(Value::Name(v.to_string())),
         _ => match v.parse::<i64>() {
             Ok(i) => Value::Int(i),
             Err(_) => Value::Name(v.to_string()),
@@ -311,8 +333,8 @@ impl Sweep {
             routing,
         };
         let mut sources = SourceMap::new();
-        let outcome = check::check_path(&self.file, &opts, &mut sources);
-        let Some(p) = outcome.program else {
+        let outcome = hpmoe_dsl::driver::check_path(&self.file, &opts, &mut sources);
+        let Some(p) = outcome.checked else {
             return (String::new(), Err(first_message(outcome.diagnostics.as_slice())));
         };
         let tf = match &self.taskflow {
@@ -331,22 +353,25 @@ impl Sweep {
 
     fn simulate_taskflow(
         &self,
-        p: &Program,
+        p: &Checked,
         tf: &hpmoe_dsl::ir::Taskflow,
         policy: Policy,
         sched: &BTreeMap<String, Value>,
     ) -> Result<Metrics, String> {
         // As `hpmoe run --policy`: the program's options apply when it selects this policy.
-        let from = PolicySpec::from_program(p, &tf.name, policy);
-        let mut spec = if from.policy == policy {
-            from
-        } else {
-            PolicySpec::new(policy)
+        let mut spec = p.select_policy(&tf.name, Some(policy));
+        // Options this policy does not take leave it as it is (see `check_schedule_axes`).
+        let taken: BTreeMap<String, Value> = sched
+            .iter()
+            .filter(|(k, _)| hpmoe_dsl::policy::option(k).is_some_and(|o| o.under.contains(&policy)))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        spec.apply(p, &taken)?;
+        let opts = CompileOptions {
+            max_tasks: self.max_tasks,
+            verify: true,
         };
-        spec.apply(sched);
-        let layouts =
-            hpmoe_dsl::lower::layouts(p, spec.static_capacity, self.file.parent()).map_err(|d| first_message(&[d]))?;
-        let c = schedule::compile(p, tf, &spec, layouts, self.max_tasks, true).map_err(|ds| first_message(&ds))?;
+        let c = p.compile(tf, &spec, &opts).map_err(|ds| first_message(&ds))?;
         let simd = match sim::simulate_compiled(
             p,
             tf,

@@ -1,0 +1,258 @@
+//! The compiler driver: the one owner of the order of the stages and of their results.
+//!
+//! In: a program (a file on disk, a text, or a source the `taskflow!` macro parsed) and the
+//! check options (`--set` overrides, `--device`, `--routing`). Out, stage by stage, values
+//! that only this module builds:
+//!
+//! 1. [`Checked`] ([`check_path`], [`check_text`], [`check_file`], [`check_parsed`]): the
+//!    checked program. Loading resolves every path once, relative to the file that names it
+//!    (imports, `file(...)` routings), so no later stage needs a base directory.
+//! 2. Routings and receive-window layouts ([`Checked::layouts`]): materialised once per
+//!    capacity mode (exact or static worst case) and shared by every taskflow and policy.
+//! 3. The policy of a taskflow ([`Checked::policy`], [`Checked::select_policy`]): one
+//!    resolution of `--policy`, the program's `schedule` and the stdlib's defaults.
+//! 4. [`Compiled`] ([`Checked::compile`]): the taskflow lowered, its task graph verified,
+//!    scheduled, and the schedule verified.
+//!
+//! The simulator's stages (prepare, simulate, report) continue from a [`Compiled`] in
+//! `hpmoe_sim::pipeline`. Every front end goes through here: the command line, the REPL,
+//! the sweep, the scale study, the macro's compile-time path and the Rust API. The stage
+//! functions themselves (`lower::lower`, `verify::*`, `schedule::schedule`) stay public for
+//! tests and benchmarks that inject faults between stages.
+
+use crate::check::{self, Options};
+use crate::diag::{Code, Diagnostic, Diagnostics};
+use crate::ir::{Program, Taskflow};
+use crate::lower::{Layouts, TaskGraph};
+use crate::policy::{Policy, PolicySpec};
+use crate::schedule::Schedule;
+use crate::source::SourceMap;
+use crate::syntax::ast;
+use crate::syntax::token::FileId;
+use crate::timing::Clock;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// A checked program, with its routings materialised on demand.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    program: Program,
+    /// Layouts by capacity mode: `[exact, static]`.
+    layouts: [OnceLock<Result<Layouts, Diagnostic>>; 2],
+}
+
+/// The result of checking: the program when there was no error, and every diagnostic
+/// (errors and warnings) sorted by position.
+#[derive(Debug)]
+pub struct Checking {
+    pub checked: Option<Checked>,
+    pub diagnostics: Diagnostics,
+}
+
+impl From<check::Outcome> for Checking {
+    fn from(o: check::Outcome) -> Checking {
+        Checking {
+            checked: o.program.map(Checked::new),
+            diagnostics: o.diagnostics,
+        }
+    }
+}
+
+/// Checks a file on disk and everything it imports.
+pub fn check_path(path: &Path, opts: &Options, sources: &mut SourceMap) -> Checking {
+    check::check_path(path, opts, sources).into()
+}
+
+/// Checks a text given a display name; file imports are relative to `dir`.
+pub fn check_text(name: &str, text: &str, dir: Option<&Path>, opts: &Options, sources: &mut SourceMap) -> Checking {
+    check::check_text(name, text, dir, opts, sources).into()
+}
+
+/// Checks a source already added to `sources`.
+pub fn check_file(file: FileId, opts: &Options, sources: &mut SourceMap) -> Checking {
+    check::check_file(file, opts, sources).into()
+}
+
+/// Checks a source the caller parsed (the `taskflow!` macro); see [`check::check_parsed`].
+pub fn check_parsed(
+    file: FileId,
+    ast: ast::File,
+    parse_diags: Vec<Diagnostic>,
+    opts: &Options,
+    sources: &mut SourceMap,
+) -> Checking {
+    check::check_parsed(file, ast, parse_diags, opts, sources).into()
+}
+
+/// What compiling a taskflow is allowed to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// Refuse a graph of more tasks than this.
+    pub max_tasks: u64,
+    /// Verify the task graph and the schedule.
+    pub verify: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            max_tasks: crate::lower::DEFAULT_MAX_TASKS,
+            verify: true,
+        }
+    }
+}
+
+/// A lowered, verified and scheduled taskflow. Only [`Checked::compile`] builds one (it is
+/// `non_exhaustive`, so no other crate can).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Compiled {
+    pub graph: TaskGraph,
+    pub schedule: Schedule,
+}
+
+/// Read access to the checked program (the program cannot be changed through it).
+impl std::ops::Deref for Checked {
+    type Target = Program;
+    fn deref(&self) -> &Program {
+        &self.program
+    }
+}
+
+impl Checked {
+    fn new(program: Program) -> Checked {
+        Checked {
+            program,
+            layouts: [OnceLock::new(), OnceLock::new()],
+        }
+    }
+
+    /// The checked program.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// The checked program, by value.
+    pub fn into_program(self) -> Program {
+        self.program
+    }
+
+    /// A taskflow by name; the error suggests a close name or lists them.
+    pub fn select_taskflow(&self, name: &str) -> Result<&Taskflow, Diagnostic> {
+        if let Some(t) = self.program.taskflow(name) {
+            return Ok(t);
+        }
+        let names: Vec<&str> = self.program.taskflows.iter().map(|t| t.name.as_str()).collect();
+        let d = Diagnostic::error(Code::NoTaskflow, format!("no taskflow `{name}`"));
+        Err(match crate::suggest::closest(name, names.iter().copied()) {
+            Some(b) => d.help(format!("did you mean `{b}`?")),
+            None => d.help(format!("the taskflows are: {}", names.join(", "))),
+        })
+    }
+
+    /// The named taskflow, or every taskflow in program order.
+    pub fn select_taskflows(&self, name: Option<&str>) -> Result<Vec<&Taskflow>, Diagnostic> {
+        match name {
+            Some(n) => self.select_taskflow(n).map(|t| vec![t]),
+            None => Ok(self.program.taskflows.iter().collect()),
+        }
+    }
+
+    /// The policy of a taskflow when a front end names one (`--policy NAME`, `:run NAME`):
+    /// the program's options apply when it selects the same policy, otherwise the stdlib's
+    /// defaults; with no name, the program's selection, else `interleaved`.
+    pub fn policy(&self, taskflow: &str, requested: Option<&str>) -> Result<PolicySpec, Diagnostic> {
+        let policy = match requested {
+            None => None,
+            Some(name) => Some(parse_policy(name)?),
+        };
+        Ok(self.select_policy(taskflow, policy))
+    }
+
+    /// [`Checked::policy`] with an already parsed policy.
+    pub fn select_policy(&self, taskflow: &str, policy: Option<Policy>) -> PolicySpec {
+        PolicySpec::select(&self.program, taskflow, policy)
+    }
+
+    /// The routings and their receive-window layouts for a capacity mode (computed once).
+    pub fn layouts(&self, static_capacity: bool) -> Result<Layouts, Diagnostic> {
+        self.layouts[usize::from(static_capacity)]
+            .get_or_init(|| crate::lower::layouts(&self.program, static_capacity))
+            .clone()
+    }
+
+    /// Whether the layouts of a capacity mode are already materialised.
+    pub fn has_layouts(&self, static_capacity: bool) -> bool {
+        self.layouts[usize::from(static_capacity)].get().is_some()
+    }
+
+    /// Takes over the layouts `other` has materialised, when both programs have the same
+    /// routings (a session re-checking a program whose routings did not change).
+    pub fn share_layouts(&self, other: &Checked) {
+        if self.program.routes != other.program.routes {
+            return;
+        }
+        for (mine, theirs) in self.layouts.iter().zip(&other.layouts) {
+            if let Some(l) = theirs.get() {
+                let _ = mine.set(l.clone());
+            }
+        }
+    }
+
+    /// Lowers a taskflow of this program for a policy, verifies the task graph, schedules it
+    /// and verifies the schedule.
+    pub fn compile(
+        &self,
+        tf: &Taskflow,
+        spec: &PolicySpec,
+        opts: &CompileOptions,
+    ) -> Result<Compiled, Vec<Diagnostic>> {
+        self.compile_timed(tf, spec, opts, &mut Clock::new())
+    }
+
+    /// [`Checked::compile`], timing its stages on `clock`: `lower`, `verify graph`,
+    /// `schedule` and `verify schedule`.
+    pub fn compile_timed(
+        &self,
+        tf: &Taskflow,
+        spec: &PolicySpec,
+        opts: &CompileOptions,
+        clock: &mut Clock,
+    ) -> Result<Compiled, Vec<Diagnostic>> {
+        let program = &self.program;
+        let layouts = self.layouts(spec.static_capacity).map_err(|d| vec![d])?;
+        let lower_opts = spec.lower_options(program, opts.max_tasks);
+        let graph = crate::lower::lower(program, tf, layouts, &lower_opts).map_err(|d| vec![d])?;
+        clock.lap("lower");
+        if opts.verify {
+            let ds = crate::verify::verify_graph(program, tf, &graph);
+            if !ds.is_empty() {
+                return Err(ds);
+            }
+            clock.lap("verify graph");
+        }
+        let schedule = crate::schedule::schedule(program, tf, &graph, spec);
+        clock.lap("schedule");
+        if opts.verify {
+            let ds = crate::verify::verify_schedule(program, tf, &graph, &schedule);
+            if !ds.is_empty() {
+                return Err(ds);
+            }
+            clock.lap("verify schedule");
+        }
+        Ok(Compiled { graph, schedule })
+    }
+}
+
+/// A policy by name; the error suggests a close name or lists them.
+pub fn parse_policy(name: &str) -> Result<Policy, Diagnostic> {
+    if let Some(p) = Policy::parse(name) {
+        return Ok(p);
+    }
+    let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+    let d = Diagnostic::error(Code::UnknownPolicy, format!("unknown policy `{name}`"));
+    Err(match crate::suggest::closest(name, names.iter().copied()) {
+        Some(b) => d.help(format!("did you mean `{b}`?")),
+        None => d.help(format!("the policies are: {}", names.join(", "))),
+    })
+}
