@@ -285,7 +285,6 @@ pub fn run(
     let per_token =
         moe_ref::forward(program, tf, g, &reference).or_else(|| moe_ref::backward(program, tf, g, &reference));
     let races = exec::execute_tiled(
-        program,
         tf,
         g,
         s,
