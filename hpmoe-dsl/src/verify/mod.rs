@@ -1,8 +1,14 @@
 //! Verification: a lowered task graph (and a schedule) in; diagnostics out, empty when the
 //! graph computes every output exactly once without races and the schedule cannot deadlock.
 //!
-//! The checks re-derive every task's regions from its tile and do not trust the lowering's
-//! dependencies:
+//! The checks derive every task's regions themselves ([`Deriver`], in `derive.rs`: from the
+//! call's analysed body — its variables, statements and index maps —, the task's tile
+//! chunks and the routing layouts) and trust neither the lowering's dependencies nor its
+//! regions: the derivation shares no code with `lower::regions`, so a wrong region there
+//! shows up here as a race (a dependency the lowering missed). Only the index of writes
+//! ([`WriterIndex`](crate::lower::regions::WriterIndex), a container of boxes that answers
+//! overlap queries and derives nothing) and the [`Region`] value type are shared.
+//!
 //! - missing producer: every region read from a produced tensor is covered by writes;
 //! - race: every writer of a region read is ordered before the reader (a direct edge, or a
 //!   dependency path);

@@ -1,5 +1,6 @@
 //! The executors: the tiled one runs every task's arithmetic in f32 in schedule order on
-//! per-rank memories, with puts writing into peers' windows and a dynamic race check; the
+//! per-rank memories, with puts writing into peers' windows and a dynamic race check on the
+//! elements each statement actually read (before its own writes are applied); the
 //! dense one evaluates every op call over its whole index space in f64, with no tiles, no
 //! schedule and no concurrency, as a reference.
 
