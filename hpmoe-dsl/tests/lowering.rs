@@ -1,14 +1,17 @@
 //! Lowering, verification and scheduling: the reference runtime's task counts, rank-aware
-//! reordering, mutation tests of the verifier (each injected fault gives its code), and a
-//! property test over random small configurations under every policy.
+//! reordering, mutation tests of the verifier (each injected fault gives its code, including
+//! faults injected into the lowering's own region derivation), and a property test over
+//! random small configurations under every policy (which also checks that the verifier's
+//! derivation of the regions agrees with the lowering's).
 
 use hpmoe_dsl::check::Options;
 use hpmoe_dsl::diag::Code;
 use hpmoe_dsl::driver::{check_text, Checked, CompileOptions, Compiled};
 use hpmoe_dsl::ir::{Home, Program};
-use hpmoe_dsl::lower::{self, Csr, TaskGraph, NO_COUNTER};
+use hpmoe_dsl::lower::regions::fault::{self, Fault};
+use hpmoe_dsl::lower::{self, Csr, LowerOptions, Region, TaskGraph, NO_COUNTER};
 use hpmoe_dsl::schedule::{self, Policy, PolicySpec, Schedule};
-use hpmoe_dsl::verify::{verify_graph, verify_schedule};
+use hpmoe_dsl::verify::{verify_graph, verify_schedule, Deriver};
 use hpmoe_dsl::SourceMap;
 use proptest::prelude::*;
 
@@ -350,6 +353,104 @@ fn outputs_covered_once(p: &Program, tf: usize, g: &TaskGraph) {
     }
 }
 
+/// The verifier derives every task's regions as the lowering does (empty boxes aside).
+fn derivations_agree(p: &Program, tf: usize, g: &TaskGraph) {
+    let tf = &p.taskflows[tf];
+    let mut scratch = Default::default();
+    let mut derived = Deriver::default();
+    let nonempty = |rs: &[Region]| rs.iter().copied().filter(|r| !r.is_empty()).collect::<Vec<_>>();
+    for t in 0..g.len() {
+        let a = lower::regions::tile_access(p, tf, g, t, &mut scratch);
+        derived.derive(tf, g, t);
+        assert_eq!(nonempty(&derived.reads), nonempty(&a.reads), "reads of task {t}");
+        assert_eq!(nonempty(&derived.writes), nonempty(&a.writes), "writes of task {t}");
+    }
+}
+
+/// Lowers taskflow 0 of `p` (as the interleaved policy does) with `f` injected into the
+/// lowering's region derivation, and verifies the result.
+fn lower_with_fault(p: &Program, f: Fault) -> (TaskGraph, Vec<hpmoe_dsl::Diagnostic>) {
+    let layouts = lower::layouts(p, false).unwrap();
+    fault::inject(Some(f));
+    let g = lower::lower(p, &p.taskflows[0], layouts, &LowerOptions::default());
+    fault::inject(None);
+    let g = g.unwrap();
+    let ds = verify_graph(p, &p.taskflows[0], &g);
+    (g, ds)
+}
+
+/// The faulty lowering gave task `t` other producers than the correct one (the fault took
+/// effect), and the verifier, deriving the regions itself, reports a race and nothing else.
+fn caught_as_race(c: &Compiled, g: &TaskGraph, ds: &[hpmoe_dsl::Diagnostic], t: usize) {
+    assert_ne!(
+        g.preds(t),
+        c.graph.preds(t),
+        "the fault changes the producers of task {t}"
+    );
+    assert!(!ds.is_empty(), "the verifier catches the fault");
+    assert!(
+        codes(ds).iter().all(|&c| c == Code::Race),
+        "the verifier's own regions are right: only races: {ds:#?}"
+    );
+}
+
+#[test]
+fn fault_shrunken_read_in_the_lowering_is_a_race() {
+    let (p, c) = small();
+    // A gmm-down task whose rows of `a` come from several SwiGLU tasks; its read of `a`
+    // shrinks to one element, so the lowering finds only one of them.
+    let t = (0..c.graph.len())
+        .find(|&t| c.graph.node[t] == 3 && c.graph.preds(t).len() >= 2)
+        .unwrap();
+    let (g, ds) = lower_with_fault(&p, Fault::ShrinkRead { task: t as u32 });
+    caught_as_race(&c, &g, &ds, t);
+    assert!(
+        ds[0].message.contains(&format!("task {t} ")),
+        "names the reader: {}",
+        ds[0].message
+    );
+}
+
+#[test]
+fn fault_shifted_write_in_the_lowering_is_a_race() {
+    let (p, c) = small();
+    // The first gmm-up task with consumers writes, for the lowering, the next rows instead
+    // of its own: its consumers do not wait for it.
+    let g0 = &c.graph;
+    let w = (0..g0.len())
+        .find(|&w| g0.node[w] == 1 && (0..g0.len()).any(|t| g0.preds(t).contains(&(w as u32))))
+        .unwrap();
+    let rows = g0.chunks(w)[0];
+    let consumer = (0..g0.len()).find(|&t| g0.preds(t).contains(&(w as u32))).unwrap();
+    let (g, ds) = lower_with_fault(
+        &p,
+        Fault::ShiftWrite {
+            task: w as u32,
+            by: rows.hi - rows.lo,
+        },
+    );
+    caught_as_race(&c, &g, &ds, consumer);
+    assert!(
+        ds.iter().any(|d| d.message.contains(&format!("task {w} "))),
+        "names the writer: {ds:#?}"
+    );
+}
+
+#[test]
+fn fault_dropped_read_in_the_lowering_is_a_race() {
+    let (p, c) = small();
+    // A SwiGLU task reads nothing, for the lowering: it waits for nothing.
+    let t = some_edge(&c.graph, 2).0;
+    let (g, ds) = lower_with_fault(&p, Fault::DropReads { task: t as u32 });
+    assert_eq!(g.wait[t], NO_COUNTER);
+    caught_as_race(&c, &g, &ds, t);
+    assert!(
+        ds[0].message.contains(&format!("task {t} ")) && ds[0].message.contains("`h`"),
+        "names the reader and the tensor: {}",
+        ds[0].message
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
 
@@ -382,6 +483,7 @@ proptest! {
             for policy in Policy::all() {
                 let c = compile(&p, tf, policy);
                 outputs_covered_once(&p, tf, &c.graph);
+                derivations_agree(&p, tf, &c.graph);
             }
         }
     }

@@ -162,6 +162,34 @@ fn a_dropped_edge_is_caught_with_the_tasks_named() {
 }
 
 #[test]
+fn the_race_check_follows_the_elements_read_not_the_declared_regions() {
+    use hpmoe_dsl::lower::regions::{fault, tile_access, Scratch};
+    let p = program(&moe(2, ROUTES[0]), &[]);
+    let good = compile(&p, 0, Policy::Interleaved, true);
+    // A SwiGLU task whose declared reads the lowering drops: it waits for nothing, and a
+    // check of the declared regions would have nothing to check.
+    let swiglu = 2u32;
+    let t = (0..good.graph.len())
+        .find(|&t| good.graph.node[t] == swiglu && good.graph.wait[t] != NO_COUNTER)
+        .unwrap();
+    fault::inject(Some(fault::Fault::DropReads { task: t as u32 }));
+    let c = compile(&p, 0, Policy::Interleaved, false);
+    let declared = tile_access(&p, &p.taskflows[0], &c.graph, t, &mut Scratch::default())
+        .reads
+        .len();
+    fault::inject(None);
+    assert_eq!(declared, 0);
+    assert_eq!(c.graph.wait[t], NO_COUNTER);
+    let r = run(&p, 0, &c, false);
+    // The body still reads `h`, and those reads are checked.
+    let reader = format!("task {t} ");
+    let race = r.races.iter().find(|d| d.message.contains(&reader));
+    let race = race.unwrap_or_else(|| panic!("the reads of task {t} are checked: {:#?}", r.races));
+    assert_eq!(race.code, Code::Race);
+    assert!(race.message.contains("`h`"), "{}", race.message);
+}
+
+#[test]
 fn geglu_example_computes_correct_numbers() {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/geglu.hpm")).unwrap();
     let p = program(

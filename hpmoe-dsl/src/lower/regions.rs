@@ -447,7 +447,58 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
         }
     }
     let _ = program;
+    #[cfg(feature = "fault-injection")]
+    fault::apply(t, &mut s.access);
     &s.access
+}
+
+/// Deliberate corruptions of the regions [`tile_access`] derives, for mutation tests of the
+/// checks that must not trust them (built only with the `fault-injection` feature).
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub mod fault {
+    use super::Access;
+    use std::cell::Cell;
+
+    /// One corruption of one task's regions.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Fault {
+        /// Task `task`'s first read keeps only its first element.
+        ShrinkRead { task: u32 },
+        /// Task `task`'s writes move by `by` along their first dimension.
+        ShiftWrite { task: u32, by: i64 },
+        /// Task `task` reads nothing.
+        DropReads { task: u32 },
+    }
+
+    thread_local! {
+        static FAULT: Cell<Option<Fault>> = const { Cell::new(None) };
+    }
+
+    /// Sets (or with `None` clears) the fault of this thread's lowerings.
+    pub fn inject(f: Option<Fault>) {
+        FAULT.with(|c| c.set(f));
+    }
+
+    pub(super) fn apply(t: usize, a: &mut Access) {
+        match FAULT.with(Cell::get) {
+            Some(Fault::ShrinkRead { task }) if task as usize == t => {
+                if let Some(r) = a.reads.first_mut() {
+                    for d in 0..r.ndim as usize {
+                        r.hi[d] = r.lo[d] + 1;
+                    }
+                }
+            }
+            Some(Fault::ShiftWrite { task, by }) if task as usize == t => {
+                for w in &mut a.writes {
+                    w.lo[0] += by;
+                    w.hi[0] += by;
+                }
+            }
+            Some(Fault::DropReads { task }) if task as usize == t => a.reads.clear(),
+            _ => {}
+        }
+    }
 }
 
 /// The writers of every tensor on every rank, for finding the producers of a read.

@@ -1,8 +1,14 @@
 //! Verification: a lowered task graph (and a schedule) in; diagnostics out, empty when the
 //! graph computes every output exactly once without races and the schedule cannot deadlock.
 //!
-//! The checks re-derive every task's regions from its tile and do not trust the lowering's
-//! dependencies:
+//! The checks derive every task's regions themselves ([`Deriver`], in `derive.rs`: from the
+//! call's analysed body — its variables, statements and index maps —, the task's tile
+//! chunks and the routing layouts) and trust neither the lowering's dependencies nor its
+//! regions: the derivation shares no code with `lower::regions`, so a wrong region there
+//! shows up here as a race (a dependency the lowering missed). Only the index of writes
+//! ([`WriterIndex`](crate::lower::regions::WriterIndex), a container of boxes that answers
+//! overlap queries and derives nothing) and the [`Region`] value type are shared.
+//!
 //! - missing producer: every region read from a produced tensor is covered by writes;
 //! - race: every writer of a region read is ordered before the reader (a direct edge, or a
 //!   dependency path);
@@ -22,10 +28,14 @@
 
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{Program, Taskflow};
-use crate::lower::regions::{tile_access, Scratch, WriterIndex};
+use crate::lower::regions::WriterIndex;
 use crate::lower::{Region, TaskGraph, NO_COUNTER};
 use crate::schedule::Schedule;
 use std::collections::VecDeque;
+
+mod derive;
+
+pub use derive::Deriver;
 
 /// At most this many diagnostics per kind (the first ones name the problem).
 const MAX_PER_KIND: usize = 5;
@@ -91,7 +101,7 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
         return out;
     }
     let mut index = WriterIndex::new(tf, g.ranks as usize);
-    let mut scratch = Scratch::default();
+    let mut derived = Deriver::default();
     let mut acc_tensor = vec![false; tf.tensors.len()];
     // A task writes only its call's output. When every call reads only outputs of earlier
     // calls (and its tasks come after theirs), all writers of a tensor are indexed before
@@ -100,8 +110,8 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
     let one_pass = reads_follow_writes(tf, g);
     if !one_pass {
         for t in 0..n {
-            let a = tile_access(program, tf, g, t, &mut scratch);
-            for w in &a.writes {
+            derived.derive(tf, g, t);
+            for w in &derived.writes {
                 index.add(w, t as u32);
                 if w.accumulate {
                     acc_tensor[w.tensor.0 as usize] = true;
@@ -125,8 +135,8 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
             last_checked = None;
             checked_key = (g.node[t as usize], g.rank[t as usize]);
         }
-        let a = tile_access(program, tf, g, t as usize, &mut scratch);
-        for r in a.reads.iter().filter(|r| tf.tensor(r.tensor).producer.is_some()) {
+        derived.derive(tf, g, t as usize);
+        for r in derived.reads.iter().filter(|r| tf.tensor(r.tensor).producer.is_some()) {
             // The last key checked is in the set: skip hashing it again.
             let key = (*r, g.wait[t as usize]);
             if last_checked == Some(key) {
@@ -195,7 +205,7 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
             }
         }
         if one_pass {
-            for w in &a.writes {
+            for w in &derived.writes {
                 index.add(w, t);
                 if w.accumulate {
                     acc_tensor[w.tensor.0 as usize] = true;

@@ -87,6 +87,60 @@ pub struct Env<'a, T> {
     pub ix: Vec<i64>,
     /// Set when an index falls outside its tensor (reads 0).
     pub out_of_range: bool,
+    /// Where the elements read are recorded, if anywhere.
+    pub log: Option<&'a mut ReadLog>,
+}
+
+/// The elements an evaluation actually reads: per tensor chosen for recording, the offsets
+/// of the elements read on the evaluating rank, each once per [`ReadLog::begin`].
+#[derive(Debug, Default)]
+pub struct ReadLog {
+    /// Per tensor: whether its reads are recorded.
+    track: Vec<bool>,
+    /// Per tensor: the stamp of the round that last recorded each element.
+    seen: Vec<Vec<u32>>,
+    stamp: u32,
+    /// `(tensor, offset)` of every element read this round, in order of first read.
+    pub read: Vec<(TensorId, usize)>,
+}
+
+impl ReadLog {
+    /// A log that records reads of the tensors for which `track` is true.
+    pub fn new(track: Vec<bool>) -> ReadLog {
+        ReadLog {
+            seen: vec![Vec::new(); track.len()],
+            track,
+            stamp: 0,
+            read: Vec::new(),
+        }
+    }
+
+    /// Starts a new round: forgets what was read.
+    pub fn begin(&mut self) {
+        self.read.clear();
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            // The stamps wrapped: old marks could alias the new round.
+            self.seen.iter_mut().for_each(|s| s.fill(0));
+            self.stamp = 1;
+        }
+    }
+
+    /// Records a read of element `offset` of `tensor` (of `len` elements on this rank).
+    pub fn record(&mut self, tensor: TensorId, offset: usize, len: usize) {
+        let ti = tensor.0 as usize;
+        if !self.track.get(ti).copied().unwrap_or(false) {
+            return;
+        }
+        let seen = &mut self.seen[ti];
+        if seen.len() < len {
+            seen.resize(len, 0);
+        }
+        if seen[offset] != self.stamp {
+            seen[offset] = self.stamp;
+            self.read.push((tensor, offset));
+        }
+    }
 }
 
 fn layout(g: &TaskGraph, r: hpmoe_dsl::ir::RouteId) -> Option<&RouteLayout> {
@@ -177,7 +231,12 @@ pub fn eval<T: Num>(env: &mut Env<T>, e: &SExpr) -> T {
             let store = &env.stores[tid.0 as usize];
             let v = if ok {
                 match store.offset(env.rank, &buf) {
-                    Some(o) => store.data[env.rank][o],
+                    Some(o) => {
+                        if let Some(log) = env.log.as_deref_mut() {
+                            log.record(tid, o, store.data[env.rank].len());
+                        }
+                        store.data[env.rank][o]
+                    }
                     None => {
                         env.out_of_range = true;
                         T::default()
@@ -244,5 +303,25 @@ pub fn reduce_range<T>(env: &Env<T>, v: usize) -> (i64, i64) {
             }
             None => (0, 0),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReadLog;
+    use hpmoe_dsl::ir::TensorId;
+
+    #[test]
+    fn the_read_log_keeps_each_tracked_element_once_per_round() {
+        let mut log = ReadLog::new(vec![true, false]);
+        log.begin();
+        for o in [3, 1, 3, 0, 1] {
+            log.record(TensorId(0), o, 4);
+        }
+        log.record(TensorId(1), 2, 4);
+        assert_eq!(log.read, vec![(TensorId(0), 3), (TensorId(0), 1), (TensorId(0), 0)]);
+        log.begin();
+        log.record(TensorId(0), 3, 4);
+        assert_eq!(log.read, vec![(TensorId(0), 3)], "a new round forgets the old reads");
     }
 }

@@ -1,12 +1,13 @@
 //! The executors: the tiled one runs every task's arithmetic in f32 in schedule order on
-//! per-rank memories, with puts writing into peers' windows and a dynamic race check; the
+//! per-rank memories, with puts writing into peers' windows and a dynamic race check on the
+//! elements each statement actually read (before its own writes are applied); the
 //! dense one evaluates every op call over its whole index space in f64, with no tiles, no
 //! schedule and no concurrency, as a reference.
 
-use super::eval::{eval, index, Env, Num, RouteIndex};
+use super::eval::{eval, index, Env, Num, ReadLog, RouteIndex};
 use super::store::{round_bf16, TensorStore, NO_WRITER};
 use hpmoe_dsl::ir::{BodyStmt, Index, RouteFn, Target, Taskflow, TensorId, VarRange};
-use hpmoe_dsl::lower::regions::{tile_access, tile_ranges, Scratch, TileRanges};
+use hpmoe_dsl::lower::regions::{tile_ranges, TileRanges};
 use hpmoe_dsl::lower::TaskGraph;
 use hpmoe_dsl::schedule::Schedule;
 
@@ -112,6 +113,7 @@ fn statement_writes<T: Num>(
     rank: usize,
     dims: &[(usize, i64, i64)],
     sparse: Sparse<'_>,
+    log: Option<&mut ReadLog>,
 ) -> Vec<(usize, Vec<i64>, T)> {
     let mut writes = Vec::new();
     let mut env = Env {
@@ -124,6 +126,7 @@ fn statement_writes<T: Num>(
         vars: vec![0; node.body.vars.len()],
         ix: Vec::new(),
         out_of_range: false,
+        log,
     };
     for_points(&mut env, dims, sparse, &mut |env| {
         let v: T = eval(env, &st.value);
@@ -195,10 +198,68 @@ impl Order<'_> {
     }
 }
 
+/// Checks the elements recorded in `log` (read by task `t` on `rank`) against their last
+/// writers: each must have been written, by a task ordered before `t`. Reports the first bad
+/// element of each tensor in row-major order.
+fn check_reads<T: Copy + Default>(
+    log: &mut ReadLog,
+    stores: &[TensorStore<T>],
+    rank: usize,
+    t: u32,
+    ord: &mut Order<'_>,
+    races: &mut Vec<Race>,
+) {
+    log.read.sort_unstable_by_key(|&(tid, o)| (tid.0, o));
+    let mut checked: Vec<u32> = Vec::new();
+    let mut reported: Option<TensorId> = None;
+    for &(tid, o) in &log.read {
+        if reported == Some(tid) {
+            continue;
+        }
+        let st = &stores[tid.0 as usize];
+        let Some(&w) = st.writer.get(rank).and_then(|ws| ws.get(o)) else {
+            continue;
+        };
+        let bad = if w == NO_WRITER {
+            true
+        } else if checked.contains(&w) {
+            false
+        } else {
+            let ok = ord.before(w, t);
+            if ok {
+                checked.push(w);
+            }
+            !ok
+        };
+        if bad {
+            reported = Some(tid);
+            if races.len() < 64 {
+                races.push(Race {
+                    reader: t,
+                    writer: (w != NO_WRITER).then_some(w),
+                    tensor: tid,
+                    rank: rank as u32,
+                    at: unravel(&st.shape[rank], o),
+                });
+            }
+        }
+    }
+}
+
+/// The index of element `o` of a row-major array of `shape`.
+fn unravel(shape: &[usize], mut o: usize) -> Vec<i64> {
+    let mut at = vec![0i64; shape.len()];
+    for k in (0..shape.len()).rev() {
+        let n = shape[k].max(1);
+        at[k] = (o % n) as i64;
+        o /= n;
+    }
+    at
+}
+
 /// Runs every task in `order` (a start order of the schedule) on `stores` (inputs filled).
 #[allow(clippy::too_many_arguments)]
 pub fn execute_tiled(
-    program: &hpmoe_dsl::ir::Program,
     tf: &Taskflow,
     g: &TaskGraph,
     s: &Schedule,
@@ -230,7 +291,8 @@ pub fn execute_tiled(
     };
     let mut races = Vec::new();
     let mut ranges = TileRanges::default();
-    let mut scratch = Scratch::default();
+    // Reads are recorded for the tensors whose writers are tracked (the produced ones).
+    let mut log = ReadLog::new(stores.iter().map(|s| !s.writer.is_empty()).collect());
     let bf16: Vec<bool> = tf
         .tensors
         .iter()
@@ -240,55 +302,6 @@ pub fn execute_tiled(
         let tu = t as usize;
         let node = &tf.nodes[g.node[tu] as usize];
         let rank = g.rank[tu] as usize;
-        // The race check: every element read was last written by a task ordered before.
-        let reads = tile_access(program, tf, g, tu, &mut scratch).reads.clone();
-        for r in &reads {
-            let st = &stores[r.tensor.0 as usize];
-            if st.writer.is_empty() {
-                continue;
-            }
-            let mut checked: Vec<u32> = Vec::new();
-            let nd = r.ndim as usize;
-            let mut at: Vec<i64> = (0..nd).map(|d| r.lo[d]).collect();
-            'pts: loop {
-                if let Some(o) = st.offset(r.rank as usize, &at) {
-                    let w = st.writer[r.rank as usize][o];
-                    let bad = if w == NO_WRITER {
-                        true
-                    } else if !checked.contains(&w) {
-                        let ok = ord.before(w, t);
-                        if ok {
-                            checked.push(w);
-                        }
-                        !ok
-                    } else {
-                        false
-                    };
-                    if bad && races.len() < 64 {
-                        races.push(Race {
-                            reader: t,
-                            writer: (w != NO_WRITER).then_some(w),
-                            tensor: r.tensor,
-                            rank: r.rank,
-                            at: at.clone(),
-                        });
-                        break 'pts;
-                    }
-                }
-                let mut k = nd;
-                loop {
-                    if k == 0 {
-                        break 'pts;
-                    }
-                    k -= 1;
-                    at[k] += 1;
-                    if at[k] < r.hi[k] {
-                        break;
-                    }
-                    at[k] = r.lo[k];
-                }
-            }
-        }
         tile_ranges(tf, g, tu, &mut ranges);
         let out = node.output.0 as usize;
         for st in &node.body.stmts {
@@ -300,7 +313,11 @@ pub fn execute_tiled(
                 .map(|&v| (v, ranges.vr[v].0, ranges.vr[v].1))
                 .collect();
             let sparse = sv.map(|(a, b)| (a, b, &ranges.entries[..]));
-            let writes = statement_writes(g, node, st, stores, routes, rank, &dims, sparse);
+            log.begin();
+            let writes = statement_writes(g, node, st, stores, routes, rank, &dims, sparse, Some(&mut log));
+            // The race check: every element the statement read was last written by a task
+            // ordered before this one (its own writes are applied only afterwards).
+            check_reads(&mut log, stores, rank, t, &mut ord, &mut races);
             let store = &mut stores[out];
             for (r, ix, v) in writes {
                 let Some(o) = store.offset(r, &ix) else { continue };
@@ -358,7 +375,7 @@ pub fn execute_dense(tf: &Taskflow, g: &TaskGraph, stores: &mut [TensorStore<f64
                         (v, lo, hi)
                     })
                     .collect();
-                let writes = statement_writes(g, node, st, stores, routes, rank, &dims, None);
+                let writes = statement_writes(g, node, st, stores, routes, rank, &dims, None, None);
                 let store = &mut stores[out];
                 for (r, ix, v) in writes {
                     let Some(o) = store.offset(r, &ix) else { continue };

@@ -2,9 +2,11 @@
 //!
 //! - [`exec::execute_tiled`] runs every task's arithmetic in f32, in the schedule's start
 //!   order, on per-rank memories (puts write into peers' windows; optional bf16 rounding of
-//!   stores), with a dynamic race check: a read of an element whose last write is not ordered
-//!   before the reader (through dependencies, counters and queue order) is reported with both
-//!   tasks.
+//!   stores), with a dynamic race check: every element a body reads is recorded while it is
+//!   evaluated, and a read of an element whose last write is not ordered before the reader
+//!   (through dependencies, counters and queue order) is reported with both tasks. The check
+//!   follows the reads, not the regions the lowering declares, so it also catches a wrong
+//!   region.
 //! - [`exec::execute_dense`] evaluates each op call over its whole index space in f64: no
 //!   tiles, no schedule, no concurrency.
 //! - [`moe_ref`] computes the MoE-FFN forward and backward per token, directly from the
@@ -285,7 +287,6 @@ pub fn run(
     let per_token =
         moe_ref::forward(program, tf, g, &reference).or_else(|| moe_ref::backward(program, tf, g, &reference));
     let races = exec::execute_tiled(
-        program,
         tf,
         g,
         s,

@@ -84,6 +84,7 @@ fn activation(p: &Program, tf: &Taskflow, g: &TaskGraph, act: &hpmoe_dsl::ir::No
         vars: vec![0; act.body.vars.len()],
         ix: Vec::new(),
         out_of_range: false,
+        log: None,
     };
     for st in &act.body.stmts {
         let hpmoe_dsl::ir::Target::Out(ix) = &st.target else {
