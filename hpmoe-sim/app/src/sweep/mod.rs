@@ -12,12 +12,12 @@
 
 pub mod svg;
 
-use crate::report::Report;
-use crate::sim::{self, SimError, SimOptions};
 use hpmoe_dsl::check::{self, Options, Override};
 use hpmoe_dsl::ir::{Program, Value};
 use hpmoe_dsl::schedule::{self, Policy, PolicySpec};
 use hpmoe_dsl::SourceMap;
+use hpmoe_sim::report::Report;
+use hpmoe_sim::sim::{self, SimError, SimOptions};
 use rayon::prelude::*;
 use serde_json::{json, Value as J};
 use std::collections::BTreeMap;

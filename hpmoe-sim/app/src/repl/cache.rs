@@ -11,14 +11,14 @@
 //! Every cache is a short most-recently-used list.
 
 use super::session::Session;
-use crate::report::Report;
-use crate::sim::{self, SimError, SimOptions, Simulated};
 use hpmoe_dsl::check::{self, Options, Override};
 use hpmoe_dsl::diag::{self, Diagnostic};
 use hpmoe_dsl::ir::{Program, RouteSpec, Taskflow};
 use hpmoe_dsl::lower::{Csr, Layouts};
 use hpmoe_dsl::schedule::{self, Compiled, PolicySpec};
 use hpmoe_dsl::{Code, SourceMap};
+use hpmoe_sim::report::Report;
+use hpmoe_sim::sim::{self, SimError, SimOptions, Simulated};
 use std::cell::OnceCell;
 use std::path::PathBuf;
 use std::rc::Rc;
