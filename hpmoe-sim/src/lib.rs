@@ -1,4 +1,4 @@
-//! hpmoe's device model, executors, reports and the `hpmoe` command-line tool.
+//! hpmoe's device model, executors (timing, numerics), reports, traces and charts.
 //!
 //! A compiled taskflow (task graph + schedule from `hpmoe_dsl::schedule::compile`) goes
 //! through these stages, each a module with a doc saying what goes in and what comes out:
@@ -12,18 +12,20 @@
 //! 4. [`trace`]: Chrome trace event JSON (Perfetto);
 //! 5. [`gantt`]: SVG charts of core timelines;
 //! 6. [`numerics`]: the real numbers of a schedule, compared with dense and per-token
-//!    references, with a dynamic race check;
-//! 7. [`cli`]: the command-line interface (check, lower, run, fmt, explain, repl);
-//! 8. [`repl`]: the interactive session (`hpmoe repl`);
-//! 9. [`sweep`]: parameter sweeps over a grid of configurations and policies (`hpmoe sweep`).
+//!    references, with a dynamic race check.
+//!
+//! [`api_guide`] walks through the whole path from Rust (check or `taskflow!`, compile,
+//! simulate, report, numerics). The `hpmoe` command-line tool, its REPL and its sweeps are
+//! a separate package (`hpmoe-sim/app`) built on this library; the library itself depends
+//! on no command-line crate.
 
-pub mod cli;
 pub mod gantt;
 pub mod model;
 pub mod numerics;
 pub mod pipeline;
-pub mod repl;
 pub mod report;
 pub mod sim;
-pub mod sweep;
 pub mod trace;
+
+#[doc = include_str!("../../docs/API.md")]
+pub mod api_guide {}

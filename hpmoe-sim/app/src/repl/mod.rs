@@ -22,7 +22,6 @@ mod input;
 mod session;
 mod show;
 
-pub use complete::{complete, highlight_spans, Class};
 pub use input::is_complete;
 
 use hpmoe_dsl::check::Override;

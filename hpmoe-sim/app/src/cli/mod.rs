@@ -429,7 +429,7 @@ fn run(cmd: Command) -> i32 {
                 }
             }
             let numerics = (numerics || bf16_storage || dump.is_some() || !parsed.is_empty()).then(|| {
-                crate::numerics::NumericsOptions {
+                hpmoe_sim::numerics::NumericsOptions {
                     seed,
                     bf16_storage,
                     memory_limit: numerics_memory.saturating_mul(1 << 20),

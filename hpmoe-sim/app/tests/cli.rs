@@ -5,7 +5,7 @@ use assert_cmd::Command;
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn hpmoe() -> Command {
@@ -373,4 +373,125 @@ fn scale_reports_bad_arguments_and_failed_points() {
     assert!(err.contains("ranks=0 failed"), "{err}");
     let out = hpmoe().args(["scale", "no/such/file.hpm"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
+}
+
+// ---- run: reports, traces, charts, exit codes -------------------------------------------
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * a.abs().max(b.abs()).max(1e-30)
+}
+
+#[test]
+fn cli_run_reports_and_compares() {
+    let out = hpmoe()
+        .args([
+            "run",
+            "examples/deepseek_v3_ep4_fwd.hpm",
+            "--set",
+            "tokens=256",
+            "--format",
+            "json",
+            "--compare",
+            "kernel_by_kernel",
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["runs"].as_array().map(|a| a.len()), Some(2));
+    let cmp = &v["comparisons"][0];
+    assert_eq!(cmp["base"], "kernel_by_kernel");
+    assert_eq!(cmp["other"], "interleaved");
+    let speedup = cmp["speedup"].as_f64().expect("speedup");
+    let (b, o) = (
+        cmp["base_latency_us"].as_f64().unwrap_or(0.0),
+        cmp["other_latency_us"].as_f64().unwrap_or(1.0),
+    );
+    assert!(close(speedup, b / o, 1e-12));
+    for key in [
+        "latency_us",
+        "lower_bound_us",
+        "efficiency",
+        "phases",
+        "per_rank",
+        "engines",
+        "memory",
+        "communication",
+    ] {
+        assert!(!v["runs"][0][key].is_null(), "missing {key}");
+    }
+    // Human output: tables.
+    let out = hpmoe()
+        .args(["run", "examples/deepseek_v3_ep4_fwd.hpm", "--set", "tokens=256"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for s in [
+        "Dispatch-to-Combine latency",
+        "lower bound",
+        "phases (op calls)",
+        "per rank",
+        "L2 hit rate",
+    ] {
+        assert!(text.contains(s), "no `{s}` in:\n{text}");
+    }
+}
+
+#[test]
+fn cli_run_writes_traces_and_charts() {
+    let dir = std::env::temp_dir().join(format!("hpmoe-sim-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (tr, gt) = (dir.join("t.json"), dir.join("g.svg"));
+    let out = hpmoe()
+        .args([
+            "run",
+            "examples/deepseek_v3_ep4_fwd.hpm",
+            "--set",
+            "tokens=256",
+            "--policy",
+            "expert_level",
+            "--trace-ranks",
+            "0,2",
+            "--trace-window",
+            "0..300",
+        ])
+        .arg("--trace")
+        .arg(&tr)
+        .arg("--gantt")
+        .arg(&gt)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&tr).expect("trace")).expect("trace json");
+    let pids: std::collections::BTreeSet<i64> = v["traceEvents"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["pid"].as_i64())
+        .collect();
+    assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![0, 2]);
+    let svg = std::fs::read_to_string(&gt).expect("chart");
+    assert!(svg.contains("rank 0") && svg.contains("rank 2") && !svg.contains("rank 1<"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cli_run_errors_have_exit_codes() {
+    let code = |args: &[&str]| hpmoe().args(args).output().expect("runs").status.code();
+    assert_eq!(
+        code(&["run", "examples/geglu.hpm", "--policy", "kernel_by_kernal"]),
+        Some(2)
+    );
+    assert_eq!(code(&["run", "examples/geglu.hpm", "--trace-ranks", "x"]), Some(2));
+    assert_eq!(code(&["run", "examples/geglu.hpm", "--trace-window", "5..2"]), Some(2));
+    assert_eq!(code(&["run", "examples/geglu.hpm", "--trace-ranks", "9"]), Some(2));
+    assert_eq!(code(&["run", "examples/no_such_file.hpm"]), Some(1));
+    assert_eq!(code(&["run", "examples/geglu.hpm", "--taskflow", "nope"]), Some(1));
+    assert_eq!(
+        code(&["run", "examples/geglu.hpm", "--set", "device.link_efficiency=2 GB/s"]),
+        Some(1)
+    );
+    assert_eq!(code(&["run"]), Some(2));
 }

@@ -6,9 +6,9 @@
 //! The interactive tests (completion, multi-line input, history, Ctrl-C, Ctrl-D through a
 //! pseudo-terminal) are in `repl/pty.rs`.
 //!
-//! Most sessions run in-process through `hpmoe_sim::repl::run_script` with one buffer for
-//! results and diagnostics (so they interleave as on a terminal); the last tests run the
-//! `hpmoe repl` binary for its exit codes and stream separation.
+//! Most sessions run `hpmoe repl FILE --echo --no-timings` on a script with one file for
+//! results and diagnostics (so they interleave as on a terminal); the last tests check the
+//! binary's exit codes, options and stream separation.
 
 /// Interactive sessions through a pseudo-terminal.
 #[cfg(unix)]
@@ -16,46 +16,47 @@
 mod pty;
 
 use assert_cmd::Command;
-use hpmoe_sim::repl::{run_script, ReplOptions};
-use std::cell::RefCell;
 use std::io::Write;
 use std::path::PathBuf;
-use std::rc::Rc;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-const EP8: &str = "../examples/deepseek_v3_ep8_fwd.hpm";
+const EP8: &str = "../../examples/deepseek_v3_ep8_fwd.hpm";
 const SMALL: &str = "tests/repl_fixtures/small.hpm";
 
-#[derive(Clone, Default)]
-struct Shared(Rc<RefCell<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.borrow_mut().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Runs a script on a session started with `file`; returns the transcript and exit code.
+/// Runs a script on `hpmoe repl [file] --echo --no-timings`, with stdout and stderr written
+/// to one file (results and diagnostics in the order they were printed); returns the
+/// transcript and the exit code.
 fn session(file: Option<&str>, script: &str) -> (String, i32) {
-    let opts = ReplOptions {
-        file: file.map(PathBuf::from),
-        timings: false,
-        echo: true,
-        graphical: false,
-        ..ReplOptions::default()
-    };
-    let buf = Shared::default();
-    let code = run_script(
-        &mut script.as_bytes(),
-        &opts,
-        Box::new(buf.clone()),
-        Box::new(buf.clone()),
-    );
-    let text = String::from_utf8_lossy(&buf.0.borrow()).into_owned();
-    (text, code)
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("repl-sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!(
+        "{}-{}.txt",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let log = std::fs::File::create(&path).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hpmoe"));
+    cmd.arg("repl");
+    cmd.args(file);
+    cmd.args(["--echo", "--no-timings"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("NO_COLOR", "1")
+        .env_remove("HPMOE_REPL_NO_TIMINGS")
+        .env_remove("HPMOE_REPL_ECHO")
+        .stdin(Stdio::piped())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    let mut child = cmd.spawn().expect("the hpmoe binary runs");
+    if let Some(mut stdin) = child.stdin.take() {
+        // A session that quits early stops reading: a broken pipe is not an error here.
+        let _ = stdin.write_all(script.as_bytes());
+    }
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    (text, status.code().expect("an exit code, not a signal"))
 }
 
 fn tmp(name: &str) -> PathBuf {

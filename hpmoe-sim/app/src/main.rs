@@ -1,4 +1,17 @@
-//! The `hpmoe` command-line tool.
+//! The `hpmoe` command-line tool: command-line arguments, a REPL session or a sweep's grid
+//! in; reports, diagnostics, files and an exit code out. It runs the library stages
+//! (`hpmoe_dsl` to check and compile, `hpmoe_sim` to simulate and report) and holds
+//! what only the application needs:
+//!
+//! - `cli`: the `hpmoe` command (clap): `check`, `lower`, `run`, `scale`, `sweep`, `repl`,
+//!   `fmt`, `explain`;
+//! - `repl`: the interactive session (`hpmoe repl`, reedline);
+//! - `sweep`: grids of configurations × policies in parallel (rayon), CSV/JSON and SVG
+//!   charts (`hpmoe sweep`).
+
+mod cli;
+mod repl;
+mod sweep;
 
 /// mimalloc: the compiler and simulator allocate many small nodes.
 #[global_allocator]
@@ -26,5 +39,5 @@ fn keep_freed_memory() {
 
 fn main() {
     keep_freed_memory();
-    std::process::exit(hpmoe_sim::cli::main());
+    std::process::exit(cli::main());
 }

@@ -11,8 +11,6 @@
 //! Every cache is a short most-recently-used list.
 
 use super::session::Session;
-use crate::report::Report;
-use crate::sim::{self, SimError, SimOptions, Simulated};
 use hpmoe_dsl::check::{Options, Override};
 use hpmoe_dsl::diag::{self, Diagnostic};
 use hpmoe_dsl::driver::{CompileOptions, Compiled};
@@ -20,6 +18,8 @@ use hpmoe_dsl::ir::Taskflow;
 use hpmoe_dsl::lower::{Csr, Layouts};
 use hpmoe_dsl::schedule::{self, PolicySpec};
 use hpmoe_dsl::{Code, SourceMap};
+use hpmoe_sim::report::Report;
+use hpmoe_sim::sim::{self, SimError, SimOptions, Simulated};
 use std::cell::OnceCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};

@@ -12,13 +12,13 @@
 
 pub mod svg;
 
-use crate::report::Report;
-use crate::sim::{self, SimError, SimOptions};
 use hpmoe_dsl::check::{Options, Override};
 use hpmoe_dsl::driver::{Checked, CompileOptions};
 use hpmoe_dsl::ir::Value;
 use hpmoe_dsl::schedule::Policy;
 use hpmoe_dsl::SourceMap;
+use hpmoe_sim::report::Report;
+use hpmoe_sim::sim::{self, SimError, SimOptions};
 use rayon::prelude::*;
 use serde_json::{json, Value as J};
 use std::collections::BTreeMap;

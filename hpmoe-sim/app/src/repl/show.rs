@@ -329,7 +329,7 @@ impl Session {
         let c = self.program()?;
         let Some(p) = c.program.clone() else { return Err(()) };
         let mut s = format!("device {} ({} ranks)\n", p.device.profile, p.device.ranks());
-        match crate::model::DeviceModel::new(&p.device) {
+        match hpmoe_sim::model::DeviceModel::new(&p.device) {
             Ok(m) => s.push_str(&m.describe()),
             Err(e) => {
                 let _ = writeln!(s, "  (the model rejects this device: {e})");
@@ -448,7 +448,7 @@ impl Session {
                 s.core_name(s.core[t]),
                 us(r.start[t]),
                 us(r.end[t]),
-                crate::trace::tile_text(g, t)
+                hpmoe_sim::trace::tile_text(g, t)
             );
         }
         self.say_block(&out);

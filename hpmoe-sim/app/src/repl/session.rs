@@ -770,10 +770,10 @@ impl Session {
         let cmd = if trace { "trace" } else { "gantt" };
         let args = words(rest);
         let mut file: Option<PathBuf> = None;
-        let mut filter = crate::trace::Filter::default();
+        let mut filter = hpmoe_sim::trace::Filter::default();
         for a in &args {
             if let Some(v) = a.strip_prefix("ranks=") {
-                match crate::trace::Filter::parse_ranks(v) {
+                match hpmoe_sim::trace::Filter::parse_ranks(v) {
                     Ok(r) => filter.ranks = Some(r),
                     Err(e) => {
                         self.error(&format!("ranks={v}: {e}"));
@@ -781,7 +781,7 @@ impl Session {
                     }
                 }
             } else if let Some(v) = a.strip_prefix("window=") {
-                match crate::trace::Filter::parse_window(v) {
+                match hpmoe_sim::trace::Filter::parse_window(v) {
                     Ok(w) => filter.window = Some(w),
                     Err(e) => {
                         self.error(&format!("window={v}: {e}"));
@@ -815,7 +815,7 @@ impl Session {
         }
         let Some(sim) = v.sim.as_ref() else { return Err(()) };
         let comp = v.compiled();
-        let run = crate::trace::Run {
+        let run = hpmoe_sim::trace::Run {
             program: &v.program,
             tf: v.taskflow(),
             graph: &comp.graph,
@@ -826,9 +826,9 @@ impl Session {
         let res = std::fs::File::create(&path).and_then(|f| {
             let mut w = std::io::BufWriter::new(f);
             if trace {
-                crate::trace::write(&mut w, &run, &filter)?;
+                hpmoe_sim::trace::write(&mut w, &run, &filter)?;
             } else {
-                crate::gantt::write(&mut w, &run, &filter)?;
+                hpmoe_sim::gantt::write(&mut w, &run, &filter)?;
             }
             w.flush()
         });
@@ -855,7 +855,7 @@ impl Session {
     }
 
     fn dump(&mut self, rest: &str) -> Result<(), ()> {
-        let mut opts = crate::numerics::NumericsOptions::default();
+        let mut opts = hpmoe_sim::numerics::NumericsOptions::default();
         for a in words(rest) {
             if let Some(v) = a.strip_prefix("seed=") {
                 match v.parse::<u64>() {
@@ -882,9 +882,9 @@ impl Session {
         // refused by `numerics::run` before it runs anything, so it is not simulated first.
         let v = self.view(false, false)?;
         let comp = v.compiled();
-        let need = crate::numerics::store::total_elements(v.taskflow(), &comp.graph).saturating_mul(24);
+        let need = hpmoe_sim::numerics::store::total_elements(v.taskflow(), &comp.graph).saturating_mul(24);
         let order = if need > u128::from(opts.memory_limit) {
-            crate::numerics::schedule_order(&comp.graph, &comp.schedule)
+            hpmoe_sim::numerics::schedule_order(&comp.graph, &comp.schedule)
         } else {
             let checked = Rc::clone(&v.checked);
             let program = Rc::clone(&v.program);
@@ -892,7 +892,7 @@ impl Session {
             sim.start_order()
         };
         let t0 = std::time::Instant::now();
-        let res = crate::numerics::run(&v.program, v.taskflow(), &comp.graph, &comp.schedule, &order, &opts);
+        let res = hpmoe_sim::numerics::run(&v.program, v.taskflow(), &comp.graph, &comp.schedule, &order, &opts);
         self.stages.push(Stage {
             name: "numerics".to_string(),
             took: Some(t0.elapsed()),
@@ -975,7 +975,7 @@ pub(crate) fn summary(p: &Program) -> String {
 }
 
 /// Two reports side by side and the speedup of the second over the first.
-fn compare_table(tf: &str, a: &crate::report::Report, b: &crate::report::Report) -> String {
+fn compare_table(tf: &str, a: &hpmoe_sim::report::Report, b: &hpmoe_sim::report::Report) -> String {
     let mut s = format!("{tf}: {} vs {}\n", a.policy, b.policy);
     let w = a.policy.len().max(b.policy.len()).max(12);
     s.push_str(&format!("  {:<28} {:>w$} {:>w$}\n", "", a.policy, b.policy));
@@ -995,6 +995,6 @@ fn compare_table(tf: &str, a: &crate::report::Report, b: &crate::report::Report)
     for (name, x, y) in rows {
         s.push_str(&format!("  {name:<28} {x:>w$} {y:>w$}\n"));
     }
-    s.push_str(&crate::report::Comparison::new(a, b).human());
+    s.push_str(&hpmoe_sim::report::Comparison::new(a, b).human());
     s
 }

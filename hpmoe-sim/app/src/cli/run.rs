@@ -3,15 +3,15 @@
 //! policies, a Chrome trace and a Gantt chart come out.
 
 use super::{checked, style, usage, Format, ProgramArgs};
-use crate::report::{Comparison, Report};
-use crate::sim::SimOptions;
-use crate::trace::{self, Filter, Run};
 use hpmoe_dsl::diag::{self, Diagnostic};
 use hpmoe_dsl::driver::{Checked, CompileOptions};
 use hpmoe_dsl::ir::{Program, Taskflow};
 use hpmoe_dsl::schedule;
 use hpmoe_dsl::timing::Clock;
 use hpmoe_dsl::{Code, SourceMap};
+use hpmoe_sim::report::{Comparison, Report};
+use hpmoe_sim::sim::SimOptions;
+use hpmoe_sim::trace::{self, Filter, Run};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ pub(crate) struct RunCli<'a> {
     pub trace_ranks: Option<&'a str>,
     pub trace_window: Option<&'a str>,
     /// Compute the real numbers too (`--numerics`, `--dump`, `--input`).
-    pub numerics: Option<crate::numerics::NumericsOptions>,
+    pub numerics: Option<hpmoe_sim::numerics::NumericsOptions>,
     /// Measure every stage's wall-clock time and the peak memory (`--timings`).
     pub timings: bool,
     /// Runs at once (0: one per CPU).
@@ -50,7 +50,7 @@ fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
 /// One simulated policy.
 struct Done {
     report: Report,
-    numerics: Option<crate::numerics::NumericsReport>,
+    numerics: Option<hpmoe_sim::numerics::NumericsReport>,
     timing: RunTiming,
 }
 
@@ -187,11 +187,11 @@ fn one(checked: &Checked, job: &Job, o: &RunCli, outputs: Option<&Filter>) -> Re
     let opts = SimOptions {
         record_bandwidth: outputs.is_some() && o.trace.is_some(),
     };
-    let crate::pipeline::Ran {
+    let hpmoe_sim::pipeline::Ran {
         compiled: c,
         simulated: simd,
         report,
-    } = crate::pipeline::run(checked, tf, &job.spec, &copts, opts, &mut clock)
+    } = hpmoe_sim::pipeline::run(checked, tf, &job.spec, &copts, opts, &mut clock)
         .map_err(|diags| Failure { diags, code: 1 })?;
     // Numerics run the tasks in the order the simulation started them.
     let numerics = match (
@@ -205,7 +205,7 @@ fn one(checked: &Checked, job: &Job, o: &RunCli, outputs: Option<&Filter>) -> Re
                     .total_cmp(&simd.result.start[b as usize])
                     .then(a.cmp(&b))
             });
-            Some(crate::numerics::run(p, tf, &c.graph, &c.schedule, &order, nopts).map_err(Failure::new)?)
+            Some(hpmoe_sim::numerics::run(p, tf, &c.graph, &c.schedule, &order, nopts).map_err(Failure::new)?)
         }
         _ => None,
     };
@@ -246,7 +246,7 @@ fn one(checked: &Checked, job: &Job, o: &RunCli, outputs: Option<&Filter>) -> Re
                     eprintln!("note: the chart shows rank 0; choose ranks with --trace-ranks");
                 }
             }
-            write(path, &|w| crate::gantt::write(w, &run, &gf))?;
+            write(path, &|w| hpmoe_sim::gantt::write(w, &run, &gf))?;
         }
         clock.lap("trace and chart");
     }
@@ -378,7 +378,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     };
     let mut runs: Vec<Report> = Vec::new();
     let mut comparisons: Vec<Comparison> = Vec::new();
-    let mut num_reports: Vec<(String, crate::numerics::NumericsReport)> = Vec::new();
+    let mut num_reports: Vec<(String, hpmoe_sim::numerics::NumericsReport)> = Vec::new();
     let mut run_timings: Vec<RunTiming> = Vec::new();
     for (job, res) in jobs.iter().zip(results) {
         let d = match res {
@@ -415,7 +415,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     });
     match o.format {
         Format::Human => {
-            if let Ok(m) = crate::model::DeviceModel::new(&p.device) {
+            if let Ok(m) = hpmoe_sim::model::DeviceModel::new(&p.device) {
                 print!("{}", m.describe());
             }
             for r in &runs {
