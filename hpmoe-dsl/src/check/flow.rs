@@ -1815,11 +1815,11 @@ impl Checker<'_> {
     ) -> bool {
         let Some(dev) = self.device.as_ref() else { return true };
         let (l0a, l0b, l0c, l1, ub) = (
-            dev.get("l0a_size"),
-            dev.get("l0b_size"),
-            dev.get("l0c_size"),
-            dev.get("l1_size"),
-            dev.get("ub_size"),
+            dev.l0a_size(),
+            dev.l0b_size(),
+            dev.l0c_size(),
+            dev.l1_size(),
+            dev.ub_size(),
         );
         if sig.is_comm {
             // Puts stream through the UB in `put_chunk_bytes` chunks: any tile fits.

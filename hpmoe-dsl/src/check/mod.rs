@@ -333,6 +333,7 @@ impl<'a> Checker<'a> {
         }
         self.check_schedules();
         self.finish_routes();
+        self.check_hbm_fit();
         let device = self.device.clone()?;
         Some(ir::Program {
             params: param_values,
