@@ -2,6 +2,7 @@
 //! diagnostic when one tile's operands (double-buffered) exceed the Unified Buffer of an AIV
 //! core or the L0A/L0B/L0C/L1 buffers of an AIC core.
 
+use super::coverage::{index_key, IndexKey};
 use super::*;
 
 impl Checker<'_> {
