@@ -88,9 +88,9 @@ impl Checker<'_> {
             ranges[var] = new;
             true
         };
-        let mut conv = |ck: &mut Self, ranges: &mut Vec<R>, ix: &SIdx, dim: Option<Dim>| -> Option<Index> {
+        let mut conv = |ck: &mut Self, ranges: &mut Vec<R>, ix: &SymIndex, dim: Option<Dim>| -> Option<Index> {
             match ix {
-                SIdx::Affine {
+                SymIndex::Affine {
                     var,
                     coef,
                     offset,
@@ -140,7 +140,7 @@ impl Checker<'_> {
                         offset: off,
                     })
                 }
-                SIdx::Const(s, span) => {
+                SymIndex::Const(s, span) => {
                     let c = eval_off(ck, s)?;
                     match dim {
                         Some(Dim::Fixed(n)) if c < 0 || c >= n as i64 => {
@@ -163,8 +163,8 @@ impl Checker<'_> {
                     Some(Index::Const(c))
                 }
                 // The group is the local expert of a received row (checked after conversion).
-                SIdx::Group(v, _) => Some(Index::Group(*v)),
-                SIdx::Route {
+                SymIndex::Group(v, _) => Some(Index::Group(*v)),
+                SymIndex::Route {
                     param,
                     func,
                     args,
@@ -213,7 +213,7 @@ impl Checker<'_> {
         let mut stmts = Vec::new();
         for st in &sig.body.stmts {
             let target = match &st.target {
-                STarget::Out(ix) => {
+                SymTarget::Out(ix) => {
                     let mut v = Vec::new();
                     for (k, i) in ix.iter().enumerate() {
                         match conv(self, &mut ranges, i, out.get(k).copied()) {
@@ -223,7 +223,7 @@ impl Checker<'_> {
                     }
                     Target::Out(v)
                 }
-                STarget::Put { rank, index } => {
+                SymTarget::Put { rank, index } => {
                     let rk = conv(self, &mut ranges, rank, None);
                     let mut v = Vec::new();
                     for (k, i) in index.iter().enumerate() {
@@ -241,7 +241,7 @@ impl Checker<'_> {
                     }
                 }
             };
-            let value = self.conc_expr(&st.value, ins, routes, &mut ranges, &mut conv, &mut ok, call);
+            let value = self.concrete_expr(&st.value, ins, routes, &mut ranges, &mut conv, &mut ok, call);
             if let Some(value) = value {
                 stmts.push(BodyStmt {
                     target,
@@ -359,32 +359,32 @@ impl Checker<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn conc_expr(
+    pub(super) fn concrete_expr(
         &mut self,
-        e: &SS,
+        e: &SymScalar,
         ins: &[(DType, Vec<Dim>)],
         routes: &[Option<RouteId>],
         ranges: &mut Vec<R>,
-        conv: &mut impl FnMut(&mut Self, &mut Vec<R>, &SIdx, Option<Dim>) -> Option<Index>,
+        conv: &mut impl FnMut(&mut Self, &mut Vec<R>, &SymIndex, Option<Dim>) -> Option<Index>,
         ok: &mut bool,
         call: Span,
     ) -> Option<SExpr> {
         Some(match e {
-            SS::Const(c) => SExpr::Const(*c),
-            SS::Var(v) => SExpr::Var(*v),
-            SS::Sym(s) => match self.eval_sym(s, &[], routes, call) {
+            SymScalar::Const(c) => SExpr::Const(*c),
+            SymScalar::Var(v) => SExpr::Var(*v),
+            SymScalar::Sym(s) => match self.eval_sym(s, &[], routes, call) {
                 Ok(Some(Dim::Fixed(n))) => SExpr::Const(n as i64 as f64),
                 _ => {
                     // Shape symbols need the bindings; evaluate through a constant index.
-                    match conv(self, ranges, &SIdx::Const(s.clone(), call), None)? {
+                    match conv(self, ranges, &SymIndex::Const(s.clone(), call), None)? {
                         Index::Const(c) => SExpr::Const(c as f64),
                         _ => return None,
                     }
                 }
             },
-            SS::Route { param, func, args } => {
+            SymScalar::Route { param, func, args } => {
                 let id = routes.get(*param).copied().flatten()?;
-                let ix = SIdx::Route {
+                let ix = SymIndex::Route {
                     param: *param,
                     func: *func,
                     args: args.clone(),
@@ -397,7 +397,7 @@ impl Checker<'_> {
                     args: args.clone(),
                 }
             }
-            SS::Read { input, index, .. } => {
+            SymScalar::Read { input, index, .. } => {
                 let shape = &ins.get(*input)?.1;
                 let mut v = Vec::new();
                 for (k, ix) in index.iter().enumerate() {
@@ -414,22 +414,22 @@ impl Checker<'_> {
                     index: v,
                 }
             }
-            SS::Neg(a) => SExpr::Neg(Box::new(self.conc_expr(a, ins, routes, ranges, conv, ok, call)?)),
-            SS::Bin(op, a, b) => {
-                let x = self.conc_expr(a, ins, routes, ranges, conv, ok, call);
-                let y = self.conc_expr(b, ins, routes, ranges, conv, ok, call);
+            SymScalar::Neg(a) => SExpr::Neg(Box::new(self.concrete_expr(a, ins, routes, ranges, conv, ok, call)?)),
+            SymScalar::Bin(op, a, b) => {
+                let x = self.concrete_expr(a, ins, routes, ranges, conv, ok, call);
+                let y = self.concrete_expr(b, ins, routes, ranges, conv, ok, call);
                 SExpr::Bin(*op, Box::new(x?), Box::new(y?))
             }
-            SS::Call(f, args) => {
+            SymScalar::Call(f, args) => {
                 let mut xs = Vec::new();
                 for a in args {
-                    xs.push(self.conc_expr(a, ins, routes, ranges, conv, ok, call)?);
+                    xs.push(self.concrete_expr(a, ins, routes, ranges, conv, ok, call)?);
                 }
                 SExpr::Call(*f, xs)
             }
-            SS::Sum { vars, body } => SExpr::Sum {
+            SymScalar::Sum { vars, body } => SExpr::Sum {
                 vars: vars.clone(),
-                body: Box::new(self.conc_expr(body, ins, routes, ranges, conv, ok, call)?),
+                body: Box::new(self.concrete_expr(body, ins, routes, ranges, conv, ok, call)?),
             },
         })
     }

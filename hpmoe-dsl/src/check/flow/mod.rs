@@ -20,7 +20,7 @@ mod linear;
 mod schedules;
 
 use super::consts::BareNames;
-use super::ops::{OpSig, PSig, RDim, SIdx, STarget, Sym, DT, SS};
+use super::ops::{CheckedParam, OpSig, RouteDim, SigDtype, Sym, SymIndex, SymScalar, SymTarget};
 use super::{Checker, ItemRef};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{
@@ -87,17 +87,17 @@ impl Checker<'_> {
             };
             let id = self.route_id(r)?;
             let spec = self.routes[id.0 as usize].spec.clone();
-            let d = super::ops::RDIMS
+            let d = super::ops::ROUTE_DIMS
                 .iter()
                 .find(|(n, _)| *n == field.name)
                 .map(|(_, d)| *d);
             return match d {
-                Some(RDim::Recv) => Some(Dim::Recv(id)),
-                Some(RDim::Topk) => Some(Dim::Fixed(spec.topk)),
-                Some(RDim::Experts) => Some(Dim::Fixed(spec.experts)),
-                Some(RDim::LocalExperts) => Some(Dim::Fixed(spec.local_experts())),
-                Some(RDim::Ranks) => Some(Dim::Fixed(spec.ranks)),
-                Some(RDim::Tokens) => match self.routes[id.0 as usize].tokens_bound {
+                Some(RouteDim::Recv) => Some(Dim::Recv(id)),
+                Some(RouteDim::Topk) => Some(Dim::Fixed(spec.topk)),
+                Some(RouteDim::Experts) => Some(Dim::Fixed(spec.experts)),
+                Some(RouteDim::LocalExperts) => Some(Dim::Fixed(spec.local_experts())),
+                Some(RouteDim::Ranks) => Some(Dim::Fixed(spec.ranks)),
+                Some(RouteDim::Tokens) => match self.routes[id.0 as usize].tokens_bound {
                     Some(_) => Some(Dim::Fixed(spec.tokens)),
                     None => {
                         self.err(
@@ -576,12 +576,12 @@ impl Checker<'_> {
                 };
                 let st = &self.routes[id.0 as usize];
                 Ok(match d {
-                    RDim::Recv => Some(Dim::Recv(id)),
-                    RDim::Tokens => st.tokens_bound.map(|_| Dim::Fixed(st.spec.tokens)),
-                    RDim::Topk => Some(Dim::Fixed(st.spec.topk)),
-                    RDim::Experts => Some(Dim::Fixed(st.spec.experts)),
-                    RDim::LocalExperts => Some(Dim::Fixed(st.spec.local_experts())),
-                    RDim::Ranks => Some(Dim::Fixed(st.spec.ranks)),
+                    RouteDim::Recv => Some(Dim::Recv(id)),
+                    RouteDim::Tokens => st.tokens_bound.map(|_| Dim::Fixed(st.spec.tokens)),
+                    RouteDim::Topk => Some(Dim::Fixed(st.spec.topk)),
+                    RouteDim::Experts => Some(Dim::Fixed(st.spec.experts)),
+                    RouteDim::LocalExperts => Some(Dim::Fixed(st.spec.local_experts())),
+                    RouteDim::Ranks => Some(Dim::Fixed(st.spec.ranks)),
                 })
             }
             Sym::Neg(a) => {
@@ -680,8 +680,8 @@ impl Checker<'_> {
         // Kinds, routing params, dtypes, ranks.
         for (i, (p, v)) in sig.params.iter().zip(vals).enumerate() {
             match (p, v) {
-                (PSig::Route { .. }, ArgVal::Route(id)) => routes[i] = Some(*id),
-                (PSig::Tensor { name: pn, ty, .. }, ArgVal::Tensor(t)) => {
+                (CheckedParam::Route { .. }, ArgVal::Route(id)) => routes[i] = Some(*id),
+                (CheckedParam::Tensor { name: pn, ty, .. }, ArgVal::Tensor(t)) => {
                     let tt = fl.tf.tensor(*t).clone();
                     if tt.shape.len() != ty.dims.len() {
                         self.err(
@@ -701,7 +701,7 @@ impl Checker<'_> {
                         ok = false;
                     }
                     match ty.dtype {
-                        DT::Concrete(d) if d != tt.dtype => {
+                        SigDtype::Concrete(d) if d != tt.dtype => {
                             self.err(
                                 Diagnostic::error(
                                     Code::DtypeMismatch,
@@ -716,7 +716,7 @@ impl Checker<'_> {
                             );
                             ok = false;
                         }
-                        DT::Generic(g) => match &gen[g] {
+                        SigDtype::Generic(g) => match &gen[g] {
                             Some((d, sp, from)) if *d != tt.dtype => {
                                 self.err(
                                     Diagnostic::error(
@@ -740,7 +740,7 @@ impl Checker<'_> {
                         _ => {}
                     }
                 }
-                (PSig::Route { name: pn, .. }, ArgVal::Tensor(t)) => {
+                (CheckedParam::Route { name: pn, .. }, ArgVal::Tensor(t)) => {
                     let tn = fl.tf.tensor(*t).name.clone();
                     self.err(
                         Diagnostic::error(
@@ -751,7 +751,7 @@ impl Checker<'_> {
                     );
                     ok = false;
                 }
-                (PSig::Tensor { name: pn, .. }, ArgVal::Route(r)) => {
+                (CheckedParam::Tensor { name: pn, .. }, ArgVal::Route(r)) => {
                     let rn = self.routes[r.0 as usize].spec.name.clone();
                     self.err(
                         Diagnostic::error(
@@ -781,13 +781,13 @@ impl Checker<'_> {
             sig.params
                 .iter()
                 .map(|p| match p {
-                    PSig::Tensor { ty, .. } => ty.dims.len(),
-                    PSig::Route { .. } => 0,
+                    CheckedParam::Tensor { ty, .. } => ty.dims.len(),
+                    CheckedParam::Route { .. } => 0,
                 })
                 .sum(),
         );
         for (i, (p, v)) in sig.params.iter().zip(vals).enumerate() {
-            if let (PSig::Tensor { ty, .. }, ArgVal::Tensor(t)) = (p, v) {
+            if let (CheckedParam::Tensor { ty, .. }, ArgVal::Tensor(t)) = (p, v) {
                 let tt = fl.tf.tensor(*t);
                 for (k, (s, d)) in ty.dims.iter().zip(&tt.shape).enumerate() {
                     pending.push(C {
@@ -830,7 +830,7 @@ impl Checker<'_> {
                             }
                             if let Sym::Route(p, rd) = &c.sym {
                                 if let Some(id) = routes[*p] {
-                                    if *rd == RDim::Tokens {
+                                    if *rd == RouteDim::Tokens {
                                         if let Some(bs) = self.routes[id.0 as usize].tokens_bound {
                                             diag = diag.secondary(
                                                 bs,
@@ -857,7 +857,7 @@ impl Checker<'_> {
                                 from: c.desc,
                             });
                             progress = true;
-                        } else if let (Sym::Route(p, RDim::Tokens), Dim::Fixed(n)) = (&c.sym, c.actual) {
+                        } else if let (Sym::Route(p, RouteDim::Tokens), Dim::Fixed(n)) = (&c.sym, c.actual) {
                             if let Some(id) = routes[*p] {
                                 let st = &mut self.routes[id.0 as usize];
                                 st.spec.tokens = n;
@@ -908,8 +908,8 @@ impl Checker<'_> {
         }
         // The result.
         let dtype = match sig.ret.dtype {
-            DT::Concrete(d) => d,
-            DT::Generic(g) => gen[g].as_ref()?.0,
+            SigDtype::Concrete(d) => d,
+            SigDtype::Generic(g) => gen[g].as_ref()?.0,
         };
         let mut out_shape = Vec::with_capacity(sig.ret.dims.len());
         for (s, sp) in sig.ret.dims.iter().zip(&sig.ret.dim_spans) {
@@ -1232,32 +1232,32 @@ impl Checker<'_> {
 
 /// Every `group(v)` index with the dimension it indexes.
 fn collect_group_uses(sig: &OpSig, ins: &[(DType, Vec<Dim>)], out: &[Dim], acc: &mut Vec<(usize, Dim, Span)>) {
-    fn walk(e: &SS, ins: &[(DType, Vec<Dim>)], acc: &mut Vec<(usize, Dim, Span)>) {
+    fn walk(e: &SymScalar, ins: &[(DType, Vec<Dim>)], acc: &mut Vec<(usize, Dim, Span)>) {
         match e {
-            SS::Read { input, index, .. } => {
+            SymScalar::Read { input, index, .. } => {
                 for (k, ix) in index.iter().enumerate() {
-                    if let SIdx::Group(v, sp) = ix {
+                    if let SymIndex::Group(v, sp) = ix {
                         if let Some(d) = ins.get(*input).and_then(|x| x.1.get(k)) {
                             acc.push((*v, *d, *sp));
                         }
                     }
                 }
             }
-            SS::Neg(a) => walk(a, ins, acc),
-            SS::Bin(_, a, b) => {
+            SymScalar::Neg(a) => walk(a, ins, acc),
+            SymScalar::Bin(_, a, b) => {
                 walk(a, ins, acc);
                 walk(b, ins, acc);
             }
-            SS::Call(_, xs) => xs.iter().for_each(|x| walk(x, ins, acc)),
-            SS::Sum { body, .. } => walk(body, ins, acc),
+            SymScalar::Call(_, xs) => xs.iter().for_each(|x| walk(x, ins, acc)),
+            SymScalar::Sum { body, .. } => walk(body, ins, acc),
             _ => {}
         }
     }
     for st in &sig.body.stmts {
         walk(&st.value, ins, acc);
-        if let STarget::Out(ix) = &st.target {
+        if let SymTarget::Out(ix) = &st.target {
             for (k, i) in ix.iter().enumerate() {
-                if let SIdx::Group(v, sp) = i {
+                if let SymIndex::Group(v, sp) = i {
                     if let Some(d) = out.get(k) {
                         acc.push((*v, *d, *sp));
                     }
@@ -1269,9 +1269,9 @@ fn collect_group_uses(sig: &OpSig, ins: &[(DType, Vec<Dim>)], out: &[Dim], acc: 
     for (i, v) in sig.body.vars.iter().enumerate() {
         if let Some(g) = v.group_of {
             for st in &sig.body.stmts {
-                if let STarget::Out(ix) = &st.target {
+                if let SymTarget::Out(ix) = &st.target {
                     for (k, idx) in ix.iter().enumerate() {
-                        if matches!(idx, SIdx::Affine { var, .. } if *var == g) {
+                        if matches!(idx, SymIndex::Affine { var, .. } if *var == g) {
                             if let Some(d) = out.get(k) {
                                 acc.push((i, *d, v.span));
                             }
