@@ -396,6 +396,21 @@ fn command_line_overrides() {
         run(&["device.ub_sise=1"]),
         vec![(Code::UnknownProfileField, Severity::Error)]
     );
+    // Values out of range, also when only the conversion to base units leaves the floats.
+    for bad in [
+        "device.link_latency=0",
+        "device.ranks=-4",
+        "device.aic_cores=1.5",
+        "device.hbm_bandwidth=1e308TB/s",
+        "device.cube_efficiency=2",
+    ] {
+        assert_eq!(run(&[bad]), vec![(Code::InvalidValue, Severity::Error)], "{bad}");
+    }
+    // A field no device has, even one that profiles used to carry.
+    assert_eq!(
+        run(&["device.system_counter=50MHz"]),
+        vec![(Code::UnknownProfileField, Severity::Error)]
+    );
     // A value that makes the program wrong is reported in the program.
     assert_eq!(run(&["topk=100"]), vec![(Code::BadRouting, Severity::Error)]);
 }
@@ -414,6 +429,8 @@ const SNAPSHOTS: &[&str] = &[
     "tile_exceeds_l0",
     "routing_recv_overflow",
     "device_units",
+    "device_range",
+    "device_hbm",
     "import_cycle",
 ];
 

@@ -380,7 +380,7 @@ impl PolicySpec {
             static_capacity: self.static_capacity,
             retile: if self.policy == Policy::ExpertLevel {
                 crate::lower::Retile::ExpertLevel {
-                    aic_cores: program.device.get("aic_cores") as u32,
+                    aic_cores: program.device.aic_cores(),
                 }
             } else {
                 crate::lower::Retile::Annotated

@@ -1,109 +1,48 @@
 //! Devices: profiles (with inheritance), units, overrides in the program and from the
 //! command line, and the validation of every constant.
+//!
+//! In: the root module's `device = PROFILE { ... };` declaration (or `--device NAME`, or the
+//! default `ascend_a3`), the profiles it derives from and `--set device.FIELD=VALUE`
+//! overrides. A profile is first resolved as written ([`WrittenProfile`]: each field's
+//! number, the unit it was written in and its span; a derived profile starts from its
+//! base's fields), then turned into the checked [`Device`] (base units, typed fields) by
+//! [`Device::new`], whose bounds the diagnostics report in the units the user wrote. Every
+//! field name, quantity and bound comes from the table of [`crate::ir::DEVICE_FIELDS`].
+//! Out: `Checker::device`, and the check that each taskflow's tensors fit in a rank's HBM.
 
 use super::consts::BareNames;
 use super::{Checker, ItemRef};
 use crate::diag::{Code, Diagnostic};
-use crate::ir::{Device, DeviceField, Quantity, Value};
+use crate::ir::{Device, DeviceFieldSpec, Dim, Taskflow, Unit, Value, DEVICE_FIELDS, DEVICE_FIELD_COUNT, UNITS};
 use crate::syntax::ast::{Field, ItemKind};
 use crate::syntax::token::Span;
 use std::collections::BTreeMap;
 
-/// Every unit: name, quantity, factor to the base unit (B, Hz, s, B/s, ...).
-pub const UNITS: &[(&str, Quantity, f64)] = &[
-    ("count", Quantity::Count, 1.0),
-    ("ratio", Quantity::Ratio, 1.0),
-    ("B", Quantity::Bytes, 1.0),
-    ("KB", Quantity::Bytes, 1e3),
-    ("MB", Quantity::Bytes, 1e6),
-    ("GB", Quantity::Bytes, 1e9),
-    ("TB", Quantity::Bytes, 1e12),
-    ("KiB", Quantity::Bytes, 1024.0),
-    ("MiB", Quantity::Bytes, 1048576.0),
-    ("GiB", Quantity::Bytes, 1073741824.0),
-    ("Hz", Quantity::Frequency, 1.0),
-    ("kHz", Quantity::Frequency, 1e3),
-    ("MHz", Quantity::Frequency, 1e6),
-    ("GHz", Quantity::Frequency, 1e9),
-    ("s", Quantity::Time, 1.0),
-    ("ms", Quantity::Time, 1e-3),
-    ("us", Quantity::Time, 1e-6),
-    ("ns", Quantity::Time, 1e-9),
-    ("B/s", Quantity::Bandwidth, 1.0),
-    ("KB/s", Quantity::Bandwidth, 1e3),
-    ("MB/s", Quantity::Bandwidth, 1e6),
-    ("GB/s", Quantity::Bandwidth, 1e9),
-    ("TB/s", Quantity::Bandwidth, 1e12),
-    ("GiB/s", Quantity::Bandwidth, 1073741824.0),
-    ("Gb/s", Quantity::Bandwidth, 1.25e8),
-    ("B/cycle", Quantity::BytesPerCycle, 1.0),
-    ("FLOP/cycle", Quantity::FlopsPerCycle, 1.0),
-    ("cycle", Quantity::Cycles, 1.0),
-];
-
-/// The fields every profile must define, with their quantity.
-pub const REQUIRED_FIELDS: &[(&str, Quantity)] = &[
-    ("ranks", Quantity::Count),
-    ("aic_cores", Quantity::Count),
-    ("aiv_cores", Quantity::Count),
-    ("aic_clock", Quantity::Frequency),
-    ("aiv_clock", Quantity::Frequency),
-    ("cube_flops_per_cycle", Quantity::FlopsPerCycle),
-    ("cube_efficiency", Quantity::Ratio),
-    ("vector_bytes_per_cycle", Quantity::BytesPerCycle),
-    ("ub_size", Quantity::Bytes),
-    ("l1_size", Quantity::Bytes),
-    ("l0a_size", Quantity::Bytes),
-    ("l0b_size", Quantity::Bytes),
-    ("l0c_size", Quantity::Bytes),
-    ("l2_size", Quantity::Bytes),
-    ("hbm_size", Quantity::Bytes),
-    ("hbm_bandwidth", Quantity::Bandwidth),
-    ("core_hbm_rate", Quantity::BytesPerCycle),
-    ("core_l2_read_rate", Quantity::BytesPerCycle),
-    ("core_l2_write_rate", Quantity::BytesPerCycle),
-    ("link_bandwidth", Quantity::Bandwidth),
-    ("link_efficiency", Quantity::Ratio),
-    ("link_latency", Quantity::Time),
-    ("event_latency", Quantity::Time),
-    ("kernel_launch", Quantity::Time),
-    ("task_overhead", Quantity::Time),
-    ("put_chunk_bytes", Quantity::Bytes),
-    ("system_counter", Quantity::Frequency),
-];
-
 /// The deepest chain of profile inheritance accepted.
 const MAX_PROFILE_DEPTH: usize = 16;
 
-/// The largest number of ranks a device may have.
-pub const MAX_RANKS: f64 = 4096.0;
-
-pub fn unit(name: &str) -> Option<(Quantity, f64)> {
-    UNITS.iter().find(|(n, _, _)| *n == name).map(|(_, q, f)| (*q, *f))
+/// One constant of a profile as written.
+#[derive(Clone, Copy, Debug)]
+struct WrittenField {
+    /// The number as written, in `unit`.
+    number: f64,
+    unit: &'static Unit,
+    /// The field's definition (or override).
+    span: Span,
 }
 
-/// A quantity in words, for messages.
-fn quantity_word(q: Quantity) -> &'static str {
-    match q {
-        Quantity::Count => "a count",
-        Quantity::Ratio => "a ratio",
-        Quantity::Bytes => "a size in bytes",
-        Quantity::Frequency => "a frequency",
-        Quantity::Time => "a time",
-        Quantity::Bandwidth => "a bandwidth",
-        Quantity::BytesPerCycle => "bytes per cycle",
-        Quantity::FlopsPerCycle => "FLOP per cycle",
-        Quantity::Cycles => "a number of cycles",
+impl WrittenField {
+    fn base(&self) -> f64 {
+        self.number * self.unit.factor
     }
 }
 
-fn units_of(q: Quantity) -> String {
-    UNITS
-        .iter()
-        .filter(|(_, qq, _)| *qq == q)
-        .map(|(n, _, _)| *n)
-        .collect::<Vec<_>>()
-        .join(", ")
+/// A profile as written, after inheritance and overrides: the fields defined so far.
+type WrittenProfile = BTreeMap<&'static str, WrittenField>;
+
+/// The names of every device field, comma-separated (for messages).
+fn field_names() -> String {
+    DEVICE_FIELDS.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
 }
 
 /// Splits `1.2TB/s` or `1.2 TB/s` into the number and the unit.
@@ -125,7 +64,7 @@ impl Checker<'_> {
     /// Resolves a profile item into its fields (base first), reporting errors in the profile.
     /// `chain`: the profiles that derive from `r`, outermost first (reports about the
     /// inheritance go to the outermost one, which the user is checking).
-    fn profile_fields(&mut self, r: ItemRef, chain: &mut Vec<ItemRef>) -> Option<BTreeMap<String, DeviceField>> {
+    fn profile_fields(&mut self, r: ItemRef, chain: &mut Vec<ItemRef>) -> Option<WrittenProfile> {
         let ItemKind::Profile(p) = &self.item(r).kind else {
             return None;
         };
@@ -215,45 +154,39 @@ impl Checker<'_> {
                 continue;
             };
             let utext = unit_ast.text();
-            let Some((q, factor)) = unit(&utext) else {
+            let Some(unit) = Unit::named(&utext) else {
                 self.unknown_unit(&utext, unit_ast.span);
                 continue;
             };
-            match REQUIRED_FIELDS.iter().find(|(n, _)| *n == f.name.name) {
-                Some(&(_, rq)) if rq != q => {
-                    self.err(
-                        Diagnostic::error(
-                            Code::UnitMismatch,
-                            format!(
-                                "`{}` is {}, but `{utext}` is a unit of {}",
-                                f.name.name,
-                                quantity_word(rq),
-                                quantity_word(q)
-                            ),
-                        )
-                        .primary(unit_ast.span, "wrong kind of unit")
-                        .help(format!("use one of: {}", units_of(rq))),
-                    );
-                    continue;
-                }
-                Some(_) => {}
-                None => {
-                    // A misspelt field would otherwise be ignored, and the base's value kept.
-                    let mut d = Diagnostic::error(
-                        Code::UnknownProfileField,
-                        format!("`{}` is not a device field", f.name.name),
+            let Some(spec) = DeviceFieldSpec::named(&f.name.name) else {
+                // A misspelt field would otherwise be ignored, and the base's value kept.
+                let mut d = Diagnostic::error(
+                    Code::UnknownProfileField,
+                    format!("`{}` is not a device field", f.name.name),
+                )
+                .primary(f.name.span, "unknown field");
+                d = match crate::suggest::closest(&f.name.name, DEVICE_FIELDS.iter().map(|f| f.name)) {
+                    Some(b) => d.help(format!("did you mean `{b}`?")),
+                    None => d.help(format!("the fields are: {}", field_names())),
+                };
+                self.err(d);
+                continue;
+            };
+            if spec.quantity != unit.quantity {
+                self.err(
+                    Diagnostic::error(
+                        Code::UnitMismatch,
+                        format!(
+                            "`{}` is {}, but `{utext}` is a unit of {}",
+                            f.name.name,
+                            spec.quantity.word(),
+                            unit.quantity.word()
+                        ),
                     )
-                    .primary(f.name.span, "unknown field");
-                    d = match crate::suggest::closest(&f.name.name, REQUIRED_FIELDS.iter().map(|(n, _)| *n)) {
-                        Some(b) => d.help(format!("did you mean `{b}`?")),
-                        None => d.help(format!(
-                            "the fields are: {}",
-                            REQUIRED_FIELDS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-                        )),
-                    };
-                    self.err(d);
-                    continue;
-                }
+                    .primary(unit_ast.span, "wrong kind of unit")
+                    .help(format!("use one of: {}", Unit::names_of(spec.quantity))),
+                );
+                continue;
             }
             let Some(v) = self.eval_const(r.module, &f.value, BareNames::Reject) else {
                 continue;
@@ -263,12 +196,10 @@ impl Checker<'_> {
                 continue;
             };
             fields.insert(
-                f.name.name.clone(),
-                DeviceField {
-                    value: x * factor,
-                    quantity: q,
-                    unit: utext,
-                    docs: f.docs.clone(),
+                spec.name,
+                WrittenField {
+                    number: x,
+                    unit,
                     span: f.span,
                 },
             );
@@ -278,12 +209,12 @@ impl Checker<'_> {
 
     fn unknown_unit(&mut self, u: &str, span: Span) {
         let mut d = Diagnostic::error(Code::UnitMismatch, format!("unknown unit `{u}`")).primary(span, "not a unit");
-        if let Some(b) = crate::suggest::closest(u, UNITS.iter().map(|(n, _, _)| *n)) {
+        if let Some(b) = crate::suggest::closest(u, UNITS.iter().map(|u| u.name)) {
             d = d.help(format!("did you mean `{b}`?"));
         } else {
             d = d.help(format!(
                 "units are: {}",
-                UNITS.iter().map(|(n, _, _)| *n).collect::<Vec<_>>().join(", ")
+                UNITS.iter().map(|u| u.name).collect::<Vec<_>>().join(", ")
             ));
         }
         self.err(d);
@@ -293,16 +224,18 @@ impl Checker<'_> {
     pub(super) fn check_profile_item(&mut self, r: ItemRef) {
         if let Some(fields) = self.profile_fields(r, &mut Vec::new()) {
             let span = self.item(r).kind.name().map_or(self.item(r).span, |n| n.span);
-            self.validate_device(&fields, span);
+            let name = self.item(r).kind.name().map_or_else(String::new, |n| n.name.clone());
+            self.validate_device(name, &fields, span);
         }
     }
 
-    fn validate_device(&mut self, fields: &BTreeMap<String, DeviceField>, span: Span) -> bool {
-        let mut ok = true;
-        let missing: Vec<&str> = REQUIRED_FIELDS
+    /// The checked device of a profile as written: every field present and in range.
+    /// `span`: where to report missing fields.
+    fn validate_device(&mut self, profile: String, fields: &WrittenProfile, span: Span) -> Option<Device> {
+        let missing: Vec<&str> = DEVICE_FIELDS
             .iter()
-            .map(|(n, _)| *n)
-            .filter(|n| !fields.contains_key(*n))
+            .map(|f| f.name)
+            .filter(|n| !fields.contains_key(n))
             .collect();
         if !missing.is_empty() {
             let list = missing.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
@@ -315,41 +248,44 @@ impl Checker<'_> {
                     .primary(span, "incomplete profile")
                     .help("define the fields, or derive the profile from a complete one: `profile NAME : ascend_a3 { ... }`"),
             );
-            ok = false;
+            // The values present are still checked.
+            for (name, w) in fields {
+                if let Some(why) = DeviceFieldSpec::named(name).and_then(|spec| spec.out_of_range(w.base())) {
+                    self.out_of_range(name, w, why);
+                }
+            }
+            return None;
         }
-        for (name, f) in fields {
-            let bad = !f.value.is_finite()
-                || f.value <= 0.0
-                || (f.quantity == Quantity::Ratio && f.value > 1.0)
-                || (f.quantity == Quantity::Count && f.value.fract() != 0.0)
-                || (name == "ranks" && f.value > MAX_RANKS);
-            if bad {
-                let why = if f.quantity == Quantity::Ratio {
-                    "a ratio must be in (0, 1]".to_string()
-                } else if f.quantity == Quantity::Count {
-                    format!(
-                        "a count must be a whole number of at least 1{}",
-                        if name == "ranks" {
-                            format!(" and at most {MAX_RANKS}")
-                        } else {
-                            String::new()
-                        }
-                    )
-                } else {
-                    "rates, sizes and times must be positive".to_string()
-                };
-                self.err(
-                    Diagnostic::error(
-                        Code::InvalidValue,
-                        format!("device field `{name}` = {} {} is out of range", f.value, f.unit),
-                    )
-                    .primary(f.span, "invalid value")
-                    .note(why),
-                );
-                ok = false;
+        let mut values = [0.0; DEVICE_FIELD_COUNT];
+        let mut units = [&UNITS[0]; DEVICE_FIELD_COUNT];
+        for (i, spec) in DEVICE_FIELDS.iter().enumerate() {
+            if let Some(w) = fields.get(spec.name) {
+                values[i] = w.base();
+                units[i] = w.unit;
             }
         }
-        ok
+        match Device::new(profile, values, units) {
+            Ok(d) => Some(d),
+            Err(errors) => {
+                for e in errors {
+                    if let Some(w) = fields.get(e.field.name) {
+                        self.out_of_range(e.field.name, w, e.reason);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn out_of_range(&mut self, name: &str, w: &WrittenField, why: String) {
+        self.err(
+            Diagnostic::error(
+                Code::InvalidValue,
+                format!("device field `{name}` = {} {} is out of range", w.number, w.unit.name),
+            )
+            .primary(w.span, "invalid value")
+            .note(why),
+        );
     }
 
     pub(super) fn check_device(&mut self) {
@@ -528,62 +464,60 @@ impl Checker<'_> {
             };
             ok &= self.override_from_cli(&mut fields, name, &ov.value);
         }
-        ok &= self.validate_device(&fields, name_span);
         if ok {
-            self.device = Some(Device {
-                profile: profile_name,
-                fields,
-            });
+            self.device = self.validate_device(profile_name, &fields, name_span);
+        } else {
+            // Report the values out of range too, but keep no device.
+            self.validate_device(profile_name, &fields, name_span);
         }
     }
 
-    fn unknown_field(&mut self, fields: &BTreeMap<String, DeviceField>, name: &str, span: Option<Span>) {
+    fn unknown_field(&mut self, name: &str, span: Option<Span>) {
         let mut d = Diagnostic::error(Code::UnknownProfileField, format!("the device has no field `{name}`"));
         if let Some(s) = span {
             d = d.primary(s, "unknown field");
         }
-        if let Some(b) = crate::suggest::closest(name, fields.keys().map(|s| s.as_str())) {
+        if let Some(b) = crate::suggest::closest(name, DEVICE_FIELDS.iter().map(|f| f.name)) {
             d = d.help(format!("did you mean `{b}`?"));
         } else {
-            d = d.help(format!(
-                "the fields are: {}",
-                fields.keys().cloned().collect::<Vec<_>>().join(", ")
-            ));
+            d = d.help(format!("the fields are: {}", field_names()));
         }
         self.err(d);
     }
 
-    fn override_field(&mut self, fields: &mut BTreeMap<String, DeviceField>, f: &Field) -> bool {
-        let Some(existing) = fields.get(&f.name.name).cloned() else {
-            self.unknown_field(fields, &f.name.name, Some(f.name.span));
+    /// A field of the `device = PROFILE { ... }` declaration: replaces the profile's value.
+    /// Without a unit, the number is in the unit the profile wrote.
+    fn override_field(&mut self, fields: &mut WrittenProfile, f: &Field) -> bool {
+        let Some((name, existing)) = fields.get_key_value(f.name.name.as_str()).map(|(k, w)| (*k, *w)) else {
+            self.unknown_field(&f.name.name, Some(f.name.span));
             return false;
         };
-        let factor = match &f.unit {
+        let unit = match &f.unit {
             Some(u) => {
                 let t = u.text();
-                let Some((q, factor)) = unit(&t) else {
+                let Some(unit) = Unit::named(&t) else {
                     self.unknown_unit(&t, u.span);
                     return false;
                 };
-                if q != existing.quantity {
+                if unit.quantity != existing.unit.quantity {
                     self.err(
                         Diagnostic::error(
                             Code::UnitMismatch,
                             format!(
                                 "`{}` is {}, measured in {}, not in `{t}`",
                                 f.name.name,
-                                quantity_word(existing.quantity),
-                                existing.unit
+                                existing.unit.quantity.word(),
+                                existing.unit.name
                             ),
                         )
                         .primary(u.span, "wrong kind of unit")
-                        .help(format!("use one of: {}", units_of(existing.quantity))),
+                        .help(format!("use one of: {}", Unit::names_of(existing.unit.quantity))),
                     );
                     return false;
                 }
-                factor
+                unit
             }
-            None => unit(&existing.unit).map_or(1.0, |(_, f)| f),
+            None => existing.unit,
         };
         let Some(v) = self.eval_const(self.root, &f.value, BareNames::Reject) else {
             return false;
@@ -593,25 +527,27 @@ impl Checker<'_> {
             return false;
         };
         fields.insert(
-            f.name.name.clone(),
-            DeviceField {
-                value: x * factor,
+            name,
+            WrittenField {
+                number: x,
+                unit,
                 span: f.span,
-                ..existing
             },
         );
         true
     }
 
-    fn override_from_cli(&mut self, fields: &mut BTreeMap<String, DeviceField>, name: &str, v: &Value) -> bool {
-        let Some(existing) = fields.get(name).cloned() else {
-            self.unknown_field(fields, name, None);
+    /// `--set device.NAME=VALUE`: a number (in the unit the profile wrote) or a number with a
+    /// unit of the field's quantity.
+    fn override_from_cli(&mut self, fields: &mut WrittenProfile, name: &str, v: &Value) -> bool {
+        let Some((name, existing)) = fields.get_key_value(name).map(|(k, w)| (*k, *w)) else {
+            self.unknown_field(name, None);
             return false;
         };
-        let own = unit(&existing.unit).map_or(1.0, |(_, f)| f);
-        let value = match v {
-            Value::Int(i) => *i as f64 * own,
-            Value::Float(f) => *f * own,
+        let quantity = existing.unit.quantity;
+        let (number, unit) = match v {
+            Value::Int(i) => (*i as f64, existing.unit),
+            Value::Float(f) => (*f, existing.unit),
             Value::Str(s) => {
                 let Some((x, u)) = split_number_unit(s) else {
                     self.err(Diagnostic::error(
@@ -621,20 +557,17 @@ impl Checker<'_> {
                     return false;
                 };
                 if u.is_empty() {
-                    x * own
+                    (x, existing.unit)
                 } else {
-                    match unit(u) {
-                        Some((q, f)) if q == existing.quantity => x * f,
+                    match Unit::named(u) {
+                        Some(unit) if unit.quantity == quantity => (x, unit),
                         Some(_) => {
                             self.err(
                                 Diagnostic::error(
                                     Code::UnitMismatch,
-                                    format!(
-                                        "`--set device.{name}`: `{u}` is not a unit of {}",
-                                        quantity_word(existing.quantity)
-                                    ),
+                                    format!("`--set device.{name}`: `{u}` is not a unit of {}", quantity.word()),
                                 )
-                                .help(format!("use one of: {}", units_of(existing.quantity))),
+                                .help(format!("use one of: {}", Unit::names_of(quantity))),
                             );
                             return false;
                         }
@@ -656,7 +589,66 @@ impl Checker<'_> {
                 return false;
             }
         };
-        fields.insert(name.to_string(), DeviceField { value, ..existing });
+        fields.insert(
+            name,
+            WrittenField {
+                number,
+                unit,
+                span: existing.span,
+            },
+        );
         true
     }
+
+    /// Checks that every tensor of a taskflow fits in the HBM of one rank at once: the
+    /// lowering gives each tensor its own storage on every rank (a receive window its full
+    /// capacity), so their sum is what a rank holds.
+    pub(super) fn check_hbm_fit(&mut self) {
+        let Some(dev) = self.device.as_ref() else { return };
+        let hbm = dev.hbm_size();
+        // Sizes are reported in the unit `hbm_size` was written in.
+        let unit = dev
+            .fields()
+            .find(|f| f.spec.name == "hbm_size")
+            .map_or(&UNITS[0], |f| f.unit);
+        let mut errors = Vec::new();
+        for tf in &self.taskflows {
+            let bytes: f64 = tf
+                .tensors
+                .iter()
+                .map(|t| {
+                    t.shape
+                        .iter()
+                        .map(|d| match *d {
+                            Dim::Fixed(n) => n as f64,
+                            Dim::Recv(r) => self.routes.get(r.0 as usize).map_or(0.0, |s| s.spec.capacity as f64),
+                        })
+                        .product::<f64>()
+                        * t.dtype.size() as f64
+                })
+                .sum();
+            if bytes > hbm {
+                errors.push(hbm_error(tf, bytes, hbm, unit));
+            }
+        }
+        for d in errors {
+            self.err(d);
+        }
+    }
+}
+
+fn hbm_error(tf: &Taskflow, bytes: f64, hbm: f64, unit: &Unit) -> Diagnostic {
+    let show = |b: f64| format!("{:.2} {}", b / unit.factor, unit.name);
+    Diagnostic::error(
+        Code::LimitExceeded,
+        format!(
+            "taskflow `{}` needs {} of HBM per rank, more than the device's `hbm_size` of {}",
+            tf.name,
+            show(bytes),
+            show(hbm)
+        ),
+    )
+    .primary(tf.span, "its tensors do not fit in one rank's HBM")
+    .note("every input, intermediate result and receive window of a taskflow has its own storage on each rank")
+    .help("spread the experts over more ranks, shrink the shapes, or raise `hbm_size`")
 }

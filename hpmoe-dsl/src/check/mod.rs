@@ -335,6 +335,7 @@ impl<'a> Checker<'a> {
         let policies = self.check_policies();
         self.check_schedules();
         self.finish_routes();
+        self.check_hbm_fit();
         let device = self.device.clone()?;
         Some(ir::Program {
             params: param_values,

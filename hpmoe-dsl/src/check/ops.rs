@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 /// A dimension of a routing, usable in shapes as `r.recv` and so on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RDim {
+pub(crate) enum RouteDim {
     Recv,
     Tokens,
     Topk,
@@ -20,13 +20,13 @@ pub(crate) enum RDim {
     Ranks,
 }
 
-pub(crate) const RDIMS: &[(&str, RDim)] = &[
-    ("recv", RDim::Recv),
-    ("tokens", RDim::Tokens),
-    ("topk", RDim::Topk),
-    ("experts", RDim::Experts),
-    ("local_experts", RDim::LocalExperts),
-    ("ranks", RDim::Ranks),
+pub(crate) const ROUTE_DIMS: &[(&str, RouteDim)] = &[
+    ("recv", RouteDim::Recv),
+    ("tokens", RouteDim::Tokens),
+    ("topk", RouteDim::Topk),
+    ("experts", RouteDim::Experts),
+    ("local_experts", RouteDim::LocalExperts),
+    ("ranks", RouteDim::Ranks),
 ];
 
 /// A symbolic integer: a dimension or an offset of an op signature or body.
@@ -36,7 +36,7 @@ pub(crate) enum Sym {
     /// A shape symbol of the op (`M`, `N`).
     Var(usize),
     /// A dimension of the op's `param`-th (routing) parameter.
-    Route(usize, RDim),
+    Route(usize, RouteDim),
     Neg(Box<Sym>),
     Bin(BinOp, Box<Sym>, Box<Sym>),
     /// `min`, `max`, `ceil_div`, `floor_div`.
@@ -55,13 +55,13 @@ impl Sym {
             Sym::Int(_) | Sym::Route(..) => {}
         }
     }
-    pub fn show(&self, syms: &[String], params: &[PSig]) -> String {
+    pub fn show(&self, syms: &[String], params: &[CheckedParam]) -> String {
         let mut out = String::new();
         self.show_into(&mut out, syms, params);
         out
     }
     /// Appends the text of [`Sym::show`] to `out`.
-    pub fn show_into(&self, out: &mut String, syms: &[String], params: &[PSig]) {
+    pub fn show_into(&self, out: &mut String, syms: &[String], params: &[CheckedParam]) {
         match self {
             Sym::Int(i) => {
                 use std::fmt::Write;
@@ -75,7 +75,7 @@ impl Sym {
             Sym::Route(p, d) => {
                 out.push_str(params.get(*p).map_or("r", |p| p.name()));
                 out.push('.');
-                out.push_str(RDIMS.iter().find(|(_, x)| x == d).map_or("?", |(n, _)| n));
+                out.push_str(ROUTE_DIMS.iter().find(|(_, x)| x == d).map_or("?", |(n, _)| n));
             }
             Sym::Neg(a) => {
                 out.push('-');
@@ -100,37 +100,46 @@ impl Sym {
     }
 }
 
+/// The dtype of a signature's tensor: a generic parameter (by index) or a concrete dtype.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum DT {
+pub(crate) enum SigDtype {
     Generic(usize),
     Concrete(DType),
 }
 
+/// A tensor type of an op signature: dtype and symbolic dimensions.
 #[derive(Clone, Debug)]
-pub(crate) struct TSig {
-    pub dtype: DT,
+pub(crate) struct OpTensorType {
+    pub dtype: SigDtype,
     pub dims: Vec<Sym>,
     pub dim_spans: Vec<Span>,
     pub span: Span,
 }
 
+/// A checked parameter of an op signature: a tensor (with its input index) or a routing.
 #[derive(Clone, Debug)]
-pub(crate) enum PSig {
-    Tensor { name: String, ty: TSig, input: usize },
-    Route { name: String },
+pub(crate) enum CheckedParam {
+    Tensor {
+        name: String,
+        ty: OpTensorType,
+        input: usize,
+    },
+    Route {
+        name: String,
+    },
 }
 
-impl PSig {
+impl CheckedParam {
     pub fn name(&self) -> &str {
         match self {
-            PSig::Tensor { name, .. } | PSig::Route { name, .. } => name,
+            CheckedParam::Tensor { name, .. } | CheckedParam::Route { name, .. } => name,
         }
     }
 }
 
 /// A symbolic index.
 #[derive(Clone, Debug)]
-pub(crate) enum SIdx {
+pub(crate) enum SymIndex {
     Affine {
         var: usize,
         coef: i64,
@@ -149,11 +158,11 @@ pub(crate) enum SIdx {
 
 /// A symbolic scalar expression.
 #[derive(Clone, Debug)]
-pub(crate) enum SS {
+pub(crate) enum SymScalar {
     Const(f64),
     Read {
         input: usize,
-        index: Vec<SIdx>,
+        index: Vec<SymIndex>,
     },
     Var(usize),
     Sym(Sym),
@@ -162,23 +171,24 @@ pub(crate) enum SS {
         func: RouteFn,
         args: Vec<usize>,
     },
-    Neg(Box<SS>),
-    Bin(BinOp, Box<SS>, Box<SS>),
-    Call(Func, Vec<SS>),
+    Neg(Box<SymScalar>),
+    Bin(BinOp, Box<SymScalar>, Box<SymScalar>),
+    Call(Func, Vec<SymScalar>),
     Sum {
         vars: Vec<usize>,
-        body: Box<SS>,
+        body: Box<SymScalar>,
     },
 }
 
+/// What a body statement writes: an output element or a remote put.
 #[derive(Clone, Debug)]
-pub(crate) enum STarget {
-    Out(Vec<SIdx>),
-    Put { rank: SIdx, index: Vec<SIdx> },
+pub(crate) enum SymTarget {
+    Out(Vec<SymIndex>),
+    Put { rank: SymIndex, index: Vec<SymIndex> },
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct SVar {
+pub(crate) struct SymVar {
     pub name: String,
     pub kind: VarKind,
     /// For `sum(m in group(g))`: the variable `g`.
@@ -187,18 +197,18 @@ pub(crate) struct SVar {
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct SStmt {
-    pub target: STarget,
+pub(crate) struct SymStmt {
+    pub target: SymTarget,
     pub accumulate: bool,
-    pub value: SS,
+    pub value: SymScalar,
     pub vars: Vec<usize>,
     pub span: Span,
 }
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SymBody {
-    pub vars: Vec<SVar>,
-    pub stmts: Vec<SStmt>,
+    pub vars: Vec<SymVar>,
+    pub stmts: Vec<SymStmt>,
 }
 
 /// A checked op definition.
@@ -209,8 +219,8 @@ pub(crate) struct OpSig {
     pub is_comm: bool,
     pub engine: Engine,
     pub generics: Vec<String>,
-    pub params: Vec<PSig>,
-    pub ret: TSig,
+    pub params: Vec<CheckedParam>,
+    pub ret: OpTensorType,
     pub syms: Vec<String>,
     pub body: SymBody,
     pub tile: Vec<(String, u64, Span)>,
@@ -223,10 +233,10 @@ pub(crate) struct OpSig {
 impl OpSig {
     /// `op NAME<T>(x: T[M, K], ...) -> T[M, N] on ENGINE`, written into one buffer.
     pub fn signature_text(&self) -> String {
-        let ty = |out: &mut String, t: &TSig| {
+        let ty = |out: &mut String, t: &OpTensorType| {
             match &t.dtype {
-                DT::Generic(i) => out.push_str(self.generics.get(*i).map_or("", |g| g.as_str())),
-                DT::Concrete(d) => out.push_str(d.name()),
+                SigDtype::Generic(i) => out.push_str(self.generics.get(*i).map_or("", |g| g.as_str())),
+                SigDtype::Concrete(d) => out.push_str(d.name()),
             }
             out.push('[');
             for (k, d) in t.dims.iter().enumerate() {
@@ -251,12 +261,12 @@ impl OpSig {
                 out.push_str(", ");
             }
             match p {
-                PSig::Tensor { name, ty: t, .. } => {
+                CheckedParam::Tensor { name, ty: t, .. } => {
                     out.push_str(name);
                     out.push_str(": ");
                     ty(&mut out, t);
                 }
-                PSig::Route { name, .. } => {
+                CheckedParam::Route { name, .. } => {
                     out.push_str(name);
                     out.push_str(": route");
                 }
@@ -278,11 +288,11 @@ struct Ctx {
     item: ItemRef,
     is_comm: bool,
     generics: Vec<String>,
-    params: Vec<PSig>,
+    params: Vec<CheckedParam>,
     syms: Vec<String>,
     /// Whether new shape symbols may be created (only in the signature).
     sig_mode: bool,
-    vars: Vec<SVar>,
+    vars: Vec<SymVar>,
     /// Variables and lets in scope (innermost last).
     scope: Vec<(String, Local)>,
     ret_rank: usize,
@@ -365,12 +375,12 @@ impl Checker<'_> {
             }
             seen.push((&p.name.name, p.name.span));
             match &p.ty {
-                ParamType::Route(_) => cx.params.push(PSig::Route {
+                ParamType::Route(_) => cx.params.push(CheckedParam::Route {
                     name: p.name.name.clone(),
                 }),
                 // A placeholder until the tensor types are built below: their dims may refer to
                 // routing params declared anywhere in the list.
-                ParamType::Tensor(_) => cx.params.push(PSig::Route { name: String::new() }),
+                ParamType::Tensor(_) => cx.params.push(CheckedParam::Route { name: String::new() }),
             }
         }
         // Now build tensor types (routing params are all known).
@@ -378,10 +388,10 @@ impl Checker<'_> {
         for (i, p) in def.params.iter().enumerate() {
             if let ParamType::Tensor(t) = &p.ty {
                 let ty = self.tsig(&mut cx, t);
-                cx.params[i] = PSig::Tensor {
+                cx.params[i] = CheckedParam::Tensor {
                     name: p.name.name.clone(),
-                    ty: ty.unwrap_or(TSig {
-                        dtype: DT::Concrete(DType::F32),
+                    ty: ty.unwrap_or(OpTensorType {
+                        dtype: SigDtype::Concrete(DType::F32),
                         dims: Vec::new(),
                         dim_spans: Vec::new(),
                         span: t.span,
@@ -400,7 +410,7 @@ impl Checker<'_> {
         if let (Some(ret), true) = (&ret, params_ok) {
             let mut bound = Vec::new();
             for p in &cx.params {
-                if let PSig::Tensor { ty, .. } = p {
+                if let CheckedParam::Tensor { ty, .. } = p {
                     for d in &ty.dims {
                         d.vars(&mut bound);
                     }
@@ -423,11 +433,11 @@ impl Checker<'_> {
                     }
                 }
             }
-            if let DT::Generic(g) = ret.dtype {
+            if let SigDtype::Generic(g) = ret.dtype {
                 let used = cx
                     .params
                     .iter()
-                    .any(|p| matches!(p, PSig::Tensor { ty, .. } if ty.dtype == DT::Generic(g)));
+                    .any(|p| matches!(p, CheckedParam::Tensor { ty, .. } if ty.dtype == SigDtype::Generic(g)));
                 if !used {
                     self.err(
                         Diagnostic::error(
@@ -568,11 +578,11 @@ impl Checker<'_> {
         Some(sig)
     }
 
-    fn tsig(&mut self, cx: &mut Ctx, t: &ast::TensorType) -> Option<TSig> {
+    fn tsig(&mut self, cx: &mut Ctx, t: &ast::TensorType) -> Option<OpTensorType> {
         let dtype = if let Some(g) = cx.generics.iter().position(|g| *g == t.dtype.name) {
-            DT::Generic(g)
+            SigDtype::Generic(g)
         } else if let Some(d) = DType::parse(&t.dtype.name) {
-            DT::Concrete(d)
+            SigDtype::Concrete(d)
         } else {
             let mut cands: Vec<&str> = vec!["bf16", "f16", "f32", "i32"];
             cands.extend(cx.generics.iter().map(|s| s.as_str()));
@@ -598,7 +608,7 @@ impl Checker<'_> {
             }
             dim_spans.push(d.span);
         }
-        Some(TSig {
+        Some(OpTensorType {
             dtype,
             dims,
             dim_spans,
@@ -647,7 +657,7 @@ impl Checker<'_> {
                 let Some(pi) = cx
                     .params
                     .iter()
-                    .position(|p| matches!(p, PSig::Route { name, .. } if name == rn))
+                    .position(|p| matches!(p, CheckedParam::Route { name, .. } if name == rn))
                 else {
                     self.err(
                         Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing parameter of this op"))
@@ -655,7 +665,7 @@ impl Checker<'_> {
                     );
                     return None;
                 };
-                match RDIMS.iter().find(|(n, _)| *n == field.name) {
+                match ROUTE_DIMS.iter().find(|(n, _)| *n == field.name) {
                     Some((_, d)) => Some(Sym::Route(pi, *d)),
                     None => {
                         let mut d = Diagnostic::error(
@@ -663,11 +673,11 @@ impl Checker<'_> {
                             format!("a routing has no dimension `{}`", field.name),
                         )
                         .primary(field.span, "unknown");
-                        d = match crate::suggest::closest(&field.name, RDIMS.iter().map(|(n, _)| *n)) {
+                        d = match crate::suggest::closest(&field.name, ROUTE_DIMS.iter().map(|(n, _)| *n)) {
                             Some(b) => d.help(format!("did you mean `{b}`?")),
                             None => d.help(format!(
                                 "the dimensions are: {}",
-                                RDIMS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                                ROUTE_DIMS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
                             )),
                         };
                         self.err(d);
@@ -777,8 +787,8 @@ impl Checker<'_> {
                         .filter(|&v| cx.vars[v].kind == VarKind::Out)
                         .collect();
                     if let (Some(v), true) = (v, lhs.len() == index.len()) {
-                        body.stmts.push(SStmt {
-                            target: STarget::Out(lhs),
+                        body.stmts.push(SymStmt {
+                            target: SymTarget::Out(lhs),
                             accumulate: *accumulate,
                             value: v,
                             vars,
@@ -820,7 +830,7 @@ impl Checker<'_> {
                     cx.scope = lets.clone();
                     let first_var = cx.vars.len();
                     let rank_ix = self.index(cx, rank);
-                    if let Some(SIdx::Route { func, .. }) = &rank_ix {
+                    if let Some(SymIndex::Route { func, .. }) = &rank_ix {
                         if !matches!(func, RouteFn::Rank | RouteFn::SrcRank) {
                             self.err(
                                 Diagnostic::error(Code::BadComm, format!("`r.{}` is not a rank", func.name()))
@@ -858,8 +868,8 @@ impl Checker<'_> {
                         .filter(|&v| cx.vars[v].kind == VarKind::Iter)
                         .collect();
                     if let (Some(v), Some(rk), true) = (v, rank_ix, ixs.len() == index.len()) {
-                        body.stmts.push(SStmt {
-                            target: STarget::Put { rank: rk, index: ixs },
+                        body.stmts.push(SymStmt {
+                            target: SymTarget::Put { rank: rk, index: ixs },
                             accumulate: *accumulate,
                             value: v,
                             vars,
@@ -884,7 +894,7 @@ impl Checker<'_> {
     }
 
     fn new_var(&mut self, cx: &mut Ctx, name: &str, kind: VarKind, span: Span) -> usize {
-        cx.vars.push(SVar {
+        cx.vars.push(SymVar {
             name: name.to_string(),
             kind,
             group_of: None,
@@ -915,7 +925,7 @@ impl Checker<'_> {
     }
 
     /// An index of `out` on the left of `=`: a new variable, optionally with an offset.
-    fn lhs_index(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SIdx> {
+    fn lhs_index(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SymIndex> {
         let (name, nspan, offset) = match &e.kind {
             ExprKind::Name(n) => (n.clone(), e.span, Sym::Int(0)),
             ExprKind::Binary(op @ (BinOp::Add | BinOp::Sub), a, b)
@@ -975,7 +985,7 @@ impl Checker<'_> {
             return None;
         }
         let var = self.new_var(cx, &name, VarKind::Out, nspan);
-        Some(SIdx::Affine {
+        Some(SymIndex::Affine {
             var,
             coef: 1,
             offset,
@@ -999,7 +1009,7 @@ impl Checker<'_> {
     }
 
     /// A tensor index on the right-hand side or in a put.
-    fn index(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SIdx> {
+    fn index(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SymIndex> {
         let bad = |ck: &mut Self| {
             ck.err(
                 Diagnostic::error(Code::BadIndex, "not an affine index")
@@ -1014,7 +1024,7 @@ impl Checker<'_> {
         match &e.kind {
             ExprKind::Name(n) => {
                 if let Some(v) = self.var_use(cx, n, e.span) {
-                    return Some(SIdx::Affine {
+                    return Some(SymIndex::Affine {
                         var: v,
                         coef: 1,
                         offset: Sym::Int(0),
@@ -1022,37 +1032,41 @@ impl Checker<'_> {
                     });
                 }
                 if self.is_const_name(cx, n) {
-                    return Some(SIdx::Const(self.sym(cx, e)?, e.span));
+                    return Some(SymIndex::Const(self.sym(cx, e)?, e.span));
                 }
                 let cands: Vec<String> = cx.scope.iter().map(|(n, _)| n.clone()).collect();
                 self.unknown_name_among(cx.item.module, n, e.span, "index variable", &cands);
                 None
             }
-            ExprKind::Int(_) => Some(SIdx::Const(self.sym(cx, e)?, e.span)),
+            ExprKind::Int(_) => Some(SymIndex::Const(self.sym(cx, e)?, e.span)),
             ExprKind::Binary(op, a, b) => {
                 let la = self.index(cx, a)?;
                 let lb = self.index(cx, b)?;
                 match (op, la, lb) {
-                    (BinOp::Add, SIdx::Affine { var, coef, offset, .. }, SIdx::Const(c, _))
-                    | (BinOp::Add, SIdx::Const(c, _), SIdx::Affine { var, coef, offset, .. }) => Some(SIdx::Affine {
-                        var,
-                        coef,
-                        offset: Sym::Bin(BinOp::Add, Box::new(offset), Box::new(c)),
-                        span: e.span,
-                    }),
-                    (BinOp::Sub, SIdx::Affine { var, coef, offset, .. }, SIdx::Const(c, _)) => Some(SIdx::Affine {
-                        var,
-                        coef,
-                        offset: Sym::Bin(BinOp::Sub, Box::new(offset), Box::new(c)),
-                        span: e.span,
-                    }),
-                    (BinOp::Mul, SIdx::Const(Sym::Int(k), _), SIdx::Affine { var, coef, offset, .. })
-                    | (BinOp::Mul, SIdx::Affine { var, coef, offset, .. }, SIdx::Const(Sym::Int(k), _)) => {
+                    (BinOp::Add, SymIndex::Affine { var, coef, offset, .. }, SymIndex::Const(c, _))
+                    | (BinOp::Add, SymIndex::Const(c, _), SymIndex::Affine { var, coef, offset, .. }) => {
+                        Some(SymIndex::Affine {
+                            var,
+                            coef,
+                            offset: Sym::Bin(BinOp::Add, Box::new(offset), Box::new(c)),
+                            span: e.span,
+                        })
+                    }
+                    (BinOp::Sub, SymIndex::Affine { var, coef, offset, .. }, SymIndex::Const(c, _)) => {
+                        Some(SymIndex::Affine {
+                            var,
+                            coef,
+                            offset: Sym::Bin(BinOp::Sub, Box::new(offset), Box::new(c)),
+                            span: e.span,
+                        })
+                    }
+                    (BinOp::Mul, SymIndex::Const(Sym::Int(k), _), SymIndex::Affine { var, coef, offset, .. })
+                    | (BinOp::Mul, SymIndex::Affine { var, coef, offset, .. }, SymIndex::Const(Sym::Int(k), _)) => {
                         let Some(c2) = coef.checked_mul(k) else {
                             self.overflow(e.span);
                             return None;
                         };
-                        Some(SIdx::Affine {
+                        Some(SymIndex::Affine {
                             var,
                             coef: c2,
                             offset: Sym::Bin(BinOp::Mul, Box::new(offset), Box::new(Sym::Int(k))),
@@ -1060,35 +1074,35 @@ impl Checker<'_> {
                         })
                     }
                     // `c - i`: a reversed index.
-                    (BinOp::Sub, SIdx::Const(c, _), SIdx::Affine { var, coef, offset, .. }) => {
+                    (BinOp::Sub, SymIndex::Const(c, _), SymIndex::Affine { var, coef, offset, .. }) => {
                         let Some(neg) = coef.checked_neg() else {
                             self.overflow(e.span);
                             return None;
                         };
-                        Some(SIdx::Affine {
+                        Some(SymIndex::Affine {
                             var,
                             coef: neg,
                             offset: Sym::Bin(BinOp::Sub, Box::new(c), Box::new(offset)),
                             span: e.span,
                         })
                     }
-                    (_, SIdx::Const(x, _), SIdx::Const(y, _)) => {
-                        Some(SIdx::Const(Sym::Bin(*op, Box::new(x), Box::new(y)), e.span))
+                    (_, SymIndex::Const(x, _), SymIndex::Const(y, _)) => {
+                        Some(SymIndex::Const(Sym::Bin(*op, Box::new(x), Box::new(y)), e.span))
                     }
                     _ => bad(self),
                 }
             }
             ExprKind::Neg(a) => match self.index(cx, a)? {
-                SIdx::Const(Sym::Int(k), _) => match k.checked_neg() {
-                    Some(n) => Some(SIdx::Const(Sym::Int(n), e.span)),
+                SymIndex::Const(Sym::Int(k), _) => match k.checked_neg() {
+                    Some(n) => Some(SymIndex::Const(Sym::Int(n), e.span)),
                     None => {
                         self.overflow(e.span);
                         None
                     }
                 },
-                SIdx::Const(c, _) => Some(SIdx::Const(Sym::Neg(Box::new(c)), e.span)),
-                SIdx::Affine { var, coef, offset, .. } => match coef.checked_neg() {
-                    Some(neg) => Some(SIdx::Affine {
+                SymIndex::Const(c, _) => Some(SymIndex::Const(Sym::Neg(Box::new(c)), e.span)),
+                SymIndex::Affine { var, coef, offset, .. } => match coef.checked_neg() {
+                    Some(neg) => Some(SymIndex::Affine {
                         var,
                         coef: neg,
                         offset: Sym::Neg(Box::new(offset)),
@@ -1121,11 +1135,11 @@ impl Checker<'_> {
                         self.unknown_name_among(cx.item.module, vn, args[0].value.span, "index variable", &cands);
                         return None;
                     };
-                    return Some(SIdx::Group(v, e.span));
+                    return Some(SymIndex::Group(v, e.span));
                 }
                 if let ExprKind::Field { .. } = &callee.kind {
                     let (param, func, args) = self.route_call(cx, e)?;
-                    return Some(SIdx::Route {
+                    return Some(SymIndex::Route {
                         param,
                         func,
                         args,
@@ -1150,7 +1164,7 @@ impl Checker<'_> {
         let Some(param) = cx
             .params
             .iter()
-            .position(|p| matches!(p, PSig::Route { name, .. } if name == rn))
+            .position(|p| matches!(p, CheckedParam::Route { name, .. } if name == rn))
         else {
             self.err(
                 Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing parameter of this op"))
@@ -1223,14 +1237,14 @@ impl Checker<'_> {
     }
 
     /// A scalar expression of a body.
-    fn scalar(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SS> {
+    fn scalar(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SymScalar> {
         match &e.kind {
-            ExprKind::Int(v) => Some(SS::Const(*v as f64)),
-            ExprKind::Float(f) => Some(SS::Const(*f)),
+            ExprKind::Int(v) => Some(SymScalar::Const(*v as f64)),
+            ExprKind::Float(f) => Some(SymScalar::Const(*f)),
             ExprKind::Name(n) => {
                 if let Some((_, l)) = cx.scope.iter().rev().find(|(x, _)| x == n).cloned() {
                     return match l {
-                        Local::Var(v) => Some(SS::Var(v)),
+                        Local::Var(v) => Some(SymScalar::Var(v)),
                         Local::Let(expr) => {
                             // Inline the let in the current scope; lets see only earlier lets
                             // and the statement's index variables (not the reduction variables
@@ -1259,10 +1273,10 @@ impl Checker<'_> {
                     return None;
                 }
                 if self.is_const_name(cx, n) {
-                    return Some(SS::Sym(self.sym(cx, e)?));
+                    return Some(SymScalar::Sym(self.sym(cx, e)?));
                 }
                 if let Some(v) = self.var_use(cx, n, e.span) {
-                    return Some(SS::Var(v));
+                    return Some(SymScalar::Var(v));
                 }
                 let cands: Vec<String> = cx
                     .scope
@@ -1280,11 +1294,11 @@ impl Checker<'_> {
                 );
                 None
             }
-            ExprKind::Neg(a) => Some(SS::Neg(Box::new(self.scalar(cx, a)?))),
+            ExprKind::Neg(a) => Some(SymScalar::Neg(Box::new(self.scalar(cx, a)?))),
             ExprKind::Binary(op, a, b) => {
                 let x = self.scalar(cx, a);
                 let y = self.scalar(cx, b);
-                Some(SS::Bin(*op, Box::new(x?), Box::new(y?)))
+                Some(SymScalar::Bin(*op, Box::new(x?), Box::new(y?)))
             }
             ExprKind::Index { base, index } => {
                 let Some(tn) = base.name() else {
@@ -1295,7 +1309,7 @@ impl Checker<'_> {
                     return None;
                 };
                 let Some((input, rank)) = cx.params.iter().find_map(|p| match p {
-                    PSig::Tensor { name, ty, input, .. } if name == tn => Some((*input, ty.dims.len())),
+                    CheckedParam::Tensor { name, ty, input, .. } if name == tn => Some((*input, ty.dims.len())),
                     _ => None,
                 }) else {
                     if tn == "out" {
@@ -1332,7 +1346,7 @@ impl Checker<'_> {
                         None => ok = false,
                     }
                 }
-                ok.then_some(SS::Read { input, index: ixs })
+                ok.then_some(SymScalar::Read { input, index: ixs })
             }
             ExprKind::Call { callee, args } => {
                 if let ExprKind::Field { .. } = &callee.kind {
@@ -1345,7 +1359,7 @@ impl Checker<'_> {
                         );
                         return None;
                     }
-                    return Some(SS::Route {
+                    return Some(SymScalar::Route {
                         param,
                         func,
                         args: vars,
@@ -1377,7 +1391,7 @@ impl Checker<'_> {
                 for a in args {
                     xs.push(self.scalar(cx, &a.value));
                 }
-                Some(SS::Call(f, xs.into_iter().collect::<Option<Vec<_>>>()?))
+                Some(SymScalar::Call(f, xs.into_iter().collect::<Option<Vec<_>>>()?))
             }
             ExprKind::Sum { binders, body } => {
                 let mark = cx.scope.len();
@@ -1416,7 +1430,7 @@ impl Checker<'_> {
                 }
                 let inner = self.scalar(cx, body);
                 cx.scope.truncate(mark);
-                Some(SS::Sum {
+                Some(SymScalar::Sum {
                     vars,
                     body: Box::new(inner?),
                 })
@@ -1446,15 +1460,17 @@ fn contraction_of(b: &SymBody) -> Option<(usize, usize, Vec<usize>)> {
         return None;
     }
     let st = &b.stmts[0];
-    if !matches!(st.target, STarget::Out(_)) {
+    if !matches!(st.target, SymTarget::Out(_)) {
         return None;
     }
-    let SS::Sum { vars, body } = &st.value else { return None };
-    let SS::Bin(BinOp::Mul, a, c) = &**body else {
+    let SymScalar::Sum { vars, body } = &st.value else {
+        return None;
+    };
+    let SymScalar::Bin(BinOp::Mul, a, c) = &**body else {
         return None;
     };
     match (&**a, &**c) {
-        (SS::Read { input: x, .. }, SS::Read { input: y, .. }) => Some((*x, *y, vars.clone())),
+        (SymScalar::Read { input: x, .. }, SymScalar::Read { input: y, .. }) => Some((*x, *y, vars.clone())),
         _ => None,
     }
 }

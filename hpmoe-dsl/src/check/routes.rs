@@ -320,7 +320,7 @@ impl Checker<'_> {
         };
         let seed = int("seed").map_or(0, |(s, _)| s as u64);
         let (cf, cfs) = float("capacity_factor").unwrap_or((0.0, decl.args_span));
-        let ranks = self.device.as_ref().map(|d| d.ranks());
+        let ranks = self.device.as_ref().map(|d| u64::from(d.ranks()));
         let mut ok = true;
         let mut bad = |ck: &mut Self, span: Span, msg: String, help: Option<String>| {
             let mut d = Diagnostic::error(Code::BadRouting, msg).primary(span, "invalid");

@@ -52,8 +52,8 @@ pub fn program_text(p: &Program) -> String {
         "device {} (ranks {}, {} aic + {} aiv cores per rank)",
         d.profile,
         d.ranks(),
-        d.get("aic_cores"),
-        d.get("aiv_cores")
+        d.aic_cores(),
+        d.aiv_cores()
     );
     if !p.params.is_empty() {
         let _ = writeln!(
@@ -223,14 +223,14 @@ fn dim_json(p: &Program, d: Dim) -> J {
 
 /// The op graph as JSON (schema documented in docs/FORMATS.md).
 pub fn program_json(p: &Program) -> J {
-    let device: serde_json::Map<String, J> = p
-        .device
-        .fields
+    let mut fields: Vec<crate::ir::FieldValue> = p.device.fields().collect();
+    fields.sort_by_key(|f| f.spec.name);
+    let device: serde_json::Map<String, J> = fields
         .iter()
-        .map(|(k, f)| {
+        .map(|f| {
             (
-                k.clone(),
-                json!({ "value": f.value, "unit": f.unit, "quantity": f.quantity }),
+                f.spec.name.to_string(),
+                json!({ "value": f.value, "unit": f.unit.name, "quantity": f.spec.quantity }),
             )
         })
         .collect();

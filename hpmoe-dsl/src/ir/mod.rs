@@ -7,9 +7,11 @@
 //! to an existing tensor, op or routing.
 
 pub mod body;
+mod device;
 mod dump;
 
 pub use body::*;
+pub use device::*;
 pub use dump::{program_json, program_text};
 
 use crate::Span;
@@ -277,49 +279,6 @@ impl std::fmt::Display for Value {
             Value::Str(s) => write!(f, "{s:?}"),
             Value::Name(n) => write!(f, "{n}"),
         }
-    }
-}
-
-/// The dimension of a physical quantity, for device constants.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Quantity {
-    Count,
-    Ratio,
-    Bytes,
-    Frequency,
-    Time,
-    Bandwidth,
-    BytesPerCycle,
-    FlopsPerCycle,
-    Cycles,
-}
-
-/// One device constant, normalised to base units (B, Hz, s, B/s, ...).
-#[derive(Clone, Debug, PartialEq)]
-pub struct DeviceField {
-    pub value: f64,
-    pub quantity: Quantity,
-    /// The unit as written in the profile, for display.
-    pub unit: String,
-    pub docs: Vec<String>,
-    pub span: Span,
-}
-
-/// The device of a program: a profile with overrides.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Device {
-    pub profile: String,
-    pub fields: BTreeMap<String, DeviceField>,
-}
-
-impl Device {
-    /// A field's value in base units. Required fields are guaranteed by the checker.
-    pub fn get(&self, name: &str) -> f64 {
-        self.fields.get(name).map_or(0.0, |f| f.value)
-    }
-    pub fn ranks(&self) -> u64 {
-        self.get("ranks") as u64
     }
 }
 

@@ -20,13 +20,13 @@ pub struct Rates {
 impl Rates {
     pub fn of(d: &Device) -> Rates {
         Rates {
-            cube_flops: d.get("cube_flops_per_cycle") * d.get("aic_clock") * d.get("cube_efficiency"),
+            cube_flops: d.cube_flops_per_cycle() * d.aic_clock() * d.cube_efficiency(),
             // Vector lanes for 16-bit elements.
-            vector_ops: d.get("vector_bytes_per_cycle") / 2.0 * d.get("aiv_clock"),
-            core_bytes: d.get("core_l2_read_rate") * d.get("aiv_clock"),
-            link_bytes: d.get("link_bandwidth") * d.get("link_efficiency"),
-            link_latency: d.get("link_latency"),
-            task_overhead: d.get("task_overhead"),
+            vector_ops: d.vector_bytes_per_cycle() / 2.0 * d.aiv_clock(),
+            core_bytes: d.core_l2_read_rate() * d.aiv_clock(),
+            link_bytes: d.link_bandwidth() * d.link_efficiency(),
+            link_latency: d.link_latency(),
+            task_overhead: d.task_overhead(),
         }
     }
 }

@@ -161,8 +161,8 @@ fn is_comm(tf: &Taskflow, node: usize) -> bool {
 /// Builds the schedule of a policy. The graph must be acyclic (verified).
 pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySpec) -> Schedule {
     let dev = &program.device;
-    let aic = dev.get("aic_cores") as u32;
-    let aiv = dev.get("aiv_cores") as u32;
+    let aic = dev.aic_cores();
+    let aiv = dev.aiv_cores();
     let n = g.len();
     let dur = cost::all(program, tf, g);
     let order = topo_order(g).unwrap_or_else(|| (0..n as u32).collect());

@@ -130,75 +130,61 @@ pub struct DeviceModel {
     pub put_chunk_bytes: f64,
 }
 
-/// The device fields the model reads, for messages and docs.
-pub const FIELDS: &[&str] = &[
-    "ranks",
-    "aic_cores",
-    "aiv_cores",
-    "aic_clock",
-    "aiv_clock",
-    "cube_flops_per_cycle",
-    "cube_efficiency",
-    "vector_bytes_per_cycle",
-    "core_hbm_rate",
-    "core_l2_read_rate",
-    "core_l2_write_rate",
-    "hbm_bandwidth",
-    "l2_size",
-    "link_bandwidth",
-    "link_efficiency",
-    "link_latency",
-    "event_latency",
-    "kernel_launch",
-    "task_overhead",
-    "put_chunk_bytes",
-];
-
 impl DeviceModel {
-    /// The model of a checked device. Fails (with a message naming the field) when a rate is
-    /// not a positive finite number or a latency is negative, which the checker already
-    /// rules out for profiles but which a hand-built `Device` may contain.
+    /// The model of a checked device. The checker guarantees every field positive and
+    /// finite; a product of two fields can still overflow (a clock of 1e300 Hz times 1e300
+    /// FLOP per cycle), and such a device is rejected here with the rate it breaks.
     pub fn new(d: &Device) -> Result<DeviceModel, String> {
-        for f in FIELDS {
-            let v = d.get(f);
-            if !v.is_finite()
-                || v < 0.0
-                || (v == 0.0 && !f.ends_with("latency") && *f != "kernel_launch" && *f != "task_overhead")
-            {
-                return Err(format!(
-                    "device field `{f}` = {v} cannot be simulated: it must be positive"
-                ));
-            }
-        }
-        let ranks = d.get("ranks") as u32;
-        let aic_cores = d.get("aic_cores") as u32;
-        let aiv_cores = d.get("aiv_cores") as u32;
-        if ranks == 0 || aic_cores == 0 || aiv_cores == 0 {
-            return Err("a device needs at least one rank, one AIC and one AIV core".into());
-        }
-        let clock = [d.get("aic_clock"), d.get("aiv_clock")];
-        let per_core = |field: &str| [d.get(field) * clock[AIC], d.get(field) * clock[AIV]];
-        let link = d.get("link_bandwidth") * d.get("link_efficiency");
-        Ok(DeviceModel {
-            ranks,
-            aic_cores,
-            aiv_cores,
-            cube_flops: d.get("cube_flops_per_cycle") * clock[AIC] * d.get("cube_efficiency"),
-            cube_peak: d.get("cube_flops_per_cycle") * clock[AIC],
-            vector_bytes: d.get("vector_bytes_per_cycle") * clock[AIV],
-            core_hbm: per_core("core_hbm_rate"),
-            core_l2_read: per_core("core_l2_read_rate"),
-            core_l2_write: per_core("core_l2_write_rate"),
-            hbm_bandwidth: d.get("hbm_bandwidth"),
-            l2_size: d.get("l2_size"),
+        let clock = [d.aic_clock(), d.aiv_clock()];
+        let per_core = |rate: f64| [rate * clock[AIC], rate * clock[AIV]];
+        let link = d.link_bandwidth() * d.link_efficiency();
+        let m = DeviceModel {
+            ranks: d.ranks(),
+            aic_cores: d.aic_cores(),
+            aiv_cores: d.aiv_cores(),
+            cube_flops: d.cube_flops_per_cycle() * clock[AIC] * d.cube_efficiency(),
+            cube_peak: d.cube_flops_per_cycle() * clock[AIC],
+            vector_bytes: d.vector_bytes_per_cycle() * clock[AIV],
+            core_hbm: per_core(d.core_hbm_rate()),
+            core_l2_read: per_core(d.core_l2_read_rate()),
+            core_l2_write: per_core(d.core_l2_write_rate()),
+            hbm_bandwidth: d.hbm_bandwidth(),
+            l2_size: d.l2_size(),
             link_egress: link,
             link_ingress: link,
-            link_latency: d.get("link_latency"),
-            event_latency: d.get("event_latency"),
-            kernel_launch: d.get("kernel_launch"),
-            task_overhead: d.get("task_overhead"),
-            put_chunk_bytes: d.get("put_chunk_bytes"),
-        })
+            link_latency: d.link_latency(),
+            event_latency: d.event_latency(),
+            kernel_launch: d.kernel_launch(),
+            task_overhead: d.task_overhead(),
+            put_chunk_bytes: d.put_chunk_bytes(),
+        };
+        let derived = [
+            (
+                "cube rate (cube_flops_per_cycle x aic_clock x cube_efficiency)",
+                m.cube_flops,
+            ),
+            ("cube peak (cube_flops_per_cycle x aic_clock)", m.cube_peak),
+            ("vector rate (vector_bytes_per_cycle x aiv_clock)", m.vector_bytes),
+            ("AIC HBM rate (core_hbm_rate x aic_clock)", m.core_hbm[AIC]),
+            ("AIV HBM rate (core_hbm_rate x aiv_clock)", m.core_hbm[AIV]),
+            ("AIC L2 read rate (core_l2_read_rate x aic_clock)", m.core_l2_read[AIC]),
+            ("AIV L2 read rate (core_l2_read_rate x aiv_clock)", m.core_l2_read[AIV]),
+            (
+                "AIC L2 write rate (core_l2_write_rate x aic_clock)",
+                m.core_l2_write[AIC],
+            ),
+            (
+                "AIV L2 write rate (core_l2_write_rate x aiv_clock)",
+                m.core_l2_write[AIV],
+            ),
+            ("link rate (link_bandwidth x link_efficiency)", link),
+        ];
+        for (what, v) in derived {
+            if !v.is_finite() || v <= 0.0 {
+                return Err(format!("the device's {what} is {v}: it cannot be simulated"));
+            }
+        }
+        Ok(m)
     }
 
     pub fn cores_per_rank(&self) -> u32 {

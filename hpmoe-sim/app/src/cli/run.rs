@@ -298,7 +298,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     };
     let check_time = started.elapsed();
     if let Some(max) = filter.ranks.as_ref().and_then(|v| v.last()) {
-        if *max as u64 >= p.device.ranks() {
+        if *max as u64 >= u64::from(p.device.ranks()) {
             return usage(format!(
                 "--trace-ranks names rank {max}, but the device has {} ranks",
                 p.device.ranks()

@@ -193,7 +193,11 @@ impl Session {
         let Some(p) = c.program.as_deref() else { return };
         let Ok(mut n) = self.names.lock() else { return };
         n.params = p.params.iter().map(|(k, _)| k.clone()).collect();
-        n.device_fields = p.device.fields.keys().cloned().collect();
+        n.device_fields = hpmoe_dsl::ir::DEVICE_FIELDS
+            .iter()
+            .map(|f| f.name.to_string())
+            .collect();
+        n.device_fields.sort();
         n.ops = p.ops.iter().map(|o| o.name.clone()).collect();
         n.taskflows = p.taskflows.iter().map(|t| t.name.clone()).collect();
         n.routes = p.routes.iter().map(|r| r.name.clone()).collect();

@@ -336,17 +336,20 @@ impl Session {
             }
         }
         s.push_str("fields (`:set device.NAME = VALUE [UNIT]`):\n");
-        let w = p.device.fields.keys().map(|k| k.len()).max().unwrap_or(0);
-        for (k, f) in &p.device.fields {
+        let mut fields: Vec<hpmoe_dsl::ir::FieldValue> = p.device.fields().collect();
+        fields.sort_by_key(|f| f.spec.name);
+        let w = fields.iter().map(|f| f.spec.name.len()).max().unwrap_or(0);
+        for f in &fields {
+            let k = f.spec.name;
             let set = self
                 .settings
                 .overrides
                 .iter()
-                .any(|(n, _)| n.strip_prefix("device.") == Some(k.as_str()));
+                .any(|(n, _)| n.strip_prefix("device.") == Some(k));
             let _ = writeln!(
                 s,
                 "  {k:<w$} = {}{}",
-                quantity(f.value, f.quantity),
+                quantity(f.value, f.spec.quantity),
                 if set { "  (set)" } else { "" }
             );
         }

@@ -1,9 +1,26 @@
 //! Taskflows: op calls are resolved, their dtypes and symbolic shapes unified with the
 //! arguments, their bodies made concrete (index ranges, coverage of the output), their
 //! engines and tiles checked against the device's buffers. Also the schedules.
+//!
+//! In: the root module's `taskflow` and `schedule` items, with the op signatures of
+//! [`super::ops`], the routings of [`super::routes`] and the checked device. Out: the
+//! `ir::Taskflow`s and `ir::ScheduleSpec`s of the program, or diagnostics.
+//!
+//! - this file: taskflow signatures and calls, unification of dtypes and shapes;
+//! - [`linear`]: solving linear dimensions such as `2 * N`;
+//! - [`concrete`]: concrete bodies (index ranges, offsets, executable expressions);
+//! - [`coverage`]: every output element written exactly once;
+//! - [`buffers`]: whether one tile fits the engine's buffers;
+//! - [`schedules`]: the `schedule` declarations.
+
+mod buffers;
+mod concrete;
+mod coverage;
+mod linear;
+mod schedules;
 
 use super::consts::BareNames;
-use super::ops::{OpSig, PSig, RDim, SIdx, STarget, Sym, DT, SS};
+use super::ops::{CheckedParam, OpSig, RouteDim, SigDtype, Sym, SymIndex, SymScalar, SymTarget};
 use super::{Checker, ItemRef};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{
@@ -70,17 +87,17 @@ impl Checker<'_> {
             };
             let id = self.route_id(r)?;
             let spec = self.routes[id.0 as usize].spec.clone();
-            let d = super::ops::RDIMS
+            let d = super::ops::ROUTE_DIMS
                 .iter()
                 .find(|(n, _)| *n == field.name)
                 .map(|(_, d)| *d);
             return match d {
-                Some(RDim::Recv) => Some(Dim::Recv(id)),
-                Some(RDim::Topk) => Some(Dim::Fixed(spec.topk)),
-                Some(RDim::Experts) => Some(Dim::Fixed(spec.experts)),
-                Some(RDim::LocalExperts) => Some(Dim::Fixed(spec.local_experts())),
-                Some(RDim::Ranks) => Some(Dim::Fixed(spec.ranks)),
-                Some(RDim::Tokens) => match self.routes[id.0 as usize].tokens_bound {
+                Some(RouteDim::Recv) => Some(Dim::Recv(id)),
+                Some(RouteDim::Topk) => Some(Dim::Fixed(spec.topk)),
+                Some(RouteDim::Experts) => Some(Dim::Fixed(spec.experts)),
+                Some(RouteDim::LocalExperts) => Some(Dim::Fixed(spec.local_experts())),
+                Some(RouteDim::Ranks) => Some(Dim::Fixed(spec.ranks)),
+                Some(RouteDim::Tokens) => match self.routes[id.0 as usize].tokens_bound {
                     Some(_) => Some(Dim::Fixed(spec.tokens)),
                     None => {
                         self.err(
@@ -559,12 +576,12 @@ impl Checker<'_> {
                 };
                 let st = &self.routes[id.0 as usize];
                 Ok(match d {
-                    RDim::Recv => Some(Dim::Recv(id)),
-                    RDim::Tokens => st.tokens_bound.map(|_| Dim::Fixed(st.spec.tokens)),
-                    RDim::Topk => Some(Dim::Fixed(st.spec.topk)),
-                    RDim::Experts => Some(Dim::Fixed(st.spec.experts)),
-                    RDim::LocalExperts => Some(Dim::Fixed(st.spec.local_experts())),
-                    RDim::Ranks => Some(Dim::Fixed(st.spec.ranks)),
+                    RouteDim::Recv => Some(Dim::Recv(id)),
+                    RouteDim::Tokens => st.tokens_bound.map(|_| Dim::Fixed(st.spec.tokens)),
+                    RouteDim::Topk => Some(Dim::Fixed(st.spec.topk)),
+                    RouteDim::Experts => Some(Dim::Fixed(st.spec.experts)),
+                    RouteDim::LocalExperts => Some(Dim::Fixed(st.spec.local_experts())),
+                    RouteDim::Ranks => Some(Dim::Fixed(st.spec.ranks)),
                 })
             }
             Sym::Neg(a) => {
@@ -663,8 +680,8 @@ impl Checker<'_> {
         // Kinds, routing params, dtypes, ranks.
         for (i, (p, v)) in sig.params.iter().zip(vals).enumerate() {
             match (p, v) {
-                (PSig::Route { .. }, ArgVal::Route(id)) => routes[i] = Some(*id),
-                (PSig::Tensor { name: pn, ty, .. }, ArgVal::Tensor(t)) => {
+                (CheckedParam::Route { .. }, ArgVal::Route(id)) => routes[i] = Some(*id),
+                (CheckedParam::Tensor { name: pn, ty, .. }, ArgVal::Tensor(t)) => {
                     let tt = fl.tf.tensor(*t).clone();
                     if tt.shape.len() != ty.dims.len() {
                         self.err(
@@ -684,7 +701,7 @@ impl Checker<'_> {
                         ok = false;
                     }
                     match ty.dtype {
-                        DT::Concrete(d) if d != tt.dtype => {
+                        SigDtype::Concrete(d) if d != tt.dtype => {
                             self.err(
                                 Diagnostic::error(
                                     Code::DtypeMismatch,
@@ -699,7 +716,7 @@ impl Checker<'_> {
                             );
                             ok = false;
                         }
-                        DT::Generic(g) => match &gen[g] {
+                        SigDtype::Generic(g) => match &gen[g] {
                             Some((d, sp, from)) if *d != tt.dtype => {
                                 self.err(
                                     Diagnostic::error(
@@ -723,7 +740,7 @@ impl Checker<'_> {
                         _ => {}
                     }
                 }
-                (PSig::Route { name: pn, .. }, ArgVal::Tensor(t)) => {
+                (CheckedParam::Route { name: pn, .. }, ArgVal::Tensor(t)) => {
                     let tn = fl.tf.tensor(*t).name.clone();
                     self.err(
                         Diagnostic::error(
@@ -734,7 +751,7 @@ impl Checker<'_> {
                     );
                     ok = false;
                 }
-                (PSig::Tensor { name: pn, .. }, ArgVal::Route(r)) => {
+                (CheckedParam::Tensor { name: pn, .. }, ArgVal::Route(r)) => {
                     let rn = self.routes[r.0 as usize].spec.name.clone();
                     self.err(
                         Diagnostic::error(
@@ -764,13 +781,13 @@ impl Checker<'_> {
             sig.params
                 .iter()
                 .map(|p| match p {
-                    PSig::Tensor { ty, .. } => ty.dims.len(),
-                    PSig::Route { .. } => 0,
+                    CheckedParam::Tensor { ty, .. } => ty.dims.len(),
+                    CheckedParam::Route { .. } => 0,
                 })
                 .sum(),
         );
         for (i, (p, v)) in sig.params.iter().zip(vals).enumerate() {
-            if let (PSig::Tensor { ty, .. }, ArgVal::Tensor(t)) = (p, v) {
+            if let (CheckedParam::Tensor { ty, .. }, ArgVal::Tensor(t)) = (p, v) {
                 let tt = fl.tf.tensor(*t);
                 for (k, (s, d)) in ty.dims.iter().zip(&tt.shape).enumerate() {
                     pending.push(C {
@@ -813,7 +830,7 @@ impl Checker<'_> {
                             }
                             if let Sym::Route(p, rd) = &c.sym {
                                 if let Some(id) = routes[*p] {
-                                    if *rd == RDim::Tokens {
+                                    if *rd == RouteDim::Tokens {
                                         if let Some(bs) = self.routes[id.0 as usize].tokens_bound {
                                             diag = diag.secondary(
                                                 bs,
@@ -840,7 +857,7 @@ impl Checker<'_> {
                                 from: c.desc,
                             });
                             progress = true;
-                        } else if let (Sym::Route(p, RDim::Tokens), Dim::Fixed(n)) = (&c.sym, c.actual) {
+                        } else if let (Sym::Route(p, RouteDim::Tokens), Dim::Fixed(n)) = (&c.sym, c.actual) {
                             if let Some(id) = routes[*p] {
                                 let st = &mut self.routes[id.0 as usize];
                                 st.spec.tokens = n;
@@ -891,8 +908,8 @@ impl Checker<'_> {
         }
         // The result.
         let dtype = match sig.ret.dtype {
-            DT::Concrete(d) => d,
-            DT::Generic(g) => gen[g].as_ref()?.0,
+            SigDtype::Concrete(d) => d,
+            SigDtype::Generic(g) => gen[g].as_ref()?.0,
         };
         let mut out_shape = Vec::with_capacity(sig.ret.dims.len());
         for (s, sp) in sig.ret.dims.iter().zip(&sig.ret.dim_spans) {
@@ -1211,919 +1228,36 @@ impl Checker<'_> {
         });
         Some(out_id)
     }
-
-    /// Solves `sym = actual` for its single unbound symbol when `sym` is linear in it.
-    fn solve_linear(
-        &mut self,
-        s: &Sym,
-        actual: Dim,
-        binds: &[Option<Bound>],
-        routes: &[Option<RouteId>],
-        span: Span,
-    ) -> Option<(usize, u64)> {
-        let Dim::Fixed(target) = actual else { return None };
-        let mut vs = Vec::new();
-        s.vars(&mut vs);
-        vs.retain(|v| binds[*v].is_none());
-        vs.dedup();
-        if vs.len() != 1 {
-            return None;
-        }
-        let v = vs[0];
-        let mut tmp = binds.to_vec();
-        let at = |tmp: &mut Vec<Option<Bound>>, x: u64, ck: &mut Self| -> Option<i64> {
-            tmp[v] = Some(Bound {
-                dim: Dim::Fixed(x),
-                span,
-                from: (0, 0),
-            });
-            // Evaluate silently: errors here mean "not linear".
-            let before = ck.diags.len();
-            let r = ck.eval_sym(s, tmp, routes, span);
-            let ok = ck.diags.len() == before;
-            if !ok {
-                ck.diags = {
-                    let mut d = std::mem::take(&mut ck.diags).into_vec();
-                    d.truncate(before);
-                    let mut nd = crate::diag::Diagnostics::new();
-                    nd.extend(d);
-                    nd
-                };
-                return None;
-            }
-            match r {
-                Ok(Some(Dim::Fixed(n))) => Some(n as i64),
-                _ => None,
-            }
-        };
-        let f1 = at(&mut tmp, 1, self)?;
-        let f2 = at(&mut tmp, 2, self)?;
-        let a = f2.checked_sub(f1)?;
-        let b = f1.checked_sub(a)?;
-        if a == 0 {
-            return None;
-        }
-        let num = (target as i64).checked_sub(b)?;
-        if num % a != 0 || num / a < 1 {
-            return None;
-        }
-        let x = (num / a) as u64;
-        let check = at(&mut tmp, x, self)?;
-        (check == target as i64).then_some((v, x))
-    }
-
-    /// Makes a body concrete for a call: offsets evaluated, variable ranges inferred, output
-    /// coverage checked.
-    #[allow(clippy::too_many_arguments)]
-    fn concretize(
-        &mut self,
-        sig: &OpSig,
-        binds: &[Option<Bound>],
-        routes: &[Option<RouteId>],
-        ins: &[(DType, Vec<Dim>)],
-        out: &[Dim],
-        call: Span,
-    ) -> Option<ConcreteBody> {
-        let nv = sig.body.vars.len();
-        let mut ranges = vec![R::Unknown; nv];
-        let mut ok = true;
-        let eval_off = |ck: &mut Self, s: &Sym| -> Option<i64> {
-            match ck.eval_sym(s, binds, routes, call) {
-                Ok(Some(Dim::Fixed(n))) => Some(n as i64),
-                Ok(Some(Dim::Recv(_))) => {
-                    ck.err(
-                        Diagnostic::error(Code::BadIndex, "a ragged dimension cannot be an index offset")
-                            .primary(call, "in this call"),
-                    );
-                    None
-                }
-                _ => None,
-            }
-        };
-        // Convert indices and collect range constraints.
-        // The use that last narrowed each variable's range (to explain coverage gaps).
-        let mut narrowed: Vec<Option<Span>> = vec![None; nv];
-        let mut constrain = |ck: &mut Self, ranges: &mut Vec<R>, var: usize, r: R, span: Span, what: &str| -> bool {
-            let cur = ranges[var];
-            let new = match (cur, r) {
-                (R::Unknown, x) => x,
-                (x, R::Unknown) => x,
-                (R::Fixed(a, b), R::Fixed(c, d)) => R::Fixed(a.max(c), b.min(d)),
-                (R::Recv(a), R::Recv(b)) if a == b => R::Recv(a),
-                (x, y) => {
-                    let show = |ck: &Self, r: R| match r {
-                        R::Fixed(a, b) => format!("{a}..{b}"),
-                        R::Recv(id) => format!("the rows of `{}.recv`", ck.routes[id.0 as usize].spec.name),
-                        R::Unknown => "?".into(),
-                    };
-                    let (sx, sy) = (show(ck, x), show(ck, y));
-                    ck.err(
-                        Diagnostic::error(
-                            Code::ShapeMismatch,
-                            format!(
-                                "index `{}` ranges over {sx} in one place and {sy} in another",
-                                sig.body.vars[var].name
-                            ),
-                        )
-                        .primary(span, what.to_string())
-                        .secondary(call, "in this call"),
-                    );
-                    return false;
-                }
-            };
-            if let R::Fixed(a, b) = new {
-                if a >= b {
-                    ck.err(
-                        Diagnostic::error(
-                            Code::IndexOutOfRange,
-                            format!(
-                                "index `{}` has no valid value: its uses allow {a}..{b}",
-                                sig.body.vars[var].name
-                            ),
-                        )
-                        .primary(span, "this use leaves no valid index")
-                        .secondary(call, "in this call"),
-                    );
-                    return false;
-                }
-            }
-            if let (R::Fixed(a, b), R::Fixed(c, d)) = (cur, new) {
-                if c > a || d < b {
-                    narrowed[var] = Some(span);
-                }
-            }
-            ranges[var] = new;
-            true
-        };
-        let mut conv = |ck: &mut Self, ranges: &mut Vec<R>, ix: &SIdx, dim: Option<Dim>| -> Option<Index> {
-            match ix {
-                SIdx::Affine {
-                    var,
-                    coef,
-                    offset,
-                    span,
-                } => {
-                    let off = eval_off(ck, offset)?;
-                    match dim {
-                        Some(Dim::Fixed(n)) => {
-                            let n = n as i64;
-                            let (lo, hi) = if *coef > 0 {
-                                (div_ceil(-off, *coef), div_floor(n - 1 - off, *coef) + 1)
-                            } else {
-                                (div_ceil(n - 1 - off, *coef), div_floor(-off, *coef) + 1)
-                            };
-                            if !constrain(
-                                ck,
-                                ranges,
-                                *var,
-                                R::Fixed(lo, hi),
-                                *span,
-                                "indexes a dimension of this size",
-                            ) {
-                                return None;
-                            }
-                        }
-                        Some(Dim::Recv(r)) => {
-                            if *coef != 1 || off != 0 {
-                                ck.err(
-                                    Diagnostic::error(
-                                        Code::IndexOutOfRange,
-                                        "rows of a receive window can only be indexed by a plain variable",
-                                    )
-                                    .primary(*span, "an offset or a factor on a ragged dimension")
-                                    .secondary(call, "in this call"),
-                                );
-                                return None;
-                            }
-                            if !constrain(ck, ranges, *var, R::Recv(r), *span, "indexes received rows") {
-                                return None;
-                            }
-                        }
-                        None => {}
-                    }
-                    Some(Index::Affine {
-                        var: *var,
-                        coef: *coef,
-                        offset: off,
-                    })
-                }
-                SIdx::Const(s, span) => {
-                    let c = eval_off(ck, s)?;
-                    match dim {
-                        Some(Dim::Fixed(n)) if c < 0 || c >= n as i64 => {
-                            ck.err(
-                                Diagnostic::error(Code::IndexOutOfRange, format!("index {c} is outside 0..{n}"))
-                                    .primary(*span, "out of range")
-                                    .secondary(call, "in this call"),
-                            );
-                            return None;
-                        }
-                        Some(Dim::Recv(_)) => {
-                            ck.err(
-                                Diagnostic::error(Code::IndexOutOfRange, "a constant index into received rows")
-                                    .primary(*span, "the number of rows differs per rank"),
-                            );
-                            return None;
-                        }
-                        _ => {}
-                    }
-                    Some(Index::Const(c))
-                }
-                // The group is the local expert of a received row (checked after conversion).
-                SIdx::Group(v, _) => Some(Index::Group(*v)),
-                SIdx::Route {
-                    param,
-                    func,
-                    args,
-                    span,
-                } => {
-                    let id = routes.get(*param).copied().flatten()?;
-                    let st = ck.routes[id.0 as usize].spec.clone();
-                    if func.arity() == 2 {
-                        let tokens = if ck.routes[id.0 as usize].tokens_bound.is_some() {
-                            st.tokens as i64
-                        } else {
-                            i64::MAX
-                        };
-                        if !constrain(
-                            ck,
-                            ranges,
-                            args[0],
-                            R::Fixed(0, tokens),
-                            *span,
-                            "a token of the routing",
-                        ) {
-                            return None;
-                        }
-                        if !constrain(
-                            ck,
-                            ranges,
-                            args[1],
-                            R::Fixed(0, st.topk as i64),
-                            *span,
-                            "a choice of the routing",
-                        ) {
-                            return None;
-                        }
-                    } else if !constrain(ck, ranges, args[0], R::Recv(id), *span, "a received row of the routing") {
-                        return None;
-                    }
-                    Some(Index::Route {
-                        route: id,
-                        func: *func,
-                        args: args.clone(),
-                    })
-                }
-            }
-        };
-        // Group indices constrain the group variable's dimension and need grouped rows.
-        let mut stmts = Vec::new();
-        for st in &sig.body.stmts {
-            let target = match &st.target {
-                STarget::Out(ix) => {
-                    let mut v = Vec::new();
-                    for (k, i) in ix.iter().enumerate() {
-                        match conv(self, &mut ranges, i, out.get(k).copied()) {
-                            Some(x) => v.push(x),
-                            None => ok = false,
-                        }
-                    }
-                    Target::Out(v)
-                }
-                STarget::Put { rank, index } => {
-                    let rk = conv(self, &mut ranges, rank, None);
-                    let mut v = Vec::new();
-                    for (k, i) in index.iter().enumerate() {
-                        match conv(self, &mut ranges, i, out.get(k).copied()) {
-                            Some(x) => v.push(x),
-                            None => ok = false,
-                        }
-                    }
-                    match rk {
-                        Some(r) => Target::Put { rank: r, index: v },
-                        None => {
-                            ok = false;
-                            continue;
-                        }
-                    }
-                }
-            };
-            let value = self.conc_expr(&st.value, ins, routes, &mut ranges, &mut conv, &mut ok, call);
-            if let Some(value) = value {
-                stmts.push(BodyStmt {
-                    target,
-                    accumulate: st.accumulate,
-                    value,
-                    vars: st.vars.clone(),
-                });
-            } else {
-                ok = false;
-            }
-        }
-        if !ok {
-            return None;
-        }
-        // Group-index checks.
-        let mut group_dims: Vec<(usize, Dim, Span)> = Vec::new();
-        collect_group_uses(sig, ins, out, &mut group_dims);
-        for (v, dim, span) in group_dims {
-            let R::Recv(route) = ranges[v] else {
-                // The rows come from an argument: point at the call, not into the op.
-                let var = &sig.body.vars[v];
-                let what = match var.group_of {
-                    Some(g) => format!("sum({} in group({}))", var.name, sig.body.vars[g].name),
-                    None => format!("group({})", var.name),
-                };
-                self.err(
-                    Diagnostic::error(
-                        Code::NotGrouped,
-                        format!("`{}` needs rows grouped by expert for `{what}`", sig.name),
-                    )
-                    .primary(call, "these rows do not come from a receive window")
-                    .secondary(span, "the rows' expert is read here")
-                    .note("rows are grouped when their dimension is a routing's `r.recv`"),
-                );
-                return None;
-            };
-            let local = self.routes[route.0 as usize].spec.local_experts();
-            if dim != Dim::Fixed(local) {
-                let got = self.show_dim(dim);
-                let rn = self.routes[route.0 as usize].spec.name.clone();
-                self.err(
-                    Diagnostic::error(Code::ShapeMismatch, format!("`group(...)` indexes a dimension of size {got}, but routing `{rn}` has {local} local experts"))
-                        .primary(call, format!("expected {local} groups (experts / ranks)"))
-                        .secondary(span, "the group index"),
-                );
-                return None;
-            }
-        }
-        // Reduction variables bound to a group.
-        let mut vars = Vec::new();
-        for (i, v) in sig.body.vars.iter().enumerate() {
-            let range = match (v.group_of, ranges[i]) {
-                (Some(g), R::Recv(route)) => VarRange::GroupRows { route, group: g },
-                (Some(_), _) => {
-                    self.err(
-                        Diagnostic::error(
-                            Code::NotGrouped,
-                            format!(
-                                "`{}` ranges over the rows of a group, but it does not index received rows",
-                                v.name
-                            ),
-                        )
-                        .primary(v.span, "bound here")
-                        .secondary(call, "in this call"),
-                    );
-                    return None;
-                }
-                (None, R::Fixed(lo, hi)) => VarRange::Fixed { lo, hi },
-                (None, R::Recv(r)) => VarRange::Recv(r),
-                (None, R::Unknown) => {
-                    self.err(
-                        Diagnostic::error(
-                            Code::UnboundShapeSymbol,
-                            format!("the range of index `{}` cannot be determined", v.name),
-                        )
-                        .primary(v.span, "it indexes no tensor dimension")
-                        .secondary(call, "in this call")
-                        .help("use the variable to index a tensor, or remove it"),
-                    );
-                    return None;
-                }
-            };
-            if let VarRange::Fixed { hi, .. } = range {
-                if hi == i64::MAX {
-                    self.err(
-                        Diagnostic::error(
-                            Code::UnboundShapeSymbol,
-                            format!("the range of `{}` needs the routing's token count", v.name),
-                        )
-                        .primary(v.span, "ranges over the routing's tokens")
-                        .secondary(call, "no tensor in this call gives the number of tokens"),
-                    );
-                    return None;
-                }
-            }
-            vars.push(BodyVar {
-                name: v.name.clone(),
-                kind: v.kind,
-                range,
-            });
-        }
-        let body = ConcreteBody {
-            vars,
-            stmts,
-            contraction: sig.contraction.as_ref().map(|(l, r, red)| Contraction {
-                lhs: *l,
-                rhs: *r,
-                reduce: red.clone(),
-            }),
-        };
-        if !sig.is_comm && !self.check_coverage(sig, &body, out, call, &narrowed) {
-            return None;
-        }
-        Some(body)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn conc_expr(
-        &mut self,
-        e: &SS,
-        ins: &[(DType, Vec<Dim>)],
-        routes: &[Option<RouteId>],
-        ranges: &mut Vec<R>,
-        conv: &mut impl FnMut(&mut Self, &mut Vec<R>, &SIdx, Option<Dim>) -> Option<Index>,
-        ok: &mut bool,
-        call: Span,
-    ) -> Option<SExpr> {
-        Some(match e {
-            SS::Const(c) => SExpr::Const(*c),
-            SS::Var(v) => SExpr::Var(*v),
-            SS::Sym(s) => match self.eval_sym(s, &[], routes, call) {
-                Ok(Some(Dim::Fixed(n))) => SExpr::Const(n as i64 as f64),
-                _ => {
-                    // Shape symbols need the bindings; evaluate through a constant index.
-                    match conv(self, ranges, &SIdx::Const(s.clone(), call), None)? {
-                        Index::Const(c) => SExpr::Const(c as f64),
-                        _ => return None,
-                    }
-                }
-            },
-            SS::Route { param, func, args } => {
-                let id = routes.get(*param).copied().flatten()?;
-                let ix = SIdx::Route {
-                    param: *param,
-                    func: *func,
-                    args: args.clone(),
-                    span: call,
-                };
-                conv(self, ranges, &ix, None)?;
-                SExpr::Route {
-                    route: id,
-                    func: *func,
-                    args: args.clone(),
-                }
-            }
-            SS::Read { input, index, .. } => {
-                let shape = &ins.get(*input)?.1;
-                let mut v = Vec::new();
-                for (k, ix) in index.iter().enumerate() {
-                    match conv(self, ranges, ix, shape.get(k).copied()) {
-                        Some(x) => v.push(x),
-                        None => *ok = false,
-                    }
-                }
-                if v.len() != index.len() {
-                    return None;
-                }
-                SExpr::Read {
-                    input: *input,
-                    index: v,
-                }
-            }
-            SS::Neg(a) => SExpr::Neg(Box::new(self.conc_expr(a, ins, routes, ranges, conv, ok, call)?)),
-            SS::Bin(op, a, b) => {
-                let x = self.conc_expr(a, ins, routes, ranges, conv, ok, call);
-                let y = self.conc_expr(b, ins, routes, ranges, conv, ok, call);
-                SExpr::Bin(*op, Box::new(x?), Box::new(y?))
-            }
-            SS::Call(f, args) => {
-                let mut xs = Vec::new();
-                for a in args {
-                    xs.push(self.conc_expr(a, ins, routes, ranges, conv, ok, call)?);
-                }
-                SExpr::Call(*f, xs)
-            }
-            SS::Sum { vars, body } => SExpr::Sum {
-                vars: vars.clone(),
-                body: Box::new(self.conc_expr(body, ins, routes, ranges, conv, ok, call)?),
-            },
-        })
-    }
-
-    /// The statements of a compute op must write every output element exactly once.
-    fn check_coverage(
-        &mut self,
-        sig: &OpSig,
-        body: &ConcreteBody,
-        out: &[Dim],
-        call: Span,
-        narrowed: &[Option<Span>],
-    ) -> bool {
-        // Each statement writes a box: per dimension an interval (ragged: the whole window).
-        let mut boxes: Vec<(Vec<(i64, i64)>, Span)> = Vec::new();
-        for (st, sst) in body.stmts.iter().zip(&sig.body.stmts) {
-            let Target::Out(ix) = &st.target else { continue };
-            let mut b = Vec::new();
-            for (k, i) in ix.iter().enumerate() {
-                let iv = match (i, out.get(k)) {
-                    (Index::Affine { var, coef: 1, offset }, Some(Dim::Fixed(_))) => match body.vars[*var].range {
-                        VarRange::Fixed { lo, hi } => (lo + offset, hi + offset),
-                        _ => (0, 1),
-                    },
-                    (_, Some(Dim::Recv(_))) => (0, 1),
-                    _ => (0, 0),
-                };
-                b.push(iv);
-            }
-            boxes.push((b, sst.span));
-        }
-        let full: Vec<(i64, i64)> = out
-            .iter()
-            .map(|d| match d {
-                Dim::Fixed(n) => (0, *n as i64),
-                Dim::Recv(_) => (0, 1),
-            })
-            .collect();
-        let vol = |b: &[(i64, i64)]| b.iter().fold(1i128, |a, (lo, hi)| a * (hi - lo).max(0) as i128);
-        for i in 0..boxes.len() {
-            for j in i + 1..boxes.len() {
-                let overlap = boxes[i]
-                    .0
-                    .iter()
-                    .zip(&boxes[j].0)
-                    .all(|(a, b)| a.0.max(b.0) < a.1.min(b.1));
-                if overlap {
-                    self.err(
-                        Diagnostic::error(
-                            Code::BodyCoverage,
-                            format!("two statements of `{}` write the same elements of `out`", sig.name),
-                        )
-                        .primary(boxes[j].1, "writes again")
-                        .secondary(boxes[i].1, "already written here")
-                        .secondary(call, "in this call"),
-                    );
-                    return false;
-                }
-            }
-        }
-        let total: i128 = boxes.iter().map(|(b, _)| vol(b)).sum();
-        let want = vol(&full);
-        if total != want {
-            // Name one uncovered dimension range for the message.
-            let mut detail = String::new();
-            for (k, (lo, hi)) in full.iter().enumerate() {
-                let covered: Vec<(i64, i64)> = boxes.iter().map(|(b, _)| b[k]).collect();
-                let mut gaps = Vec::new();
-                let mut sorted = covered.clone();
-                sorted.sort();
-                let mut at = *lo;
-                for (a, b) in sorted {
-                    if a > at {
-                        gaps.push((at, a));
-                    }
-                    at = at.max(b);
-                }
-                if at < *hi {
-                    gaps.push((at, *hi));
-                }
-                if let Some((a, b)) = gaps.first() {
-                    detail = format!("; for example, indices {a}..{b} of dimension {k} are never written");
-                    break;
-                }
-            }
-            let mut d = Diagnostic::error(Code::BodyCoverage, format!("the body of `{}` writes {total} of the {want} elements of `out`{detail}", sig.name))
-                .primary(sig.body_span, "does not cover the output")
-                .secondary(call, "in this call")
-                .help("each element of `out` must be written exactly once: add statements for the rest, or fix the output type");
-            // An output index whose range a read with an offset shortened.
-            for (v, var) in body.vars.iter().enumerate() {
-                if let (VarKind::Out, Some(sp), VarRange::Fixed { lo, hi }) =
-                    (var.kind, narrowed.get(v).copied().flatten(), var.range)
-                {
-                    d = d.secondary(sp, format!("this index keeps `{}` in {lo}..{hi}", var.name));
-                }
-            }
-            self.err(d);
-            return false;
-        }
-        true
-    }
-
-    /// Checks that a tile fits the engine's buffers (double-buffered).
-    #[allow(clippy::too_many_arguments)]
-    fn check_buffers(
-        &mut self,
-        sig: &OpSig,
-        body: &ConcreteBody,
-        tile: &[(String, u64)],
-        ins: &[(DType, Vec<Dim>)],
-        out_dtype: DType,
-        engine: Engine,
-        call: Span,
-        tile_span: Span,
-    ) -> bool {
-        let Some(dev) = self.device.as_ref() else { return true };
-        let (l0a, l0b, l0c, l1, ub) = (
-            dev.get("l0a_size"),
-            dev.get("l0b_size"),
-            dev.get("l0c_size"),
-            dev.get("l1_size"),
-            dev.get("ub_size"),
-        );
-        if sig.is_comm {
-            // Puts stream through the UB in `put_chunk_bytes` chunks: any tile fits.
-            return true;
-        }
-        let tile_of = |name: &str| tile.iter().find(|(n, _)| n == name).map_or(1, |(_, s)| *s);
-        let ext = |v: usize, row: Option<usize>| -> u64 {
-            if Some(v) == row {
-                return 1;
-            }
-            let t = tile_of(&body.vars[v].name);
-            match body.vars[v].range {
-                VarRange::Fixed { lo, hi } => t.min((hi - lo).max(1) as u64),
-                // Untiled received rows (their number is known only after routing) are
-                // streamed one row at a time.
-                _ if t == u64::MAX => 1,
-                _ => t,
-            }
-        };
-        let region = |ix: &[Index], row: Option<usize>| -> u128 {
-            ix.iter()
-                .map(|i| match i {
-                    Index::Affine { var, coef, .. } => (coef.unsigned_abs() as u128) * (ext(*var, row) as u128 - 1) + 1,
-                    _ => 1,
-                })
-                .product()
-        };
-        // Only a diagnostic shows the tile.
-        let tile_text = || {
-            tile.iter()
-                .map(|(n, s)| {
-                    if *s == u64::MAX {
-                        format!("{n}: all")
-                    } else {
-                        format!("{n}: {s}")
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        match (engine, &body.contraction) {
-            (Engine::Aic, Some(c)) => {
-                let mut lhs = 0u128;
-                let mut rhs = 0u128;
-                let mut outb = 0u128;
-                for st in &body.stmts {
-                    st.value.for_each_read(&mut |input, ix| {
-                        let b = region(ix, None) * ins.get(input).map_or(2, |x| x.0.size()) as u128;
-                        if input == c.lhs && lhs == 0 {
-                            lhs = b;
-                        } else {
-                            rhs = rhs.max(b);
-                        }
-                    });
-                    if let Target::Out(ix) = &st.target {
-                        outb = region(ix, None) * 4;
-                    }
-                }
-                let checks = [
-                    ("L0A", 2 * lhs, l0a, "the left operand's k-step, double-buffered"),
-                    ("L0B", 2 * rhs, l0b, "the right operand's k-step, double-buffered"),
-                    ("L0C", outb, l0c, "the f32 accumulator of the output tile"),
-                    ("L1", 2 * (lhs + rhs), l1, "both operand panels, double-buffered"),
-                ];
-                for (buf, need, cap, what) in checks {
-                    if need as f64 > cap {
-                        self.err(
-                            Diagnostic::error(
-                                Code::TileExceedsL0,
-                                format!(
-                                    "the tile ({}) of `{}` needs {} of {buf}, which holds {}",
-                                    tile_text(),
-                                    sig.name,
-                                    kib(need as f64),
-                                    kib(cap)
-                                ),
-                            )
-                            .primary(tile_span, format!("{buf} overflows"))
-                            .secondary(call, "in this call")
-                            .note(format!("{buf} holds {what}"))
-                            .help("use smaller `m`, `n` or `k` tiles (e.g. `tile(m: 128, n: 256, k: 64)` for bf16)"),
-                        );
-                        return false;
-                    }
-                }
-                true
-            }
-            _ => {
-                // The vector core streams its tile through the UB by rows of the first output
-                // dimension: one row of every operand, double-buffered, must fit. A region read
-                // several times (by one or several statements) is loaded once.
-                let row_name = body.stmts.iter().find_map(|st| match &st.target {
-                    Target::Out(ix) => ix.first().and_then(|i| match i {
-                        Index::Affine { var, .. } => Some(body.vars[*var].name.clone()),
-                        _ => None,
-                    }),
-                    _ => None,
-                });
-                // Reads of the same input at indices that are written the same (variables
-                // by name) load the same region.
-                let key = |ix: &[Index]| index_key(body, ix);
-                let mut seen: Vec<(usize, Vec<IndexKey<'_>>)> = Vec::new();
-                let mut per_row = 0u128;
-                for st in &body.stmts {
-                    let row = st
-                        .vars
-                        .iter()
-                        .copied()
-                        .find(|&v| Some(&body.vars[v].name) == row_name.as_ref());
-                    st.value.for_each_read(&mut |input, ix| {
-                        let k = (input, key(ix));
-                        if !seen.contains(&k) {
-                            seen.push(k);
-                            per_row += region(ix, row) * ins.get(input).map_or(2, |x| x.0.size()) as u128;
-                        }
-                    });
-                    if let Target::Out(ix) = &st.target {
-                        per_row += region(ix, row) * out_dtype.size() as u128;
-                    }
-                }
-                let row = body.vars.iter().position(|v| Some(&v.name) == row_name.as_ref());
-                let need = 2 * per_row;
-                let cap = ub;
-                if need as f64 > cap {
-                    let rn = row.map_or("the first index".to_string(), |r| format!("`{}`", body.vars[r].name));
-                    self.err(
-                        Diagnostic::error(
-                            Code::TileExceedsUb,
-                            format!("one row of the tile ({}) of `{}` needs {} of Unified Buffer, which holds {}", tile_text(), sig.name, kib(need as f64), kib(cap)),
-                        )
-                        .primary(tile_span, "does not fit in the Unified Buffer")
-                        .secondary(call, "in this call")
-                        .note(format!("a vector core streams a tile row by row ({rn}); a row of every input and of the output, double-buffered, must fit"))
-                        .help("tile the inner dimensions smaller"),
-                    );
-                    return false;
-                }
-                true
-            }
-        }
-    }
-
-    /// Checks the schedules of the root module.
-    pub(super) fn check_schedules(&mut self) {
-        let root = self.root;
-        let decls: Vec<(crate::syntax::ast::ScheduleDecl, Span)> = self.modules[root]
-            .ast
-            .items
-            .iter()
-            .filter_map(|it| match &it.kind {
-                ItemKind::Schedule(s) => Some((s.clone(), it.span)),
-                _ => None,
-            })
-            .collect();
-        let mut seen: BTreeMap<Option<String>, Span> = BTreeMap::new();
-        for (d, span) in decls {
-            let key = d.taskflow.as_ref().map(|t| t.name.clone());
-            if let Some(prev) = seen.insert(key.clone(), span) {
-                self.err(
-                    Diagnostic::error(
-                        Code::DuplicateDefinition,
-                        format!(
-                            "two schedules for {}",
-                            key.as_deref().map_or("all taskflows".to_string(), |k| format!("`{k}`"))
-                        ),
-                    )
-                    .primary(span, "again here")
-                    .secondary(prev, "first here"),
-                );
-                continue;
-            }
-            if let Some(t) = &d.taskflow {
-                let is_tf = self
-                    .lookup(root, &t.name)
-                    .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Taskflow(_)));
-                if !is_tf && self.modules[root].poisoned.contains(&t.name) {
-                    continue; // the taskflow did not parse
-                }
-                if !is_tf {
-                    let names = self.names_where(root, |k| matches!(k, ItemKind::Taskflow(_)));
-                    let mut diag = Diagnostic::error(Code::NoTaskflow, format!("no taskflow `{}` to schedule", t.name))
-                        .primary(t.span, "not a taskflow");
-                    if let Some(b) = crate::suggest::closest(&t.name, names.iter().map(|s| s.as_str())) {
-                        diag = diag.help(format!("did you mean `{b}`?"));
-                    }
-                    self.err(diag);
-                    continue;
-                }
-            }
-            let pol = match self.lookup(root, &d.policy.name) {
-                Some(p) if matches!(&self.item(p).kind, ItemKind::Signature(s) if s.kind == SignatureKind::Policy) => p,
-                _ => {
-                    let names = self.names_where(
-                        root,
-                        |k| matches!(k, ItemKind::Signature(s) if s.kind == SignatureKind::Policy),
-                    );
-                    let mut diag = Diagnostic::error(
-                        Code::UnknownPolicy,
-                        format!("unknown scheduling policy `{}`", d.policy.name),
-                    )
-                    .primary(d.policy.span, "not a policy");
-                    diag = match crate::suggest::closest(&d.policy.name, names.iter().map(|s| s.as_str())) {
-                        Some(b) => diag.help(format!("did you mean `{b}`?")),
-                        None => diag.help(format!("the policies are: {}", names.join(", "))),
-                    };
-                    self.err(diag);
-                    continue;
-                }
-            };
-            let args: Vec<crate::syntax::ast::Arg> = d
-                .options
-                .iter()
-                .map(|f| crate::syntax::ast::Arg {
-                    name: Some(f.name.clone()),
-                    value: f.value.clone(),
-                })
-                .collect();
-            let Some(vals) = self.match_sig(pol, &args, span, "policy") else {
-                continue;
-            };
-            if let Some(p) = crate::policy::Policy::parse(&d.policy.name) {
-                if !self.check_policy_values(p, &vals) {
-                    continue;
-                }
-            }
-            self.schedules.push(ir::ScheduleSpec {
-                taskflow: key,
-                policy: d.policy.name.clone(),
-                options: vals.into_iter().map(|(k, (v, _))| (k, v)).collect(),
-                span,
-            });
-        }
-    }
-}
-
-/// An index of a tensor read as it is written: equal keys read the same region.
-#[derive(PartialEq)]
-enum IndexKey<'a> {
-    Affine(i64, &'a str, i64),
-    Const(i64),
-    Group(&'a str),
-    Route(crate::ir::body::RouteFn, Vec<crate::ir::body::VarId>),
-}
-
-fn index_key<'a>(body: &'a ConcreteBody, ix: &[Index]) -> Vec<IndexKey<'a>> {
-    ix.iter()
-        .map(|i| match i {
-            Index::Affine { var, coef, offset } => IndexKey::Affine(*coef, body.vars[*var].name.as_str(), *offset),
-            Index::Const(c) => IndexKey::Const(*c),
-            Index::Group(v) => IndexKey::Group(body.vars[*v].name.as_str()),
-            Index::Route { func, args, .. } => IndexKey::Route(*func, args.clone()),
-        })
-        .collect()
-}
-
-fn kib(bytes: f64) -> String {
-    if bytes >= 1024.0 * 1024.0 {
-        format!("{:.1} MiB", bytes / 1048576.0)
-    } else {
-        format!("{:.1} KiB", bytes / 1024.0)
-    }
-}
-
-fn div_floor(a: i64, b: i64) -> i64 {
-    let q = a / b;
-    if (a % b != 0) && ((a < 0) != (b < 0)) {
-        q - 1
-    } else {
-        q
-    }
-}
-
-fn div_ceil(a: i64, b: i64) -> i64 {
-    -div_floor(-a, b)
 }
 
 /// Every `group(v)` index with the dimension it indexes.
 fn collect_group_uses(sig: &OpSig, ins: &[(DType, Vec<Dim>)], out: &[Dim], acc: &mut Vec<(usize, Dim, Span)>) {
-    fn walk(e: &SS, ins: &[(DType, Vec<Dim>)], acc: &mut Vec<(usize, Dim, Span)>) {
+    fn walk(e: &SymScalar, ins: &[(DType, Vec<Dim>)], acc: &mut Vec<(usize, Dim, Span)>) {
         match e {
-            SS::Read { input, index, .. } => {
+            SymScalar::Read { input, index, .. } => {
                 for (k, ix) in index.iter().enumerate() {
-                    if let SIdx::Group(v, sp) = ix {
+                    if let SymIndex::Group(v, sp) = ix {
                         if let Some(d) = ins.get(*input).and_then(|x| x.1.get(k)) {
                             acc.push((*v, *d, *sp));
                         }
                     }
                 }
             }
-            SS::Neg(a) => walk(a, ins, acc),
-            SS::Bin(_, a, b) => {
+            SymScalar::Neg(a) => walk(a, ins, acc),
+            SymScalar::Bin(_, a, b) => {
                 walk(a, ins, acc);
                 walk(b, ins, acc);
             }
-            SS::Call(_, xs) => xs.iter().for_each(|x| walk(x, ins, acc)),
-            SS::Sum { body, .. } => walk(body, ins, acc),
+            SymScalar::Call(_, xs) => xs.iter().for_each(|x| walk(x, ins, acc)),
+            SymScalar::Sum { body, .. } => walk(body, ins, acc),
             _ => {}
         }
     }
     for st in &sig.body.stmts {
         walk(&st.value, ins, acc);
-        if let STarget::Out(ix) = &st.target {
+        if let SymTarget::Out(ix) = &st.target {
             for (k, i) in ix.iter().enumerate() {
-                if let SIdx::Group(v, sp) = i {
+                if let SymIndex::Group(v, sp) = i {
                     if let Some(d) = out.get(k) {
                         acc.push((*v, *d, *sp));
                     }
@@ -2135,9 +1269,9 @@ fn collect_group_uses(sig: &OpSig, ins: &[(DType, Vec<Dim>)], out: &[Dim], acc: 
     for (i, v) in sig.body.vars.iter().enumerate() {
         if let Some(g) = v.group_of {
             for st in &sig.body.stmts {
-                if let STarget::Out(ix) = &st.target {
+                if let SymTarget::Out(ix) = &st.target {
                     for (k, idx) in ix.iter().enumerate() {
-                        if matches!(idx, SIdx::Affine { var, .. } if *var == g) {
+                        if matches!(idx, SymIndex::Affine { var, .. } if *var == g) {
                             if let Some(d) = out.get(k) {
                                 acc.push((i, *d, v.span));
                             }
