@@ -3,9 +3,9 @@
 //! ([`DeviceModel`]), plus the three shared resources whose state changes while a schedule
 //! runs:
 //!
-//! - [`l2`]: the L2 of every die, an LRU over data blocks (a block is what one task wrote on
-//!   one rank, or an input region), so a consumer that runs soon after its producer hits and
-//!   one that runs after a large unrelated working set misses;
+//! - [`l2`]: the L2 of every die, a CLOCK (second-chance) residency of data blocks (a block
+//!   is what one task wrote on one rank, or an input region), so a consumer that runs soon
+//!   after its producer hits and one that runs after a large unrelated working set misses;
 //! - [`hbm`]: the HBM bandwidth of every die, shared by every core that is moving data from or
 //!   to HBM at the same time (a deterministic fluid model, max-min fair with per-core caps);
 //! - [`link`]: the interconnect, per-rank egress and ingress bandwidth shared by the flows
