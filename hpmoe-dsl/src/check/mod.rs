@@ -10,6 +10,7 @@ mod consts;
 mod device;
 mod flow;
 mod load;
+pub use load::{read_source, MAX_SOURCE_BYTES};
 mod ops;
 mod policy;
 mod routes;

@@ -142,3 +142,59 @@ fn a_closed_pipe_on_stdout_ends_quietly() {
         }
     }
 }
+
+/// Runs `hpmoe ARGS` with `stdin` as its input; returns its status and stderr, failing if it
+/// does not end.
+fn run_bounded(args: &[&str], stdin: &str) -> (ExitStatus, String) {
+    let mut child = hpmoe()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(mut i) = child.stdin.take() {
+        use std::io::Write;
+        let _ = i.write_all(stdin.as_bytes());
+    }
+    wait_bounded(child, &args.join(" "))
+}
+
+#[test]
+fn sources_that_are_not_regular_files_are_refused() {
+    let dir = tmp("special");
+    let fifo = dir.join("fifo.hpm");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // Larger than the source limit, without using the disk (a sparse file).
+    let huge = dir.join("huge.hpm");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(hpmoe_dsl_source_limit() + 1)
+        .unwrap();
+    let fifo = fifo.display().to_string();
+    let huge = huge.display().to_string();
+    for path in [fifo.as_str(), "/dev/zero", huge.as_str(), "/tmp"] {
+        let load = format!(":load {path}\n");
+        for (args, stdin) in [
+            (vec!["fmt", path], ""),
+            (vec!["fmt", "--check", path], ""),
+            (vec!["fmt", "--stdout", path], ""),
+            (vec!["check", path], ""),
+            (vec!["run", path], ""),
+            (vec!["repl", path], ""),
+            (vec!["repl"], load.as_str()),
+        ] {
+            let (status, err) = run_bounded(&args, stdin);
+            let what = format!("{} <<< {stdin}", args.join(" "));
+            assert_eq!(status.code(), Some(1), "{what}: {err}");
+            assert!(err.contains("cannot read"), "{what}: {err}");
+            assert!(!err.contains("panicked"), "{what}: {err}");
+        }
+    }
+}
+
+/// The checker's limit on the size of a source file (64 MiB).
+fn hpmoe_dsl_source_limit() -> u64 {
+    64 << 20
+}

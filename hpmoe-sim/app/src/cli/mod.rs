@@ -542,7 +542,7 @@ fn fmt(files: &[PathBuf], check: bool, to_stdout: bool) -> i32 {
     }
     let mut status = 0;
     for f in files {
-        let text = match std::fs::read_to_string(f) {
+        let text = match hpmoe_dsl::check::read_source(f) {
             Ok(t) => t,
             Err(e) => {
                 errln!("error: cannot read `{}`: {e}", f.display());
