@@ -198,3 +198,29 @@ fn sources_that_are_not_regular_files_are_refused() {
 fn hpmoe_dsl_source_limit() -> u64 {
     64 << 20
 }
+
+#[test]
+fn fmt_bounds_the_syntax_errors_it_prints() {
+    let dir = tmp("many-errors");
+    let bad = dir.join("bad.hpm");
+    let text: String = (0..20_000).map(|i| format!("param x{i} = = ;\n")).collect();
+    std::fs::write(&bad, text).unwrap();
+    let bad = bad.display().to_string();
+    for args in [
+        vec!["fmt", &bad],
+        vec!["fmt", "--check", &bad],
+        vec!["fmt", "--stdout", &bad],
+    ] {
+        let (status, err) = run_bounded(&args, "");
+        let what = args.join(" ");
+        assert_eq!(status.code(), Some(1), "{what}");
+        // The same bound and the same closing lines as `hpmoe check`.
+        assert!(err.contains("... and 19800 more errors not shown"), "{what}");
+        assert!(err.ends_with("20000 errors, 0 warnings\n"), "{what}");
+        assert_eq!(
+            err.matches("\nE").count() + usize::from(err.starts_with('E')),
+            200,
+            "{what}"
+        );
+    }
+}

@@ -569,16 +569,18 @@ fn fmt(files: &[PathBuf], check: bool, to_stdout: bool) -> i32 {
             Err(ds) => {
                 let mut sources = SourceMap::new();
                 let id = sources.add(f.display().to_string(), Some(f.clone()), text);
-                let ds: Vec<_> = ds
-                    .into_iter()
-                    .map(|mut d| {
-                        for l in &mut d.labels {
-                            l.span.file = id;
-                        }
-                        d
-                    })
-                    .collect();
-                errout!("{}", diag::render_all(&ds, 0, &sources, style()));
+                // Bounded as the checker's are: the first ones rendered, the rest counted.
+                let mut kept = diag::Diagnostics::new();
+                kept.extend(ds.into_iter().map(|mut d| {
+                    for l in &mut d.labels {
+                        l.span.file = id;
+                    }
+                    d
+                }));
+                errout!(
+                    "{}",
+                    diag::render_all(kept.as_slice(), kept.dropped(), &sources, style())
+                );
                 status = 1;
             }
         }
