@@ -437,7 +437,12 @@ fn run(cmd: Command) -> i32 {
             for i in &inputs {
                 match i.split_once('=') {
                     Some((n, f)) if !n.trim().is_empty() && !f.trim().is_empty() => {
-                        parsed.push((n.trim().to_string(), PathBuf::from(f.trim())))
+                        let n = n.trim().to_string();
+                        if parsed.iter().any(|(m, _)| *m == n) {
+                            errln!("error: --input `{n}` is given twice");
+                            return 2;
+                        }
+                        parsed.push((n, PathBuf::from(f.trim())))
                     }
                     _ => {
                         errln!("error: --input `{i}` is not of the form NAME=FILE.npy");
