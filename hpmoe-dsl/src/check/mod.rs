@@ -10,6 +10,7 @@ mod consts;
 mod device;
 mod flow;
 mod load;
+pub use load::{read_source, MAX_SOURCE_BYTES};
 mod ops;
 mod policy;
 mod routes;
@@ -43,6 +44,13 @@ impl Override {
         let value = value.trim();
         if name.is_empty() {
             return Err(format!("`{s}` has no name before `=`"));
+        }
+        let digits = value.strip_prefix(['-', '+']).unwrap_or(value);
+        if digits.chars().any(|c| c.is_ascii_digit()) && digits.chars().all(|c| c.is_ascii_digit() || c == '_') {
+            let clean: String = value.chars().filter(|&c| c != '_').collect();
+            if clean.parse::<i64>().is_err() {
+                return Err(format!("`{value}`: the integer is too large (at most {})", i64::MAX));
+            }
         }
         Ok(Override {
             name: name.to_string(),

@@ -479,18 +479,54 @@ impl Checker<'_> {
         Some(id)
     }
 
+    /// `--routing` names a routing of the root, or is unnamed and the root has routings (one:
+    /// more are reported where the override is applied).
+    fn check_routing_target(&mut self) {
+        let Some(text) = self.opts.routing.clone() else {
+            return;
+        };
+        let names: Vec<String> = self.modules[self.root]
+            .ast
+            .items
+            .iter()
+            .filter_map(|it| match &it.kind {
+                ItemKind::Route(r) => Some(r.name.name.clone()),
+                _ => None,
+            })
+            .collect();
+        let (target, _) = override_target(&text);
+        let missing = match &target {
+            Some(n) => !names.contains(n),
+            None => names.is_empty(),
+        };
+        if !missing {
+            return;
+        }
+        let mut d = Diagnostic::error(
+            Code::BadOverride,
+            match &target {
+                Some(n) => format!("`--routing {text}`: the program has no routing `{n}`"),
+                None => format!("`--routing {text}`: the program has no routing"),
+            },
+        );
+        if names.is_empty() {
+            d = d.help("the program declares no `route`");
+        } else if let Some(b) = target
+            .as_deref()
+            .and_then(|n| crate::suggest::closest(n, names.iter().map(|s| s.as_str())))
+        {
+            d = d.help(format!("did you mean `{b}`?"));
+        } else {
+            d = d.help(format!("the routings are: {}", names.join(", ")));
+        }
+        self.err(d);
+    }
+
     /// Applies `--routing [NAME=]KIND(args)` to a routing of the root, if it names it (or
     /// names none and this is the root's only routing). Named arguments of the declaration
     /// that the override does not give, and that the new kind takes, are kept.
     fn routing_override(&mut self, decl: &RouteDecl, text: &str) -> Result<Option<RouteDecl>, ()> {
-        let (target, call) = match text.split_once('=') {
-            Some((n, c))
-                if !n.trim().is_empty() && n.trim().chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') =>
-            {
-                (Some(n.trim().to_string()), c)
-            }
-            _ => (None, text),
-        };
+        let (target, call) = override_target(text);
         let routes_in_root = self.modules[self.root]
             .ast
             .items
@@ -522,10 +558,15 @@ impl Checker<'_> {
             self.diags.extend(diags);
             return Err(());
         }
-        let Some(ItemKind::Route(new)) = ast.items.into_iter().next().map(|i| i.kind) else {
+        let only = if ast.items.len() == 1 {
+            ast.items.into_iter().next()
+        } else {
+            None
+        };
+        let Some(ItemKind::Route(new)) = only.map(|i| i.kind) else {
             self.err(Diagnostic::error(
                 Code::BadOverride,
-                format!("`--routing {text}`: expected KIND(arg: value, ...)"),
+                format!("`--routing {text}`: expected one KIND(arg: value, ...) and nothing after it"),
             ));
             return Err(());
         };
@@ -546,6 +587,7 @@ impl Checker<'_> {
 
     /// Materialises every routing whose token count is known and checks its windows.
     pub(super) fn finish_routes(&mut self) {
+        self.check_routing_target();
         for i in 0..self.routes.len() {
             let st = self.routes[i].clone();
             if st.tokens_bound.is_none() {
@@ -588,5 +630,15 @@ impl Checker<'_> {
             };
             self.routes[i].spec.capacity = capacity;
         }
+    }
+}
+
+/// The routing named by `--routing NAME=KIND(...)` (none when unnamed) and the call.
+fn override_target(text: &str) -> (Option<String>, &str) {
+    match text.split_once('=') {
+        Some((n, c)) if !n.trim().is_empty() && n.trim().chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') => {
+            (Some(n.trim().to_string()), c)
+        }
+        _ => (None, text),
     }
 }

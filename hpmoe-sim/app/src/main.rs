@@ -9,6 +9,11 @@
 //! - `sweep`: grids of configurations × policies in parallel (rayon), CSV/JSON and SVG
 //!   charts (`hpmoe sweep`).
 
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+#[macro_use]
+mod out;
+
 mod cli;
 mod repl;
 mod sweep;
@@ -39,5 +44,6 @@ fn keep_freed_memory() {
 
 fn main() {
     keep_freed_memory();
-    std::process::exit(cli::main());
+    let code = cli::main();
+    std::process::exit(out::finish(code));
 }

@@ -495,3 +495,108 @@ fn cli_run_errors_have_exit_codes() {
     );
     assert_eq!(code(&["run"]), Some(2));
 }
+
+/// Runs `hpmoe ARGS`; asserts the exit code and that stderr names `want`; no panic.
+fn refused(args: &[&str], code: i32, want: &str) {
+    let out = hpmoe().args(args).assert().code(code).get_output().clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(want), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}
+
+#[test]
+fn a_routing_override_must_name_a_routing() {
+    refused(
+        &["check", "examples/geglu.hpm", "--routing", "q=zipf(s: 1.0)"],
+        1,
+        "no routing `q`",
+    );
+    refused(
+        &["run", "examples/geglu.hpm", "--routing", "q=zipf(s: 1.0)"],
+        1,
+        "no routing `q`",
+    );
+    refused(
+        &[
+            "lower",
+            "examples/geglu.hpm",
+            "--emit",
+            "routing",
+            "--routing",
+            "nope=uniform()",
+        ],
+        1,
+        "no routing `nope`",
+    );
+    hpmoe()
+        .args(["check", "examples/geglu.hpm", "--routing", "r=zipf(s: 1.0)"])
+        .assert()
+        .success();
+}
+
+#[test]
+fn a_routing_override_takes_nothing_after_the_routing() {
+    for r in [
+        "zipf(s: 1); param evil = 1",
+        "r=zipf(s: 1); route other = uniform()",
+        "zipf(s: 1) zipf(s: 2)",
+    ] {
+        let out = hpmoe()
+            .args(["check", "examples/geglu.hpm", "--routing", r])
+            .assert()
+            .code(1)
+            .get_output()
+            .clone();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--routing"), "{r}: {err}");
+    }
+}
+
+#[test]
+fn an_input_given_twice_is_a_usage_error() {
+    refused(
+        &["run", "examples/geglu.hpm", "--input", "x=a.npy", "--input", "x=b.npy"],
+        2,
+        "`x` is given twice",
+    );
+    refused(
+        &[
+            "run",
+            "examples/geglu.hpm",
+            "--input",
+            "x=a.npy",
+            "--input",
+            " x = a.npy",
+        ],
+        2,
+        "`x` is given twice",
+    );
+}
+
+#[test]
+fn an_integer_too_large_is_named_so() {
+    for v in [
+        "100000000000000000000000",
+        "-100000000000000000000000",
+        "9_223_372_036_854_775_808",
+    ] {
+        let set = format!("tokens={v}");
+        refused(
+            &["check", "examples/geglu.hpm", "--set", &set],
+            2,
+            "the integer is too large",
+        );
+    }
+    refused(
+        &[
+            "sweep",
+            "examples/geglu.hpm",
+            "--vary",
+            "tokens=64,100000000000000000000000",
+            "--out",
+            env!("CARGO_TARGET_TMPDIR"),
+        ],
+        2,
+        "the integer is too large",
+    );
+}

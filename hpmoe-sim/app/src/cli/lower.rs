@@ -8,10 +8,10 @@ use hpmoe_dsl::SourceMap;
 
 fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
     match format {
-        Format::Human => eprint!("{}", diag::render_all(ds, 0, sources, style())),
+        Format::Human => errout!("{}", diag::render_all(ds, 0, sources, style())),
         Format::Json => {
             let list: Vec<_> = ds.iter().map(|d| diag::to_json(d, sources)).collect();
-            println!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
+            outln!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
         }
     }
 }
@@ -28,7 +28,7 @@ pub(crate) fn routing(p: &Checked, o: &LowerCli, sources: &SourceMap) -> i32 {
     for (spec, l) in p.routes.iter().zip(layouts.iter()) {
         let Some(l) = l else {
             if o.format == Format::Human {
-                println!("route {}: not used by any taskflow", spec.name);
+                outln!("route {}: not used by any taskflow", spec.name);
             }
             continue;
         };
@@ -39,7 +39,7 @@ pub(crate) fn routing(p: &Checked, o: &LowerCli, sources: &SourceMap) -> i32 {
         let (emin, emax, emean) = stats(&experts);
         match o.format {
             Format::Human => {
-                println!(
+                outln!(
                     "route {}: {} ranks x {} tokens x top-{} over {} experts ({} per rank); window {} rows",
                     spec.name,
                     spec.ranks,
@@ -49,18 +49,18 @@ pub(crate) fn routing(p: &Checked, o: &LowerCli, sources: &SourceMap) -> i32 {
                     spec.local_experts(),
                     spec.capacity
                 );
-                println!(
+                outln!(
                     "  rows received per rank: min {rmin}, max {rmax}, mean {rmean:.1}, max/mean {:.3}",
                     rmax as f64 / rmean.max(1e-9)
                 );
-                println!(
+                outln!(
                     "  rows per expert: min {emin}, max {emax}, mean {emean:.1}, max/mean {:.3}",
                     emax as f64 / emean.max(1e-9)
                 );
                 let show = |v: &[u64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
-                println!("  per rank:   {}", show(&recv));
+                outln!("  per rank:   {}", show(&recv));
                 if experts.len() <= 64 {
-                    println!("  per expert: {}", show(&experts));
+                    outln!("  per expert: {}", show(&experts));
                 }
             }
             Format::Json => json.push(serde_json::json!({
@@ -72,7 +72,7 @@ pub(crate) fn routing(p: &Checked, o: &LowerCli, sources: &SourceMap) -> i32 {
         }
     }
     if o.format == Format::Json {
-        println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
     }
     0
 }
@@ -111,7 +111,7 @@ pub(crate) fn tasks(p: &Checked, o: &LowerCli, sources: &SourceMap, with_schedul
             }
         };
         match o.format {
-            Format::Human => print!(
+            Format::Human => out!(
                 "{}",
                 schedule::summary_text(p, tf, &c.graph, with_schedule.then_some(&c.schedule))
             ),
@@ -121,8 +121,7 @@ pub(crate) fn tasks(p: &Checked, o: &LowerCli, sources: &SourceMap, with_schedul
     if o.format == Format::Json {
         // The JSON of a large graph is many times its size in memory: it is written as it
         // is produced.
-        let stdout = std::io::stdout();
-        let mut w = std::io::BufWriter::new(stdout.lock());
+        let mut w = std::io::BufWriter::new(crate::out::Stdout);
         let res = (|| -> std::io::Result<()> {
             use std::io::Write;
             w.write_all(b"[")?;
@@ -140,8 +139,8 @@ pub(crate) fn tasks(p: &Checked, o: &LowerCli, sources: &SourceMap, with_schedul
             w.flush()
         })();
         if let Err(e) = res {
-            eprintln!("error: cannot write the output: {e}");
-            return 1;
+            // Reported with the exit code (nothing when the pipe was closed).
+            crate::out::stdout_error(&e);
         }
     }
     0

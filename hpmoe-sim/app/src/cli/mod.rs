@@ -269,8 +269,25 @@ pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            // Rendered as clap prints it (styled on a terminal), but through the writers that
+            // report write errors; `--help` and `--version` go to stdout.
+            let styled = e.render();
+            let terminal = if e.use_stderr() {
+                std::io::stderr().is_terminal()
+            } else {
+                std::io::stdout().is_terminal()
+            };
+            let text = if terminal {
+                styled.ansi().to_string()
+            } else {
+                styled.to_string()
+            };
+            if e.use_stderr() {
+                errout!("{text}");
+                return 2;
+            }
+            out!("{text}");
+            return 0;
         }
     };
     run(cli.command)
@@ -287,7 +304,7 @@ pub(crate) fn style() -> RenderStyle {
 
 /// Prints a usage error; its exit code (2).
 pub(crate) fn usage(msg: String) -> i32 {
-    eprintln!("error: {msg}");
+    errln!("error: {msg}");
     2
 }
 
@@ -304,7 +321,7 @@ pub(crate) fn checked(
     let overrides = match parse_overrides(&prog.set) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("error: --set {e}");
+            errln!("error: --set {e}");
             return Err(2);
         }
     };
@@ -319,13 +336,13 @@ pub(crate) fn checked(
     match format {
         Format::Human => {
             if !ds.is_empty() {
-                eprint!("{}", diag::render_all(ds.as_slice(), ds.dropped(), &sources, style()));
+                errout!("{}", diag::render_all(ds.as_slice(), ds.dropped(), &sources, style()));
             }
         }
         Format::Json => {
             if outcome.checked.is_none() {
                 let list: Vec<_> = ds.as_slice().iter().map(|d| diag::to_json(d, &sources)).collect();
-                println!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
+                outln!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
             }
         }
     }
@@ -340,13 +357,13 @@ fn run(cmd: Command) -> i32 {
         Command::Check { file, prog, format } => match checked(&file, &prog, format) {
             Ok((p, _)) => {
                 if format == Format::Json {
-                    println!(
+                    outln!(
                         "{}",
                         serde_json::json!({ "ok": true, "diagnostics": [], "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>() })
                     );
                 } else {
                     let nodes: usize = p.taskflows.iter().map(|t| t.nodes.len()).sum();
-                    println!(
+                    outln!(
                         "ok: {} taskflow(s), {} op call(s), {} routing(s), device {} with {} ranks",
                         p.taskflows.len(),
                         nodes,
@@ -380,8 +397,8 @@ fn run(cmd: Command) -> i32 {
                 match emit {
                     Emit::Ops => {
                         match format {
-                            Format::Human => print!("{}", hpmoe_dsl::ir::program_text(&p)),
-                            Format::Json => println!(
+                            Format::Human => out!("{}", hpmoe_dsl::ir::program_text(&p)),
+                            Format::Json => outln!(
                                 "{}",
                                 serde_json::to_string_pretty(&hpmoe_dsl::ir::program_json(&p)).unwrap_or_default()
                             ),
@@ -420,10 +437,15 @@ fn run(cmd: Command) -> i32 {
             for i in &inputs {
                 match i.split_once('=') {
                     Some((n, f)) if !n.trim().is_empty() && !f.trim().is_empty() => {
-                        parsed.push((n.trim().to_string(), PathBuf::from(f.trim())))
+                        let n = n.trim().to_string();
+                        if parsed.iter().any(|(m, _)| *m == n) {
+                            errln!("error: --input `{n}` is given twice");
+                            return 2;
+                        }
+                        parsed.push((n, PathBuf::from(f.trim())))
                     }
                     _ => {
-                        eprintln!("error: --input `{i}` is not of the form NAME=FILE.npy");
+                        errln!("error: --input `{i}` is not of the form NAME=FILE.npy");
                         return 2;
                     }
                 }
@@ -520,15 +542,15 @@ fn run(cmd: Command) -> i32 {
 
 fn fmt(files: &[PathBuf], check: bool, to_stdout: bool) -> i32 {
     if files.is_empty() {
-        eprintln!("error: no files given");
+        errln!("error: no files given");
         return 2;
     }
     let mut status = 0;
     for f in files {
-        let text = match std::fs::read_to_string(f) {
+        let text = match hpmoe_dsl::check::read_source(f) {
             Ok(t) => t,
             Err(e) => {
-                eprintln!("error: cannot read `{}`: {e}", f.display());
+                errln!("error: cannot read `{}`: {e}", f.display());
                 status = 1;
                 continue;
             }
@@ -536,15 +558,15 @@ fn fmt(files: &[PathBuf], check: bool, to_stdout: bool) -> i32 {
         match hpmoe_dsl::syntax::fmt::format_source(&text) {
             Ok(out) => {
                 if to_stdout {
-                    print!("{out}");
+                    out!("{out}");
                 } else if check {
                     if out != text {
-                        println!("{} is not formatted", f.display());
+                        outln!("{} is not formatted", f.display());
                         status = 1;
                     }
                 } else if out != text {
                     if let Err(e) = std::fs::write(f, out) {
-                        eprintln!("error: cannot write `{}`: {e}", f.display());
+                        errln!("error: cannot write `{}`: {e}", f.display());
                         status = 1;
                     }
                 }
@@ -552,16 +574,18 @@ fn fmt(files: &[PathBuf], check: bool, to_stdout: bool) -> i32 {
             Err(ds) => {
                 let mut sources = SourceMap::new();
                 let id = sources.add(f.display().to_string(), Some(f.clone()), text);
-                let ds: Vec<_> = ds
-                    .into_iter()
-                    .map(|mut d| {
-                        for l in &mut d.labels {
-                            l.span.file = id;
-                        }
-                        d
-                    })
-                    .collect();
-                eprint!("{}", diag::render_all(&ds, 0, &sources, style()));
+                // Bounded as the checker's are: the first ones rendered, the rest counted.
+                let mut kept = diag::Diagnostics::new();
+                kept.extend(ds.into_iter().map(|mut d| {
+                    for l in &mut d.labels {
+                        l.span.file = id;
+                    }
+                    d
+                }));
+                errout!(
+                    "{}",
+                    diag::render_all(kept.as_slice(), kept.dropped(), &sources, style())
+                );
                 status = 1;
             }
         }
@@ -570,7 +594,7 @@ fn fmt(files: &[PathBuf], check: bool, to_stdout: bool) -> i32 {
 }
 
 fn explain(code: Option<&str>, list: bool) -> i32 {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::Stdout;
     if list || code.is_none() {
         for c in diag::CODES {
             let _ = writeln!(out, "{}  {:<24} {}", c.code, c.name, c.summary);
@@ -586,7 +610,7 @@ fn explain(code: Option<&str>, list: bool) -> i32 {
             0
         }
         None => {
-            eprintln!("error: `{code}` is not an hpmoe error code; `hpmoe explain --list` lists them");
+            errln!("error: `{code}` is not an hpmoe error code; `hpmoe explain --list` lists them");
             1
         }
     }

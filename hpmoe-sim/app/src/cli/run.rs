@@ -39,10 +39,10 @@ pub(crate) struct RunCli<'a> {
 
 fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
     match format {
-        Format::Human => eprint!("{}", diag::render_all(ds, 0, sources, style())),
+        Format::Human => errout!("{}", diag::render_all(ds, 0, sources, style())),
         Format::Json => {
             let list: Vec<_> = ds.iter().map(|d| diag::to_json(d, sources)).collect();
-            println!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
+            outln!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
         }
     }
 }
@@ -228,7 +228,7 @@ fn one(checked: &Checked, job: &Job, o: &RunCli, outputs: Option<&Filter>) -> Re
                 std::io::Write::flush(&mut w)
             });
             res.map_err(|e| {
-                eprintln!("error: cannot write `{}`: {e}", path.display());
+                errln!("error: cannot write `{}`: {e}", path.display());
                 Failure {
                     diags: Vec::new(),
                     code: 1,
@@ -243,7 +243,7 @@ fn one(checked: &Checked, job: &Job, o: &RunCli, outputs: Option<&Filter>) -> Re
             if gf.ranks.is_none() {
                 gf.ranks = Some(vec![0]);
                 if o.format == Format::Human && c.graph.ranks > 1 {
-                    eprintln!("note: the chart shows rank 0; choose ranks with --trace-ranks");
+                    errln!("note: the chart shows rank 0; choose ranks with --trace-ranks");
                 }
             }
             write(path, &|w| hpmoe_sim::gantt::write(w, &run, &gf))?;
@@ -325,7 +325,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     }
     let wants_outputs = o.trace.is_some() || o.gantt.is_some();
     if wants_outputs && tfs.len() > 1 && o.format == Format::Human {
-        eprintln!(
+        errln!(
             "note: the trace and chart show taskflow `{}`; choose one with --taskflow",
             tfs[0].name
         );
@@ -416,32 +416,32 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     match o.format {
         Format::Human => {
             if let Ok(m) = hpmoe_sim::model::DeviceModel::new(&p.device) {
-                print!("{}", m.describe());
+                out!("{}", m.describe());
             }
             for r in &runs {
-                println!();
-                print!("{}", r.human());
+                outln!();
+                out!("{}", r.human());
             }
             if !comparisons.is_empty() {
-                println!();
+                outln!();
                 for c in &comparisons {
-                    print!("{}", c.human());
+                    out!("{}", c.human());
                 }
             }
             for (name, n) in &num_reports {
-                println!();
-                println!("taskflow {name}:");
-                print!("{}", n.text());
+                outln!();
+                outln!("taskflow {name}:");
+                out!("{}", n.text());
             }
             for (_, n) in &num_reports {
                 if !n.races.is_empty() {
-                    eprint!("{}", diag::render_all(&n.races, 0, &sources, style()));
+                    errout!("{}", diag::render_all(&n.races, 0, &sources, style()));
                 }
             }
             // Timings vary from run to run: they go to stderr, so the report stays
             // reproducible.
             if let Some(t) = &timings {
-                eprint!("{}", t.human());
+                errout!("{}", t.human());
             }
         }
         Format::Json => {
@@ -454,7 +454,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             if let Some(t) = &timings {
                 j["timings"] = t.json();
             }
-            println!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
+            outln!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
         }
     }
     if num_reports.iter().any(|(_, n)| !n.passed()) {

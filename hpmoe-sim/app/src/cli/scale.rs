@@ -348,13 +348,13 @@ fn measure(o: &ScaleCli, exe: &Path, value: &str) -> Result<Point, i32> {
         cmd.arg("--taskflow").arg(t);
     }
     let out = cmd.output().map_err(|e| {
-        eprintln!("error: cannot start `{}`: {e}", exe.display());
+        errln!("error: cannot start `{}`: {e}", exe.display());
         1
     })?;
     let parsed: Option<serde_json::Value> = serde_json::from_slice(&out.stdout).ok();
     if !out.status.success() {
-        eprintln!("error: {}={value} failed", o.param);
-        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        errln!("error: {}={value} failed", o.param);
+        errout!("{}", String::from_utf8_lossy(&out.stderr));
         // Diagnostics of a failed check come as JSON on stdout.
         if let Some(ds) = parsed
             .as_ref()
@@ -364,17 +364,17 @@ fn measure(o: &ScaleCli, exe: &Path, value: &str) -> Result<Point, i32> {
             for d in ds {
                 let msg = d.get("message").and_then(|m| m.as_str()).unwrap_or("");
                 let code = d.get("code").and_then(|m| m.as_str()).unwrap_or("");
-                eprintln!("  {code}: {msg}");
+                errln!("  {code}: {msg}");
             }
         }
         return Err(1);
     }
     let j = parsed.ok_or_else(|| {
-        eprintln!("error: {}={value}: the run printed no JSON", o.param);
+        errln!("error: {}={value}: the run printed no JSON", o.param);
         1
     })?;
     parse_point(value, &j).map_err(|e| {
-        eprintln!("error: {}={value}: {e}", o.param);
+        errln!("error: {}={value}: {e}", o.param);
         1
     })
 }
@@ -399,13 +399,13 @@ pub(crate) fn scale(o: &ScaleCli) -> i32 {
         return usage("--repeat must be at least 1".into());
     }
     if !o.file.is_file() {
-        eprintln!("error: cannot read `{}`", o.file.display());
+        errln!("error: cannot read `{}`", o.file.display());
         return 1;
     }
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("error: cannot find the hpmoe executable: {e}");
+            errln!("error: cannot find the hpmoe executable: {e}");
             return 1;
         }
     };
@@ -425,7 +425,7 @@ pub(crate) fn scale(o: &ScaleCli) -> i32 {
         let Some(p) = best else { continue };
         if o.format != ScaleFormat::Json {
             let tasks: u64 = p.rows.iter().map(|r| r.tasks).sum();
-            eprintln!(
+            errln!(
                 "{param}={v}: {tasks} tasks in {:.2} s, peak {}",
                 p.total,
                 gib(p.peak_rss)
@@ -434,12 +434,12 @@ pub(crate) fn scale(o: &ScaleCli) -> i32 {
         points.push(p);
     }
     match o.format {
-        ScaleFormat::Json => println!(
+        ScaleFormat::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&json(param, &points)).unwrap_or_default()
         ),
-        ScaleFormat::Human => print!("{}", table(param, &points, false)),
-        ScaleFormat::Markdown => print!("{}", table(param, &points, true)),
+        ScaleFormat::Human => out!("{}", table(param, &points, false)),
+        ScaleFormat::Markdown => out!("{}", table(param, &points, true)),
     }
     0
 }

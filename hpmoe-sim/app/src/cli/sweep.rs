@@ -24,7 +24,7 @@ pub(crate) struct SweepCli<'a> {
 
 fn write(path: &Path, text: &str) -> Result<(), i32> {
     std::fs::write(path, text).map_err(|e| {
-        eprintln!("error: cannot write `{}`: {e}", path.display());
+        errln!("error: cannot write `{}`: {e}", path.display());
         1
     })
 }
@@ -65,7 +65,7 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
         }
     }
     if !o.file.exists() {
-        eprintln!("error: cannot read `{}`: no such file", o.file.display());
+        errln!("error: cannot read `{}`: no such file", o.file.display());
         return 1;
     }
     let sw = Sweep {
@@ -93,13 +93,13 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
         Ok(r) => r,
         Err(e) => {
             bar.finish_and_clear();
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return 1;
         }
     };
     bar.finish_and_clear();
     if let Err(e) = std::fs::create_dir_all(o.out) {
-        eprintln!("error: cannot create `{}`: {e}", o.out.display());
+        errln!("error: cannot create `{}`: {e}", o.out.display());
         return 1;
     }
     let name = o
@@ -131,17 +131,24 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
     }
     let failed = rows.iter().filter(|r| r.outcome.is_err()).count();
     match o.format {
-        Format::Json => print!("{json_text}"),
+        Format::Json => out!("{json_text}"),
         Format::Human => {
             let labels: Vec<String> = rows.iter().map(|r| r.label(&sw.axes)).collect();
             let w = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0).max(13);
-            println!(
+            outln!(
                 "{:<w$}  {:<16}  {:>12}  {:>8}  {:>6}  {:>6}  {:>8}  {:>6}",
-                "configuration", "policy", "latency us", "speedup", "eff", "L2 hit", "exposed", "AIC"
+                "configuration",
+                "policy",
+                "latency us",
+                "speedup",
+                "eff",
+                "L2 hit",
+                "exposed",
+                "AIC"
             );
             for (r, l) in rows.iter().zip(&labels) {
                 match &r.outcome {
-                    Ok(m) => println!(
+                    Ok(m) => outln!(
                         "{:<w$}  {:<16}  {:>12.1}  {:>8}  {:>5.1}%  {:>5.1}%  {:>7.1}%  {:>5.1}%",
                         l,
                         r.policy,
@@ -152,10 +159,10 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
                         100.0 * m.exposed_share,
                         100.0 * m.aic_busy
                     ),
-                    Err(e) => println!("{:<w$}  {:<16}  failed: {e}", l, r.policy),
+                    Err(e) => outln!("{:<w$}  {:<16}  failed: {e}", l, r.policy),
                 }
             }
-            println!(
+            outln!(
                 "{} point(s), {} failed; wrote {} to {}",
                 rows.len(),
                 failed,

@@ -160,11 +160,11 @@ fn editor(names: &Arc<Mutex<Names>>) -> (Reedline, Option<String>) {
 /// The interactive session. Returns 0 when the user leaves (`:quit`, Ctrl-D).
 pub(crate) fn interactive(opts: &ReplOptions) -> i32 {
     let names = Arc::new(Mutex::new(Names::initial()));
-    println!("hpmoe repl: `:help` for the commands, Tab completes, Ctrl-D leaves");
+    outln!("hpmoe repl: `:help` for the commands, Tab completes, Ctrl-D leaves");
     let mut s = match start(
         opts,
-        Box::new(std::io::stdout()),
-        Box::new(std::io::stderr()),
+        Box::new(crate::out::Stdout),
+        Box::new(crate::out::Stderr),
         Arc::clone(&names),
     ) {
         Ok(s) => s,

@@ -173,6 +173,10 @@ fn run_lines(s: &mut Session, input: &mut dyn BufRead) -> bool {
     let mut pending = String::new();
     let mut bytes = Vec::new();
     loop {
+        if crate::out::stdout_failed() {
+            // The output is gone (a closed pipe, a full disk): nothing more can be shown.
+            return false;
+        }
         bytes.clear();
         match input.read_until(b'\n', &mut bytes) {
             Ok(0) => break,
@@ -229,8 +233,8 @@ pub fn main(opts: ReplOptions) -> i32 {
         run_script(
             &mut lock,
             &opts,
-            Box::new(std::io::stdout()),
-            Box::new(std::io::stderr()),
+            Box::new(crate::out::Stdout),
+            Box::new(crate::out::Stderr),
         )
     }
 }

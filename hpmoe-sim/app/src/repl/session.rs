@@ -329,7 +329,7 @@ impl Session {
     /// Loads a file: a new buffer, checked.
     pub fn load_path(&mut self, path: &Path) -> Result<(), ()> {
         let path = path.to_path_buf();
-        let text = match std::fs::read_to_string(&path) {
+        let text = match hpmoe_dsl::check::read_source(&path) {
             Ok(t) => t,
             Err(e) => {
                 let d = Diagnostic::error(Code::FileNotFound, format!("cannot read `{}`: {e}", path.display()))

@@ -131,8 +131,10 @@ impl Axis {
                     AxisKind::Schedule(opt.to_string())
                 }
                 None => {
-                    // Validate the override syntax once, with the first value.
-                    Override::parse(&format!("{name}={}", values[0]))?;
+                    // Every value must parse, so a bad one fails before any point runs.
+                    for v in &values {
+                        Override::parse(&format!("{name}={v}"))?;
+                    }
                     AxisKind::Set
                 }
             },

@@ -1,0 +1,226 @@
+//! The `hpmoe` command on hostile surroundings: stdout a full disk or a pipe closed early,
+//! source files that are not regular files, inputs that flood the diagnostics, and bad
+//! command-line values. Every case ends with a diagnostic or quietly, never with a panic or
+//! a hang.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("robust-{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn hpmoe() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hpmoe"));
+    c.current_dir(root()).env("NO_COLOR", "1");
+    c
+}
+
+/// Waits for a child; kills it and fails if it has not ended after a long time (a hang
+/// detector: the commands tested end in well under a second).
+fn wait_bounded(mut child: Child, what: &str) -> (ExitStatus, String) {
+    for _ in 0..600 {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use std::io::Read;
+                let _ = e.read_to_string(&mut err);
+            }
+            return (status, err);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("`{what}` did not end");
+}
+
+const FILE: &str = "examples/geglu.hpm";
+const LAYER: &str = "examples/deepseek_v3_layer.hpm";
+const SMALL_LAYER: [&str; 8] = [
+    "--set",
+    "tokens=256",
+    "--set",
+    "hidden=512",
+    "--set",
+    "inter=256",
+    "--set",
+    "experts=32",
+];
+
+/// Every subcommand that prints on stdout, with arguments that make it print.
+fn printing_commands(dir: &Path) -> Vec<Vec<String>> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let out = dir.join("sweep-out").display().to_string();
+    let mut scale = s(&["scale", LAYER, "--values", "2"]);
+    scale.extend(s(&SMALL_LAYER));
+    vec![
+        s(&["check", FILE]),
+        s(&["check", FILE, "--format", "json"]),
+        s(&["check", "tests/err/shape_mismatch.hpm", "--format", "json"]),
+        s(&["lower", FILE]),
+        s(&["lower", FILE, "--format", "json"]),
+        s(&["lower", FILE, "--emit", "routing"]),
+        s(&["lower", FILE, "--emit", "routing", "--format", "json"]),
+        s(&["lower", FILE, "--emit", "tasks"]),
+        s(&["lower", FILE, "--emit", "tasks", "--format", "json"]),
+        s(&["lower", FILE, "--emit", "schedule", "--format", "json"]),
+        s(&["run", FILE]),
+        s(&["run", FILE, "--format", "json"]),
+        s(&[
+            "sweep",
+            FILE,
+            "--vary",
+            "tokens=64,128",
+            "--threads",
+            "1",
+            "--out",
+            &out,
+        ]),
+        scale,
+        s(&["fmt", "--stdout", FILE]),
+        s(&["explain"]),
+        s(&["explain", "E0501"]),
+        s(&["--help"]),
+        s(&["--version"]),
+        s(&["run", "--help"]),
+        s(&["repl", FILE, "--no-timings"]),
+    ]
+}
+
+fn spawn(args: &[String], stdout: Stdio) -> Child {
+    let mut c = hpmoe();
+    c.args(args).stdout(stdout).stderr(Stdio::piped());
+    if args.first().is_some_and(|a| a == "repl") {
+        c.stdin(Stdio::piped());
+    } else {
+        c.stdin(Stdio::null());
+    }
+    let mut child = c.spawn().unwrap();
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write;
+        let _ = stdin.write_all(b":help\n:show\n:run\n:show tasks\n");
+    }
+    child
+}
+
+#[test]
+fn a_full_disk_on_stdout_is_an_error_not_a_panic() {
+    let dir = tmp("full");
+    for args in printing_commands(&dir) {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let what = args.join(" ");
+        let (status, err) = wait_bounded(spawn(&args, Stdio::from(full)), &what);
+        assert_eq!(status.code(), Some(1), "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+        assert!(err.contains("cannot write the output"), "{what}: {err}");
+    }
+}
+
+#[test]
+fn a_closed_pipe_on_stdout_ends_quietly() {
+    let dir = tmp("pipe");
+    for args in printing_commands(&dir) {
+        let what = args.join(" ");
+        let mut child = spawn(&args, Stdio::piped());
+        drop(child.stdout.take());
+        let (status, err) = wait_bounded(child, &what);
+        assert!(!err.contains("panicked"), "{what}: {err}");
+        assert_ne!(status.code(), Some(101), "{what}: {err}");
+        assert!(!err.contains("cannot write"), "{what}: {err}");
+        // The failing diagnostics case exits 1 for its diagnostics; everything else succeeds.
+        if !what.contains("tests/err/") {
+            assert_eq!(status.code(), Some(0), "{what}: {err}");
+        }
+    }
+}
+
+/// Runs `hpmoe ARGS` with `stdin` as its input; returns its status and stderr, failing if it
+/// does not end.
+fn run_bounded(args: &[&str], stdin: &str) -> (ExitStatus, String) {
+    let mut child = hpmoe()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(mut i) = child.stdin.take() {
+        use std::io::Write;
+        let _ = i.write_all(stdin.as_bytes());
+    }
+    wait_bounded(child, &args.join(" "))
+}
+
+#[test]
+fn sources_that_are_not_regular_files_are_refused() {
+    let dir = tmp("special");
+    let fifo = dir.join("fifo.hpm");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // Larger than the source limit, without using the disk (a sparse file).
+    let huge = dir.join("huge.hpm");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(hpmoe_dsl_source_limit() + 1)
+        .unwrap();
+    let fifo = fifo.display().to_string();
+    let huge = huge.display().to_string();
+    for path in [fifo.as_str(), "/dev/zero", huge.as_str(), "/tmp"] {
+        let load = format!(":load {path}\n");
+        for (args, stdin) in [
+            (vec!["fmt", path], ""),
+            (vec!["fmt", "--check", path], ""),
+            (vec!["fmt", "--stdout", path], ""),
+            (vec!["check", path], ""),
+            (vec!["run", path], ""),
+            (vec!["repl", path], ""),
+            (vec!["repl"], load.as_str()),
+        ] {
+            let (status, err) = run_bounded(&args, stdin);
+            let what = format!("{} <<< {stdin}", args.join(" "));
+            assert_eq!(status.code(), Some(1), "{what}: {err}");
+            assert!(err.contains("cannot read"), "{what}: {err}");
+            assert!(!err.contains("panicked"), "{what}: {err}");
+        }
+    }
+}
+
+/// The checker's limit on the size of a source file (64 MiB).
+fn hpmoe_dsl_source_limit() -> u64 {
+    64 << 20
+}
+
+#[test]
+fn fmt_bounds_the_syntax_errors_it_prints() {
+    let dir = tmp("many-errors");
+    let bad = dir.join("bad.hpm");
+    let text: String = (0..20_000).map(|i| format!("param x{i} = = ;\n")).collect();
+    std::fs::write(&bad, text).unwrap();
+    let bad = bad.display().to_string();
+    for args in [
+        vec!["fmt", &bad],
+        vec!["fmt", "--check", &bad],
+        vec!["fmt", "--stdout", &bad],
+    ] {
+        let (status, err) = run_bounded(&args, "");
+        let what = args.join(" ");
+        assert_eq!(status.code(), Some(1), "{what}");
+        // The same bound and the same closing lines as `hpmoe check`.
+        assert!(err.contains("... and 19800 more errors not shown"), "{what}");
+        assert!(err.ends_with("20000 errors, 0 warnings\n"), "{what}");
+        assert_eq!(
+            err.matches("\nE").count() + usize::from(err.starts_with('E')),
+            200,
+            "{what}"
+        );
+    }
+}
