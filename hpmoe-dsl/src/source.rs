@@ -2,7 +2,7 @@
 
 use crate::syntax::token::{FileId, Span};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// One source text.
 #[derive(Clone, Debug)]
@@ -18,6 +18,59 @@ pub struct SourceFile {
 #[derive(Clone, Debug, Default)]
 pub struct SourceMap {
     files: Vec<SourceFile>,
+    /// Per file, where its lines break (built on first use by diagnostics), so that finding
+    /// a position's line costs a binary search, not a scan from the start of the file.
+    lines: Vec<OnceLock<Arc<LineTable>>>,
+}
+
+/// The line breaks of a text.
+#[derive(Debug, Default)]
+pub struct LineTable {
+    /// Offsets of every `\n`.
+    newlines: Vec<usize>,
+    /// The start of every line after the first when `\r\n`, a lone `\r` and `\n` each end a
+    /// line (how the diagnostic renderer counts lines).
+    starts: Vec<usize>,
+}
+
+impl LineTable {
+    fn new(text: &str) -> LineTable {
+        let b = text.as_bytes();
+        let mut t = LineTable::default();
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'\n' => {
+                    t.newlines.push(i);
+                    t.starts.push(i + 1);
+                }
+                b'\r' if b.get(i + 1) == Some(&b'\n') => {
+                    t.newlines.push(i + 1);
+                    t.starts.push(i + 2);
+                    i += 1;
+                }
+                b'\r' => t.starts.push(i + 1),
+                _ => {}
+            }
+            i += 1;
+        }
+        t
+    }
+
+    /// The index (0-based) of the renderer's line holding `offset`, and where it starts.
+    pub fn line_of(&self, offset: usize) -> (usize, usize) {
+        let k = self.starts.partition_point(|&s| s <= offset);
+        (k, if k == 0 { 0 } else { self.starts[k - 1] })
+    }
+
+    /// The start of the renderer's line `k` (0-based).
+    pub fn line_start(&self, k: usize) -> usize {
+        if k == 0 {
+            0
+        } else {
+            self.starts[k - 1]
+        }
+    }
 }
 
 impl SourceMap {
@@ -32,6 +85,7 @@ impl SourceMap {
             path,
             text: text.into(),
         });
+        self.lines.push(OnceLock::new());
         id
     }
 
@@ -56,13 +110,21 @@ impl SourceMap {
         self.get(span.file)?.text.get(span.lo as usize..span.hi as usize)
     }
 
-    /// 1-based line and column of a span's start.
+    /// The line breaks of a file (computed once).
+    pub fn line_table(&self, id: FileId) -> Option<Arc<LineTable>> {
+        let f = self.get(id)?;
+        let cell = self.lines.get(id.0 as usize)?;
+        Some(Arc::clone(cell.get_or_init(|| Arc::new(LineTable::new(&f.text)))))
+    }
+
+    /// 1-based line and column (in bytes) of a span's start, counting `\n` as the line end.
     pub fn line_col(&self, span: Span) -> Option<(usize, usize)> {
         let text = &self.get(span.file)?.text;
         let lo = (span.lo as usize).min(text.len());
-        let before = text.get(..lo)?;
-        let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
-        let col = before.rfind('\n').map_or(lo, |p| lo - p - 1) + 1;
-        Some((line, col))
+        text.get(..lo)?;
+        let t = self.line_table(span.file)?;
+        let before = t.newlines.partition_point(|&p| p < lo);
+        let col = if before == 0 { lo } else { lo - t.newlines[before - 1] - 1 };
+        Some((before + 1, col + 1))
     }
 }

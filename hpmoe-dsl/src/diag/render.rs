@@ -2,8 +2,46 @@
 
 use super::{Diagnostic, Severity};
 use crate::source::SourceMap;
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource};
+use crate::source::LineTable;
+use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteSpanContents, SourceCode, SourceSpan, SpanContents};
 use std::fmt;
+use std::sync::Arc;
+
+/// A file's text as the renderer reads it: the excerpt around a span is found from the
+/// file's line table, so rendering a diagnostic near the end of a large file costs the
+/// excerpt, not a scan of the whole file (and the text is shared, not copied).
+struct Excerpts {
+    name: String,
+    text: Arc<str>,
+    lines: Arc<LineTable>,
+}
+
+impl SourceCode for Excerpts {
+    fn read_span<'a>(
+        &'a self,
+        span: &SourceSpan,
+        context_lines_before: usize,
+        context_lines_after: usize,
+    ) -> Result<Box<dyn SpanContents<'a> + 'a>, MietteError> {
+        // Start a few whole lines before the span: the renderer's own reading of the text
+        // from there gives the same excerpt as from the start of the file, with line
+        // numbers and offsets counted from that line.
+        let (line, _) = self.lines.line_of(span.offset());
+        let first = line.saturating_sub(context_lines_before + 1);
+        let base = self.lines.line_start(first).min(self.text.len());
+        let rest = &self.text[base..];
+        let local = SourceSpan::new((span.offset() - base).into(), span.len());
+        let c = rest.read_span(&local, context_lines_before, context_lines_after)?;
+        Ok(Box::new(MietteSpanContents::new_named(
+            self.name.clone(),
+            c.data(),
+            SourceSpan::new((c.span().offset() + base).into(), c.span().len()),
+            c.line() + first,
+            c.column(),
+            c.line_count() + first,
+        )))
+    }
+}
 
 /// How to draw diagnostics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,7 +58,7 @@ struct MietteDiag {
     severity: miette::Severity,
     help: Option<String>,
     labels: Vec<LabeledSpan>,
-    source: Option<NamedSource<String>>,
+    source: Option<Excerpts>,
     related: Vec<MietteDiag>,
 }
 
@@ -93,8 +131,16 @@ fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
     let mut labels = Vec::new();
     let mut related = Vec::new();
     let mut source = None;
+    let excerpts = |id: crate::FileId| -> Option<Excerpts> {
+        let f = sources.get(id)?;
+        Some(Excerpts {
+            name: f.name.clone(),
+            text: Arc::clone(&f.text),
+            lines: sources.line_table(id)?,
+        })
+    };
     if let Some(file) = primary_file.and_then(|f| sources.get(f)) {
-        source = Some(NamedSource::new(&file.name, file.text.to_string()));
+        source = primary_file.and_then(excerpts);
         for l in &d.labels {
             if Some(l.span.file) == primary_file {
                 labels.push(labeled(l.span, &file.text, &l.message, l.primary));
@@ -110,7 +156,7 @@ fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
                     severity: miette::Severity::Advice,
                     help: None,
                     labels: vec![labeled(l.span, &other.text, "", true)],
-                    source: Some(NamedSource::new(&other.name, other.text.to_string())),
+                    source: excerpts(l.span.file),
                     related: Vec::new(),
                 });
             }
