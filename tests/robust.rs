@@ -188,3 +188,71 @@ proptest! {
         front_end(&text.join(" "), None);
     }
 }
+
+/// The codes of the diagnostics of a text's front end.
+fn codes(text: &str) -> Vec<String> {
+    let mut sources = SourceMap::new();
+    let out = check_text("input.hpm", text, None, &Options::default(), &mut sources);
+    out.diagnostics.as_slice().iter().map(|d| d.code.to_string()).collect()
+}
+
+/// Long flat chains (sums, params defined in reverse order, cycles of params) and the
+/// deepest accepted nestings go through the parser, the checker and the formatter on the
+/// test thread's stack: each ends with a program, a formatted text or a diagnostic.
+#[test]
+fn long_flat_chains_are_bounded() {
+    // A flat sum longer than the nesting limit: E0106, in check and in fmt.
+    for n in [20_000, 50_000] {
+        let text = format!("param p = {};", vec!["1"; n].join(" + "));
+        let c = codes(&text);
+        assert!(c.iter().any(|c| c == "E0106"), "{c:?}");
+        assert!(hpmoe_dsl::syntax::fmt::format_source(&text).is_err());
+    }
+    // Mixed operators, unary minus and products: the same limit.
+    let text = format!("param p = {}1;", "2 * -".repeat(10_000));
+    assert!(codes(&text).iter().any(|c| c == "E0106"));
+    let body = vec!["x[i]"; 20_000].join(" + ");
+    let text = format!("op f<T>(x: T[N]) -> T[N] on aiv {{ out[i] = {body}; }}");
+    assert!(codes(&text).iter().any(|c| c == "E0106"));
+    // Just under the limit: a program, formatted to itself.
+    let text = format!("param p = {};\n", vec!["1"; 100].join(" + "));
+    assert!(front_end(&text, None));
+    let f = hpmoe_dsl::syntax::fmt::format_source(&text).expect("formats");
+    assert_eq!(hpmoe_dsl::syntax::fmt::format_source(&f).expect("formats again"), f);
+    let nested = format!("param p = {}1{};\n", "(1 + ".repeat(60), ")".repeat(60));
+    assert!(front_end(&nested, None));
+    assert!(hpmoe_dsl::syntax::fmt::format_source(&nested).is_ok());
+    let body = vec!["x[i]"; 100].join(" + ");
+    let text = format!(
+        "op f<T>(x: T[N]) -> T[N] on aiv {{ out[i] = {body}; }}\ntaskflow t(x: f32[8]) -> f32[8] {{ return f(x); }}\n"
+    );
+    assert!(front_end(&text, None));
+    assert!(hpmoe_dsl::syntax::fmt::format_source(&text).is_ok());
+}
+
+#[test]
+fn long_param_chains_are_evaluated_without_deep_recursion() {
+    let n = 10_000;
+    // Defined in reverse dependency order: each param names the next.
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!("param p{i} = p{} + 1;\n", i + 1));
+    }
+    text.push_str(&format!("param p{n} = 1;\n"));
+    assert!(front_end(&text, None));
+    assert!(hpmoe_dsl::syntax::fmt::format_source(&text).is_ok());
+    // A cycle through all of them is one diagnostic, not a stack overflow.
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!("param p{i} = p{};\n", (i + 1) % n));
+    }
+    let c = codes(&text);
+    assert!(c.iter().any(|c| c == "E0201"), "{c:?}");
+    // Long chains through several names per param, in both orders.
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!("param q{i} = max(q{}, 1) + min(q{}, 2);\n", i + 1, i + 1));
+    }
+    text.push_str(&format!("param q{n} = 1;\n"));
+    assert!(front_end(&text, None));
+}
