@@ -256,3 +256,84 @@ fn long_param_chains_are_evaluated_without_deep_recursion() {
     text.push_str(&format!("param q{n} = 1;\n"));
     assert!(front_end(&text, None));
 }
+
+/// The rendered diagnostics of a file checked from disk.
+fn check_disk(path: &Path, opts: &Options) -> (bool, String, usize) {
+    let mut sources = SourceMap::new();
+    let out = hpmoe_dsl::check::check_path(path, opts, &mut sources);
+    let text: String = out
+        .diagnostics
+        .as_slice()
+        .iter()
+        .map(|d| hpmoe_dsl::diag::render(d, &sources, hpmoe_dsl::diag::RenderStyle::Plain))
+        .collect();
+    (out.program.is_some(), text, sources.files().count())
+}
+
+/// A file imported under many names (hard links, `./` prefixes) is read and loaded once;
+/// files outside the root's directory are refused without being read, unless allowed.
+#[test]
+fn imports_are_loaded_once_and_confined() {
+    let base = std::env::temp_dir().join(format!("hpmoe-imports-{}", std::process::id()));
+    let dir = base.join("prog");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("lib.hpm"), "param width = 8;\n").unwrap();
+    let mut root = String::new();
+    for i in 0..60 {
+        let link = dir.join(format!("link{i}.hpm"));
+        #[cfg(unix)]
+        std::fs::hard_link(dir.join("lib.hpm"), &link).unwrap();
+        #[cfg(not(unix))]
+        std::fs::copy(dir.join("lib.hpm"), &link).unwrap();
+        if cfg!(unix) {
+            root.push_str(&format!(
+                "import \"link{i}.hpm\"::{{}};\nimport \"./link{i}.hpm\"::{{}};\n"
+            ));
+        }
+    }
+    root.push_str("import \"lib.hpm\"::{width};\nparam w = width;\n");
+    std::fs::write(dir.join("root.hpm"), &root).unwrap();
+    let (ok, text, files) = check_disk(&dir.join("root.hpm"), &Options::default());
+    assert!(ok, "{text}");
+    // The root, one copy of the library and the standard modules.
+    let std_files = check_disk(&dir.join("lib.hpm"), &Options::default()).2 - 1;
+    assert_eq!(files, 2 + std_files);
+
+    // Outside the root's directory: refused, and the content is not quoted.
+    let secret = base.join("secret.hpm");
+    std::fs::write(&secret, "param leaked_secret_value = 1;\n").unwrap();
+    std::fs::write(
+        dir.join("out.hpm"),
+        "import \"../secret.hpm\";\nparam x = leaked_secret_value;\n",
+    )
+    .unwrap();
+    let (ok, text, _) = check_disk(&dir.join("out.hpm"), &Options::default());
+    assert!(!ok);
+    assert!(
+        text.contains("E1001") && !text.contains("param leaked_secret_value"),
+        "{text}"
+    );
+    for target in ["/etc/passwd", "/proc/self/environ", "../../../../../../etc/hostname"] {
+        std::fs::write(dir.join("sys.hpm"), format!("import \"{target}\";\n")).unwrap();
+        let (ok, text, _) = check_disk(&dir.join("sys.hpm"), &Options::default());
+        assert!(!ok && text.contains("E1001"), "{text}");
+        assert!(!text.contains("root:") && !text.contains("PATH="), "{text}");
+    }
+    // A symbolic link inside the tree that leads outside is outside too.
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(&secret, dir.join("inside.hpm")).unwrap();
+        std::fs::write(dir.join("sym.hpm"), "import \"inside.hpm\";\n").unwrap();
+        let (ok, text, _) = check_disk(&dir.join("sym.hpm"), &Options::default());
+        assert!(!ok && !text.contains("param leaked_secret_value"), "{text}");
+    }
+    // `--allow-path` names another directory.
+    let opts = Options {
+        allow_paths: vec![base.clone()],
+        ..Options::default()
+    };
+    let (ok, text, _) = check_disk(&dir.join("out.hpm"), &opts);
+    assert!(ok, "{text}");
+    let _ = std::fs::remove_dir_all(&base);
+}
