@@ -337,3 +337,29 @@ fn imports_are_loaded_once_and_confined() {
     assert!(ok, "{text}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A taskflow that would lower to far more tasks than the limit is refused from an estimate
+/// made before any task or chunk is allocated (E1201, naming the estimate and the limit).
+#[test]
+fn task_limits_are_checked_before_lowering_allocates() {
+    let text = "import std::device::ascend_a3;\n\
+        device = ascend_a3 { ranks: 4 };\n\
+        op scale<T>(x: T[M, N]) -> T[M, N] on aiv tile(m: 1, n: 1) { out[m, n] = x[m, n] * 2.0; }\n\
+        taskflow f(x: bf16[32768, 32768]) -> bf16[32768, 32768] { return scale(x) tile(m: 1, n: 1); }\n";
+    let mut sources = SourceMap::new();
+    let out = hpmoe_dsl::driver::check_text("big.hpm", text, None, &Options::default(), &mut sources);
+    let checked = out.checked.expect("checks");
+    let tf = checked.select_taskflow("f").expect("a taskflow");
+    let spec = checked.select_policy("f", None);
+    for max_tasks in [1000, hpmoe_dsl::lower::DEFAULT_MAX_TASKS] {
+        let opts = hpmoe_dsl::driver::CompileOptions {
+            max_tasks,
+            ..Default::default()
+        };
+        let Err(ds) = checked.compile(tf, &spec, &opts) else {
+            panic!("4294967296 tasks were lowered under a limit of {max_tasks}");
+        };
+        assert_eq!(ds[0].code.to_string(), "E1201");
+        assert!(ds[0].message.contains("4294967296") && ds[0].message.contains(&max_tasks.to_string()));
+    }
+}
