@@ -528,7 +528,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
         return Err(Diagnostic::error(
             Code::LimitExceeded,
             format!(
-                "`{}` would lower to {} tasks, more than the limit of {}",
+                "`{}` would lower to {} tasks, more than {} tasks (the limit)",
                 tf.name,
                 shown(estimate),
                 opts.max_tasks
