@@ -511,7 +511,8 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
             node_est = node_est.saturating_add(tasks.max(chunks));
         }
         estimate = estimate.saturating_add(node_est);
-        if estimate > opts.max_tasks && first_over.is_none() {
+        // Task ids are 32-bit: no limit goes past them.
+        if estimate > opts.max_tasks.min(u64::from(u32::MAX)) && first_over.is_none() {
             first_over = Some((node, node_est));
         }
         tilings.push(dims);
@@ -531,7 +532,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
                 "`{}` would lower to {} tasks, more than {} tasks (the limit)",
                 tf.name,
                 shown(estimate),
-                opts.max_tasks
+                opts.max_tasks.min(u64::from(u32::MAX))
             ),
         )
         .primary(node.span, format!("{} tasks from this call ({op})", shown(node_est)))
