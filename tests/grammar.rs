@@ -94,7 +94,7 @@ fn judge(src: &str, o: &Outcome) -> Verdict {
         // The parser rejects: each of its errors must be explained.
         if o.parser_diags.iter().any(|d| d.code == Code::NestingTooDeep) {
             // The errors after it are its consequences.
-            return Verdict::Intentional("nesting deeper than 256 levels");
+            return Verdict::Intentional("nesting deeper than 128 levels");
         }
         if o.parser_diags
             .iter()

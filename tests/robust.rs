@@ -188,3 +188,178 @@ proptest! {
         front_end(&text.join(" "), None);
     }
 }
+
+/// The codes of the diagnostics of a text's front end.
+fn codes(text: &str) -> Vec<String> {
+    let mut sources = SourceMap::new();
+    let out = check_text("input.hpm", text, None, &Options::default(), &mut sources);
+    out.diagnostics.as_slice().iter().map(|d| d.code.to_string()).collect()
+}
+
+/// Long flat chains (sums, params defined in reverse order, cycles of params) and the
+/// deepest accepted nestings go through the parser, the checker and the formatter on the
+/// test thread's stack: each ends with a program, a formatted text or a diagnostic.
+#[test]
+fn long_flat_chains_are_bounded() {
+    // A flat sum longer than the nesting limit: E0106, in check and in fmt.
+    for n in [20_000, 50_000] {
+        let text = format!("param p = {};", vec!["1"; n].join(" + "));
+        let c = codes(&text);
+        assert!(c.iter().any(|c| c == "E0106"), "{c:?}");
+        assert!(hpmoe_dsl::syntax::fmt::format_source(&text).is_err());
+    }
+    // Mixed operators, unary minus and products: the same limit.
+    let text = format!("param p = {}1;", "2 * -".repeat(10_000));
+    assert!(codes(&text).iter().any(|c| c == "E0106"));
+    let body = vec!["x[i]"; 20_000].join(" + ");
+    let text = format!("op f<T>(x: T[N]) -> T[N] on aiv {{ out[i] = {body}; }}");
+    assert!(codes(&text).iter().any(|c| c == "E0106"));
+    // Just under the limit: a program, formatted to itself.
+    let text = format!("param p = {};\n", vec!["1"; 100].join(" + "));
+    assert!(front_end(&text, None));
+    let f = hpmoe_dsl::syntax::fmt::format_source(&text).expect("formats");
+    assert_eq!(hpmoe_dsl::syntax::fmt::format_source(&f).expect("formats again"), f);
+    let nested = format!("param p = {}1{};\n", "(1 + ".repeat(60), ")".repeat(60));
+    assert!(front_end(&nested, None));
+    assert!(hpmoe_dsl::syntax::fmt::format_source(&nested).is_ok());
+    let body = vec!["x[i]"; 100].join(" + ");
+    let text = format!(
+        "op f<T>(x: T[N]) -> T[N] on aiv {{ out[i] = {body}; }}\ntaskflow t(x: f32[8]) -> f32[8] {{ return f(x); }}\n"
+    );
+    assert!(front_end(&text, None));
+    assert!(hpmoe_dsl::syntax::fmt::format_source(&text).is_ok());
+}
+
+#[test]
+fn long_param_chains_are_evaluated_without_deep_recursion() {
+    let n = 10_000;
+    // Defined in reverse dependency order: each param names the next.
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!("param p{i} = p{} + 1;\n", i + 1));
+    }
+    text.push_str(&format!("param p{n} = 1;\n"));
+    assert!(front_end(&text, None));
+    assert!(hpmoe_dsl::syntax::fmt::format_source(&text).is_ok());
+    // A cycle through all of them is one diagnostic, not a stack overflow.
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!("param p{i} = p{};\n", (i + 1) % n));
+    }
+    let c = codes(&text);
+    assert!(c.iter().any(|c| c == "E0201"), "{c:?}");
+    // Long chains through several names per param, in both orders.
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!("param q{i} = max(q{}, 1) + min(q{}, 2);\n", i + 1, i + 1));
+    }
+    text.push_str(&format!("param q{n} = 1;\n"));
+    assert!(front_end(&text, None));
+}
+
+/// The rendered diagnostics of a file checked from disk.
+fn check_disk(path: &Path, opts: &Options) -> (bool, String, usize) {
+    let mut sources = SourceMap::new();
+    let out = hpmoe_dsl::check::check_path(path, opts, &mut sources);
+    let text: String = out
+        .diagnostics
+        .as_slice()
+        .iter()
+        .map(|d| hpmoe_dsl::diag::render(d, &sources, hpmoe_dsl::diag::RenderStyle::Plain))
+        .collect();
+    (out.program.is_some(), text, sources.files().count())
+}
+
+/// A file imported under many names (hard links, `./` prefixes) is read and loaded once;
+/// files outside the root's directory are refused without being read, unless allowed.
+#[test]
+fn imports_are_loaded_once_and_confined() {
+    let base = std::env::temp_dir().join(format!("hpmoe-imports-{}", std::process::id()));
+    let dir = base.join("prog");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("lib.hpm"), "param width = 8;\n").unwrap();
+    let mut root = String::new();
+    for i in 0..60 {
+        let link = dir.join(format!("link{i}.hpm"));
+        #[cfg(unix)]
+        std::fs::hard_link(dir.join("lib.hpm"), &link).unwrap();
+        #[cfg(not(unix))]
+        std::fs::copy(dir.join("lib.hpm"), &link).unwrap();
+        if cfg!(unix) {
+            root.push_str(&format!(
+                "import \"link{i}.hpm\"::{{}};\nimport \"./link{i}.hpm\"::{{}};\n"
+            ));
+        }
+    }
+    root.push_str("import \"lib.hpm\"::{width};\nparam w = width;\n");
+    std::fs::write(dir.join("root.hpm"), &root).unwrap();
+    let (ok, text, files) = check_disk(&dir.join("root.hpm"), &Options::default());
+    assert!(ok, "{text}");
+    // The root, one copy of the library and the standard modules.
+    let std_files = check_disk(&dir.join("lib.hpm"), &Options::default()).2 - 1;
+    assert_eq!(files, 2 + std_files);
+
+    // Outside the root's directory: refused, and the content is not quoted.
+    let secret = base.join("secret.hpm");
+    std::fs::write(&secret, "param leaked_secret_value = 1;\n").unwrap();
+    std::fs::write(
+        dir.join("out.hpm"),
+        "import \"../secret.hpm\";\nparam x = leaked_secret_value;\n",
+    )
+    .unwrap();
+    let (ok, text, _) = check_disk(&dir.join("out.hpm"), &Options::default());
+    assert!(!ok);
+    assert!(
+        text.contains("E1001") && !text.contains("param leaked_secret_value"),
+        "{text}"
+    );
+    for target in ["/etc/passwd", "/proc/self/environ", "../../../../../../etc/hostname"] {
+        std::fs::write(dir.join("sys.hpm"), format!("import \"{target}\";\n")).unwrap();
+        let (ok, text, _) = check_disk(&dir.join("sys.hpm"), &Options::default());
+        assert!(!ok && text.contains("E1001"), "{text}");
+        assert!(!text.contains("root:") && !text.contains("PATH="), "{text}");
+    }
+    // A symbolic link inside the tree that leads outside is outside too.
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(&secret, dir.join("inside.hpm")).unwrap();
+        std::fs::write(dir.join("sym.hpm"), "import \"inside.hpm\";\n").unwrap();
+        let (ok, text, _) = check_disk(&dir.join("sym.hpm"), &Options::default());
+        assert!(!ok && !text.contains("param leaked_secret_value"), "{text}");
+    }
+    // `--allow-path` names another directory.
+    let opts = Options {
+        allow_paths: vec![base.clone()],
+        ..Options::default()
+    };
+    let (ok, text, _) = check_disk(&dir.join("out.hpm"), &opts);
+    assert!(ok, "{text}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A taskflow that would lower to far more tasks than the limit is refused from an estimate
+/// made before any task or chunk is allocated (E1201, naming the estimate and the limit).
+#[test]
+fn task_limits_are_checked_before_lowering_allocates() {
+    let text = "import std::device::ascend_a3;\n\
+        device = ascend_a3 { ranks: 4 };\n\
+        op scale<T>(x: T[M, N]) -> T[M, N] on aiv tile(m: 1, n: 1) { out[m, n] = x[m, n] * 2.0; }\n\
+        taskflow f(x: bf16[32768, 32768]) -> bf16[32768, 32768] { return scale(x) tile(m: 1, n: 1); }\n";
+    let mut sources = SourceMap::new();
+    let out = hpmoe_dsl::driver::check_text("big.hpm", text, None, &Options::default(), &mut sources);
+    let checked = out.checked.expect("checks");
+    let tf = checked.select_taskflow("f").expect("a taskflow");
+    let spec = checked.select_policy("f", None);
+    for max_tasks in [1000, hpmoe_dsl::lower::DEFAULT_MAX_TASKS] {
+        let opts = hpmoe_dsl::driver::CompileOptions {
+            max_tasks,
+            ..Default::default()
+        };
+        let Err(ds) = checked.compile(tf, &spec, &opts) else {
+            panic!("4294967296 tasks were lowered under a limit of {max_tasks}");
+        };
+        assert_eq!(ds[0].code.to_string(), "E1201");
+        assert!(ds[0].message.contains("4294967296") && ds[0].message.contains(&max_tasks.to_string()));
+    }
+}

@@ -61,6 +61,9 @@ impl Checker<'_> {
 
     /// The value of a param item, evaluating it on first use.
     pub(crate) fn param_value(&mut self, r: ItemRef) -> Option<Value> {
+        if !self.params.contains_key(&r) {
+            self.eval_param_deps(r);
+        }
         match self.params.get(&r) {
             Some(ParamState::Done(v)) => return v.clone(),
             Some(ParamState::InProgress) => {
@@ -94,6 +97,67 @@ impl Checker<'_> {
         }
         self.params.insert(r, ParamState::Done(v.clone()));
         v
+    }
+
+    /// Evaluates, in dependency order and without recursion, the params that `root`'s value
+    /// names (directly or through other params) and that are not evaluated yet, so that
+    /// evaluating a param never nests the evaluation of others: a chain of params of any
+    /// length, in any order of definition, uses a bounded stack. A param reached again
+    /// while its own dependencies are being walked is a cycle and is reported there.
+    fn eval_param_deps(&mut self, root: ItemRef) {
+        let mut stack: Vec<(ItemRef, Vec<ItemRef>)> = vec![(root, self.param_deps(root))];
+        let mut on_stack: rustc_hash::FxHashSet<ItemRef> = std::iter::once(root).collect();
+        while let Some((node, deps)) = stack.last_mut() {
+            if let Some(d) = deps.pop() {
+                if self.params.contains_key(&d) {
+                    continue;
+                }
+                if on_stack.contains(&d) {
+                    self.params.insert(d, ParamState::InProgress);
+                    self.param_value(d);
+                    continue;
+                }
+                on_stack.insert(d);
+                let dd = self.param_deps(d);
+                stack.push((d, dd));
+            } else {
+                let node = *node;
+                stack.pop();
+                on_stack.remove(&node);
+                if node != root {
+                    self.param_value(node);
+                }
+            }
+        }
+    }
+
+    /// The not yet evaluated params a param's value names, last first.
+    fn param_deps(&self, r: ItemRef) -> Vec<ItemRef> {
+        let ItemKind::Param(p) = &self.item(r).kind else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut todo = vec![&p.value];
+        while let Some(e) = todo.pop() {
+            match &e.kind {
+                ExprKind::Name(n) => {
+                    if let Some(d) = self.lookup(r.module, n) {
+                        if matches!(self.item(d).kind, ItemKind::Param(_)) && !self.params.contains_key(&d) {
+                            out.push(d);
+                        }
+                    }
+                }
+                ExprKind::Neg(inner) => todo.push(inner),
+                ExprKind::Binary(_, a, b) => {
+                    todo.push(b);
+                    todo.push(a);
+                }
+                ExprKind::Call { args, .. } => todo.extend(args.iter().rev().map(|a| &a.value)),
+                _ => {}
+            }
+        }
+        out.reverse();
+        out
     }
 
     /// Evaluates a constant expression in a module's scope.
@@ -208,8 +272,11 @@ impl Checker<'_> {
                             );
                             return None;
                         }
-                        let q = a.div_euclid(b);
-                        if fname == "floor_div" || a.rem_euclid(b) == 0 {
+                        let (Some(q), Some(r)) = (a.checked_div_euclid(b), a.checked_rem_euclid(b)) else {
+                            self.overflow(e.span);
+                            return None;
+                        };
+                        if fname == "floor_div" || r == 0 {
                             Some(Value::Int(q))
                         } else {
                             q.checked_add(1).map(Value::Int).or_else(|| {
@@ -252,7 +319,11 @@ impl Checker<'_> {
                             );
                             return None;
                         }
-                        if op == BinOp::Div && a % b != 0 {
+                        let Some(rem) = a.checked_rem(b) else {
+                            self.overflow(span);
+                            return None;
+                        };
+                        if op == BinOp::Div && rem != 0 {
                             self.err(
                                 Diagnostic::error(Code::NotDivisible, format!("{a} / {b} is not exact"))
                                     .primary(span, format!("{a} is not a multiple of {b}"))

@@ -48,10 +48,12 @@ impl Checker<'_> {
             declared_names(&text, file)
         };
         self.diags.extend(diags);
+        let ident = path.as_deref().and_then(file_identity);
         self.modules.push(Module {
             file,
             ast: std::rc::Rc::new(ast),
             std_name,
+            ident,
             path,
             scope: Default::default(),
             poisoned,
@@ -191,6 +193,11 @@ impl Checker<'_> {
                 return None;
             }
         };
+        if let Some(d) = self.outside_allowed(&canon, &format!("cannot import `{rel}`"), span) {
+            self.err(d);
+            return None;
+        }
+        let canon = self.loaded_path(canon);
         if let Some(pos) = stack.iter().position(|p| *p == canon) {
             let chain: Vec<String> = stack[pos..]
                 .iter()
@@ -231,6 +238,54 @@ impl Checker<'_> {
         Some(self.load_module(file, None, Some(canon), stack))
     }
 
+    /// The path under which the file at canonical path `canon` is (or will be) loaded: the
+    /// path of an already loaded module with the same identity (a hard link to it), else
+    /// `canon` itself.
+    fn loaded_path(&self, canon: PathBuf) -> PathBuf {
+        let Some(id) = file_identity(&canon) else {
+            return canon;
+        };
+        self.modules
+            .iter()
+            .find(|m| m.ident == Some(id))
+            .and_then(|m| m.path.clone())
+            .unwrap_or(canon)
+    }
+
+    /// The directories files may be read from: the root file's directory (the current
+    /// directory for a root without a path) and the `--allow-path` directories, canonical.
+    fn allowed_dirs(&self) -> Vec<PathBuf> {
+        let root_dir = self
+            .modules
+            .first()
+            .and_then(|m| m.path.as_deref())
+            .and_then(Path::parent)
+            .map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d })
+            .unwrap_or(Path::new("."));
+        std::iter::once(root_dir)
+            .chain(self.opts.allow_paths.iter().map(PathBuf::as_path))
+            .filter_map(|d| std::fs::canonicalize(d).ok())
+            .collect()
+    }
+
+    /// A diagnostic (that does not read the file) when canonical path `canon` lies outside
+    /// every allowed directory.
+    pub(crate) fn outside_allowed(&self, canon: &Path, what: &str, span: Span) -> Option<Diagnostic> {
+        let dirs = self.allowed_dirs();
+        if dirs.iter().any(|d| canon.starts_with(d)) {
+            return None;
+        }
+        let shown = dirs
+            .first()
+            .map_or_else(|| ".".to_string(), |d| d.display().to_string());
+        Some(
+            Diagnostic::error(Code::FileNotFound, format!("{what}: outside the program's directory"))
+                .primary(span, "this file is not read")
+                .note(format!("it resolves to {}, outside {shown}", canon.display()))
+                .help("files are read only from the root file's directory and below; `--allow-path DIR` allows another directory"),
+        )
+    }
+
     /// The module an import refers to (already loaded).
     fn import_target(&self, from: ModId, src: &ImportSource) -> Option<ModId> {
         match src {
@@ -252,7 +307,7 @@ impl Checker<'_> {
                     Some(b) => b.join(rel),
                     None => PathBuf::from(rel),
                 };
-                let canon = std::fs::canonicalize(joined).ok()?;
+                let canon = self.loaded_path(std::fs::canonicalize(joined).ok()?);
                 self.modules.iter().position(|m| m.path.as_ref() == Some(&canon))
             }
         }
@@ -423,4 +478,17 @@ fn declared_names(text: &str, file: FileId) -> std::collections::BTreeSet<String
             _ => None,
         })
         .collect()
+}
+
+/// A file's identity: (device, inode) on Unix, so the names of one file are recognised.
+#[cfg(unix)]
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// A file's identity: none where the platform has no inode numbers (canonical paths only).
+#[cfg(not(unix))]
+fn file_identity(_path: &Path) -> Option<(u64, u64)> {
+    None
 }

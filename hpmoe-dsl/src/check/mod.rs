@@ -96,6 +96,9 @@ pub struct Options {
     /// `--routing [NAME=]KIND(args)`: replace the kind and arguments of a routing (the only
     /// one, or the named one); arguments not given keep their declared values.
     pub routing: Option<String>,
+    /// `--allow-path DIR`: directories besides the root file's own directory tree from which
+    /// imports and `file(...)` routings may be read.
+    pub allow_paths: Vec<PathBuf>,
 }
 
 /// The result of checking: the program (when there was no error) and every diagnostic
@@ -186,6 +189,9 @@ pub(crate) struct Module {
     /// `Some("moe")` for `std::moe`.
     pub std_name: Option<String>,
     pub path: Option<PathBuf>,
+    /// The file's identity (device and inode) where the platform has one: a file reached
+    /// through several names (hard links) is loaded once.
+    pub ident: Option<(u64, u64)>,
     /// Name → item, with the span where the name was bound (definition or import). Hashed
     /// for lookups; whoever lists the names sorts them.
     pub scope: FxHashMap<String, (ItemRef, Span)>,

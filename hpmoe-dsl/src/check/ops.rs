@@ -1066,6 +1066,14 @@ impl Checker<'_> {
                             self.overflow(e.span);
                             return None;
                         };
+                        if c2 == 0 {
+                            self.err(
+                                Diagnostic::error(Code::BadIndex, "an index variable multiplied by zero")
+                                    .primary(e.span, "this index does not depend on its variable")
+                                    .help("write the constant index itself, or a non-zero coefficient"),
+                            );
+                            return None;
+                        }
                         Some(SymIndex::Affine {
                             var,
                             coef: c2,

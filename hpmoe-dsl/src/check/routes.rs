@@ -413,6 +413,23 @@ impl Checker<'_> {
                 let resolve = |f: &str| dir.map_or_else(|| std::path::PathBuf::from(f), |d| d.join(f));
                 let resolved = resolve(&path);
                 let resolved_weights = weights.as_deref().map(resolve);
+                // Only files inside the allowed directories are read; a file that does not
+                // exist is reported when it is read.
+                let mut outside = false;
+                for (arg, f) in [("path", Some(&resolved)), ("weights", resolved_weights.as_ref())] {
+                    let (Some(f), Some((_, sp))) = (f, args.get(arg)) else {
+                        continue;
+                    };
+                    let Ok(canon) = std::fs::canonicalize(f) else { continue };
+                    let shown = f.display().to_string();
+                    if let Some(d) = self.outside_allowed(&canon, &format!("cannot read `{shown}`"), *sp) {
+                        self.err(d);
+                        outside = true;
+                    }
+                }
+                if outside {
+                    return None;
+                }
                 RouteKind::File {
                     path,
                     weights,

@@ -20,8 +20,10 @@ use crate::diag::{Code, Diagnostic};
 use crate::ir::{self, Dim, Engine, Program, RouteId, Target, Taskflow, VarKind, VarRange};
 use crate::route::Routing;
 
-/// The default task limit: about 4 GiB of task graph on a machine of 24 GiB.
-pub const DEFAULT_MAX_TASKS: u64 = 50_000_000;
+/// The default task limit: a compiled and simulated taskflow of this many tasks stays within
+/// a 4 GiB address space (the graph, its verification and its schedule cost a few hundred
+/// bytes per task together). `--max-tasks N` raises it.
+pub const DEFAULT_MAX_TASKS: u64 = 4_000_000;
 
 /// How tiles are chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -393,6 +395,37 @@ fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
     dims
 }
 
+/// How many chunks [`dim_chunks`] makes of one dimension on one rank (at most: a split into
+/// parts may merge empty ones), computed without making them.
+fn dim_chunk_count(d: &TileDim, rank: usize, layouts: &[Option<RouteLayout>]) -> u64 {
+    let t = u128::from(d.tile.max(1));
+    let split = |lo: i64, hi: i64| -> u64 {
+        let n = (i128::from(hi) - i128::from(lo)).max(0) as u128;
+        u64::try_from(n.div_ceil(t)).unwrap_or(u64::MAX)
+    };
+    match &d.kind {
+        DimKind::Range { lo, hi } if d.parts > 0 => {
+            let units = ((i128::from(*hi) - i128::from(*lo)).max(0) as u128).div_ceil(16);
+            u128::from(d.parts).min(units.max(1)) as u64
+        }
+        DimKind::Range { lo, hi } => split(*lo, *hi),
+        DimKind::Recv(r) => layouts.get(r.0 as usize).and_then(|x| x.as_ref()).map_or(0, |l| {
+            l.group_off[rank]
+                .windows(2)
+                .fold(0u64, |a, w| a.saturating_add(split(w[0] as i64, w[1] as i64)))
+        }),
+        DimKind::Send { route, .. } => layouts.get(route.0 as usize).and_then(|x| x.as_ref()).map_or(0, |l| {
+            l.send_off[rank].windows(2).fold(0u64, |a, w| {
+                a.saturating_add(if l.static_capacity {
+                    split(0, l.segment_capacity() as i64)
+                } else {
+                    split(w[0] as i64, w[1] as i64)
+                })
+            })
+        }),
+    }
+}
+
 /// The chunks of one dimension on one rank.
 fn dim_chunks(d: &TileDim, rank: usize, layouts: &[Option<RouteLayout>]) -> Vec<Chunk> {
     let t = d.tile.max(1);
@@ -458,8 +491,54 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     // Tilings, and the task count before anything large is allocated.
     let mut nodes = Vec::with_capacity(tf.nodes.len());
     let mut total: u64 = 0;
+    // Tasks and chunks are counted for every call and rank before any chunk is made, so a
+    // program over the limit is refused with the whole estimate and allocates nothing large.
+    let mut tilings = Vec::with_capacity(tf.nodes.len());
+    let mut estimate: u64 = 0;
+    let mut first_over: Option<(&ir::Node, u64)> = None;
     for node in &tf.nodes {
         let dims = task_dims(node, opts.retile, tf);
+        let mut node_est: u64 = 0;
+        for r in 0..ranks {
+            let mut tasks = 1u64;
+            let mut chunks = 0u64;
+            for d in &dims {
+                let c = dim_chunk_count(d, r, &layouts);
+                tasks = tasks.saturating_mul(c);
+                chunks = chunks.saturating_add(c);
+            }
+            // A chunk costs about as much as a task: both count against the limit.
+            node_est = node_est.saturating_add(tasks.max(chunks));
+        }
+        estimate = estimate.saturating_add(node_est);
+        // Task ids are 32-bit: no limit goes past them.
+        if estimate > opts.max_tasks.min(u64::from(u32::MAX)) && first_over.is_none() {
+            first_over = Some((node, node_est));
+        }
+        tilings.push(dims);
+    }
+    if let Some((node, node_est)) = first_over {
+        let op = &program.op(node.op).name;
+        let shown = |n: u64| {
+            if n == u64::MAX {
+                "more than 2^64".to_string()
+            } else {
+                n.to_string()
+            }
+        };
+        return Err(Diagnostic::error(
+            Code::LimitExceeded,
+            format!(
+                "`{}` would lower to {} tasks, more than {} tasks (the limit)",
+                tf.name,
+                shown(estimate),
+                opts.max_tasks.min(u64::from(u32::MAX))
+            ),
+        )
+        .primary(node.span, format!("{} tasks from this call ({op})", shown(node_est)))
+        .help("use larger tiles, fewer ranks, or raise the limit with `--max-tasks N`"));
+    }
+    for (node, dims) in tf.nodes.iter().zip(tilings) {
         let mut per_rank = Vec::with_capacity(ranks);
         let mut base = Vec::with_capacity(ranks);
         let mut node_total: u64 = 0;

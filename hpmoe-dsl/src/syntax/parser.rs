@@ -6,8 +6,12 @@ use super::ast::*;
 use super::token::{Delim, Punct, Span, Token, TokenKind, TokenSource};
 use crate::diag::{Code, Diagnostic};
 
-/// The deepest nesting of brackets and expressions accepted.
-pub const MAX_DEPTH: u32 = 256;
+/// The deepest nesting accepted. Each bracket group, block, unary minus, `sum` and binary
+/// operator of an expression counts one level, so the depth of every expression tree (and of
+/// the recursion of every later stage over it) is bounded too: a flat chain such as
+/// `1 + 1 + ... + 1` of more than this many operators is an error (E0106), not a stack
+/// overflow.
+pub const MAX_DEPTH: u32 = 128;
 
 /// Item keywords: recovery stops in front of them.
 pub const ITEM_KEYWORDS: &[&str] = &[
@@ -309,8 +313,9 @@ impl Parser {
         if !self.at_open(delim) {
             return Err(self.error_expected(&format!("`{}`", delim.open())));
         }
+        // Entered before the bracket is consumed, so recovery skips the whole group.
+        self.enter(self.span())?;
         let open = self.skip();
-        self.enter(open)?;
         let mut out = Vec::new();
         let mut failed = false;
         loop {
@@ -782,8 +787,9 @@ impl Parser {
 
     /// `{ stmt* }` with statement-level recovery.
     fn block<T>(&mut self, mut stmt: impl FnMut(&mut Self) -> PResult<T>) -> PResult<(Vec<T>, Span)> {
+        // Entered before the bracket is consumed, so recovery skips the whole group.
+        self.enter(self.span())?;
         let open = self.skip();
-        self.enter(open)?;
         let mut out = Vec::new();
         let mut failed = false;
         loop {
@@ -1020,10 +1026,7 @@ impl Parser {
     // ---------------------------------------------------------------- expressions
 
     pub fn expr(&mut self) -> PResult<Expr> {
-        self.enter(self.span())?;
-        let r = self.binary(1);
-        self.leave();
-        r
+        self.binary(1)
     }
 
     fn bin_op(&self) -> Option<BinOp> {
@@ -1037,14 +1040,27 @@ impl Parser {
         }
     }
 
+    /// A chain of binary operators; each operator is a level of the tree, so it counts
+    /// against the nesting limit until the chain ends.
     fn binary(&mut self, min_prec: u8) -> PResult<Expr> {
+        let mut entered = 0;
+        let r = self.binary_chain(min_prec, &mut entered);
+        for _ in 0..entered {
+            self.leave();
+        }
+        r
+    }
+
+    fn binary_chain(&mut self, min_prec: u8, entered: &mut u32) -> PResult<Expr> {
         let mut lhs = self.unary()?;
         while let Some(op) = self.bin_op() {
             let prec = op.precedence();
             if prec < min_prec {
                 break;
             }
-            self.skip();
+            let op_span = self.skip();
+            self.enter(op_span)?;
+            *entered += 1;
             let rhs = if prec == 1 { self.binary(2)? } else { self.unary()? };
             let span = lhs.span.to(rhs.span);
             lhs = Expr {

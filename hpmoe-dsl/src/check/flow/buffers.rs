@@ -38,7 +38,7 @@ impl Checker<'_> {
             }
             let t = tile_of(&body.vars[v].name);
             match body.vars[v].range {
-                VarRange::Fixed { lo, hi } => t.min((hi - lo).max(1) as u64),
+                VarRange::Fixed { lo, hi } => t.min(u64::try_from(i128::from(hi) - i128::from(lo)).unwrap_or(0).max(1)),
                 // Untiled received rows (their number is known only after routing) are
                 // streamed one row at a time.
                 _ if t == u64::MAX => 1,
@@ -48,10 +48,12 @@ impl Checker<'_> {
         let region = |ix: &[Index], row: Option<usize>| -> u128 {
             ix.iter()
                 .map(|i| match i {
-                    Index::Affine { var, coef, .. } => (coef.unsigned_abs() as u128) * (ext(*var, row) as u128 - 1) + 1,
+                    Index::Affine { var, coef, .. } => (coef.unsigned_abs() as u128)
+                        .saturating_mul(ext(*var, row) as u128 - 1)
+                        .saturating_add(1),
                     _ => 1,
                 })
-                .product()
+                .fold(1u128, u128::saturating_mul)
         };
         // Only a diagnostic shows the tile.
         let tile_text = || {
@@ -73,7 +75,7 @@ impl Checker<'_> {
                 let mut outb = 0u128;
                 for st in &body.stmts {
                     st.value.for_each_read(&mut |input, ix| {
-                        let b = region(ix, None) * ins.get(input).map_or(2, |x| x.0.size()) as u128;
+                        let b = region(ix, None).saturating_mul(ins.get(input).map_or(2, |x| x.0.size()) as u128);
                         if input == c.lhs && lhs == 0 {
                             lhs = b;
                         } else {
@@ -81,14 +83,29 @@ impl Checker<'_> {
                         }
                     });
                     if let Target::Out(ix) = &st.target {
-                        outb = region(ix, None) * 4;
+                        outb = region(ix, None).saturating_mul(4);
                     }
                 }
                 let checks = [
-                    ("L0A", 2 * lhs, l0a, "the left operand's k-step, double-buffered"),
-                    ("L0B", 2 * rhs, l0b, "the right operand's k-step, double-buffered"),
+                    (
+                        "L0A",
+                        lhs.saturating_mul(2),
+                        l0a,
+                        "the left operand's k-step, double-buffered",
+                    ),
+                    (
+                        "L0B",
+                        rhs.saturating_mul(2),
+                        l0b,
+                        "the right operand's k-step, double-buffered",
+                    ),
                     ("L0C", outb, l0c, "the f32 accumulator of the output tile"),
-                    ("L1", 2 * (lhs + rhs), l1, "both operand panels, double-buffered"),
+                    (
+                        "L1",
+                        lhs.saturating_add(rhs).saturating_mul(2),
+                        l1,
+                        "both operand panels, double-buffered",
+                    ),
                 ];
                 for (buf, need, cap, what) in checks {
                     if need as f64 > cap {
@@ -139,15 +156,17 @@ impl Checker<'_> {
                         let k = (input, key(ix));
                         if !seen.contains(&k) {
                             seen.push(k);
-                            per_row += region(ix, row) * ins.get(input).map_or(2, |x| x.0.size()) as u128;
+                            per_row = per_row.saturating_add(
+                                region(ix, row).saturating_mul(ins.get(input).map_or(2, |x| x.0.size()) as u128),
+                            );
                         }
                     });
                     if let Target::Out(ix) = &st.target {
-                        per_row += region(ix, row) * out_dtype.size() as u128;
+                        per_row = per_row.saturating_add(region(ix, row).saturating_mul(out_dtype.size() as u128));
                     }
                 }
                 let row = body.vars.iter().position(|v| Some(&v.name) == row_name.as_ref());
-                let need = 2 * per_row;
+                let need = per_row.saturating_mul(2);
                 let cap = ub;
                 if need as f64 > cap {
                     let rn = row.map_or("the first index".to_string(), |r| format!("`{}`", body.vars[r].name));

@@ -99,11 +99,20 @@ impl Checker<'_> {
                     let off = eval_off(ck, offset)?;
                     match dim {
                         Some(Dim::Fixed(n)) => {
-                            let n = n as i64;
-                            let (lo, hi) = if *coef > 0 {
-                                (div_ceil(-off, *coef), div_floor(n - 1 - off, *coef) + 1)
+                            // Exact in 128 bits: `n`, `off` and `coef` are 64-bit values.
+                            let (n, o, c) = (i128::from(n), i128::from(off), i128::from(*coef));
+                            let bounds = if c > 0 {
+                                Some((div_ceil(-o, c), div_floor(n - 1 - o, c) + 1))
+                            } else if c < 0 {
+                                Some((div_ceil(n - 1 - o, c), div_floor(-o, c) + 1))
                             } else {
-                                (div_ceil(n - 1 - off, *coef), div_floor(-off, *coef) + 1)
+                                None
+                            };
+                            let Some((lo, hi)) =
+                                bounds.and_then(|(lo, hi)| Some((i64::try_from(lo).ok()?, i64::try_from(hi).ok()?)))
+                            else {
+                                ck.overflow(*span);
+                                return None;
                             };
                             if !constrain(
                                 ck,
@@ -435,7 +444,9 @@ impl Checker<'_> {
     }
 }
 
-pub(super) fn div_floor(a: i64, b: i64) -> i64 {
+/// `a / b` rounded down; `b` is not zero and the operands are 64-bit values widened, so
+/// nothing overflows.
+pub(super) fn div_floor(a: i128, b: i128) -> i128 {
     let q = a / b;
     if (a % b != 0) && ((a < 0) != (b < 0)) {
         q - 1
@@ -444,6 +455,7 @@ pub(super) fn div_floor(a: i64, b: i64) -> i64 {
     }
 }
 
-pub(super) fn div_ceil(a: i64, b: i64) -> i64 {
+/// `a / b` rounded up (see [`div_floor`]).
+pub(super) fn div_ceil(a: i128, b: i128) -> i128 {
     -div_floor(-a, b)
 }

@@ -21,7 +21,7 @@ impl Checker<'_> {
             for (k, i) in ix.iter().enumerate() {
                 let iv = match (i, out.get(k)) {
                     (Index::Affine { var, coef: 1, offset }, Some(Dim::Fixed(_))) => match body.vars[*var].range {
-                        VarRange::Fixed { lo, hi } => (lo + offset, hi + offset),
+                        VarRange::Fixed { lo, hi } => (lo.saturating_add(*offset), hi.saturating_add(*offset)),
                         _ => (0, 1),
                     },
                     (_, Some(Dim::Recv(_))) => (0, 1),
@@ -38,7 +38,11 @@ impl Checker<'_> {
                 Dim::Recv(_) => (0, 1),
             })
             .collect();
-        let vol = |b: &[(i64, i64)]| b.iter().fold(1i128, |a, (lo, hi)| a * (hi - lo).max(0) as i128);
+        let vol = |b: &[(i64, i64)]| {
+            b.iter().fold(1i128, |a, (lo, hi)| {
+                a.saturating_mul((i128::from(*hi) - i128::from(*lo)).max(0))
+            })
+        };
         for i in 0..boxes.len() {
             for j in i + 1..boxes.len() {
                 let overlap = boxes[i]

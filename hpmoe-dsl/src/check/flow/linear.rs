@@ -57,10 +57,10 @@ impl Checker<'_> {
             return None;
         }
         let num = (target as i64).checked_sub(b)?;
-        if num % a != 0 || num / a < 1 {
+        if num.checked_rem(a)? != 0 || num.checked_div(a)? < 1 {
             return None;
         }
-        let x = (num / a) as u64;
+        let x = num.checked_div(a)? as u64;
         let check = at(&mut tmp, x, self)?;
         (check == target as i64).then_some((v, x))
     }

@@ -589,7 +589,11 @@ impl Checker<'_> {
                     return Ok(None);
                 };
                 let x = self.fixed_of(x, span)?;
-                self.int_dim(-x, span)
+                let Some(neg) = x.checked_neg() else {
+                    self.overflow(span);
+                    return Err(());
+                };
+                self.int_dim(neg, span)
             }
             Sym::Bin(_, a, b) | Sym::Call(_, a, b) => {
                 let x = self.eval_sym(a, binds, routes, span)?;
@@ -612,8 +616,22 @@ impl Checker<'_> {
                             );
                             return Err(());
                         }
-                        "floor_div" => x.div_euclid(y),
-                        _ => x.div_euclid(y) + i64::from(x.rem_euclid(y) != 0),
+                        f => {
+                            let q = x.checked_div_euclid(y).zip(x.checked_rem_euclid(y)).and_then(|(q, r)| {
+                                if f == "floor_div" || r == 0 {
+                                    Some(q)
+                                } else {
+                                    q.checked_add(1)
+                                }
+                            });
+                            match q {
+                                Some(q) => q,
+                                None => {
+                                    self.overflow(span);
+                                    return Err(());
+                                }
+                            }
+                        }
                     },
                     _ => return Err(()),
                 };

@@ -68,6 +68,10 @@ pub(crate) struct ProgramArgs {
     /// `NAME=KIND(...)` when there are several; unspecified arguments keep their values.
     #[arg(long, value_name = "[NAME=]KIND(ARGS)")]
     pub routing: Option<String>,
+    /// Also read imports and `file(...)` routings from this directory (besides the
+    /// program's own directory tree).
+    #[arg(long = "allow-path", value_name = "DIR")]
+    pub allow_path: Vec<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -329,6 +333,7 @@ pub(crate) fn checked(
         overrides,
         device: prog.device.clone(),
         routing: prog.routing.clone(),
+        allow_paths: prog.allow_path.clone(),
     };
     let mut sources = SourceMap::new();
     let outcome = hpmoe_dsl::driver::check_path(file, &opts, &mut sources);

@@ -162,6 +162,7 @@ impl Session {
             overrides: key.overrides.clone(),
             device: key.device.clone(),
             routing: key.routing.clone(),
+            ..Options::default()
         };
         let mut sources = SourceMap::new();
         let (name, path) = self.source_name();

@@ -333,6 +333,7 @@ impl Sweep {
             overrides,
             device,
             routing,
+            ..Options::default()
         };
         let mut sources = SourceMap::new();
         let outcome = hpmoe_dsl::driver::check_path(&self.file, &opts, &mut sources);
