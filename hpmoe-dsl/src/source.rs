@@ -124,7 +124,11 @@ impl SourceMap {
         text.get(..lo)?;
         let t = self.line_table(span.file)?;
         let before = t.newlines.partition_point(|&p| p < lo);
-        let col = if before == 0 { lo } else { lo - t.newlines[before - 1] - 1 };
+        let col = if before == 0 {
+            lo
+        } else {
+            lo - t.newlines[before - 1] - 1
+        };
         Some((before + 1, col + 1))
     }
 }

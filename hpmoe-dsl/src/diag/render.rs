@@ -1,9 +1,12 @@
 //! Rendering diagnostics: graphical (miette), plain (miette, no colour, ASCII) and JSON.
 
 use super::{Diagnostic, Severity};
-use crate::source::SourceMap;
 use crate::source::LineTable;
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteSpanContents, SourceCode, SourceSpan, SpanContents};
+use crate::source::SourceMap;
+use miette::{
+    GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteSpanContents, SourceCode, SourceSpan,
+    SpanContents,
+};
 use std::fmt;
 use std::sync::Arc;
 

@@ -459,3 +459,56 @@ pub(super) fn div_floor(a: i128, b: i128) -> i128 {
 pub(super) fn div_ceil(a: i128, b: i128) -> i128 {
     -div_floor(-a, b)
 }
+
+/// Every `group(v)` index with the dimension it indexes.
+fn collect_group_uses(sig: &OpSig, ins: &[(DType, Vec<Dim>)], out: &[Dim], acc: &mut Vec<(usize, Dim, Span)>) {
+    fn walk(e: &SymScalar, ins: &[(DType, Vec<Dim>)], acc: &mut Vec<(usize, Dim, Span)>) {
+        match e {
+            SymScalar::Read { input, index, .. } => {
+                for (k, ix) in index.iter().enumerate() {
+                    if let SymIndex::Group(v, sp) = ix {
+                        if let Some(d) = ins.get(*input).and_then(|x| x.1.get(k)) {
+                            acc.push((*v, *d, *sp));
+                        }
+                    }
+                }
+            }
+            SymScalar::Neg(a) => walk(a, ins, acc),
+            SymScalar::Bin(_, a, b) => {
+                walk(a, ins, acc);
+                walk(b, ins, acc);
+            }
+            SymScalar::Call(_, xs) => xs.iter().for_each(|x| walk(x, ins, acc)),
+            SymScalar::Sum { body, .. } => walk(body, ins, acc),
+            _ => {}
+        }
+    }
+    for st in &sig.body.stmts {
+        walk(&st.value, ins, acc);
+        if let SymTarget::Out(ix) = &st.target {
+            for (k, i) in ix.iter().enumerate() {
+                if let SymIndex::Group(v, sp) = i {
+                    if let Some(d) = out.get(k) {
+                        acc.push((*v, *d, *sp));
+                    }
+                }
+            }
+        }
+    }
+    // A `sum(m in group(g))` makes `g` index groups: its dimension is the output's.
+    for (i, v) in sig.body.vars.iter().enumerate() {
+        if let Some(g) = v.group_of {
+            for st in &sig.body.stmts {
+                if let SymTarget::Out(ix) = &st.target {
+                    for (k, idx) in ix.iter().enumerate() {
+                        if matches!(idx, SymIndex::Affine { var, .. } if *var == g) {
+                            if let Some(d) = out.get(k) {
+                                acc.push((i, *d, v.span));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
