@@ -18,7 +18,7 @@ impl Checker<'_> {
         call: Span,
     ) -> Option<ConcreteBody> {
         let nv = sig.body.vars.len();
-        let mut ranges = vec![R::Unknown; nv];
+        let mut ranges = vec![RangeDraft::Unknown; nv];
         let mut ok = true;
         let eval_off = |ck: &mut Self, s: &Sym| -> Option<i64> {
             match ck.eval_sym(s, binds, routes, call) {
@@ -36,188 +36,199 @@ impl Checker<'_> {
         // Convert indices and collect range constraints.
         // The use that last narrowed each variable's range (to explain coverage gaps).
         let mut narrowed: Vec<Option<Span>> = vec![None; nv];
-        let mut constrain = |ck: &mut Self, ranges: &mut Vec<R>, var: usize, r: R, span: Span, what: &str| -> bool {
-            let cur = ranges[var];
-            let new = match (cur, r) {
-                (R::Unknown, x) => x,
-                (x, R::Unknown) => x,
-                (R::Fixed(a, b), R::Fixed(c, d)) => R::Fixed(a.max(c), b.min(d)),
-                (R::Recv(a), R::Recv(b)) if a == b => R::Recv(a),
-                (x, y) => {
-                    let show = |ck: &Self, r: R| match r {
-                        R::Fixed(a, b) => format!("{a}..{b}"),
-                        R::Recv(id) => format!("the rows of `{}.recv`", ck.routes[id.0 as usize].spec.name),
-                        R::Unknown => "?".into(),
-                    };
-                    let (sx, sy) = (show(ck, x), show(ck, y));
-                    ck.err(
-                        Diagnostic::error(
-                            Code::ShapeMismatch,
-                            format!(
-                                "index `{}` ranges over {sx} in one place and {sy} in another",
-                                sig.body.vars[var].name
-                            ),
-                        )
-                        .primary(span, what.to_string())
-                        .secondary(call, "in this call"),
-                    );
-                    return false;
+        let mut constrain =
+            |ck: &mut Self, ranges: &mut Vec<RangeDraft>, var: usize, r: RangeDraft, span: Span, what: &str| -> bool {
+                let cur = ranges[var];
+                let new = match (cur, r) {
+                    (RangeDraft::Unknown, x) => x,
+                    (x, RangeDraft::Unknown) => x,
+                    (RangeDraft::Fixed(a, b), RangeDraft::Fixed(c, d)) => RangeDraft::Fixed(a.max(c), b.min(d)),
+                    (RangeDraft::Recv(a), RangeDraft::Recv(b)) if a == b => RangeDraft::Recv(a),
+                    (x, y) => {
+                        let show = |ck: &Self, r: RangeDraft| match r {
+                            RangeDraft::Fixed(a, b) => format!("{a}..{b}"),
+                            RangeDraft::Recv(id) => {
+                                format!("the rows of `{}.recv`", ck.routes[id.0 as usize].spec.name)
+                            }
+                            RangeDraft::Unknown => "?".into(),
+                        };
+                        let (sx, sy) = (show(ck, x), show(ck, y));
+                        ck.err(
+                            Diagnostic::error(
+                                Code::ShapeMismatch,
+                                format!(
+                                    "index `{}` ranges over {sx} in one place and {sy} in another",
+                                    sig.body.vars[var].name
+                                ),
+                            )
+                            .primary(span, what.to_string())
+                            .secondary(call, "in this call"),
+                        );
+                        return false;
+                    }
+                };
+                if let RangeDraft::Fixed(a, b) = new {
+                    if a >= b {
+                        ck.err(
+                            Diagnostic::error(
+                                Code::IndexOutOfRange,
+                                format!(
+                                    "index `{}` has no valid value: its uses allow {a}..{b}",
+                                    sig.body.vars[var].name
+                                ),
+                            )
+                            .primary(span, "this use leaves no valid index")
+                            .secondary(call, "in this call"),
+                        );
+                        return false;
+                    }
                 }
+                if let (RangeDraft::Fixed(a, b), RangeDraft::Fixed(c, d)) = (cur, new) {
+                    if c > a || d < b {
+                        narrowed[var] = Some(span);
+                    }
+                }
+                ranges[var] = new;
+                true
             };
-            if let R::Fixed(a, b) = new {
-                if a >= b {
-                    ck.err(
-                        Diagnostic::error(
-                            Code::IndexOutOfRange,
-                            format!(
-                                "index `{}` has no valid value: its uses allow {a}..{b}",
-                                sig.body.vars[var].name
-                            ),
-                        )
-                        .primary(span, "this use leaves no valid index")
-                        .secondary(call, "in this call"),
-                    );
-                    return false;
-                }
-            }
-            if let (R::Fixed(a, b), R::Fixed(c, d)) = (cur, new) {
-                if c > a || d < b {
-                    narrowed[var] = Some(span);
-                }
-            }
-            ranges[var] = new;
-            true
-        };
-        let mut conv = |ck: &mut Self, ranges: &mut Vec<R>, ix: &SymIndex, dim: Option<Dim>| -> Option<Index> {
-            match ix {
-                SymIndex::Affine {
-                    var,
-                    coef,
-                    offset,
-                    span,
-                } => {
-                    let off = eval_off(ck, offset)?;
-                    match dim {
-                        Some(Dim::Fixed(n)) => {
-                            // Exact in 128 bits: `n`, `off` and `coef` are 64-bit values.
-                            let (n, o, c) = (i128::from(n), i128::from(off), i128::from(*coef));
-                            let bounds = if c > 0 {
-                                Some((div_ceil(-o, c), div_floor(n - 1 - o, c) + 1))
-                            } else if c < 0 {
-                                Some((div_ceil(n - 1 - o, c), div_floor(-o, c) + 1))
-                            } else {
-                                None
-                            };
-                            let Some((lo, hi)) =
-                                bounds.and_then(|(lo, hi)| Some((i64::try_from(lo).ok()?, i64::try_from(hi).ok()?)))
-                            else {
-                                ck.overflow(*span);
+        let mut conv =
+            |ck: &mut Self, ranges: &mut Vec<RangeDraft>, ix: &SymIndex, dim: Option<Dim>| -> Option<Index> {
+                match ix {
+                    SymIndex::Affine {
+                        var,
+                        coef,
+                        offset,
+                        span,
+                    } => {
+                        let off = eval_off(ck, offset)?;
+                        match dim {
+                            Some(Dim::Fixed(n)) => {
+                                // Exact in 128 bits: `n`, `off` and `coef` are 64-bit values.
+                                let (n, o, c) = (i128::from(n), i128::from(off), i128::from(*coef));
+                                let bounds = if c > 0 {
+                                    Some((div_ceil(-o, c), div_floor(n - 1 - o, c) + 1))
+                                } else if c < 0 {
+                                    Some((div_ceil(n - 1 - o, c), div_floor(-o, c) + 1))
+                                } else {
+                                    None
+                                };
+                                let Some((lo, hi)) = bounds
+                                    .and_then(|(lo, hi)| Some((i64::try_from(lo).ok()?, i64::try_from(hi).ok()?)))
+                                else {
+                                    ck.overflow(*span);
+                                    return None;
+                                };
+                                if !constrain(
+                                    ck,
+                                    ranges,
+                                    *var,
+                                    RangeDraft::Fixed(lo, hi),
+                                    *span,
+                                    "indexes a dimension of this size",
+                                ) {
+                                    return None;
+                                }
+                            }
+                            Some(Dim::Recv(r)) => {
+                                if *coef != 1 || off != 0 {
+                                    ck.err(
+                                        Diagnostic::error(
+                                            Code::IndexOutOfRange,
+                                            "rows of a receive window can only be indexed by a plain variable",
+                                        )
+                                        .primary(*span, "an offset or a factor on a ragged dimension")
+                                        .secondary(call, "in this call"),
+                                    );
+                                    return None;
+                                }
+                                if !constrain(ck, ranges, *var, RangeDraft::Recv(r), *span, "indexes received rows") {
+                                    return None;
+                                }
+                            }
+                            None => {}
+                        }
+                        Some(Index::Affine {
+                            var: *var,
+                            coef: *coef,
+                            offset: off,
+                        })
+                    }
+                    SymIndex::Const(s, span) => {
+                        let c = eval_off(ck, s)?;
+                        match dim {
+                            Some(Dim::Fixed(n)) if c < 0 || c >= n as i64 => {
+                                ck.err(
+                                    Diagnostic::error(Code::IndexOutOfRange, format!("index {c} is outside 0..{n}"))
+                                        .primary(*span, "out of range")
+                                        .secondary(call, "in this call"),
+                                );
                                 return None;
+                            }
+                            Some(Dim::Recv(_)) => {
+                                ck.err(
+                                    Diagnostic::error(Code::IndexOutOfRange, "a constant index into received rows")
+                                        .primary(*span, "the number of rows differs per rank"),
+                                );
+                                return None;
+                            }
+                            _ => {}
+                        }
+                        Some(Index::Const(c))
+                    }
+                    // The group is the local expert of a received row (checked after conversion).
+                    SymIndex::Group(v, _) => Some(Index::Group(*v)),
+                    SymIndex::Route {
+                        param,
+                        func,
+                        args,
+                        span,
+                    } => {
+                        let id = routes.get(*param).copied().flatten()?;
+                        let st = ck.routes[id.0 as usize].spec.clone();
+                        if func.arity() == 2 {
+                            let tokens = if ck.routes[id.0 as usize].tokens_bound.is_some() {
+                                st.tokens as i64
+                            } else {
+                                i64::MAX
                             };
                             if !constrain(
                                 ck,
                                 ranges,
-                                *var,
-                                R::Fixed(lo, hi),
+                                args[0],
+                                RangeDraft::Fixed(0, tokens),
                                 *span,
-                                "indexes a dimension of this size",
+                                "a token of the routing",
                             ) {
                                 return None;
                             }
-                        }
-                        Some(Dim::Recv(r)) => {
-                            if *coef != 1 || off != 0 {
-                                ck.err(
-                                    Diagnostic::error(
-                                        Code::IndexOutOfRange,
-                                        "rows of a receive window can only be indexed by a plain variable",
-                                    )
-                                    .primary(*span, "an offset or a factor on a ragged dimension")
-                                    .secondary(call, "in this call"),
-                                );
+                            if !constrain(
+                                ck,
+                                ranges,
+                                args[1],
+                                RangeDraft::Fixed(0, st.topk as i64),
+                                *span,
+                                "a choice of the routing",
+                            ) {
                                 return None;
                             }
-                            if !constrain(ck, ranges, *var, R::Recv(r), *span, "indexes received rows") {
-                                return None;
-                            }
-                        }
-                        None => {}
-                    }
-                    Some(Index::Affine {
-                        var: *var,
-                        coef: *coef,
-                        offset: off,
-                    })
-                }
-                SymIndex::Const(s, span) => {
-                    let c = eval_off(ck, s)?;
-                    match dim {
-                        Some(Dim::Fixed(n)) if c < 0 || c >= n as i64 => {
-                            ck.err(
-                                Diagnostic::error(Code::IndexOutOfRange, format!("index {c} is outside 0..{n}"))
-                                    .primary(*span, "out of range")
-                                    .secondary(call, "in this call"),
-                            );
-                            return None;
-                        }
-                        Some(Dim::Recv(_)) => {
-                            ck.err(
-                                Diagnostic::error(Code::IndexOutOfRange, "a constant index into received rows")
-                                    .primary(*span, "the number of rows differs per rank"),
-                            );
-                            return None;
-                        }
-                        _ => {}
-                    }
-                    Some(Index::Const(c))
-                }
-                // The group is the local expert of a received row (checked after conversion).
-                SymIndex::Group(v, _) => Some(Index::Group(*v)),
-                SymIndex::Route {
-                    param,
-                    func,
-                    args,
-                    span,
-                } => {
-                    let id = routes.get(*param).copied().flatten()?;
-                    let st = ck.routes[id.0 as usize].spec.clone();
-                    if func.arity() == 2 {
-                        let tokens = if ck.routes[id.0 as usize].tokens_bound.is_some() {
-                            st.tokens as i64
-                        } else {
-                            i64::MAX
-                        };
-                        if !constrain(
+                        } else if !constrain(
                             ck,
                             ranges,
                             args[0],
-                            R::Fixed(0, tokens),
+                            RangeDraft::Recv(id),
                             *span,
-                            "a token of the routing",
+                            "a received row of the routing",
                         ) {
                             return None;
                         }
-                        if !constrain(
-                            ck,
-                            ranges,
-                            args[1],
-                            R::Fixed(0, st.topk as i64),
-                            *span,
-                            "a choice of the routing",
-                        ) {
-                            return None;
-                        }
-                    } else if !constrain(ck, ranges, args[0], R::Recv(id), *span, "a received row of the routing") {
-                        return None;
+                        Some(Index::Route {
+                            route: id,
+                            func: *func,
+                            args: args.clone(),
+                        })
                     }
-                    Some(Index::Route {
-                        route: id,
-                        func: *func,
-                        args: args.clone(),
-                    })
                 }
-            }
-        };
+            };
         // Group indices constrain the group variable's dimension and need grouped rows.
         let mut stmts = Vec::new();
         for st in &sig.body.stmts {
@@ -269,7 +280,7 @@ impl Checker<'_> {
         let mut group_dims: Vec<(usize, Dim, Span)> = Vec::new();
         collect_group_uses(sig, ins, out, &mut group_dims);
         for (v, dim, span) in group_dims {
-            let R::Recv(route) = ranges[v] else {
+            let RangeDraft::Recv(route) = ranges[v] else {
                 // The rows come from an argument: point at the call, not into the op.
                 let var = &sig.body.vars[v];
                 let what = match var.group_of {
@@ -303,7 +314,7 @@ impl Checker<'_> {
         let mut vars = Vec::new();
         for (i, v) in sig.body.vars.iter().enumerate() {
             let range = match (v.group_of, ranges[i]) {
-                (Some(g), R::Recv(route)) => VarRange::GroupRows { route, group: g },
+                (Some(g), RangeDraft::Recv(route)) => VarRange::GroupRows { route, group: g },
                 (Some(_), _) => {
                     self.err(
                         Diagnostic::error(
@@ -318,9 +329,9 @@ impl Checker<'_> {
                     );
                     return None;
                 }
-                (None, R::Fixed(lo, hi)) => VarRange::Fixed { lo, hi },
-                (None, R::Recv(r)) => VarRange::Recv(r),
-                (None, R::Unknown) => {
+                (None, RangeDraft::Fixed(lo, hi)) => VarRange::Fixed { lo, hi },
+                (None, RangeDraft::Recv(r)) => VarRange::Recv(r),
+                (None, RangeDraft::Unknown) => {
                     self.err(
                         Diagnostic::error(
                             Code::UnboundShapeSymbol,
@@ -373,8 +384,8 @@ impl Checker<'_> {
         e: &SymScalar,
         ins: &[(DType, Vec<Dim>)],
         routes: &[Option<RouteId>],
-        ranges: &mut Vec<R>,
-        conv: &mut impl FnMut(&mut Self, &mut Vec<R>, &SymIndex, Option<Dim>) -> Option<Index>,
+        ranges: &mut Vec<RangeDraft>,
+        conv: &mut impl FnMut(&mut Self, &mut Vec<RangeDraft>, &SymIndex, Option<Dim>) -> Option<Index>,
         ok: &mut bool,
         call: Span,
     ) -> Option<SExpr> {

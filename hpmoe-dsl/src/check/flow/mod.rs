@@ -41,7 +41,7 @@ type Shape = (DType, Vec<Dim>);
 
 /// An argument of an op call.
 #[derive(Clone, Copy, Debug)]
-enum ArgVal {
+enum CallArg {
     Tensor(TensorId),
     Route(RouteId),
 }
@@ -55,7 +55,8 @@ struct Bound {
     from: (usize, usize),
 }
 
-struct Flow {
+/// A taskflow under construction: the IR so far and the names in scope.
+struct TaskflowDraft {
     module: usize,
     tf: ir::Taskflow,
     /// `let` names and inputs → tensor, definition span, used.
@@ -67,7 +68,7 @@ struct Flow {
 
 /// A range being inferred for a body variable.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum R {
+enum RangeDraft {
     Unknown,
     Fixed(i64, i64),
     Recv(RouteId),
@@ -204,7 +205,7 @@ impl Checker<'_> {
         let file = self.file_of(r);
         let item = &file.items[r.item];
         let ItemKind::Taskflow(tfd) = &item.kind else { return };
-        let mut fl = Flow {
+        let mut fl = TaskflowDraft {
             module: r.module,
             tf: ir::Taskflow {
                 name: tfd.name.name.clone(),
@@ -391,7 +392,14 @@ impl Checker<'_> {
     }
 
     /// Checks a call (or a name) in a taskflow; returns the tensor it produces.
-    fn flow_call(&mut self, fl: &mut Flow, e: &Expr, annots: &[Annot], name: &str, is_let: bool) -> Option<TensorId> {
+    fn flow_call(
+        &mut self,
+        fl: &mut TaskflowDraft,
+        e: &Expr,
+        annots: &[Annot],
+        name: &str,
+        is_let: bool,
+    ) -> Option<TensorId> {
         match &e.kind {
             ExprKind::Name(n) => {
                 if let Some((t, _, used)) = fl.names.get_mut(n) {
@@ -487,7 +495,7 @@ impl Checker<'_> {
                         {
                             let rr = self.lookup(fl.module, n)?;
                             match self.route_id(rr) {
-                                Some(id) => vals.push(ArgVal::Route(id)),
+                                Some(id) => vals.push(CallArg::Route(id)),
                                 None => ok = false,
                             }
                         }
@@ -495,12 +503,12 @@ impl Checker<'_> {
                             fl.nested += 1;
                             let nm = format!("{}#{}", KindName::kind_name(&a.value.kind), fl.nested);
                             match self.flow_call(fl, &a.value, &[], &nm, false) {
-                                Some(t) => vals.push(ArgVal::Tensor(t)),
+                                Some(t) => vals.push(CallArg::Tensor(t)),
                                 None => ok = false,
                             }
                         }
                         _ => match self.flow_call(fl, &a.value, &[], "", false) {
-                            Some(t) => vals.push(ArgVal::Tensor(t)),
+                            Some(t) => vals.push(CallArg::Tensor(t)),
                             None => ok = false,
                         },
                     }
@@ -562,7 +570,7 @@ impl Checker<'_> {
 }
 
 /// Marks every taskflow name an expression reads as used.
-fn mark_used(fl: &mut Flow, e: &Expr) {
+fn mark_used(fl: &mut TaskflowDraft, e: &Expr) {
     match &e.kind {
         ExprKind::Name(n) => {
             if let Some((_, _, used)) = fl.names.get_mut(n) {

@@ -117,9 +117,9 @@ impl Checker<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn instantiate(
         &mut self,
-        fl: &mut Flow,
+        fl: &mut TaskflowDraft,
         sig: &Rc<OpSig>,
-        vals: &[ArgVal],
+        vals: &[CallArg],
         spans: &[Span],
         call_span: Span,
         annots: &[Annot],
@@ -148,8 +148,8 @@ impl Checker<'_> {
         // Kinds, routing params, dtypes, ranks.
         for (i, (p, v)) in sig.params.iter().zip(vals).enumerate() {
             match (p, v) {
-                (CheckedParam::Route { .. }, ArgVal::Route(id)) => routes[i] = Some(*id),
-                (CheckedParam::Tensor { name: pn, ty, .. }, ArgVal::Tensor(t)) => {
+                (CheckedParam::Route { .. }, CallArg::Route(id)) => routes[i] = Some(*id),
+                (CheckedParam::Tensor { name: pn, ty, .. }, CallArg::Tensor(t)) => {
                     let tt = fl.tf.tensor(*t).clone();
                     if tt.shape.len() != ty.dims.len() {
                         self.err(
@@ -208,7 +208,7 @@ impl Checker<'_> {
                         _ => {}
                     }
                 }
-                (CheckedParam::Route { name: pn, .. }, ArgVal::Tensor(t)) => {
+                (CheckedParam::Route { name: pn, .. }, CallArg::Tensor(t)) => {
                     let tn = fl.tf.tensor(*t).name.clone();
                     self.err(
                         Diagnostic::error(
@@ -219,7 +219,7 @@ impl Checker<'_> {
                     );
                     ok = false;
                 }
-                (CheckedParam::Tensor { name: pn, .. }, ArgVal::Route(r)) => {
+                (CheckedParam::Tensor { name: pn, .. }, CallArg::Route(r)) => {
                     let rn = self.routes[r.0 as usize].spec.name.clone();
                     self.err(
                         Diagnostic::error(
@@ -255,7 +255,7 @@ impl Checker<'_> {
                 .sum(),
         );
         for (i, (p, v)) in sig.params.iter().zip(vals).enumerate() {
-            if let (CheckedParam::Tensor { ty, .. }, ArgVal::Tensor(t)) = (p, v) {
+            if let (CheckedParam::Tensor { ty, .. }, CallArg::Tensor(t)) = (p, v) {
                 let tt = fl.tf.tensor(*t);
                 for (k, (s, d)) in ty.dims.iter().zip(&tt.shape).enumerate() {
                     pending.push(C {
@@ -420,8 +420,8 @@ impl Checker<'_> {
         let inputs: Vec<TensorId> = vals
             .iter()
             .filter_map(|v| match v {
-                ArgVal::Tensor(t) => Some(*t),
-                ArgVal::Route(_) => None,
+                CallArg::Tensor(t) => Some(*t),
+                CallArg::Route(_) => None,
             })
             .collect();
         let route_ids: Vec<RouteId> = routes.iter().flatten().copied().collect();
