@@ -363,3 +363,48 @@ fn task_limits_are_checked_before_lowering_allocates() {
         assert!(ds[0].message.contains("4294967296") && ds[0].message.contains(&max_tasks.to_string()));
     }
 }
+
+#[test]
+fn suggestions_for_many_unknown_names_are_bounded() {
+    // 6,000 params and 6,000 uses of unknown names that are each one edit from a param: a
+    // suggestion for every one would compare every name with every candidate. The checker
+    // suggests for the first ones, then reports the rest without a suggestion (and keeps
+    // only the first 200 diagnostics, counting the rest).
+    let n = 6000;
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!("param p{i} = 1;\n"));
+    }
+    for i in 0..n {
+        text.push_str(&format!("param q{i} = p{i}x + 1;\n"));
+    }
+    let mut sources = SourceMap::new();
+    let out = check_text("input.hpm", &text, None, &Options::default(), &mut sources);
+    let diags = out.diagnostics.as_slice();
+    assert_eq!(out.diagnostics.error_count(), n, "one error per unknown name");
+    assert_eq!(diags.len(), hpmoe_dsl::diag::MAX_DIAGNOSTICS);
+    let helped = |d: &hpmoe_dsl::diag::Diagnostic| {
+        hpmoe_dsl::diag::to_json(d, &sources)
+            .to_string()
+            .contains("did you mean")
+    };
+    assert!(helped(&diags[0]), "the first unknown name gets a suggestion");
+    assert!(
+        !helped(diags.last().unwrap()),
+        "the budget is spent before the last kept name"
+    );
+    // The same input gives the same diagnostics (the budget counts work, not time).
+    let mut sources2 = SourceMap::new();
+    let again = check_text("input.hpm", &text, None, &Options::default(), &mut sources2);
+    let j1: Vec<String> = diags
+        .iter()
+        .map(|d| hpmoe_dsl::diag::to_json(d, &sources).to_string())
+        .collect();
+    let j2: Vec<String> = again
+        .diagnostics
+        .as_slice()
+        .iter()
+        .map(|d| hpmoe_dsl::diag::to_json(d, &sources2).to_string())
+        .collect();
+    assert_eq!(j1, j2);
+}

@@ -413,12 +413,14 @@ impl Checker<'_> {
         if self.modules[m].poisoned.contains(name) {
             return;
         }
-        let mut cands: Vec<String> = local.to_vec();
-        cands.extend(self.scope_names(m));
         let mut d =
             Diagnostic::error(Code::UnknownName, format!("unknown {what} `{name}`")).primary(span, "not defined");
-        if let Some(b) = crate::suggest::closest(name, cands.iter().map(|s| s.as_str())) {
-            d = d.help(format!("did you mean `{b}`?"));
+        if crate::suggest::has_budget() {
+            let mut cands: Vec<String> = local.to_vec();
+            cands.extend(self.scope_names(m));
+            if let Some(b) = crate::suggest::closest(name, cands.iter().map(|s| s.as_str())) {
+                d = d.help(format!("did you mean `{b}`?"));
+            }
         }
         self.err(d);
     }

@@ -399,16 +399,26 @@ impl Checker<'_> {
                                     format!("`{module_desc}` has no item `{}`", id.name),
                                 )
                                 .primary(id.span, "not found in this module");
-                                let names: Vec<String> = self.modules[t]
-                                    .ast
-                                    .items
-                                    .iter()
-                                    .filter_map(|it| it.kind.name().map(|n| n.name.clone()))
-                                    .collect();
-                                if let Some(b) = crate::suggest::closest(&id.name, names.iter().map(|s| s.as_str())) {
+                                let items = &self.modules[t].ast.items;
+                                let names = || items.iter().filter_map(|it| it.kind.name().map(|n| n.name.as_str()));
+                                if let Some(b) = crate::suggest::closest(&id.name, names()) {
                                     d = d.help(format!("did you mean `{b}`?"));
-                                } else if !names.is_empty() {
-                                    d = d.help(format!("it defines: {}", names.join(", ")));
+                                } else {
+                                    // A long module is summarised, not listed.
+                                    const SHOWN: usize = 12;
+                                    let total = names().count();
+                                    let mut list: Vec<&str> = names().take(SHOWN).collect();
+                                    if total > SHOWN {
+                                        list.push("...");
+                                    }
+                                    if total > 0 {
+                                        let more = if total > SHOWN {
+                                            format!(" ({total} items)")
+                                        } else {
+                                            String::new()
+                                        };
+                                        d = d.help(format!("it defines{more}: {}", list.join(", ")));
+                                    }
                                 }
                                 self.err(d);
                             }
@@ -461,7 +471,23 @@ pub fn read_source(path: &std::path::Path) -> std::io::Result<String> {
             MAX_SOURCE_BYTES >> 20
         )));
     }
-    std::fs::read_to_string(path)
+    let bytes = std::fs::read(path)?;
+    String::from_utf8(bytes).map_err(|e| {
+        let bytes = e.as_bytes();
+        let at = e.utf8_error().valid_up_to();
+        let before = &bytes[..at];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        // The column counts characters; the prefix of the line is valid UTF-8.
+        let column = std::str::from_utf8(&before[line_start..]).map_or(at - line_start, |s| s.chars().count()) + 1;
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "invalid UTF-8 at line {line}, column {column} (byte {at}, 0x{:02x})",
+                bytes[at]
+            ),
+        )
+    })
 }
 
 /// Every name that follows a defining keyword (`param NAME`, `op NAME`, `let NAME`, ...)

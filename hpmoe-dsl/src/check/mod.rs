@@ -109,6 +109,14 @@ pub struct Outcome {
     pub diagnostics: Diagnostics,
 }
 
+/// The note for a file that cannot be read: an encoding error is not a wrong path.
+pub fn read_error_note(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::InvalidData => "sources are UTF-8 text; re-save the file as UTF-8",
+        _ => "check the path",
+    }
+}
+
 /// Checks a file on disk and everything it imports.
 pub fn check_path(path: &Path, opts: &Options, sources: &mut SourceMap) -> Outcome {
     let text = match load::read_source(path) {
@@ -117,7 +125,7 @@ pub fn check_path(path: &Path, opts: &Options, sources: &mut SourceMap) -> Outco
             let mut ds = Diagnostics::new();
             ds.push(
                 Diagnostic::error(Code::FileNotFound, format!("cannot read `{}`: {e}", path.display()))
-                    .note("check the path"),
+                    .note(read_error_note(&e)),
             );
             return Outcome {
                 program: None,
@@ -236,6 +244,7 @@ impl std::fmt::Debug for Checker<'_> {
 
 impl<'a> Checker<'a> {
     fn new(sources: &'a mut SourceMap, opts: &'a Options) -> Self {
+        crate::suggest::reset_budget();
         Checker {
             sources,
             opts,

@@ -1327,10 +1327,9 @@ impl Checker<'_> {
                         );
                         return None;
                     }
-                    let cands: Vec<String> = cx.params.iter().map(|p| p.name().to_string()).collect();
                     let mut d = Diagnostic::error(Code::UnknownName, format!("unknown tensor `{tn}`"))
                         .primary(base.span, "not a parameter of this op");
-                    if let Some(b) = crate::suggest::closest(tn, cands.iter().map(|s| s.as_str())) {
+                    if let Some(b) = crate::suggest::closest(tn, cx.params.iter().map(|p| p.name())) {
                         d = d.help(format!("did you mean `{b}`?"));
                     }
                     self.err(d);

@@ -224,3 +224,27 @@ fn fmt_bounds_the_syntax_errors_it_prints() {
         );
     }
 }
+
+#[test]
+fn invalid_utf8_is_reported_with_its_position() {
+    let d = tmp("utf8");
+    let f = d.join("bad.hpm");
+    std::fs::write(&f, b"param a = 1;\nparam b = \xff\xfe 2;\n").unwrap();
+    for cmd in ["check", "fmt", "run"] {
+        let out = hpmoe().arg(cmd).arg(&f).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {err}");
+        // The renderer may wrap the message: compare its words.
+        let err = err
+            .split_whitespace()
+            .filter(|w| *w != "|")
+            .collect::<Vec<_>>()
+            .join(" ");
+        // Line 2, column 11 is the first byte that is not UTF-8 (byte 23 of the file).
+        assert!(
+            err.contains("invalid UTF-8 at line 2, column 11 (byte 23, 0xff)"),
+            "{cmd}: {err}"
+        );
+        assert!(!err.contains("check the path"), "{cmd}: {err}");
+    }
+}

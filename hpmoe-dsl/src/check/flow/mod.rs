@@ -554,16 +554,18 @@ impl Checker<'_> {
                 return;
             }
         }
-        let mut cands = self.names_where(m, |k| matches!(k, ItemKind::Op(_)));
-        if let Some(sm) = self.modules.iter().position(|x| x.std_name.as_deref() == Some("moe")) {
-            cands.extend(self.modules[sm].ast.items.iter().filter_map(|it| match &it.kind {
-                ItemKind::Op(o) => Some(o.name.name.clone()),
-                _ => None,
-            }));
-        }
         let mut d = Diagnostic::error(Code::UnknownName, format!("unknown op `{fname}`")).primary(span, "not defined");
-        if let Some(b) = crate::suggest::closest(fname, cands.iter().map(|s| s.as_str())) {
-            d = d.help(format!("did you mean `{b}`?"));
+        if crate::suggest::has_budget() {
+            let mut cands = self.names_where(m, |k| matches!(k, ItemKind::Op(_)));
+            if let Some(sm) = self.modules.iter().position(|x| x.std_name.as_deref() == Some("moe")) {
+                cands.extend(self.modules[sm].ast.items.iter().filter_map(|it| match &it.kind {
+                    ItemKind::Op(o) => Some(o.name.name.clone()),
+                    _ => None,
+                }));
+            }
+            if let Some(b) = crate::suggest::closest(fname, cands.iter().map(|s| s.as_str())) {
+                d = d.help(format!("did you mean `{b}`?"));
+            }
         }
         self.err(d);
     }

@@ -278,14 +278,21 @@ impl Checker<'_> {
                             let shown = c.sym.show(&sig.syms, &sig.params);
                             let mut vs = Vec::new();
                             c.sym.vars(&mut vs);
+                            let expected = self.show_dim(d);
+                            // A dimension written as a constant (a number, or a param of the
+                            // program folded to its value) is stated once, not as `4 = 4`.
+                            let says = if shown == expected {
+                                format!("the signature fixes it to {expected}")
+                            } else {
+                                format!("the signature says {shown} = {expected}")
+                            };
                             let mut diag = Diagnostic::error(
                                 Code::ShapeMismatch,
                                 format!(
-                                    "shape mismatch in `{}`: {} is {}, but the signature says {shown} = {}",
+                                    "shape mismatch in `{}`: {} is {}, but {says}",
                                     sig.name,
                                     describe(c.desc),
                                     self.show_dim(c.actual),
-                                    self.show_dim(d)
                                 ),
                             )
                             .primary(c.span, format!("{} is {}", describe(c.desc), self.show_dim(c.actual)));

@@ -333,7 +333,7 @@ impl Session {
             Ok(t) => t,
             Err(e) => {
                 let d = Diagnostic::error(Code::FileNotFound, format!("cannot read `{}`: {e}", path.display()))
-                    .note("check the path");
+                    .note(hpmoe_dsl::check::read_error_note(&e));
                 self.diagnostics(&[d], 0, &SourceMap::new());
                 return Err(());
             }
