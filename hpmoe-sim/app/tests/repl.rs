@@ -500,3 +500,31 @@ fn binary_survives_hostile_input() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn binary_allow_path_reaches_the_sessions_checks() {
+    // A program that imports a module from a sibling directory: refused by default, read
+    // when `--allow-path` names that directory.
+    let d = tmp("allow-path");
+    std::fs::create_dir_all(d.join("prog")).unwrap();
+    std::fs::create_dir_all(d.join("lib")).unwrap();
+    std::fs::write(d.join("lib/sizes.hpm"), "param hidden = 64;\n").unwrap();
+    std::fs::write(d.join("prog/main.hpm"), "import \"../lib/sizes.hpm\";\nparam width = hidden * 2;\n").unwrap();
+    let main = d.join("prog/main.hpm");
+    let refused = hpmoe().arg("repl").arg(&main).write_stdin(":show params\n").output().unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(err.contains("outside the program's directory"), "{err}");
+    let allowed = hpmoe()
+        .arg("repl")
+        .arg(&main)
+        .arg("--allow-path")
+        .arg(d.join("lib"))
+        .write_stdin(":show params\n")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&allowed.stdout);
+    let err = String::from_utf8_lossy(&allowed.stderr);
+    assert_eq!(allowed.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("width") && out.contains("128"), "{out}");
+}

@@ -537,6 +537,7 @@ fn run(cmd: Command) -> i32 {
             set: prog.set,
             device: prog.device,
             routing: prog.routing,
+            allow_paths: prog.allow_path,
             policy,
             timings: !no_timings,
             echo,

@@ -35,6 +35,7 @@ pub(crate) struct CheckKey {
     pub overrides: Vec<Override>,
     pub device: Option<String>,
     pub routing: Option<String>,
+    pub allow_paths: Vec<std::path::PathBuf>,
 }
 
 /// A checked buffer.
@@ -151,6 +152,7 @@ impl Session {
             overrides: self.settings.overrides.iter().map(|(_, o)| o.clone()).collect(),
             device: self.settings.device.clone(),
             routing: self.settings.routing.clone(),
+            allow_paths: self.settings.allow_paths.clone(),
         };
         if let Some(c) = lookup(&mut self.cache.checks, |c| c.key == key) {
             self.stage("check", None);
@@ -162,7 +164,7 @@ impl Session {
             overrides: key.overrides.clone(),
             device: key.device.clone(),
             routing: key.routing.clone(),
-            ..Options::default()
+            allow_paths: key.allow_paths.clone(),
         };
         let mut sources = SourceMap::new();
         let (name, path) = self.source_name();

@@ -75,6 +75,8 @@ pub struct ReplOptions {
     pub set: Vec<String>,
     pub device: Option<String>,
     pub routing: Option<String>,
+    /// `--allow-path DIR`: also read imports and routing files from these directories.
+    pub allow_paths: Vec<PathBuf>,
     pub policy: Option<String>,
     /// Print the time each stage took (`--no-timings` or `HPMOE_REPL_NO_TIMINGS=1` turn it off).
     pub timings: bool,
@@ -132,6 +134,7 @@ fn start(
     }
     settings.device = opts.device.clone();
     settings.routing = opts.routing.clone();
+    settings.allow_paths = opts.allow_paths.clone();
     let cfg = Config {
         timings: opts.timings,
         echo: opts.echo,

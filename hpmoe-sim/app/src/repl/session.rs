@@ -41,6 +41,8 @@ pub(crate) struct Settings {
     pub routing: Option<String>,
     pub policy: Option<Policy>,
     pub taskflow: Option<String>,
+    /// `--allow-path` directories: imports and routing files may also be read from them.
+    pub allow_paths: Vec<std::path::PathBuf>,
 }
 
 /// The session.
