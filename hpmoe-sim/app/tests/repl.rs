@@ -509,9 +509,18 @@ fn binary_allow_path_reaches_the_sessions_checks() {
     std::fs::create_dir_all(d.join("prog")).unwrap();
     std::fs::create_dir_all(d.join("lib")).unwrap();
     std::fs::write(d.join("lib/sizes.hpm"), "param hidden = 64;\n").unwrap();
-    std::fs::write(d.join("prog/main.hpm"), "import \"../lib/sizes.hpm\";\nparam width = hidden * 2;\n").unwrap();
+    std::fs::write(
+        d.join("prog/main.hpm"),
+        "import \"../lib/sizes.hpm\";\nparam width = hidden * 2;\n",
+    )
+    .unwrap();
     let main = d.join("prog/main.hpm");
-    let refused = hpmoe().arg("repl").arg(&main).write_stdin(":show params\n").output().unwrap();
+    let refused = hpmoe()
+        .arg("repl")
+        .arg(&main)
+        .write_stdin(":show params\n")
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{err}");
     assert!(err.contains("outside the program's directory"), "{err}");

@@ -248,3 +248,49 @@ fn invalid_utf8_is_reported_with_its_position() {
         assert!(!err.contains("check the path"), "{cmd}: {err}");
     }
 }
+
+/// The corpus files of a directory (not its subdirectories, which hold imported modules).
+fn hpm_files(dir: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "hpm"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_corpus_is_checked_under_a_memory_cap() {
+    // Every program of the corpus and every example, checked by the binary with its address
+    // space capped at 4 GiB (`prlimit`, util-linux) and a time limit: each ends with its
+    // expected exit code, never with a signal (an out-of-memory abort, a stack overflow) or a
+    // panic message.
+    let prlimit = ["/usr/bin/prlimit", "/bin/prlimit"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("prlimit (util-linux) is needed by this test");
+    let mut cases: Vec<(PathBuf, i32)> = hpm_files("tests/err").into_iter().map(|p| (p, 1)).collect();
+    cases.extend(hpm_files("tests/ok").into_iter().map(|p| (p, 0)));
+    cases.extend(hpm_files("examples").into_iter().map(|p| (p, 0)));
+    assert!(cases.len() > 50, "the corpus was found ({} files)", cases.len());
+    for (file, want) in cases {
+        let child = Command::new(prlimit)
+            .arg("--as=4294967296")
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_hpmoe"))
+            .arg("check")
+            .arg(&file)
+            .current_dir(root())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (status, err) = wait_bounded(child, &format!("check {}", file.display()));
+        assert_eq!(status.code(), Some(want), "check {}: {status:?}\n{err}", file.display());
+        assert!(!err.contains("panicked"), "check {}: {err}", file.display());
+    }
+}
