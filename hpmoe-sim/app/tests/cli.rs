@@ -600,3 +600,37 @@ fn an_integer_too_large_is_named_so() {
         "the integer is too large",
     );
 }
+
+#[test]
+fn warnings_are_part_of_the_json_outputs() {
+    // tests/ok/taskflows.hpm checks with exactly one warning: an unused value (E0205).
+    let file = "tests/ok/taskflows.hpm";
+    let severities = |j: &serde_json::Value| -> Vec<(String, String)> {
+        j["diagnostics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["code"].as_str().unwrap().to_string(),
+                    d["severity"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let want = vec![("E0205".to_string(), "warning".to_string())];
+    let out = hpmoe().args(["check", file, "--format", "json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["ok"], true);
+    assert_eq!(severities(&j), want);
+    let out = hpmoe().args(["run", file, "--format", "json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(severities(&j), want);
+    // `lower` keeps stdout for the lowered document and shows the warning on stderr.
+    let out = hpmoe().args(["lower", file, "--format", "json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("E0205"));
+}

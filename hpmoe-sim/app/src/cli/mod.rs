@@ -316,12 +316,14 @@ fn parse_overrides(set: &[String]) -> Result<Vec<Override>, String> {
     set.iter().map(|s| Override::parse(s)).collect()
 }
 
-/// Checks a file; prints diagnostics; returns the program on success.
+/// Checks a file; prints diagnostics; returns the program on success, with its warnings (for
+/// `--format json` outputs, where they are part of the document: `human` output has already
+/// printed them on stderr).
 pub(crate) fn checked(
     file: &std::path::Path,
     prog: &ProgramArgs,
     format: Format,
-) -> Result<(hpmoe_dsl::driver::Checked, SourceMap), i32> {
+) -> Result<(hpmoe_dsl::driver::Checked, SourceMap, Vec<diag::Diagnostic>), i32> {
     let overrides = match parse_overrides(&prog.set) {
         Ok(o) => o,
         Err(e) => {
@@ -352,7 +354,10 @@ pub(crate) fn checked(
         }
     }
     match outcome.checked {
-        Some(p) => Ok((p, sources)),
+        Some(p) => {
+            let warnings = ds.into_vec();
+            Ok((p, sources, warnings))
+        }
         None => Err(1),
     }
 }
@@ -360,11 +365,12 @@ pub(crate) fn checked(
 fn run(cmd: Command) -> i32 {
     match cmd {
         Command::Check { file, prog, format } => match checked(&file, &prog, format) {
-            Ok((p, _)) => {
+            Ok((p, sources, warnings)) => {
                 if format == Format::Json {
+                    let warnings: Vec<_> = warnings.iter().map(|d| diag::to_json(d, &sources)).collect();
                     outln!(
                         "{}",
-                        serde_json::json!({ "ok": true, "diagnostics": [], "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>() })
+                        serde_json::json!({ "ok": true, "diagnostics": warnings, "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>() })
                     );
                 } else {
                     let nodes: usize = p.taskflows.iter().map(|t| t.nodes.len()).sum();
@@ -391,7 +397,11 @@ fn run(cmd: Command) -> i32 {
             max_tasks,
             no_verify,
         } => match checked(&file, &prog, format) {
-            Ok((p, sources)) => {
+            Ok((p, sources, warnings)) => {
+                if format == Format::Json && !warnings.is_empty() {
+                    // The JSON on stdout is the lowered program alone: warnings go to stderr.
+                    errout!("{}", diag::render_all(&warnings, 0, &sources, style()));
+                }
                 let opts = LowerCli {
                     format,
                     policy: policy.as_deref(),

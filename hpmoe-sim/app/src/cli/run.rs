@@ -292,7 +292,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         }
     }
     let started = Instant::now();
-    let (p, sources) = match checked(o.file, o.prog, o.format) {
+    let (p, sources, warnings) = match checked(o.file, o.prog, o.format) {
         Ok(x) => x,
         Err(code) => return code,
     };
@@ -447,6 +447,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         Format::Json => {
             let mut j = serde_json::json!({
                 "ok": true,
+                "diagnostics": warnings.iter().map(|d| hpmoe_dsl::diag::to_json(d, &sources)).collect::<Vec<_>>(),
                 "runs": runs.iter().map(|r| r.json()).collect::<Vec<_>>(),
                 "comparisons": comparisons.iter().map(|c| c.json()).collect::<Vec<_>>(),
                 "numerics": num_reports.iter().map(|(n, r)| serde_json::json!({"taskflow": n, "result": r.json()})).collect::<Vec<_>>(),
