@@ -3,11 +3,14 @@
 //! (`hpmoe_dsl` to check and compile, `hpmoe_sim` to simulate and report) and holds
 //! what only the application needs:
 //!
-//! - `cli`: the `hpmoe` command (clap): `check`, `lower`, `run`, `scale`, `sweep`, `repl`,
-//!   `fmt`, `explain`;
+//! - `cli`: the `hpmoe` command (clap): `check`, `lower`, `run`, `scale`, `sweep`, `tune`,
+//!   `repl`, `fmt`, `explain`;
 //! - `repl`: the interactive session (`hpmoe repl`, reedline);
 //! - `sweep`: grids of configurations × policies in parallel (rayon), CSV/JSON and SVG
-//!   charts (`hpmoe sweep`).
+//!   charts (`hpmoe sweep`);
+//! - `tune`: the search over a program's tiles, orders, priorities and policy options with
+//!   the simulator as the cost model (`hpmoe tune`);
+//! - `shard`: splitting a sweep or a search across processes and merging their parts.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
@@ -16,7 +19,9 @@ mod out;
 
 mod cli;
 mod repl;
+mod shard;
 mod sweep;
+mod tune;
 
 /// mimalloc: the compiler and simulator allocate many small nodes.
 #[global_allocator]

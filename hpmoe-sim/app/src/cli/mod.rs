@@ -2,7 +2,7 @@
 //! out: 0 success, 1 a user error (diagnostics printed), 2 a usage error.
 //!
 //! Subcommands live in their own files: `lower.rs` (`hpmoe lower`), `run.rs` (`hpmoe run`),
-//! `scale.rs` (`hpmoe scale`), `sweep.rs` (`hpmoe sweep`).
+//! `scale.rs` (`hpmoe scale`), `sweep.rs` (`hpmoe sweep`), `tune.rs` (`hpmoe tune`).
 
 use clap::{Parser, Subcommand, ValueEnum};
 use hpmoe_dsl::check::{Options, Override};
@@ -15,6 +15,7 @@ mod lower;
 mod run;
 mod scale;
 mod sweep;
+mod tune;
 
 /// Options of `hpmoe lower` past checking.
 pub(crate) struct LowerCli<'a> {
@@ -173,8 +174,13 @@ enum Command {
     },
     /// Simulate a grid of configurations (`--vary`) under several policies in parallel;
     /// write sweep.csv, sweep.json and SVG charts.
+    ///
+    /// `--shard I/N` (or a Slurm job array) runs only every N-th point from I and writes a part
+    /// file to `--out`; `--merge DIR...` joins the parts into the outputs of the whole grid.
     Sweep {
-        file: PathBuf,
+        /// The program (optional with --merge: then the parts must come from its text).
+        #[arg(required_unless_present = "merge")]
+        file: Option<PathBuf>,
         /// An axis: a param (`ranks=4,8,16`), a device field (`device.link_efficiency=0.5,1`),
         /// `device=PROFILE,...`, `schedule.OPTION=...` (a policy option, e.g.
         /// `schedule.interleave_backward=true,false`) or `routing=...`. Values are separated by
@@ -201,6 +207,65 @@ enum Command {
         /// Refuse to lower to more tasks than this.
         #[arg(long, default_value_t = hpmoe_dsl::lower::DEFAULT_MAX_TASKS)]
         max_tasks: u64,
+        /// Run only shard I of N (0-based): the points i with i % N == I; write a part file
+        /// to --out. Default: from SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT when set.
+        #[arg(long, value_name = "I/N", conflicts_with = "merge")]
+        shard: Option<String>,
+        /// Join the part files in these directories into the sweep's outputs (in --out).
+        #[arg(long, value_name = "DIR", num_args = 1.., conflicts_with_all = ["vary", "shard"])]
+        merge: Vec<PathBuf>,
+    },
+    /// Search tile sizes, `order(ratr)`, priorities and policy options of a taskflow with the
+    /// simulator as the cost model; print the best configurations and write the best as a
+    /// `.hpm` file that `hpmoe run` takes as it is.
+    ///
+    /// The file's own configuration is always evaluated first, so the result is never worse.
+    /// Deterministic for a given seed and budget, whatever --jobs; --time is not. `--shard
+    /// I/N` (or a Slurm job array) evaluates every N-th candidate from I and writes a part
+    /// file to --out-dir; `--merge DIR...` joins the parts into the outputs of the whole search.
+    Tune {
+        file: PathBuf,
+        #[command(flatten)]
+        prog: ProgramArgs,
+        /// Only this taskflow (default: the first).
+        #[arg(long)]
+        taskflow: Option<String>,
+        /// Candidates to evaluate, the file's own configuration included (default 64).
+        #[arg(long, value_name = "N")]
+        budget: Option<usize>,
+        /// Stop starting new candidates after this many seconds (the result then depends on
+        /// the machine's speed: not deterministic).
+        #[arg(long, value_name = "SECS")]
+        time: Option<f64>,
+        /// Seed of the search.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Candidates evaluated at once (0: one per CPU); the result is the same whatever the
+        /// number.
+        #[arg(long, default_value_t = 0)]
+        jobs: usize,
+        /// Configurations in the table.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// Where to write the best configuration (default: STEM.tuned.hpm here).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+        /// Refuse to lower to more tasks than this.
+        #[arg(long, default_value_t = hpmoe_dsl::lower::DEFAULT_MAX_TASKS)]
+        max_tasks: u64,
+        /// Evaluate only shard I of N (0-based): the candidates i with i % N == I; write a part
+        /// file to --out-dir. Default: from SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT.
+        #[arg(long, value_name = "I/N", conflicts_with = "merge")]
+        shard: Option<String>,
+        /// Directory for the part file of a shard.
+        #[arg(long, value_name = "DIR", default_value = "tune-out")]
+        out_dir: PathBuf,
+        /// Join the part files in these directories (the search's settings come from them).
+        #[arg(long, value_name = "DIR", num_args = 1..,
+              conflicts_with_all = ["set", "device", "routing", "allow_path", "taskflow", "budget", "time", "seed", "max_tasks"])]
+        merge: Vec<PathBuf>,
     },
     /// Measure how the tool scales: run the whole pipeline once per value of a param, each
     /// in a fresh process running one job at a time, and tabulate tasks, edges, seconds per stage, peak memory and the
@@ -502,17 +567,63 @@ fn run(cmd: Command) -> i32 {
             threads,
             format,
             max_tasks,
-        } => sweep::sweep(&sweep::SweepCli {
-            file: &file,
-            prog: &prog,
-            vary: &vary,
-            policy: &policy,
-            taskflow: taskflow.as_deref(),
-            out: &out,
-            threads,
+            shard,
+            merge,
+        } => {
+            if !merge.is_empty() {
+                return sweep::merge(&merge, file.as_deref(), &out, format);
+            }
+            let Some(file) = file else {
+                return usage("a program file is needed (or --merge DIR...)".into());
+            };
+            sweep::sweep(&sweep::SweepCli {
+                file: &file,
+                prog: &prog,
+                vary: &vary,
+                policy: &policy,
+                taskflow: taskflow.as_deref(),
+                out: &out,
+                threads,
+                format,
+                max_tasks,
+                shard: shard.as_deref(),
+            })
+        }
+        Command::Tune {
+            file,
+            prog,
+            taskflow,
+            budget,
+            time,
+            seed,
+            jobs,
+            top,
+            output,
             format,
             max_tasks,
-        }),
+            shard,
+            out_dir,
+            merge,
+        } => {
+            if !merge.is_empty() {
+                return tune::merge(&file, &merge, jobs, top, output.as_deref(), format);
+            }
+            tune::tune(&tune::TuneCli {
+                file: &file,
+                prog: &prog,
+                taskflow: taskflow.as_deref(),
+                budget,
+                time,
+                seed,
+                jobs,
+                top,
+                output: output.as_deref(),
+                format,
+                max_tasks,
+                shard: shard.as_deref(),
+                out_dir: &out_dir,
+            })
+        }
         Command::Scale {
             file,
             param,

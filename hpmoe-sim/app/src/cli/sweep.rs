@@ -1,6 +1,10 @@
 //! `hpmoe sweep`: a program, `--vary` axes and policies in; the grid runs in parallel
 //! (`crate::sweep`), `sweep.csv`, `sweep.json` and SVG charts are written to `--out`, and a
 //! table (or the JSON) is printed. Exit code 1 if any point failed, 2 on a usage error.
+//!
+//! With `--shard I/N` (or in a Slurm job array) only the shard's points run and a part file
+//! is written to `--out` instead (`crate::shard`); `--merge DIR...` joins the parts into the
+//! outputs of the whole grid, byte for byte those of an unsharded run.
 
 use super::{usage, Format, ProgramArgs};
 use crate::sweep::{self, svg, Axis, Sweep};
@@ -20,6 +24,7 @@ pub(crate) struct SweepCli<'a> {
     pub threads: usize,
     pub format: Format,
     pub max_tasks: u64,
+    pub shard: Option<&'a str>,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), i32> {
@@ -30,6 +35,10 @@ fn write(path: &Path, text: &str) -> Result<(), i32> {
 }
 
 pub(crate) fn sweep(o: &SweepCli) -> i32 {
+    let shard = match crate::shard::Shard::from_args(o.shard) {
+        Ok(s) => s,
+        Err(e) => return usage(e),
+    };
     let mut axes: Vec<Axis> = Vec::new();
     for v in o.vary {
         match Axis::parse(v) {
@@ -78,7 +87,17 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
         taskflow: o.taskflow.map(str::to_string),
         max_tasks: o.max_tasks,
     };
-    let n = sw.points();
+    let source = match hpmoe_dsl::check::read_source(o.file) {
+        Ok(t) => t,
+        Err(e) => {
+            errln!("error: cannot read `{}`: {e}", o.file.display());
+            return 1;
+        }
+    };
+    let n = match shard {
+        Some(s) => (0..sw.points()).filter(|&i| s.owns(i)).count(),
+        None => sw.points(),
+    };
     let bar = if std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(n as u64);
         if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points, {elapsed} (eta {eta})")
@@ -89,7 +108,7 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let rows = match sw.run(o.threads, &|| bar.inc(1)) {
+    let rows = match sw.run_shard(shard, o.threads, &|| bar.inc(1)) {
         Ok(r) => r,
         Err(e) => {
             bar.finish_and_clear();
@@ -98,39 +117,111 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
         }
     };
     bar.finish_and_clear();
-    if let Err(e) = std::fs::create_dir_all(o.out) {
-        errln!("error: cannot create `{}`: {e}", o.out.display());
+    if let Some(s) = shard {
+        let part = sweep::part(&sw, &source, s, &rows);
+        return match crate::shard::write_part(o.out, "sweep", s, &part) {
+            Ok(path) => {
+                let failed = rows.iter().filter(|r| r.outcome.is_err()).count();
+                if o.format == Format::Human {
+                    outln!(
+                        "shard {} of {}: {} of {} point(s), {} failed; wrote {}",
+                        s.index,
+                        s.count,
+                        rows.len(),
+                        sw.points(),
+                        failed,
+                        path.display()
+                    );
+                } else {
+                    outln!(
+                        "{}",
+                        serde_json::json!({"shard": s.index, "shards": s.count, "points": rows.len(), "failed": failed, "part": path.display().to_string()})
+                    );
+                }
+                i32::from(failed > 0)
+            }
+            Err(e) => {
+                errln!("error: {e}");
+                1
+            }
+        };
+    }
+    outputs(&sw, &rows, o.out, o.format)
+}
+
+/// `hpmoe sweep --merge DIR...`: the part files of `dirs` joined, then written and printed as
+/// an unsharded sweep writes and prints them. With `file`, the parts must come from its text.
+pub(crate) fn merge(dirs: &[std::path::PathBuf], file: Option<&Path>, out: &Path, format: Format) -> i32 {
+    let parts = match crate::shard::read_parts(dirs, "sweep") {
+        Ok(p) => p,
+        Err(e) => {
+            errln!("error: {e}");
+            return 1;
+        }
+    };
+    let (sw, rows) = match sweep::merge(&parts) {
+        Ok(x) => x,
+        Err(e) => {
+            errln!("error: cannot merge the sweep parts: {e}");
+            return 1;
+        }
+    };
+    if let Some(f) = file {
+        let text = match hpmoe_dsl::check::read_source(f) {
+            Ok(t) => t,
+            Err(e) => {
+                errln!("error: cannot read `{}`: {e}", f.display());
+                return 1;
+            }
+        };
+        let settings = sweep::settings(&sw);
+        let fp = crate::shard::fingerprint(&[text.as_bytes(), settings.to_string().as_bytes()]);
+        if parts[0]["fingerprint"].as_str() != Some(fp.as_str()) {
+            errln!(
+                "error: the parts were not computed from this text of `{}` (the file changed, or they come from another file)",
+                f.display()
+            );
+            return 1;
+        }
+    }
+    outputs(&sw, &rows, out, format)
+}
+
+/// Writes `sweep.csv`, `sweep.json` and the charts to `out` and prints the table or the JSON.
+fn outputs(sw: &Sweep, rows: &[sweep::Row], out: &Path, format: Format) -> i32 {
+    if let Err(e) = std::fs::create_dir_all(out) {
+        errln!("error: cannot create `{}`: {e}", out.display());
         return 1;
     }
-    let name = o
+    let name = sw
         .file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let json = sweep::json(&sw, &rows);
+    let json = sweep::json(sw, rows);
     let json_text = serde_json::to_string_pretty(&json).unwrap_or_default() + "\n";
     let mut files = vec![
-        ("sweep.csv".to_string(), sweep::csv(&sw.axes, &rows)),
+        ("sweep.csv".to_string(), sweep::csv(&sw.axes, rows)),
         ("sweep.json".to_string(), json_text.clone()),
         (
             "latency.svg".to_string(),
-            svg::latency_chart(&format!("{name}: latency per policy"), &sw.axes, &rows),
+            svg::latency_chart(&format!("{name}: latency per policy"), &sw.axes, rows),
         ),
         (
             "phases.svg".to_string(),
-            svg::phases_chart(&format!("{name}: per-phase active time"), &sw.axes, &rows),
+            svg::phases_chart(&format!("{name}: per-phase active time"), &sw.axes, rows),
         ),
     ];
-    if let Some(s) = svg::speedup_chart(&format!("{name}: speedup over kernel_by_kernel"), &sw.axes, &rows) {
+    if let Some(s) = svg::speedup_chart(&format!("{name}: speedup over kernel_by_kernel"), &sw.axes, rows) {
         files.push(("speedup.svg".to_string(), s));
     }
     for (f, text) in &files {
-        if let Err(code) = write(&o.out.join(f), text) {
+        if let Err(code) = write(&out.join(f), text) {
             return code;
         }
     }
     let failed = rows.iter().filter(|r| r.outcome.is_err()).count();
-    match o.format {
+    match format {
         Format::Json => out!("{json_text}"),
         Format::Human => {
             let labels: Vec<String> = rows.iter().map(|r| r.label(&sw.axes)).collect();
@@ -167,7 +258,7 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
                 rows.len(),
                 failed,
                 files.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>().join(", "),
-                o.out.display()
+                out.display()
             );
         }
     }

@@ -12,6 +12,7 @@
 
 pub mod svg;
 
+use crate::shard::{self, Shard};
 use hpmoe_dsl::check::{Options, Override};
 use hpmoe_dsl::driver::{Checked, CompileOptions};
 use hpmoe_dsl::ir::Value;
@@ -414,15 +415,22 @@ impl Sweep {
 
     /// Runs the whole grid on `threads` threads (0: one per CPU), calling `tick` after each
     /// point; rows in grid order, speedups over `kernel_by_kernel` filled in.
-    pub fn run(&self, threads: usize, tick: &(dyn Fn() + Sync)) -> Result<Vec<Row>, String> {
+    /// With a shard, only the points it owns ([`Shard::owns`]).
+    pub fn run_shard(
+        &self,
+        shard: Option<Shard>,
+        threads: usize,
+        tick: &(dyn Fn() + Sync),
+    ) -> Result<Vec<Row>, String> {
         let configs = self.configs();
         let n = configs.len() * self.policies.len();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
             .map_err(|e| format!("cannot start the worker threads: {e}"))?;
+        let owned: Vec<usize> = (0..n).filter(|&i| shard.is_none_or(|s| s.owns(i))).collect();
         let mut rows: Vec<Row> = pool.install(|| {
-            (0..n)
+            owned
                 .into_par_iter()
                 .map(|i| {
                     let r = self.run_point(i, &configs);
@@ -623,6 +631,186 @@ pub fn json(sweep: &Sweep, rows: &[Row]) -> J {
         "failed": rows.iter().filter(|r| r.outcome.is_err()).count(),
         "points": points,
     })
+}
+
+/// What a sweep's part files must agree on: everything that decides the grid and its points.
+pub fn settings(sweep: &Sweep) -> J {
+    json!({
+        "file": sweep.file.display().to_string(),
+        "set": sweep.set,
+        "device": sweep.device,
+        "routing": sweep.routing,
+        "axes": sweep.axes.iter().map(|a| json!({"name": a.name, "values": a.values})).collect::<Vec<_>>(),
+        "policies": sweep.policies.iter().map(|p| p.name()).collect::<Vec<_>>(),
+        "taskflow": sweep.taskflow,
+        "max_tasks": sweep.max_tasks,
+        "points": sweep.points(),
+    })
+}
+
+fn metrics_part(m: &Metrics) -> J {
+    let n = shard::num;
+    json!({
+        "latency_us": n(m.latency_us),
+        "lower_bound_us": n(m.lower_bound_us),
+        "bound_kind": m.bound_kind,
+        "efficiency": n(m.efficiency),
+        "aic_busy": n(m.aic_busy),
+        "aiv_busy": n(m.aiv_busy),
+        "cube_mac_utilisation": n(m.cube_mac_utilisation),
+        "link_busy": n(m.link_busy),
+        "comm_active_us": n(m.comm_active_us),
+        "exposed_comm_us": n(m.exposed_comm_us),
+        "exposed_share": n(m.exposed_share),
+        "exposed_fraction": n(m.exposed_fraction),
+        "vector_only_share": n(m.vector_only_share),
+        "l2_hit_rate": n(m.l2_hit_rate),
+        "tasks": m.tasks,
+        "phases": m.phases.iter().map(|(c, op, a)| json!([c, op, n(*a)])).collect::<Vec<_>>(),
+    })
+}
+
+fn metrics_from_part(v: &J) -> Result<Metrics, String> {
+    let f = |k: &str| shard::read_num(&v[k], k);
+    let phases = v["phases"]
+        .as_array()
+        .ok_or("no phases")?
+        .iter()
+        .map(|p| {
+            Ok((
+                p[0].as_str().ok_or("a phase without a call")?.to_string(),
+                p[1].as_str().ok_or("a phase without an op")?.to_string(),
+                shard::read_num(&p[2], "a phase's active time")?,
+            ))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Metrics {
+        latency_us: f("latency_us")?,
+        lower_bound_us: f("lower_bound_us")?,
+        bound_kind: v["bound_kind"].as_str().ok_or("no bound_kind")?.to_string(),
+        efficiency: f("efficiency")?,
+        aic_busy: f("aic_busy")?,
+        aiv_busy: f("aiv_busy")?,
+        cube_mac_utilisation: f("cube_mac_utilisation")?,
+        link_busy: f("link_busy")?,
+        comm_active_us: f("comm_active_us")?,
+        exposed_comm_us: f("exposed_comm_us")?,
+        exposed_share: f("exposed_share")?,
+        exposed_fraction: f("exposed_fraction")?,
+        vector_only_share: f("vector_only_share")?,
+        l2_hit_rate: f("l2_hit_rate")?,
+        tasks: v["tasks"].as_u64().ok_or("no task count")? as usize,
+        phases,
+    })
+}
+
+/// A shard's part file: the header (`fingerprint` of the program text and the settings) and
+/// its rows, without speedups (the merge computes them across shards).
+pub fn part(sweep: &Sweep, source: &str, shard: Shard, rows: &[Row]) -> J {
+    let settings = settings(sweep);
+    let fp = shard::fingerprint(&[source.as_bytes(), settings.to_string().as_bytes()]);
+    let mut doc = shard::header("sweep", shard, &fp, settings);
+    let rows: Vec<J> = rows
+        .iter()
+        .map(|r| {
+            let mut o = json!({
+                "index": r.index,
+                "config": r.config,
+                "values": r.values,
+                "policy": r.policy,
+                "taskflow": r.taskflow,
+            });
+            if let J::Object(m) = &mut o {
+                match &r.outcome {
+                    Ok(x) => m.insert("metrics".into(), metrics_part(x)),
+                    Err(e) => m.insert("error".into(), J::String(e.clone())),
+                };
+            }
+            o
+        })
+        .collect();
+    if let J::Object(m) = &mut doc {
+        m.insert("rows".into(), J::Array(rows));
+    }
+    doc
+}
+
+/// Joins checked part files (`shard::read_parts`) into the sweep they came from and its
+/// rows in grid order, speedups filled in.
+pub fn merge(parts: &[J]) -> Result<(Sweep, Vec<Row>), String> {
+    let s = &parts.first().ok_or("no part files")?["settings"];
+    let strings = |v: &J, what: &str| -> Result<Vec<String>, String> {
+        v.as_array()
+            .ok_or(format!("{what} is not a list"))?
+            .iter()
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .ok_or(format!("{what} holds a non-string"))
+            })
+            .collect()
+    };
+    let mut axes = Vec::new();
+    for a in s["axes"].as_array().ok_or("no axes")? {
+        let name = a["name"].as_str().ok_or("an axis without a name")?;
+        let values = strings(&a["values"], "an axis's values")?;
+        // The kind from the name (and a first value that parsed when the shard ran).
+        let first = values.first().ok_or("an axis without values")?;
+        let mut axis = Axis::parse(&format!("{name}={first}"))?;
+        axis.values = values;
+        axes.push(axis);
+    }
+    let mut policies = Vec::new();
+    for p in strings(&s["policies"], "the policies")? {
+        policies.push(Policy::parse(&p).ok_or(format!("unknown policy `{p}`"))?);
+    }
+    let sweep = Sweep {
+        file: PathBuf::from(s["file"].as_str().ok_or("no file")?),
+        set: strings(&s["set"], "the overrides")?,
+        device: s["device"].as_str().map(str::to_string),
+        routing: s["routing"].as_str().map(str::to_string),
+        axes,
+        policies,
+        taskflow: s["taskflow"].as_str().map(str::to_string),
+        max_tasks: s["max_tasks"].as_u64().ok_or("no max_tasks")?,
+    };
+    let n = sweep.points();
+    let mut rows: Vec<Option<Row>> = vec![None; n];
+    for p in parts {
+        for r in p["rows"].as_array().ok_or("a part without rows")? {
+            let index = r["index"].as_u64().ok_or("a row without an index")? as usize;
+            let shard = Shard {
+                index: p["shard"].as_u64().unwrap_or(0) as usize,
+                count: p["shards"].as_u64().unwrap_or(1) as usize,
+            };
+            if index >= n || !shard.owns(index) {
+                return Err(format!(
+                    "shard {} of {} holds point {index}, which is not its own",
+                    shard.index, shard.count
+                ));
+            }
+            let outcome = match r.get("metrics") {
+                Some(m) => Ok(metrics_from_part(m).map_err(|e| format!("point {index}: {e}"))?),
+                None => Err(r["error"].as_str().unwrap_or("failed").to_string()),
+            };
+            rows[index] = Some(Row {
+                index,
+                config: r["config"].as_u64().ok_or("a row without a configuration")? as usize,
+                values: strings(&r["values"], "a row's values")?,
+                policy: r["policy"].as_str().ok_or("a row without a policy")?.to_string(),
+                taskflow: r["taskflow"].as_str().unwrap_or_default().to_string(),
+                outcome,
+                speedup: None,
+            });
+        }
+    }
+    let missing = rows.iter().filter(|r| r.is_none()).count();
+    if missing > 0 {
+        return Err(format!("the parts lack {missing} of the {n} points"));
+    }
+    let mut rows: Vec<Row> = rows.into_iter().flatten().collect();
+    fill_speedups(&mut rows);
+    Ok((sweep, rows))
 }
 
 #[cfg(test)]

@@ -1,0 +1,355 @@
+//! End-to-end tests of `hpmoe tune` and of sharding `hpmoe sweep` and `hpmoe tune`: the
+//! search never returns worse than the file's configuration (as `hpmoe run` measures it), the
+//! file it writes runs at the latency it reported, the outputs do not depend on the thread
+//! count, merged shards give the unsharded outputs byte for byte, and bad shards and
+//! mismatched parts are refused.
+
+use assert_cmd::Command;
+use serde_json::Value as J;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn hpmoe() -> Command {
+    let mut c = Command::cargo_bin("hpmoe").unwrap();
+    c.current_dir(root())
+        .env("NO_COLOR", "1")
+        .env_remove("SLURM_ARRAY_TASK_ID")
+        .env_remove("SLURM_ARRAY_TASK_COUNT")
+        .env_remove("SLURM_ARRAY_TASK_MIN");
+    c
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tune-{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const FILE: &str = "examples/deepseek_v3_ep8_fwd.hpm";
+const SMALL: [&str; 4] = ["--set", "tokens=256", "--set", "experts=16"];
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(args: &[&str]) -> Out {
+    let o = hpmoe().args(args).output().unwrap();
+    Out {
+        code: o.status.code().unwrap(),
+        stdout: String::from_utf8(o.stdout).unwrap(),
+        stderr: String::from_utf8(o.stderr).unwrap(),
+    }
+}
+
+/// `hpmoe tune FILE SMALL --budget B` with `extra`; the best file goes to `best`.
+fn tune(best: &Path, budget: &str, extra: &[&str]) -> Out {
+    let mut a: Vec<&str> = vec!["tune", FILE];
+    a.extend(SMALL);
+    a.extend(["--budget", budget, "-o", best.to_str().unwrap()]);
+    a.extend(extra);
+    run(&a)
+}
+
+/// The latency `hpmoe run` reports for a file under the small shapes.
+fn run_latency(file: &str) -> f64 {
+    let mut a = vec!["run", file];
+    a.extend(SMALL);
+    a.extend(["--format", "json"]);
+    let o = run(&a);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j: J = serde_json::from_str(&o.stdout).unwrap();
+    j["runs"][0]["latency_us"].as_f64().unwrap()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+}
+
+#[test]
+fn tune_is_no_worse_than_the_file_and_its_file_runs_at_the_reported_latency() {
+    let d = dir("best");
+    let best = d.join("best.hpm");
+    let o = tune(&best, "12", &["--jobs", "2", "--format", "json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j: J = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(j["evaluated"], 12);
+    // The file's own configuration, as `hpmoe run` measures it on the original file.
+    let own = run_latency(FILE);
+    let reported_own = j["file_config"]["latency_us"].as_f64().unwrap();
+    assert!(close(own, reported_own), "{own} vs {reported_own}");
+    let best_lat = j["best"]["latency_us"].as_f64().unwrap();
+    assert!(best_lat <= own, "best {best_lat} is worse than the file's {own}");
+    // The top list is sorted and starts with the best.
+    let top: Vec<f64> = j["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["latency_us"].as_f64().unwrap())
+        .collect();
+    assert!(top.windows(2).all(|w| w[0] <= w[1]), "{top:?}");
+    assert_eq!(top[0], best_lat);
+    assert_eq!(j["improved"], best_lat < own);
+    // The written file runs as it is, at the reported latency, and keeps the comments.
+    let ran = run_latency(best.to_str().unwrap());
+    assert!(
+        close(ran, best_lat),
+        "the written file runs in {ran} us, tune reported {best_lat}"
+    );
+    let text = std::fs::read_to_string(&best).unwrap();
+    assert!(text.contains("param tokens = 4096; // per rank"), "{text}");
+    assert!(text.contains("param ranks = 8; // expert-parallel degree"), "{text}");
+    // It is in canonical form.
+    let f = run(&["fmt", "--check", best.to_str().unwrap()]);
+    assert_eq!(f.code, 0, "{}", f.stdout);
+}
+
+#[test]
+fn tune_says_whether_it_beat_the_file() {
+    let d = dir("verdict");
+    let best = d.join("best.hpm");
+    // A budget of one is the file's own configuration alone: it is the best evaluated.
+    let o = tune(&best, "1", &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("the file's own configuration (")
+            && o.stdout.contains("is already the best of the 1 evaluated"),
+        "{}",
+        o.stdout
+    );
+    // The file written is the original up to formatting: it runs at the file's latency.
+    assert!(close(run_latency(best.to_str().unwrap()), run_latency(FILE)));
+}
+
+#[test]
+fn tune_is_deterministic_across_runs_and_thread_counts() {
+    let d = dir("det");
+    let mut outs = Vec::new();
+    for jobs in ["1", "2", "2"] {
+        let best = d.join("best.hpm");
+        let o = tune(&best, "10", &["--jobs", jobs, "--seed", "7"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        outs.push((o.stdout, std::fs::read(&best).unwrap()));
+    }
+    assert_eq!(outs[0], outs[1], "--jobs 1 and --jobs 2 differ");
+    assert_eq!(outs[1], outs[2], "two runs differ");
+    // Another seed searches other candidates (the first, the file's own, is the same).
+    let o = tune(&d.join("other.hpm"), "10", &["--jobs", "2", "--seed", "8"]);
+    assert_eq!(o.code, 0);
+    assert_ne!(o.stdout, outs[0].0);
+}
+
+#[test]
+fn sharded_tune_merged_equals_unsharded() {
+    let d = dir("shard");
+    let best = d.join("best.hpm");
+    let full = tune(&best, "9", &["--format", "json"]);
+    assert_eq!(full.code, 0, "{}", full.stderr);
+    let full_file = std::fs::read(&best).unwrap();
+    for n in [1usize, 2, 3] {
+        let mut dirs = Vec::new();
+        for i in 0..n {
+            let pd = d.join(format!("n{n}-{i}"));
+            let shard = format!("{i}/{n}");
+            let o = tune(
+                &d.join("unused.hpm"),
+                "9",
+                &["--shard", &shard, "--out-dir", pd.to_str().unwrap()],
+            );
+            assert_eq!(o.code, 0, "{}", o.stderr);
+            assert!(pd.join(format!("tune-part-{i}-of-{n}.json")).exists());
+            dirs.push(pd);
+        }
+        std::fs::remove_file(&best).unwrap();
+        let mut a: Vec<String> = vec!["tune".into(), FILE.into(), "--merge".into()];
+        a.extend(dirs.iter().map(|p| p.display().to_string()));
+        a.extend([
+            "-o".into(),
+            best.display().to_string(),
+            "--format".into(),
+            "json".into(),
+        ]);
+        let args: Vec<&str> = a.iter().map(String::as_str).collect();
+        let m = run(&args);
+        assert_eq!(m.code, 0, "{}", m.stderr);
+        assert_eq!(m.stdout, full.stdout, "merged {n} shards differ from the unsharded run");
+        assert_eq!(std::fs::read(&best).unwrap(), full_file);
+    }
+}
+
+#[test]
+fn bad_shards_are_refused() {
+    for s in ["3/3", "0/0", "x/2", "1", "-1/2", "1/2/3"] {
+        let arg = format!("--shard={s}");
+        let o = run(&["tune", FILE, &arg]);
+        assert_eq!(o.code, 2, "tune --shard {s}: {}", o.stderr);
+        assert!(o.stderr.contains(&format!("--shard `{s}`")), "{}", o.stderr);
+        let o = run(&["sweep", FILE, &arg]);
+        assert_eq!(o.code, 2, "sweep --shard {s}: {}", o.stderr);
+    }
+    let o = run(&["tune", FILE, "--shard", "0/2", "--time", "1"]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("--time"), "{}", o.stderr);
+    // From a Slurm job array.
+    let o = hpmoe()
+        .args(["sweep", FILE])
+        .env("SLURM_ARRAY_TASK_ID", "4")
+        .env("SLURM_ARRAY_TASK_COUNT", "4")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("SLURM_ARRAY_TASK_ID=4"));
+    let o = hpmoe()
+        .args(["tune", FILE])
+        .env("SLURM_ARRAY_TASK_ID", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("SLURM_ARRAY_TASK_COUNT"));
+}
+
+#[test]
+fn a_slurm_array_task_writes_its_part() {
+    let d = dir("slurm");
+    let o = hpmoe()
+        .args(["tune", FILE])
+        .args(SMALL)
+        .args(["--budget", "4", "--out-dir"])
+        .arg(&d)
+        .env("SLURM_ARRAY_TASK_ID", "3")
+        .env("SLURM_ARRAY_TASK_COUNT", "2")
+        .env("SLURM_ARRAY_TASK_MIN", "2")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let part: J = serde_json::from_str(&std::fs::read_to_string(d.join("tune-part-1-of-2.json")).unwrap()).unwrap();
+    let idx: Vec<u64> = part["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(idx, [1, 3]);
+}
+
+#[test]
+fn mismatched_parts_are_refused() {
+    let d = dir("mismatch");
+    let part = |name: &str, shard: &str, budget: &str, extra: &[&str]| {
+        let pd = d.join(name);
+        let o = tune(
+            &d.join("x.hpm"),
+            budget,
+            &[&["--shard", shard, "--out-dir", pd.to_str().unwrap()], extra].concat(),
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        pd.display().to_string()
+    };
+    let a0 = part("a0", "0/2", "4", &[]);
+    let a1 = part("a1", "1/2", "4", &[]);
+    let b1 = part("b1", "1/2", "5", &[]);
+    let c1 = part("c1", "1/3", "4", &[]);
+    let merge = |dirs: &[&str]| {
+        let mut a = vec!["tune", FILE, "--merge"];
+        a.extend(dirs);
+        let out = d.join("m.hpm");
+        let out = out.to_str().unwrap().to_string();
+        let mut a: Vec<String> = a.into_iter().map(str::to_string).collect();
+        a.extend(["-o".to_string(), out]);
+        let args: Vec<&str> = a.iter().map(String::as_str).collect();
+        run(&args)
+    };
+    let ok = merge(&[&a0, &a1]);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    let m = merge(&[&a0]);
+    assert_eq!(m.code, 1);
+    assert!(m.stderr.contains("missing shard(s) 1 of 2"), "{}", m.stderr);
+    let m = merge(&[&a0, &a1, &a1]);
+    assert_eq!(m.code, 1);
+    assert!(m.stderr.contains("shard 1 of 2 is given twice"), "{}", m.stderr);
+    let m = merge(&[&a0, &b1]);
+    assert_eq!(m.code, 1);
+    assert!(m.stderr.contains("different runs"), "{}", m.stderr);
+    let m = merge(&[&a0, &c1]);
+    assert_eq!(m.code, 1);
+    assert!(m.stderr.contains("shard count"), "{}", m.stderr);
+    // The parts of another file's text.
+    let other = d.join("other.hpm");
+    let text = std::fs::read_to_string(root().join(FILE))
+        .unwrap()
+        .replace("param hidden = 7168;", "param hidden = 3584;");
+    std::fs::write(&other, text).unwrap();
+    let o = run(&[
+        "tune",
+        other.to_str().unwrap(),
+        "--merge",
+        &a0,
+        &a1,
+        "-o",
+        d.join("m2.hpm").to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("were not computed from this text"), "{}", o.stderr);
+    // Sweep parts are not tune parts.
+    let o = run(&["sweep", "--merge", &a0, "--out", d.join("s").to_str().unwrap()]);
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("holds no sweep part file"), "{}", o.stderr);
+}
+
+/// Runs a small sweep; sharded with `shard` (into `out`) or not.
+fn sweep(out: &Path, shard: Option<&str>) {
+    let mut a: Vec<&str> = vec!["sweep", FILE];
+    a.extend(SMALL);
+    a.extend([
+        "--vary",
+        "tokens=128,256",
+        "--vary",
+        "device.link_efficiency=0.5,1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    if let Some(s) = shard {
+        a.extend(["--shard", s]);
+    }
+    let o = run(&a);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
+#[test]
+fn sharded_sweep_merged_equals_unsharded() {
+    let d = dir("sweep");
+    let full = d.join("full");
+    sweep(&full, None);
+    for n in [1usize, 2, 3] {
+        let mut dirs = Vec::new();
+        for i in 0..n {
+            let pd = d.join(format!("n{n}-{i}"));
+            sweep(&pd, Some(&format!("{i}/{n}")));
+            // A shard writes only its part.
+            assert!(!pd.join("sweep.csv").exists());
+            dirs.push(pd);
+        }
+        let merged = d.join(format!("merged{n}"));
+        let mut a: Vec<String> = vec!["sweep".into(), "--merge".into()];
+        a.extend(dirs.iter().map(|p| p.display().to_string()));
+        a.extend(["--out".into(), merged.display().to_string()]);
+        let args: Vec<&str> = a.iter().map(String::as_str).collect();
+        let m = run(&args);
+        assert_eq!(m.code, 0, "{}", m.stderr);
+        for f in ["sweep.csv", "sweep.json", "latency.svg", "phases.svg", "speedup.svg"] {
+            assert_eq!(
+                std::fs::read(full.join(f)).unwrap(),
+                std::fs::read(merged.join(f)).unwrap(),
+                "{f} of {n} merged shards differs"
+            );
+        }
+    }
+    // 4 configurations x 3 policies.
+    let csv = std::fs::read_to_string(full.join("sweep.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 12);
+}
