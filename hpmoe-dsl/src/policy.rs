@@ -70,6 +70,8 @@ impl Policy {
             aiv_fraction: 1.0,
             // Every strategy launches its kernels; only the baseline can leave it out.
             launch_overhead: true,
+            // Only the baseline runs communication as a collective.
+            alltoall: AllToAll::Unordered,
         }
     }
 }
@@ -96,6 +98,28 @@ impl Priority {
     }
 }
 
+/// How `kernel_by_kernel` runs its communication calls, as a collective library would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllToAll {
+    /// HCCL's pairwise AllToAllV: step 0 copies a rank's own rows, then at step k
+    /// (1..ranks) rank i sends to rank i+k and receives from rank i-k; a step's sends start
+    /// once the previous step's exchange (its own sends and the rows it receives) is done.
+    Pairwise,
+    /// Every rank sends in tile order (the lowering's order: destination expert or source
+    /// rank ascending), all at once, with no steps: the unordered baseline.
+    Unordered,
+}
+
+impl AllToAll {
+    /// The name an option value uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllToAll::Pairwise => "pairwise",
+            AllToAll::Unordered => "unordered",
+        }
+    }
+}
+
 /// A policy with every option resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicySpec {
@@ -113,6 +137,8 @@ pub struct PolicySpec {
     pub aiv_fraction: f64,
     /// Charge a kernel launch per kernel.
     pub launch_overhead: bool,
+    /// The collective algorithm of `kernel_by_kernel`'s communication calls.
+    pub alltoall: AllToAll,
 }
 
 /// The type of an option's values, with the range the scheduler accepts.
@@ -214,7 +240,7 @@ pub static OPTIONS: &[OptionDef] = &[
     },
     OptionDef {
         name: "ratr",
-        under: &[Policy::ExpertLevel, Policy::Interleaved],
+        under: &[Policy::KernelByKernel, Policy::ExpertLevel, Policy::Interleaved],
         ty: OptionType::Bool,
         set: |s, v| {
             if let Value::Bool(b) = v {
@@ -273,6 +299,19 @@ pub static OPTIONS: &[OptionDef] = &[
         set: |s, v| {
             if let Value::Bool(b) = v {
                 s.launch_overhead = *b;
+            }
+        },
+    },
+    OptionDef {
+        name: "alltoall",
+        under: &[Policy::KernelByKernel],
+        ty: OptionType::OneOf(&["pairwise", "unordered"]),
+        set: |s, v| {
+            if let Value::Name(n) = v {
+                s.alltoall = match n.as_str() {
+                    "unordered" => AllToAll::Unordered,
+                    _ => AllToAll::Pairwise,
+                }
             }
         },
     },
@@ -386,6 +425,13 @@ impl PolicySpec {
                 crate::lower::Retile::Annotated
             },
             max_tasks,
+            dest_tiles: if self.policy == Policy::KernelByKernel && self.alltoall == AllToAll::Pairwise {
+                crate::lower::DestTiles::All
+            } else if self.ratr {
+                crate::lower::DestTiles::Ordered
+            } else {
+                crate::lower::DestTiles::None
+            },
         }
     }
 }

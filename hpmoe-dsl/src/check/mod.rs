@@ -357,6 +357,7 @@ impl<'a> Checker<'a> {
         }
         let policies = self.check_policies();
         self.check_schedules();
+        self.check_order_effects(&policies);
         self.finish_routes();
         self.check_hbm_fit();
         let device = self.device.clone()?;

@@ -280,6 +280,13 @@ otherwise have nothing to run it.";
 a range: `aiv_fraction` is above 0 and at most 1, `aiv_workers` is at least 0. `std::schedule`
 declares each policy's options with their defaults; the scheduler's table of what each option
 means must agree with it.";
+    OrderNoEffect = 1112, "order-no-effect", "an ordering hint that cannot change the order",
+"`order(ratr)` puts a communication call's tiles in rank-aware order: on each rank, the tiles
+to the rank itself first, then to the next rank, and so on, so that the ranks write to
+different destinations at once. It changes nothing when every tile goes to one destination
+(a device of one rank), or when the schedule turns the policy's `ratr` option off
+(`schedule = interleaved { ratr: false };`). This is a warning: remove the hint or the
+option.";
     // ---- limits: 12xx ----
     LimitExceeded = 1201, "limit-exceeded", "the program exceeds a size limit",
 "Inputs are bounded so that no program makes the tool run out of memory or time: nesting

@@ -26,6 +26,14 @@ pub struct RecvEntry {
     pub src_choice: u32,
 }
 
+/// Rows `lo..hi` of a window, all from source rank `src`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceSegment {
+    pub lo: u32,
+    pub hi: u32,
+    pub src: u32,
+}
+
 #[derive(Clone, Debug)]
 pub struct RouteLayout {
     pub routing: Routing,
@@ -151,6 +159,60 @@ impl RouteLayout {
     pub fn rank_of_expert(&self, e: usize) -> usize {
         e / self.local_experts()
     }
+    /// The (expert, source rank) segments of local expert `group`'s rows on `rank`, in row
+    /// order, empty ones left out. In the static layout a segment is its reserved `tokens`
+    /// rows, padding included.
+    pub fn source_segments(&self, rank: usize, group: usize) -> Vec<SourceSegment> {
+        let Some(off) = self.group_off.get(rank) else {
+            return Vec::new();
+        };
+        let (Some(&lo), Some(&hi)) = (off.get(group), off.get(group + 1)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if self.static_capacity {
+            let cap = self.segment_capacity();
+            if cap == 0 {
+                return out;
+            }
+            let mut a = lo;
+            let mut src = 0;
+            while a < hi {
+                let b = a.saturating_add(cap).min(hi);
+                out.push(SourceSegment { lo: a, hi: b, src });
+                a = b;
+                src += 1;
+            }
+            return out;
+        }
+        let rows = &self.recv[rank];
+        let mut a = lo;
+        while a < hi {
+            let src = rows[a as usize].src_rank;
+            let mut b = a + 1;
+            while b < hi && rows[b as usize].src_rank == src {
+                b += 1;
+            }
+            out.push(SourceSegment { lo: a, hi: b, src });
+            a = b;
+        }
+        out
+    }
+
+    /// The source rank of window row `row` of `rank` (in the static layout, of the segment
+    /// holding it, padding included); `None` past the window.
+    pub fn source_of_row(&self, rank: usize, row: u32) -> Option<u32> {
+        if row >= self.rows(rank) {
+            return None;
+        }
+        if self.static_capacity {
+            let g = self.group_of_row(rank, row);
+            let cap = self.segment_capacity().max(1);
+            return Some((row - self.group_off[rank][g]) / cap);
+        }
+        self.recv[rank].get(row as usize).map(|e| e.src_rank)
+    }
+
     /// Capacity reserved per (expert, source) segment in the static layout.
     pub fn segment_capacity(&self) -> u32 {
         self.routing.tokens as u32

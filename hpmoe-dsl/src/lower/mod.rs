@@ -13,7 +13,7 @@
 pub mod layout;
 pub mod regions;
 
-pub use layout::{RecvEntry, RouteLayout, SendEntry, NO_SOURCE};
+pub use layout::{RecvEntry, RouteLayout, SendEntry, SourceSegment, NO_SOURCE};
 pub use regions::{Access, Region, MAX_DIMS};
 
 use crate::diag::{Code, Diagnostic};
@@ -36,12 +36,26 @@ pub enum Retile {
     ExpertLevel { aic_cores: u32 },
 }
 
+/// Which communication calls that send received rows back (`put out @ r.src_rank(m)`) have
+/// their row chunks split where the source rank changes, so that each tile goes to one
+/// destination (what rank-aware order and a pairwise exchange need).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DestTiles {
+    /// None: a chunk may span several source ranks of its expert.
+    None,
+    /// The calls annotated `order(ratr)`.
+    Ordered,
+    /// Every such call (a collective run step by step).
+    All,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct LowerOptions {
     /// Pad every (expert, source rank) window segment to the worst case (`tokens` rows).
     pub static_capacity: bool,
     pub retile: Retile,
     pub max_tasks: u64,
+    pub dest_tiles: DestTiles,
 }
 
 impl Default for LowerOptions {
@@ -50,6 +64,7 @@ impl Default for LowerOptions {
             static_capacity: false,
             retile: Retile::Annotated,
             max_tasks: DEFAULT_MAX_TASKS,
+            dest_tiles: DestTiles::None,
         }
     }
 }
@@ -79,6 +94,8 @@ pub struct TileDim {
     /// When non-zero: split a fixed range into this many near-equal chunks aligned to 16
     /// (one per cube core), instead of chunks of `tile`.
     pub parts: u32,
+    /// For `Recv`: chunks also end where the rows' source rank changes (see [`DestTiles`]).
+    pub by_source: bool,
 }
 
 /// One chunk of a task dimension: `lo..hi` values (for `Send`, positions in the rank's send
@@ -298,7 +315,8 @@ pub fn layouts(program: &Program, static_capacity: bool) -> Result<Layouts, Diag
 
 /// The task dimensions of a call: the free variables of its statements by name, in order of
 /// first appearance; the (token, choice) pair of a sending put forms one `Send` dimension.
-fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
+fn task_dims(node: &ir::Node, opts: &LowerOptions, tf: &Taskflow) -> Vec<TileDim> {
+    let retile = opts.retile;
     let body = &node.body;
     let mut dims: Vec<TileDim> = Vec::new();
     let tile_of = |name: &str| node.tile.iter().find(|(n, _)| n == name).map_or(u64::MAX, |(_, s)| *s);
@@ -324,6 +342,7 @@ fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
                     },
                     tile: tile_of(t),
                     parts: 0,
+                    by_source: false,
                 });
             }
         }
@@ -354,6 +373,7 @@ fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
                 kind,
                 tile: tile_of(&var.name),
                 parts: 0,
+                by_source: false,
             });
         }
     }
@@ -392,7 +412,35 @@ fn task_dims(node: &ir::Node, retile: Retile, tf: &Taskflow) -> Vec<TileDim> {
             }
         }
     }
+    let split = match opts.dest_tiles {
+        DestTiles::None => false,
+        DestTiles::Ordered => node.order.iter().any(|o| o == "ratr"),
+        DestTiles::All => true,
+    };
+    if split && puts_to_sources(node) {
+        for d in &mut dims {
+            if matches!(d.kind, DimKind::Recv(_)) {
+                d.by_source = true;
+            }
+        }
+    }
     dims
+}
+
+/// Whether a call sends received rows back to their source ranks (`put out @ r.src_rank(m)`).
+pub fn puts_to_sources(node: &ir::Node) -> bool {
+    node.body.stmts.iter().any(|st| {
+        matches!(
+            &st.target,
+            Target::Put {
+                rank: ir::Index::Route {
+                    func: ir::RouteFn::SrcRank,
+                    ..
+                },
+                ..
+            }
+        )
+    })
 }
 
 /// How many chunks [`dim_chunks`] makes of one dimension on one rank (at most: a split into
@@ -409,6 +457,13 @@ fn dim_chunk_count(d: &TileDim, rank: usize, layouts: &[Option<RouteLayout>]) ->
             u128::from(d.parts).min(units.max(1)) as u64
         }
         DimKind::Range { lo, hi } => split(*lo, *hi),
+        DimKind::Recv(r) if d.by_source => layouts.get(r.0 as usize).and_then(|x| x.as_ref()).map_or(0, |l| {
+            (0..l.group_off[rank].len().saturating_sub(1)).fold(0u64, |a, g| {
+                l.source_segments(rank, g)
+                    .iter()
+                    .fold(a, |a, s| a.saturating_add(split(i64::from(s.lo), i64::from(s.hi))))
+            })
+        }),
         DimKind::Recv(r) => layouts.get(r.0 as usize).and_then(|x| x.as_ref()).map_or(0, |l| {
             l.group_off[rank]
                 .windows(2)
@@ -464,7 +519,13 @@ fn dim_chunks(d: &TileDim, rank: usize, layouts: &[Option<RouteLayout>]) -> Vec<
             if let Some(l) = layouts.get(r.0 as usize).and_then(|x| x.as_ref()) {
                 let off = &l.group_off[rank];
                 for g in 0..off.len() - 1 {
-                    split(off[g] as i64, off[g + 1] as i64, g as u32, &mut out);
+                    if d.by_source {
+                        for s in l.source_segments(rank, g) {
+                            split(i64::from(s.lo), i64::from(s.hi), g as u32, &mut out);
+                        }
+                    } else {
+                        split(off[g] as i64, off[g + 1] as i64, g as u32, &mut out);
+                    }
                 }
             }
         }
@@ -497,7 +558,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     let mut estimate: u64 = 0;
     let mut first_over: Option<(&ir::Node, u64)> = None;
     for node in &tf.nodes {
-        let dims = task_dims(node, opts.retile, tf);
+        let dims = task_dims(node, opts, tf);
         let mut node_est: u64 = 0;
         for r in 0..ranks {
             let mut tasks = 1u64;

@@ -91,7 +91,13 @@ fn counter_json(g: &TaskGraph, s: &Schedule, c: usize, by: &crate::lower::Csr, w
     json!({
         "id": c,
         "rank": s.counter_rank[c],
-        "kind": if (c as u32) < g.counters.len() as u32 { "dependency" } else { "barrier" },
+        "kind": if c < g.counters.len() {
+            "dependency"
+        } else if super::collective::step_counters(g, s).contains(&c) {
+            "step"
+        } else {
+            "barrier"
+        },
         "threshold": s.threshold[c],
         "signalled_by": by.row(c),
         "waited_by": waiters.row(c),
@@ -180,11 +186,15 @@ pub fn summary_text(program: &Program, tf: &Taskflow, g: &TaskGraph, s: Option<&
         let used = (0..s.queues.len()).filter(|&c| !s.queues.row(c).is_empty()).count();
         let _ = writeln!(
             out,
-            "schedule {}: {} non-empty core queues, {} counters ({} kernel barriers)",
+            "schedule {}: {} non-empty core queues, {} counters ({} kernel barriers{})",
             s.policy.policy.name(),
             used,
             s.threshold.len(),
-            s.barriers
+            s.barriers,
+            match super::collective::step_counters(g, s).len() {
+                0 => String::new(),
+                n => format!(", {n} AllToAll step counters"),
+            }
         );
         if s.estimate > 0.0 {
             let _ = writeln!(out, "  list-scheduling estimate: {:.1} us", s.estimate * 1e6);

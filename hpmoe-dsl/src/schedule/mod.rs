@@ -12,17 +12,21 @@
 //! each source rank starts at a different destination) and the interleaving of independent
 //! backward GMM branches on the cube queues.
 
+pub mod collective;
 pub mod cost;
 mod export;
+
+use collective::ratr_step;
+pub use collective::send_dest;
 
 pub use export::{schedule_json, summary_text, tasks_json, write_schedule_json, write_tasks_json};
 
 use crate::ir::{Engine, Program, Taskflow};
-use crate::lower::{Csr, DimKind, TaskGraph, NO_COUNTER};
+use crate::lower::{Csr, TaskGraph, NO_COUNTER};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-pub use crate::policy::{Policy, PolicySpec, Priority};
+pub use crate::policy::{AllToAll, Policy, PolicySpec, Priority};
 
 /// A static schedule.
 #[derive(Clone, Debug)]
@@ -34,8 +38,9 @@ pub struct Schedule {
     pub core: Vec<u32>,
     /// Per core: its tasks in execution order.
     pub queues: Csr,
-    /// Counters: those of the task graph, then the kernel barriers of `kernel_by_kernel`.
-    /// Per task, the counters it waits on and those it signals.
+    /// Counters: those of the task graph, then the step counters of `kernel_by_kernel`'s
+    /// pairwise AllToAll ([`collective::step_counters`]), then the kernel barriers of
+    /// `kernel_by_kernel`. Per task, the counters it waits on and those it signals.
     pub waits: Csr,
     pub signals: Csr,
     /// Per counter: the number of signals it waits for (derived from `signals`).
@@ -45,7 +50,7 @@ pub struct Schedule {
     /// Per task: the kernel it belongs to (`kernel_by_kernel`: its op call, for launch
     /// overheads), or `u32::MAX`.
     pub kernel: Vec<u32>,
-    /// Counters that are kernel barriers (ids `graph counters..`).
+    /// Counters that are kernel barriers (the last ones).
     pub barriers: u32,
     /// The estimate the list scheduler reached (seconds; 0 for static policies).
     pub estimate: f64,
@@ -131,26 +136,6 @@ fn critical_path(g: &TaskGraph, order: &[u32], dur: &[f64]) -> Vec<f64> {
         }
     }
     cp
-}
-
-/// For a task of a sending communication call: its destination rank.
-pub fn send_dest(g: &TaskGraph, t: usize) -> Option<u32> {
-    let nt = &g.nodes[g.node[t] as usize];
-    let d = nt.dims.iter().position(|d| matches!(d.kind, DimKind::Send { .. }))?;
-    let DimKind::Send { route, .. } = nt.dims[d].kind else {
-        return None;
-    };
-    let l = g.layouts.get(route.0 as usize)?.as_ref()?;
-    let chunk = g.chunks(t)[d];
-    Some(l.rank_of_expert(chunk.group as usize) as u32)
-}
-
-/// The rank-aware step of a communication task: `(dest - src) mod ranks` (0 for others).
-fn ratr_step(g: &TaskGraph, t: usize) -> u32 {
-    match send_dest(g, t) {
-        Some(d) => (d + g.ranks - g.rank[t]) % g.ranks,
-        None => 0,
-    }
 }
 
 /// Whether the op call writes through communication.
@@ -303,7 +288,7 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
                             let nt = &g.nodes[ni];
                             let base = nt.base[r as usize];
                             let mut ts: Vec<u32> = (base..base + nt.per_rank[r as usize].count).collect();
-                            if spec.ratr && is_comm(tf, ni) {
+                            if collective::by_step(spec, tf, ni) {
                                 ts.sort_by_key(|&t| (ratr_step(g, t as usize), t));
                             }
                             per_node.push(ts);
@@ -351,8 +336,9 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
         }
         Csr { off, idx }
     };
-    // Counters: the graph's, then (kernel by kernel) one barrier per (kernel, rank): kernel k
-    // on rank r waits until kernel k-1 finished on rank r, or on every rank when either is a
+    // Counters: the graph's, then (kernel by kernel, pairwise AllToAll) the step counters of
+    // its collectives, then (kernel by kernel) one barrier per (kernel, rank): kernel k on
+    // rank r waits until kernel k-1 finished on rank r, or on every rank when either is a
     // collective (communication).
     let gc = g.counters.len() as u32;
     let mut wait_pairs: Vec<(u32, u32)> = Vec::with_capacity(n);
@@ -366,6 +352,13 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
             signal_pairs.push((t as u32, c));
         }
     }
+    // Then the steps of a pairwise AllToAll (see `collective`).
+    let steps = if collective::pairwise(spec) {
+        collective::pairwise_steps(tf, g, gc, &mut wait_pairs, &mut signal_pairs, &mut counter_rank)
+    } else {
+        0
+    };
+    let gc = gc + steps;
     let mut barriers = 0;
     if spec.policy == Policy::KernelByKernel {
         let nodes = tf.nodes.len();

@@ -288,6 +288,7 @@ fn options(s: &Schedule, aiv_used: u32) -> Vec<(String, String)> {
     o.push(("aiv_cores_used".into(), aiv_used.to_string()));
     if p.policy == hpmoe_dsl::schedule::Policy::KernelByKernel {
         o.push(("launch_overhead".into(), p.launch_overhead.to_string()));
+        o.push(("alltoall".into(), p.alltoall.name().into()));
     }
     o
 }

@@ -95,4 +95,58 @@ impl Checker<'_> {
             });
         }
     }
+
+    /// Warns about every `order(ratr)` that cannot change anything: on a device of one rank
+    /// (every tile goes to one destination), or under a schedule whose `ratr` is off.
+    pub(in crate::check) fn check_order_effects(&mut self, policies: &[ir::PolicyDecl]) {
+        let ranks = self.device.as_ref().map(|d| d.ranks());
+        let mut warnings = Vec::new();
+        for tf in &self.taskflows {
+            let sched = self
+                .schedules
+                .iter()
+                .find(|s| s.taskflow.as_deref() == Some(tf.name.as_str()))
+                .or_else(|| self.schedules.iter().find(|s| s.taskflow.is_none()));
+            let ratr_off = sched.and_then(|s| {
+                let v = s.options.get("ratr").or_else(|| {
+                    policies
+                        .iter()
+                        .find(|p| p.name == s.policy)
+                        .and_then(|p| p.defaults.iter().find(|(n, _)| n == "ratr").map(|(_, v)| v))
+                });
+                matches!(v, Some(ir::Value::Bool(false))).then_some(s)
+            });
+            for node in tf.nodes.iter().filter(|n| n.order.iter().any(|o| o == "ratr")) {
+                if ranks == Some(1) {
+                    warnings.push(
+                        Diagnostic::warning(
+                            Code::OrderNoEffect,
+                            format!(
+                                "`order(ratr)` on `{}` has no effect: the device has one rank",
+                                node.name
+                            ),
+                        )
+                        .primary(node.span, "every tile goes to one destination")
+                        .help("remove the hint, or run on more ranks"),
+                    );
+                } else if let Some(s) = ratr_off {
+                    warnings.push(
+                        Diagnostic::warning(
+                            Code::OrderNoEffect,
+                            format!(
+                                "`order(ratr)` on `{}` has no effect: the schedule of `{}` turns `ratr` off",
+                                node.name, tf.name
+                            ),
+                        )
+                        .primary(node.span, "not reordered")
+                        .secondary(s.span, "`ratr: false` here")
+                        .help("remove the hint, or the `ratr: false` option"),
+                    );
+                }
+            }
+        }
+        for w in warnings {
+            self.err(w);
+        }
+    }
 }

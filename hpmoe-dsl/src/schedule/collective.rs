@@ -1,0 +1,139 @@
+//! The order of communication tasks: each task's destination rank, rank-aware order
+//! (`order(ratr)`), and `kernel_by_kernel`'s communication calls run as a collective library
+//! runs an AllToAllV.
+//!
+//! Rank-aware order: a sending task of rank `i` to rank `d` has step `(d - i) mod ranks`; a
+//! call's tasks on a rank run by step, so rank `i` starts with its own rows, then rank `i+1`,
+//! and at any moment the ranks write to different destinations instead of all to rank 0.
+//! The destination of a task is that of its chunk: a put through `r.rank(t, j)` is chunked
+//! per destination expert, a put back through `r.src_rank(m)` per local expert and, when
+//! ordered, also where the rows' source rank changes (`lower::DestTiles`), so every task of
+//! an ordered call has one destination.
+//!
+//! The pairwise AllToAllV (HCCL's `Pairwise` algorithm for AlltoAll/AlltoAllV, hicann/hccl
+//! `docs/coll_algo_intro`): `ranks - 1` steps after the local copy (step 0); at step `k` rank
+//! `i` sends to `i + k` and receives from `i - k`, so no port feeds many peers at once; its
+//! cost is `(p - 1) alpha + beta * sum_k max_i n(i, i + k)`: each step waits for the
+//! previous one. Here a step's tasks on rank `i` wait on one counter signalled by rank `i`'s
+//! tasks of its last earlier non-empty step (its own sends are done) and by the tasks of
+//! rank `i - (k - 1)` that sent to `i` at step `k - 1` (the rows it receives are in). A
+//! remote signal arrives after the link latency, so each step costs at least one latency.
+
+use super::Schedule;
+use crate::ir::Taskflow;
+use crate::lower::{DimKind, TaskGraph};
+use crate::policy::{AllToAll, Policy, PolicySpec};
+
+/// The destination rank of a communication task: for a put through `r.rank(t, j)` the rank
+/// of its chunk's destination expert; for a put back through `r.src_rank(m)` whose chunks
+/// end at source changes, the source rank of its rows. `None` for other tasks (and for a
+/// put back whose chunks may span several source ranks).
+pub fn send_dest(g: &TaskGraph, t: usize) -> Option<u32> {
+    let nt = &g.nodes[*g.node.get(t)? as usize];
+    let chunks = g.chunks(t);
+    for (d, dim) in nt.dims.iter().enumerate() {
+        match &dim.kind {
+            DimKind::Send { route, .. } => {
+                let l = g.layouts.get(route.0 as usize)?.as_ref()?;
+                return Some(l.rank_of_expert(chunks.get(d)?.group as usize) as u32);
+            }
+            DimKind::Recv(route) if dim.by_source => {
+                let l = g.layouts.get(route.0 as usize)?.as_ref()?;
+                let c = chunks.get(d)?;
+                return l.source_of_row(g.rank[t] as usize, u32::try_from(c.lo).ok()?);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The rank-aware step of a communication task: `(dest - src) mod ranks` (0 for others).
+pub fn ratr_step(g: &TaskGraph, t: usize) -> u32 {
+    match send_dest(g, t) {
+        Some(d) => (d + g.ranks - g.rank[t] % g.ranks) % g.ranks,
+        None => 0,
+    }
+}
+
+/// Whether a call's tasks on a rank run by rank-aware step under `expert_level` and
+/// `kernel_by_kernel`: a communication call annotated `order(ratr)` when the policy's `ratr`
+/// is on, and under `kernel_by_kernel` with the pairwise AllToAll every communication call.
+pub fn by_step(spec: &PolicySpec, tf: &Taskflow, node: usize) -> bool {
+    if !super::is_comm(tf, node) {
+        return false;
+    }
+    if pairwise(spec) {
+        return true;
+    }
+    spec.ratr && tf.nodes[node].order.iter().any(|o| o == "ratr")
+}
+
+/// Whether the policy runs communication calls as a pairwise AllToAllV.
+pub fn pairwise(spec: &PolicySpec) -> bool {
+    spec.policy == Policy::KernelByKernel && spec.alltoall == AllToAll::Pairwise
+}
+
+/// The step counters of the pairwise AllToAllV of every communication call (see the module
+/// doc), numbered from `first`: per (call, rank, step > 0) with something to wait for, the
+/// tasks of the step wait on it (pushed to `waits`) and the tasks it waits for signal it
+/// (pushed to `signals`); the rank holding each goes to `counter_rank`. Returns how many
+/// were made.
+pub(super) fn pairwise_steps(
+    tf: &Taskflow,
+    g: &TaskGraph,
+    first: u32,
+    waits: &mut Vec<(u32, u32)>,
+    signals: &mut Vec<(u32, u32)>,
+    counter_rank: &mut Vec<u32>,
+) -> u32 {
+    let p = g.ranks as usize;
+    let mut made = 0u32;
+    for (ni, nt) in g.nodes.iter().enumerate() {
+        if !super::is_comm(tf, ni) {
+            continue;
+        }
+        // by_step[rank][step]: the call's tasks of that rank sending at that step.
+        let mut by: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); p]; p];
+        for r in 0..p {
+            let base = nt.base[r];
+            for t in base..base + nt.per_rank[r].count {
+                let k = ratr_step(g, t as usize) as usize;
+                by[r][k].push(t);
+            }
+        }
+        for i in 0..p {
+            let mut own_last: Option<usize> = None;
+            for k in 0..p {
+                if k > 0 {
+                    let from = (i + p - (k - 1)) % p;
+                    let mut sig: Vec<u32> = own_last.map(|s| by[i][s].clone()).unwrap_or_default();
+                    if from != i || own_last != Some(k - 1) {
+                        sig.extend_from_slice(&by[from][k - 1]);
+                    }
+                    if !by[i][k].is_empty() && !sig.is_empty() {
+                        let c = first + made;
+                        made += 1;
+                        counter_rank.push(i as u32);
+                        for &t in &by[i][k] {
+                            waits.push((t, c));
+                        }
+                        for &t in &sig {
+                            signals.push((t, c));
+                        }
+                    }
+                }
+                if !by[i][k].is_empty() {
+                    own_last = Some(k);
+                }
+            }
+        }
+    }
+    made
+}
+
+/// The step counters of a schedule: ids `graph counters..` up to the kernel barriers.
+pub fn step_counters(g: &TaskGraph, s: &Schedule) -> std::ops::Range<usize> {
+    let gc = g.counters.len();
+    gc..s.threshold.len().saturating_sub(s.barriers as usize).max(gc)
+}
