@@ -70,6 +70,7 @@ impl Policy {
             aiv_fraction: 1.0,
             // Every strategy launches its kernels; only the baseline can leave it out.
             launch_overhead: true,
+            candidates: false,
         }
     }
 }
@@ -83,6 +84,10 @@ pub enum Priority {
     Fifo,
     /// Op-call order, then tile order.
     OpOrder,
+    /// Tile-interleaved: every call's tiles by their position within the call on their rank
+    /// (the k-th of n tiles of a call at k/n), producer calls first at equal positions, so a
+    /// consumer tile runs soon after its producer and its input is still in L2.
+    Wavefront,
 }
 
 impl Priority {
@@ -92,6 +97,7 @@ impl Priority {
             Priority::CriticalPath => "critical_path",
             Priority::Fifo => "fifo",
             Priority::OpOrder => "op_order",
+            Priority::Wavefront => "wavefront",
         }
     }
 }
@@ -113,6 +119,9 @@ pub struct PolicySpec {
     pub aiv_fraction: f64,
     /// Charge a kernel launch per kernel.
     pub launch_overhead: bool,
+    /// Simulate candidate schedules of the same task graph and keep the fastest (the
+    /// selection runs in the simulator's pipeline, `hpmoe_sim::pipeline::compile`).
+    pub candidates: bool,
 }
 
 /// The type of an option's values, with the range the scheduler accepts.
@@ -201,12 +210,13 @@ pub static OPTIONS: &[OptionDef] = &[
     OptionDef {
         name: "priority",
         under: &[Policy::Interleaved],
-        ty: OptionType::OneOf(&["critical_path", "fifo", "op_order"]),
+        ty: OptionType::OneOf(&["critical_path", "fifo", "op_order", "wavefront"]),
         set: |s, v| {
             if let Value::Name(n) = v {
                 s.priority = match n.as_str() {
                     "fifo" => Priority::Fifo,
                     "op_order" => Priority::OpOrder,
+                    "wavefront" => Priority::Wavefront,
                     _ => Priority::CriticalPath,
                 }
             }
@@ -263,6 +273,16 @@ pub static OPTIONS: &[OptionDef] = &[
         set: |s, v| {
             if let Some(f) = v.as_f64() {
                 s.aiv_fraction = f;
+            }
+        },
+    },
+    OptionDef {
+        name: "candidates",
+        under: &[Policy::Interleaved],
+        ty: OptionType::Bool,
+        set: |s, v| {
+            if let Value::Bool(b) = v {
+                s.candidates = *b;
             }
         },
     },
