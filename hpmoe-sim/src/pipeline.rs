@@ -19,7 +19,10 @@
 //! expert-level order with all and half of the vector cores, the kernel-by-kernel order
 //! without and with its barriers) is verified (unless verification is off), simulated, and
 //! kept if its latency is strictly lower than the best so far (the policy's own schedule
-//! first; ties keep the earlier). The choice is deterministic (the simulator is), and the
+//! first; ties keep the earlier). Last come the taskflow lowered and scheduled as
+//! `expert_level` does it (its cube tiling of the GMMs and its order; with the program's
+//! capacity mode for that policy, then the other), which replace graph and schedule when
+//! faster: `interleaved` is then never slower than `expert_level` or `kernel_by_kernel`. The choice is deterministic (the simulator is), and the
 //! result is never slower than any candidate; the report names it (`schedule` option).
 
 use crate::model::DeviceModel;
@@ -82,9 +85,46 @@ pub fn compile(
 ) -> Result<Compiled, Vec<Diagnostic>> {
     let mut c = checked.compile_timed(tf, spec, opts, clock)?;
     if choose(checked.program(), tf, &mut c, opts.verify) > 0 {
+        other_tilings(checked, tf, &mut c, opts);
         clock.lap("candidates");
     }
     Ok(c)
+}
+
+/// The last candidates: the taskflow compiled as `expert_level` compiles it (its GMM tiling
+/// for the cube cores, its order), with the capacity mode the program gives that policy and
+/// with the other; one that is faster replaces `c` (graph and schedule), its schedule
+/// relabelled `interleaved` (with the capacity it used).
+fn other_tilings(checked: &Checked, tf: &Taskflow, c: &mut Compiled, opts: &CompileOptions) {
+    let program = checked.program();
+    let spec = c.schedule.policy.clone();
+    let Ok(model) = DeviceModel::new(&program.device) else {
+        return;
+    };
+    let mut best = latency(program, tf, c, &c.schedule, &model).unwrap_or(f64::INFINITY);
+    let declared = checked.select_policy(&tf.name, Some(hpmoe_dsl::policy::Policy::ExpertLevel));
+    for static_capacity in [declared.static_capacity, !declared.static_capacity] {
+        let mut el = declared.clone();
+        el.static_capacity = static_capacity;
+        let Ok(mut other) = checked.compile(tf, &el, opts) else {
+            continue;
+        };
+        if let Some(l) = latency(program, tf, &other, &other.schedule, &model) {
+            if l < best {
+                best = l;
+                other.schedule.policy = PolicySpec {
+                    static_capacity,
+                    ..spec.clone()
+                };
+                other.schedule.origin = if static_capacity {
+                    "expert-level tiling and order (static capacity)"
+                } else {
+                    "expert-level tiling and order"
+                };
+                *c = other;
+            }
+        }
+    }
 }
 
 /// The simulated latency of a schedule of `c`'s graph (`None` if it stalls).

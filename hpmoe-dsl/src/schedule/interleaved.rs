@@ -3,10 +3,10 @@
 //!
 //! List scheduling: tasks become ready when every producer is placed; the ready task with the
 //! highest priority (user priority first, then the policy's key) is placed on a core of its
-//! engine and rank: the one whose estimated free time is the latest not after the task is
-//! ready (best fit: a core that is free earlier stays free for a task that is ready
-//! earlier), else the earliest free one. Each core's queue then runs in order of estimated
-//! start. Keys (`Priority`):
+//! engine and rank: the earliest free one; with `wavefront`, the one whose estimated free
+//! time is the latest not after the task is ready (best fit: a core that is free earlier
+//! stays free for a task that is ready earlier), else the earliest free one. Each core's
+//! queue then runs in order of estimated start. Keys (`Priority`):
 //!
 //! - `critical_path`: the longest estimated path to the end of the graph;
 //! - `fifo`: topological position; `op_order`: call, then tile;
@@ -126,17 +126,19 @@ pub(super) fn place(
         pools.push((0..aiv_used).map(|c| (0u64, r * cpr + aic + c)).collect());
     }
     let to_ps = |x: f64| (x * 1e12) as u64;
+    let best_fit = spec.priority == Priority::Wavefront;
     let mut estimate = 0u64;
     while let Some(Reverse((_, _, t))) = ready.pop() {
         let tu = t as usize;
         let e = tf.nodes[g.node[tu] as usize].engine;
         let pool = &mut pools[g.rank[tu] as usize * 2 + if e == Engine::Aic { 0 } else { 1 }];
         let at = ready_at[tu];
-        let pick = pool
-            .range(..=(at, u32::MAX))
-            .next_back()
-            .copied()
-            .or_else(|| pool.first().copied());
+        let fit = if best_fit {
+            pool.range(..=(at, u32::MAX)).next_back().copied()
+        } else {
+            None
+        };
+        let pick = fit.or_else(|| pool.first().copied());
         let Some((free, c)) = pick else { continue };
         pool.remove(&(free, c));
         let s = free.max(at);
