@@ -72,6 +72,7 @@ impl Policy {
             launch_overhead: true,
             // Only the baseline runs communication as a collective.
             alltoall: AllToAll::Unordered,
+            candidates: false,
         }
     }
 }
@@ -85,6 +86,10 @@ pub enum Priority {
     Fifo,
     /// Op-call order, then tile order.
     OpOrder,
+    /// Tile-interleaved: every call's tiles by their position within the call on their rank
+    /// (the k-th of n tiles of a call at k/n), producer calls first at equal positions, so a
+    /// consumer tile runs soon after its producer and its input is still in L2.
+    Wavefront,
 }
 
 impl Priority {
@@ -94,6 +99,7 @@ impl Priority {
             Priority::CriticalPath => "critical_path",
             Priority::Fifo => "fifo",
             Priority::OpOrder => "op_order",
+            Priority::Wavefront => "wavefront",
         }
     }
 }
@@ -139,6 +145,9 @@ pub struct PolicySpec {
     pub launch_overhead: bool,
     /// The collective algorithm of `kernel_by_kernel`'s communication calls.
     pub alltoall: AllToAll,
+    /// Simulate candidate schedules of the same task graph and keep the fastest (the
+    /// selection runs in the simulator's pipeline, `hpmoe_sim::pipeline::compile`).
+    pub candidates: bool,
 }
 
 /// The type of an option's values, with the range the scheduler accepts.
@@ -227,12 +236,13 @@ pub static OPTIONS: &[OptionDef] = &[
     OptionDef {
         name: "priority",
         under: &[Policy::Interleaved],
-        ty: OptionType::OneOf(&["critical_path", "fifo", "op_order"]),
+        ty: OptionType::OneOf(&["critical_path", "fifo", "op_order", "wavefront"]),
         set: |s, v| {
             if let Value::Name(n) = v {
                 s.priority = match n.as_str() {
                     "fifo" => Priority::Fifo,
                     "op_order" => Priority::OpOrder,
+                    "wavefront" => Priority::Wavefront,
                     _ => Priority::CriticalPath,
                 }
             }
@@ -289,6 +299,16 @@ pub static OPTIONS: &[OptionDef] = &[
         set: |s, v| {
             if let Some(f) = v.as_f64() {
                 s.aiv_fraction = f;
+            }
+        },
+    },
+    OptionDef {
+        name: "candidates",
+        under: &[Policy::Interleaved],
+        ty: OptionType::Bool,
+        set: |s, v| {
+            if let Value::Bool(b) = v {
+                s.candidates = *b;
             }
         },
     },

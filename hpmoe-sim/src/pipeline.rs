@@ -8,16 +8,30 @@
 //!
 //! Stages, each timed on the caller's clock: `lower`, `verify graph`, `schedule`,
 //! `verify schedule` (the compiler driver), then `prepare` (device model and workload),
-//! `simulate` and `report`. The command line, the REPL and the sweep run a taskflow through
-//! here or through [`crate::sim::simulate_compiled`] (prepare + simulate of a taskflow they
-//! compiled and cached themselves).
+//! `simulate` and `report`. The command line, the REPL and the sweep compile through
+//! [`compile`] (the compiler driver, then the choice among candidate schedules below) and run
+//! a taskflow through here or through [`crate::sim::simulate_compiled`] (prepare + simulate
+//! of a taskflow they compiled and cached themselves).
+//!
+//! Candidate schedules: the `interleaved` policy with `candidates: true` (its default) is
+//! compiled as usual, then every candidate of its task graph
+//! ([`hpmoe_dsl::schedule::candidate`]: the list schedules with the other priorities, the
+//! expert-level order with all and half of the vector cores, the kernel-by-kernel order
+//! without and with its barriers) is verified (unless verification is off), simulated, and
+//! kept if its latency is strictly lower than the best so far (the policy's own schedule
+//! first; ties keep the earlier). Last come the taskflow lowered and scheduled as
+//! `expert_level` does it (its cube tiling of the GMMs and its order; with the program's
+//! capacity mode for that policy, then the other), which replace graph and schedule when
+//! faster: `interleaved` is then never slower than `expert_level` or `kernel_by_kernel`. The choice is deterministic (the simulator is), and the
+//! result is never slower than any candidate; the report names it (`schedule` option).
 
 use crate::model::DeviceModel;
 use crate::report::Report;
 use crate::sim::{self, SimOptions, Simulated, Workload};
 use hpmoe_dsl::driver::{Checked, CompileOptions, Compiled};
+use hpmoe_dsl::ir::Program;
 use hpmoe_dsl::ir::Taskflow;
-use hpmoe_dsl::schedule::PolicySpec;
+use hpmoe_dsl::schedule::{PolicySpec, Schedule, CANDIDATES};
 use hpmoe_dsl::timing::Clock;
 use hpmoe_dsl::{Code, Diagnostic};
 
@@ -39,7 +53,7 @@ pub fn run(
     clock: &mut Clock,
 ) -> Result<Ran, Vec<Diagnostic>> {
     let program = checked.program();
-    let c = checked.compile_timed(tf, spec, compile, clock)?;
+    let c = self::compile(checked, tf, spec, compile, clock)?;
     let model = DeviceModel::new(&program.device).map_err(|msg| vec![Diagnostic::error(Code::BadOverride, msg)])?;
     let workload = Workload::new(program, tf, &c.graph, &c.schedule, &model);
     clock.lap("prepare");
@@ -57,4 +71,96 @@ pub fn run(
         },
         report,
     })
+}
+
+/// Compiles a taskflow ([`Checked::compile_timed`]), then, for `interleaved` with
+/// `candidates`, keeps the fastest of its candidate schedules (see the module doc; timed as
+/// `candidates`).
+pub fn compile(
+    checked: &Checked,
+    tf: &Taskflow,
+    spec: &PolicySpec,
+    opts: &CompileOptions,
+    clock: &mut Clock,
+) -> Result<Compiled, Vec<Diagnostic>> {
+    let mut c = checked.compile_timed(tf, spec, opts, clock)?;
+    if choose(checked.program(), tf, &mut c, opts.verify) > 0 {
+        other_tilings(checked, tf, &mut c, opts);
+        clock.lap("candidates");
+    }
+    Ok(c)
+}
+
+/// The last candidates: the taskflow compiled as `expert_level` compiles it (its GMM tiling
+/// for the cube cores, its order), with the capacity mode the program gives that policy and
+/// with the other; one that is faster replaces `c` (graph and schedule), its schedule
+/// relabelled `interleaved` (with the capacity it used).
+fn other_tilings(checked: &Checked, tf: &Taskflow, c: &mut Compiled, opts: &CompileOptions) {
+    let program = checked.program();
+    let spec = c.schedule.policy.clone();
+    let Ok(model) = DeviceModel::new(&program.device) else {
+        return;
+    };
+    let mut best = latency(program, tf, c, &c.schedule, &model).unwrap_or(f64::INFINITY);
+    let declared = checked.select_policy(&tf.name, Some(hpmoe_dsl::policy::Policy::ExpertLevel));
+    for static_capacity in [declared.static_capacity, !declared.static_capacity] {
+        let mut el = declared.clone();
+        el.static_capacity = static_capacity;
+        let Ok(mut other) = checked.compile(tf, &el, opts) else {
+            continue;
+        };
+        if let Some(l) = latency(program, tf, &other, &other.schedule, &model) {
+            if l < best {
+                best = l;
+                other.schedule.policy = PolicySpec {
+                    static_capacity,
+                    ..spec.clone()
+                };
+                other.schedule.origin = if static_capacity {
+                    "expert-level tiling and order (static capacity)"
+                } else {
+                    "expert-level tiling and order"
+                };
+                *c = other;
+            }
+        }
+    }
+}
+
+/// The simulated latency of a schedule of `c`'s graph (`None` if it stalls).
+fn latency(program: &Program, tf: &Taskflow, c: &Compiled, s: &Schedule, model: &DeviceModel) -> Option<f64> {
+    let w = Workload::new(program, tf, &c.graph, s, model);
+    sim::simulate(&w, s, model, SimOptions::default())
+        .ok()
+        .map(|r| r.makespan)
+}
+
+/// Replaces `c.schedule` by the fastest of the candidates of its policy (none unless the
+/// policy is `interleaved` with `candidates`); returns how many candidates were simulated.
+pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) -> usize {
+    let spec = c.schedule.policy.clone();
+    if spec.policy != hpmoe_dsl::policy::Policy::Interleaved || !spec.candidates {
+        return 0;
+    }
+    let Ok(model) = DeviceModel::new(&program.device) else {
+        return 0;
+    };
+    let mut best = latency(program, tf, c, &c.schedule, &model).unwrap_or(f64::INFINITY);
+    let mut tried = 0;
+    for k in 0..CANDIDATES {
+        let Some((s, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, &spec, k) else {
+            continue;
+        };
+        if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &s).is_empty() {
+            continue;
+        }
+        tried += 1;
+        if let Some(l) = latency(program, tf, c, &s, &model) {
+            if l < best {
+                best = l;
+                c.schedule = s;
+            }
+        }
+    }
+    tried
 }

@@ -7,14 +7,18 @@
 //! engine, a barrier at the end of each kernel, dispatch and combine as collectives with a
 //! cross-rank barrier), `expert_level` (the reference runtime: static queues filled
 //! round-robin, per-expert pipelining from the dependencies, half the vector cores),
-//! `interleaved` (tile-level list scheduling by priority onto the core that can start a task
-//! earliest, all vector cores). Transforms: `ratr` (rank-aware reordering of communication:
+//! `interleaved` (tile-level list scheduling by priority, all vector cores; see
+//! `interleaved.rs`, which also builds the candidate schedules the simulator compares with
+//! it). Transforms: `ratr` (rank-aware reordering of communication:
 //! each source rank starts at a different destination) and the interleaving of independent
 //! backward GMM branches on the cube queues.
 
 pub mod collective;
 pub mod cost;
 mod export;
+mod interleaved;
+
+pub use interleaved::{candidate, CANDIDATES};
 
 use collective::ratr_step;
 pub use collective::send_dest;
@@ -24,7 +28,7 @@ pub use export::{schedule_json, summary_text, tasks_json, write_schedule_json, w
 use crate::ir::{Engine, Program, Taskflow};
 use crate::lower::{Csr, TaskGraph, NO_COUNTER};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 
 pub use crate::policy::{AllToAll, Policy, PolicySpec, Priority};
 
@@ -54,6 +58,9 @@ pub struct Schedule {
     pub barriers: u32,
     /// The estimate the list scheduler reached (seconds; 0 for static policies).
     pub estimate: f64,
+    /// How the queues were built: `"policy"` for the policy's own scheduler, else the name of
+    /// the `interleaved` candidate chosen (see [`candidate`]).
+    pub origin: &'static str,
 }
 
 impl Schedule {
@@ -164,111 +171,8 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
     // The order in which each (rank, engine) pool receives its tasks.
     match spec.policy {
         Policy::Interleaved => {
-            let cp = critical_path(g, &order, &dur);
-            let topo_pos = {
-                let mut p = vec![0u32; n];
-                for (i, &t) in order.iter().enumerate() {
-                    p[t as usize] = i as u32;
-                }
-                p
-            };
-            // Communication calls with `order(ratr)` order their tasks by rotated
-            // destination first (all at the call's highest priority on that rank).
-            let mut node_cp: BTreeMap<(u32, u32), f64> = BTreeMap::new();
-            for t in 0..n {
-                let k = (g.node[t], g.rank[t]);
-                let e = node_cp.entry(k).or_insert(0.0);
-                *e = e.max(cp[t]);
-            }
-            let ratr_node: Vec<bool> = (0..tf.nodes.len())
-                .map(|i| spec.ratr && is_comm(tf, i) && tf.nodes[i].order.iter().any(|o| o == "ratr"))
-                .collect();
-            let keyed: Vec<(u64, u64, u32, u32)> = (0..n as u32)
-                .map(|t| {
-                    let tu = t as usize;
-                    let node = g.node[tu] as usize;
-                    let prio = tf.nodes[node].priority;
-                    let (main, step) = if ratr_node[node] {
-                        (node_cp[&(g.node[tu], g.rank[tu])], ratr_step(g, tu))
-                    } else {
-                        (cp[tu], 0)
-                    };
-                    let k0 = match spec.priority {
-                        Priority::CriticalPath => u64::MAX - (main * 1e12) as u64,
-                        Priority::Fifo => topo_pos[tu] as u64,
-                        Priority::OpOrder => node as u64,
-                    };
-                    // User priorities come first: higher runs earlier.
-                    let up = (i64::MAX as i128 - prio as i128) as u64;
-                    (up, k0, step, topo_pos[tu])
-                })
-                .collect();
-            // The priority order must respect dependencies: critical path strictly
-            // decreases along edges (durations are positive); for fifo and op order the
-            // topological position decides.
-            let mut idx: Vec<u32> = (0..n as u32).collect();
-            idx.sort_by_key(|&t| {
-                let k = keyed[t as usize];
-                (k.1, k.2, k.3)
-            });
-            // Respect dependencies strictly: place in an order that is both by priority and
-            // topological (a ready-list by priority).
-            let mut rank_of = vec![0u32; n];
-            for (i, &t) in idx.iter().enumerate() {
-                rank_of[t as usize] = i as u32;
-            }
-            let mut remaining: Vec<u32> = (0..g.counters.len()).map(|c| g.counters.row(c).len() as u32).collect();
-            let mut ready: BinaryHeap<Reverse<(u64, u32, u32)>> = BinaryHeap::new();
-            for t in 0..n {
-                if g.wait[t] == NO_COUNTER {
-                    ready.push(Reverse((keyed[t].0, rank_of[t], t as u32)));
-                }
-            }
-            let mut ready_at = vec![0.0f64; n];
-            let mut finish = vec![0.0f64; n];
-            // Per (rank, engine): a heap of (free time, core).
-            let mut pools: Vec<BinaryHeap<Reverse<(u64, u32)>>> = Vec::with_capacity(g.ranks as usize * 2);
-            for r in 0..g.ranks {
-                pools.push((0..aic).map(|c| Reverse((0u64, r * cpr + c))).collect());
-                pools.push((0..aiv_used).map(|c| Reverse((0u64, r * cpr + aic + c))).collect());
-            }
-            let to_ps = |x: f64| (x * 1e12) as u64;
-            while let Some(Reverse((_, _, t))) = ready.pop() {
-                let tu = t as usize;
-                let e = tf.nodes[g.node[tu] as usize].engine;
-                let pool = &mut pools[g.rank[tu] as usize * 2 + if e == Engine::Aic { 0 } else { 1 }];
-                let Some(Reverse((free, c))) = pool.pop() else { continue };
-                let start = (free as f64 / 1e12).max(ready_at[tu]);
-                let end = start + dur[tu];
-                finish[tu] = end;
-                estimate = f64::max(estimate, end);
-                pool.push(Reverse((to_ps(end), c)));
-                core[tu] = c;
-                per_core[c as usize].push(t);
-                for &cn in g.signals.row(tu) {
-                    remaining[cn as usize] -= 1;
-                    let last = remaining[cn as usize] == 0;
-                    for &w in g.waiters.row(cn as usize) {
-                        let wu = w as usize;
-                        if end > ready_at[wu] {
-                            ready_at[wu] = end;
-                        }
-                        if last {
-                            ready.push(Reverse((keyed[wu].0, rank_of[wu], w)));
-                        }
-                    }
-                }
-            }
-            // Queues run in placement order per core, which is by start time.
-            for q in &mut per_core {
-                q.sort_by(|a, b| {
-                    let (sa, sb) = (
-                        finish[*a as usize] - dur[*a as usize],
-                        finish[*b as usize] - dur[*b as usize],
-                    );
-                    sa.total_cmp(&sb).then(rank_of[*a as usize].cmp(&rank_of[*b as usize]))
-                });
-            }
+            let pools = interleaved::Pools { aic, aiv_used, cpr };
+            estimate = interleaved::place(tf, g, spec, &order, &dur, &pools, &mut core, &mut per_core);
         }
         Policy::ExpertLevel | Policy::KernelByKernel => {
             // Per (rank, engine): tasks in op order; within a call, by expert (the tile order
@@ -404,6 +308,7 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
         kernel,
         barriers,
         estimate,
+        origin: "policy",
     }
 }
 

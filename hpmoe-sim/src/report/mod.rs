@@ -14,43 +14,24 @@
 //! - per rank: communication time (a put of the rank runs), exposed communication (a put
 //!   runs and no compute task does), vector-only time (vector compute runs, no cube task);
 //! - L2 hit rate (bytes read from L2 over bytes read);
-//! - the lower bound: the largest of per-engine work over capacity (each task at its
-//!   shortest), compulsory HBM traffic (every input region read once) over HBM bandwidth,
-//!   link bytes over link bandwidth, and the critical path (shortest durations plus signal
-//!   latencies and kernel launches); efficiency = bound / latency.
+//! - the lower bound (`bound.rs`): the largest of per-rank engine work over its cores
+//!   (each task at its shortest, after the earliest start and before the least remaining
+//!   path of the tasks it counts), compulsory HBM traffic (every input region read once)
+//!   over HBM bandwidth, link bytes over link bandwidth, and the critical path (shortest
+//!   durations plus signal latencies and kernel launches), with the rank that binds;
+//!   efficiency = bound / latency.
+
+mod bound;
+
+pub use bound::{bounds, heads_tails, work_bound, Bounds};
 
 use crate::model::{DeviceModel, AIC, AIV};
 use crate::sim::{SimResult, Workload};
 use hpmoe_dsl::ir::{Program, Taskflow};
 use hpmoe_dsl::lower::TaskGraph;
-use hpmoe_dsl::schedule::{Priority, Schedule};
+use hpmoe_dsl::schedule::Schedule;
 use serde_json::{json, Value as J};
 use std::fmt::Write;
-
-/// The lower bounds, in seconds.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Bounds {
-    pub aic_work: f64,
-    pub aiv_work: f64,
-    pub hbm: f64,
-    pub link: f64,
-    pub critical_path: f64,
-}
-
-impl Bounds {
-    /// The largest bound and its name.
-    pub fn max(&self) -> (f64, &'static str) {
-        let all = [
-            (self.aic_work, "aic work"),
-            (self.aiv_work, "aiv work"),
-            (self.hbm, "hbm traffic"),
-            (self.link, "link traffic"),
-            (self.critical_path, "critical path"),
-        ];
-        all.iter()
-            .fold((0.0, "critical path"), |a, &(v, k)| if v > a.0 { (v, k) } else { a })
-    }
-}
 
 /// One op call.
 #[derive(Clone, Debug, PartialEq)]
@@ -171,74 +152,6 @@ impl Comparison {
     }
 }
 
-/// The critical path: every task at its shortest, signals with their latencies, kernel
-/// launches after barriers. Tasks on a dependency cycle (never ready) are left out.
-pub fn critical_path(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -> f64 {
-    let n = w.tasks();
-    let mut indeg: Vec<u32> = (0..n)
-        .map(|t| s.waits.row(t).iter().filter(|&&c| s.threshold[c as usize] > 0).count() as u32)
-        .collect();
-    let mut est = vec![w.start_time; n];
-    let mut ready = vec![0.0f64; s.threshold.len()];
-    let mut count = vec![0u32; s.threshold.len()];
-    let mut stack: Vec<u32> = (0..n as u32).filter(|&t| indeg[t as usize] == 0).collect();
-    stack.reverse();
-    let mut best = w.start_time;
-    while let Some(t) = stack.pop() {
-        let t = t as usize;
-        let fin = est[t] + w.min_duration[t];
-        best = best.max(fin);
-        for &c in s.signals.row(t) {
-            let c = c as usize;
-            let lat = if s.counter_rank[c] == rank[t] {
-                m.event_latency
-            } else {
-                m.link_latency
-            };
-            ready[c] = ready[c].max(fin + lat);
-            count[c] += 1;
-            if count[c] == s.threshold[c] {
-                let at = ready[c] + w.delay[c];
-                for &x in w.waiters.row(c) {
-                    let x = x as usize;
-                    est[x] = est[x].max(at);
-                    indeg[x] -= 1;
-                    if indeg[x] == 0 {
-                        stack.push(x as u32);
-                    }
-                }
-            }
-        }
-    }
-    best
-}
-
-/// The lower bounds of a workload.
-pub fn bounds(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -> Bounds {
-    let ranks = w.ranks as usize;
-    let mut work = vec![[0.0f64; 2]; ranks];
-    let mut sent = vec![0.0f64; ranks];
-    let mut recv = vec![0.0f64; ranks];
-    for t in 0..w.tasks() {
-        let r = rank[t] as usize;
-        work[r][w.class[t] as usize] += w.min_duration[t];
-        for f in w.task_flows(t) {
-            sent[r] += w.flow_bytes[f];
-            recv[w.flow_dst[f] as usize] += w.flow_bytes[f];
-        }
-    }
-    let t0 = w.start_time;
-    let max_of = |f: &dyn Fn(usize) -> f64| (0..ranks).map(f).fold(0.0, f64::max);
-    let compulsory = w.compulsory_bytes();
-    Bounds {
-        aic_work: t0 + max_of(&|r| work[r][AIC] / m.aic_cores as f64),
-        aiv_work: t0 + max_of(&|r| work[r][AIV] / m.aiv_cores as f64),
-        hbm: t0 + max_of(&|r| compulsory[r] / m.hbm_bandwidth),
-        link: t0 + max_of(&|r| (sent[r] / m.link_egress).max(recv[r] / m.link_ingress)),
-        critical_path: critical_path(w, s, m, rank),
-    }
-}
-
 /// A key whose integer order is `f64::total_cmp`'s order.
 fn order_key(x: f64) -> u64 {
     let b = x.to_bits();
@@ -276,12 +189,10 @@ fn options(s: &Schedule, aiv_used: u32) -> Vec<(String, String)> {
     let p = &s.policy;
     let mut o = Vec::new();
     if p.policy == hpmoe_dsl::schedule::Policy::Interleaved {
-        let pr = match p.priority {
-            Priority::CriticalPath => "critical_path",
-            Priority::Fifo => "fifo",
-            Priority::OpOrder => "op_order",
-        };
-        o.push(("priority".into(), pr.into()));
+        o.push(("priority".into(), p.priority.name().into()));
+        if p.candidates {
+            o.push(("schedule".into(), s.origin.into()));
+        }
     }
     o.push(("ratr".into(), p.ratr.to_string()));
     o.push(("static_capacity".into(), p.static_capacity.to_string()));
@@ -518,19 +429,27 @@ impl Report {
         );
         let _ = writeln!(
             o,
-            "  lower bound                  {:>10.1} us  ({}); efficiency {}",
+            "  lower bound                  {:>10.1} us  ({}{}); efficiency {}",
             self.bound * us,
             self.bound_kind,
+            match self.bounds.binding().1 {
+                Some(r) => format!(" of rank {r}"),
+                None => String::new(),
+            },
             pct(self.efficiency)
         );
         let b = &self.bounds;
         let _ = writeln!(
             o,
-            "    bounds (us): aic work {:.1} | aiv work {:.1} | hbm {:.1} | links {:.1} | critical path {:.1}",
+            "    bounds (us): aic work {:.1} (rank {}) | aiv work {:.1} (rank {}) | hbm {:.1} (rank {}) | links {:.1} (rank {}) | critical path {:.1}",
             b.aic_work * us,
+            b.ranks[0],
             b.aiv_work * us,
+            b.ranks[1],
             b.hbm * us,
+            b.ranks[2],
             b.link * us,
+            b.ranks[3],
             b.critical_path * us
         );
         let _ = writeln!(
@@ -652,6 +571,12 @@ impl Report {
                 "hbm": b.hbm * us,
                 "link": b.link * us,
                 "critical_path": b.critical_path * us,
+            },
+            "bound_ranks": {
+                "aic_work": b.ranks[0],
+                "aiv_work": b.ranks[1],
+                "hbm": b.ranks[2],
+                "link": b.ranks[3],
             },
             "efficiency": self.efficiency,
             "engines": {

@@ -103,7 +103,7 @@ pub(crate) fn tasks(p: &Checked, o: &LowerCli, sources: &SourceMap, with_schedul
             max_tasks: o.max_tasks,
             verify: o.verify,
         };
-        let c = match p.compile(tf, &spec, &opts) {
+        let c = match hpmoe_sim::pipeline::compile(p, tf, &spec, &opts, &mut hpmoe_dsl::timing::Clock::new()) {
             Ok(c) => c,
             Err(ds) => {
                 print_diags(&ds, sources, o.format);

@@ -259,7 +259,14 @@ impl Session {
             None => {
                 self.layouts(c, spec.static_capacity)?;
                 let t0 = Instant::now();
-                let result = p.compile(tf, spec, &CompileOptions::default()).map(Rc::new);
+                let result = hpmoe_sim::pipeline::compile(
+                    &p,
+                    tf,
+                    spec,
+                    &CompileOptions::default(),
+                    &mut hpmoe_dsl::timing::Clock::new(),
+                )
+                .map(Rc::new);
                 let id = self.cache.id();
                 let e = Rc::new(CompiledEntry {
                     id,

@@ -375,7 +375,8 @@ impl Sweep {
             max_tasks: self.max_tasks,
             verify: true,
         };
-        let c = p.compile(tf, &spec, &opts).map_err(|ds| first_message(&ds))?;
+        let c = hpmoe_sim::pipeline::compile(p, tf, &spec, &opts, &mut hpmoe_dsl::timing::Clock::new())
+            .map_err(|ds| first_message(&ds))?;
         let simd = match sim::simulate_compiled(
             p,
             tf,
