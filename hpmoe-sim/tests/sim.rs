@@ -406,58 +406,127 @@ fn one_gmm_tile_alone_equals_the_formula() {
 }
 
 /// Two ranks, balanced routing over two experts: each rank keeps half its rows and puts the
-/// other half to the other rank, alone on the link; a vector op consumes the window.
-fn put_program(link: &str) -> String {
+/// other half to the other rank, in puts of `tile / 2` rows; a vector op consumes the window.
+/// The ranks are two dies of one node (one die per package) unless `extra` says otherwise;
+/// the pair's rate is `link`, the port far faster.
+fn put_program_with(link: &str, tokens: u32, tile: u32, extra: &str) -> String {
     format!(
         r#"
 import std::moe::dispatch;
 import std::device::ascend_a3;
-param tokens = 512;
-device = ascend_a3 {{ ranks: 2, link_bandwidth: {link}, link_efficiency: 1.0 ratio, put_chunk_bytes: 64 KiB }};
+param tokens = {tokens};
+device = ascend_a3 {{ ranks: 2, dies_per_package: 1 count, link_bandwidth: 1000 GB/s,
+    pair_bandwidth: {link}, link_efficiency: 1.0 ratio, put_chunk_bytes: 64 KiB, {extra} }};
 route r = balanced(experts: 2, topk: 1);
 op twice<T>(x: T[M, N]) -> T[M, N] on aiv {{
     out[m, n] = x[m, n] + x[m, n];
 }}
 taskflow put_once(x: bf16[tokens, 512]) -> bf16[r.recv, 512] {{
-    let xd = dispatch(x, r) tile(t: 512);
+    let xd = dispatch(x, r) tile(t: {tile});
     return twice(xd) tile(m: 8);
 }}
 "#
     )
 }
 
-#[test]
-fn one_put_alone_equals_latency_plus_bytes_over_bandwidth() {
-    let p = program_text(&put_program("1 GB/s"), None);
+fn put_program(link: &str) -> String {
+    put_program_with(link, 512, 512, "")
+}
+
+/// The put of rank 0 (the first one), its duration, and the time from its start to its first
+/// consumer's start on rank 1.
+fn one_put(text: &str) -> (f64, f64, f64, f64, hpmoe_sim::model::DeviceModel) {
+    let p = program_text(text, None);
     let c = compile(&p, Some(Policy::Interleaved));
     let (s, _) = simulated(&p, &c, false);
-    let (g, w, res, m) = (&c.graph, &s.workload, &s.result, &s.model);
-    // The remote put of rank 0.
+    let (g, w, res) = (&c.graph, &s.workload, &s.result);
     let put = (0..g.len())
         .find(|&t| g.rank[t] == 0 && !w.task_flows(t).is_empty())
         .expect("a remote put");
-    let bytes = w.remote_bytes(put);
-    assert!(close(bytes, 256.0 * 512.0 * 2.0, 1e-12), "{bytes}");
-    let read = w.read_total[put];
-    let fill = read.min(m.put_chunk_bytes) / m.core_hbm[AIV];
-    let link = bytes / m.link_egress;
-    assert!(read / m.core_hbm[AIV] < fill + link, "the link must dominate");
-    let dur = res.end[put] - res.start[put];
-    assert!(
-        close(dur, m.task_overhead + fill + link, 1e-12),
-        "{dur} vs {}",
-        m.task_overhead + fill + link
-    );
-    // Its consumers on rank 1 start when its signal lands: latency after the put ended.
     let first_consumer = (0..g.len())
         .filter(|&t| g.preds(t).contains(&(put as u32)))
         .map(|t| res.start[t])
         .fold(f64::INFINITY, f64::min);
-    assert!(close(
+    let fill = w.read_total[put].min(s.model.put_chunk_bytes) / s.model.core_hbm[AIV];
+    (
+        w.remote_bytes(put),
+        fill,
+        res.end[put] - res.start[put],
         first_consumer - res.start[put],
-        m.task_overhead + fill + link + m.link_latency,
+        s.model.clone(),
+    )
+}
+
+#[test]
+fn one_put_alone_equals_latency_plus_bytes_over_bandwidth() {
+    let (bytes, fill, dur, gap, m) = one_put(&put_program("1 GB/s"));
+    assert!(close(bytes, 256.0 * 512.0 * 2.0, 1e-12), "{bytes}");
+    // Alpha-beta: put_overhead + peer_setup (its first put to that peer), then the bytes at
+    // the pair's 1 GB/s; the task ends then; its signal lands link_latency later.
+    let t = &m.topology;
+    let alpha = t.put_overhead + t.peer_setup;
+    let link = bytes / 1e9;
+    assert!(close(dur, m.task_overhead + fill + alpha + link, 1e-12), "{dur}");
+    assert!(close(gap, dur + 0.7e-6, 1e-12), "{gap} vs {dur} + 0.7 us");
+}
+
+#[test]
+fn bandwidth_against_message_size_follows_alpha_beta() {
+    // One put of n bytes moves in alpha + n / beta with alpha = put_overhead (0.1 us) +
+    // peer_setup (0.3 us) = 0.4 us and beta = 10 GB/s (sizes small enough that the link, not
+    // the read, bounds the task).
+    for (tokens, bytes, moving) in [
+        // 10 rows of 1 KiB: 0.4 us + 10240 B / 10 GB/s = 1.424 us, 7.19 GB/s achieved.
+        (20u32, 10240.0, 1.424e-6),
+        // 100 rows: 0.4 us + 10.24 us = 10.64 us, 9.62 GB/s achieved.
+        (200, 102400.0, 10.64e-6),
+    ] {
+        let (b, fill, dur, _, m) = one_put(&put_program_with("10 GB/s", tokens, tokens, ""));
+        assert_eq!(b, bytes);
+        let got = dur - m.task_overhead - fill;
+        assert!(close(got, moving, 1e-9), "{tokens} tokens: {got} vs {moving}");
+    }
+}
+
+#[test]
+fn a_path_between_nodes_costs_its_hops() {
+    // One die per node: the pair is across nodes. Its latency is link_latency (1 us) plus
+    // 2 hops of 3 us = 7 us; its rate the cross pair rate.
+    let extra = "dies_per_node: 1 count, link_latency: 1 us, cross_hops: 2 count, cross_hop_latency: 3 us, \
+                 cross_pair_bandwidth: 2 GB/s, cross_port_bandwidth: 1000 GB/s";
+    let (bytes, fill, dur, gap, m) = one_put(&put_program_with("1 GB/s", 512, 512, extra));
+    let t = &m.topology;
+    assert!(close(
+        dur,
+        m.task_overhead + fill + t.put_overhead + t.peer_setup + bytes / 2e9,
         1e-12
     ));
+    assert!(close(gap - dur, 7e-6, 1e-9), "{}", gap - dur);
+}
+
+#[test]
+fn the_puts_in_flight_limit_serialises_puts() {
+    // Four puts of rank 0 (its 256 rows for rank 1 in tiles of 64 rows) issued at once with
+    // put_overhead 10 us. With 48 slots they all wait 10 us, then share the pair: the last
+    // ends at 10 us + 4 x. With one slot per die each waits for the previous: 4 x (10 us + x).
+    // The difference is 3 x 10 us = 30 us (x = 64 KiB / 1 GB/s either way).
+    let last_end = |slots: u32| {
+        let extra = format!("put_overhead: 10 us, peer_setup: 1 ns, die_puts_in_flight: {slots} count");
+        let p = program_text(&put_program_with("1 GB/s", 512, 64, &extra), None);
+        let c = compile(&p, Some(Policy::Interleaved));
+        let (s, _) = simulated(&p, &c, false);
+        let (g, w, res) = (&c.graph, &s.workload, &s.result);
+        let puts: Vec<usize> = (0..g.len())
+            .filter(|&t| g.rank[t] == 0 && !w.task_flows(t).is_empty())
+            .collect();
+        assert_eq!(puts.len(), 4);
+        let first = puts.iter().map(|&t| res.start[t]).fold(f64::INFINITY, f64::min);
+        let last = puts.iter().map(|&t| res.end[t]).fold(0.0, f64::max);
+        last - first
+    };
+    let (wide, narrow) = (last_end(48), last_end(1));
+    // Up to the 1 ns peer_setup of the first put, which the shared case spreads over four.
+    assert!((narrow - wide - 30e-6).abs() < 2e-9, "{narrow} - {wide}");
 }
 
 const CHAIN: &str = r#"
@@ -513,7 +582,8 @@ fn hotspot_program(dir: &Path, ranks: usize) -> Checked {
         r#"
 import std::moe::dispatch;
 import std::device::ascend_a3;
-device = ascend_a3 {{ ranks: {ranks}, link_bandwidth: 1 GB/s, link_efficiency: 1.0 ratio }};
+device = ascend_a3 {{ ranks: {ranks}, dies_per_package: 1 count, link_bandwidth: 1 GB/s,
+    pair_bandwidth: 1 GB/s, link_efficiency: 1.0 ratio }};
 route r = file(path: "routes.npy", experts: {ranks});
 op twice<T>(x: T[M, N]) -> T[M, N] on aiv {{
     out[m, n] = x[m, n] + x[m, n];
@@ -544,8 +614,9 @@ fn n_ranks_writing_one_destination_take_n_times_as_long() {
             assert!(close(res.end[x] - res.start[x], res.end[t] - res.start[t], 1e-12));
         }
         let fill = w.read_total[t].min(m.put_chunk_bytes) / m.core_hbm[AIV];
-        let transfer = res.end[t] - res.start[t] - m.task_overhead - fill;
-        (transfer, w.remote_bytes(t) / m.link_ingress)
+        let alpha = m.topology.put_overhead + m.topology.peer_setup;
+        let transfer = res.end[t] - res.start[t] - m.task_overhead - fill - alpha;
+        (transfer, w.remote_bytes(t) / 1e9)
     };
     let (one, alone) = link_time(2);
     assert!(close(one, alone, 1e-12), "one writer: {one} vs {alone}");

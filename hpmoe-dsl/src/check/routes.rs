@@ -319,6 +319,8 @@ impl Checker<'_> {
             _ => Some(int("topk")?),
         };
         let seed = int("seed").map_or(0, |(s, _)| s as u64);
+        // Tokens per rank given by the declaration: binds `r.tokens` before any call does.
+        let tokens = int("tokens");
         let (cf, cfs) = float("capacity_factor").unwrap_or((0.0, decl.args_span));
         let ranks = self.device.as_ref().map(|d| u64::from(d.ranks()));
         let mut ok = true;
@@ -486,11 +488,11 @@ impl Checker<'_> {
                 experts: experts as u64,
                 topk: topk as u64,
                 ranks,
-                tokens: 0,
+                tokens: tokens.filter(|t| t.0 > 0).map_or(0, |t| t.0 as u64),
                 capacity: 0,
                 span: item_span,
             },
-            tokens_bound: None,
+            tokens_bound: tokens.filter(|t| t.0 > 0).map(|t| t.1),
             capacity_factor: cf,
         });
         Some(id)

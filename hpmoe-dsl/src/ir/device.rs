@@ -320,12 +320,42 @@ device_fields! {
     core_l2_read_rate: f64 = BytesPerCycle;
     /// Per-core L2 write rate (B per cycle of the core's clock).
     core_l2_write_rate: f64 = BytesPerCycle;
-    /// Interconnect bandwidth per die and direction (B/s).
+    /// Bandwidth of a die's port to the other dies of its node and beyond, per direction
+    /// (B/s): every put leaving the die's package goes through it.
     link_bandwidth: f64 = Bandwidth;
-    /// Fraction of the link peak an all-to-all sustains.
+    /// Derating applied to every link rate (1: the rates as given).
     link_efficiency: f64 = Ratio;
-    /// One-way latency of a put or signal between dies (s).
+    /// One-way latency of a put or signal between two dies of one node, outside one package (s).
     link_latency: f64 = Time;
+    /// Dies per package (joined die to die); ranks `k * dies_per_package ..` share a package.
+    dies_per_package: u32 = Count(MAX_RANKS);
+    /// Dies per node (server); ranks `k * dies_per_node ..` share a node.
+    dies_per_node: u32 = Count(MAX_RANKS);
+    /// Bandwidth between the two dies of a package, per pair and direction (B/s).
+    package_link_bandwidth: f64 = Bandwidth;
+    /// One-way latency between the dies of a package (s).
+    package_link_latency: f64 = Time;
+    /// Bandwidth one pair of dies of one node reaches, per direction (B/s).
+    pair_bandwidth: f64 = Bandwidth;
+    /// Bandwidth one pair of dies in different nodes reaches, per direction (B/s).
+    cross_pair_bandwidth: f64 = Bandwidth;
+    /// Bandwidth of a die's port to other nodes, per direction (B/s), beside `link_bandwidth`.
+    cross_port_bandwidth: f64 = Bandwidth;
+    /// Switch hops a path between nodes adds to a path inside a node.
+    cross_hops: u32 = Count(64);
+    /// Latency of one of those hops (s).
+    cross_hop_latency: f64 = Time;
+    /// Bandwidth of a node's uplinks over the sum of its dies' `cross_port_bandwidth`
+    /// (1: non-blocking).
+    cross_uplink_ratio: f64 = Ratio;
+    /// Fixed cost of one put (descriptor and doorbell) before its bytes move (s).
+    put_overhead: f64 = Time;
+    /// Extra cost of the first put from a rank to a peer within one op call (s).
+    peer_setup: f64 = Time;
+    /// Puts one core has in flight at once.
+    core_puts_in_flight: u32 = Count(MAX_CORES);
+    /// Puts one die has in flight at once (its DMA queues).
+    die_puts_in_flight: u32 = Count(MAX_CORES);
     /// Latency of a counter event between cores of one die (s).
     event_latency: f64 = Time;
     /// Fixed start-up of a kernel launch (s).

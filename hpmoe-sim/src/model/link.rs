@@ -1,23 +1,50 @@
-//! The interconnect: flows of bytes from one rank to another, sharing each rank's egress and
-//! ingress bandwidth.
+//! The interconnect: flows of bytes from one rank to another over a topology of ports and
+//! links, shared max-min fairly.
 //!
 //! In: flows (a put's bytes to one destination) starting; finish events. Out: when each flow
 //! delivered its last byte, per-rank bytes sent and received, busy time and throughput.
 //!
-//! Model: a flow from `s` to `d` moves at `min(egress / n_out(s), ingress / n_in(d))`, where
-//! `n_out(s)` and `n_in(d)` count the flows active at that moment out of `s` and into `d`: N
-//! writers into one destination each get `ingress / N` (so they take N times as long as one),
-//! which is the hotspot rank-aware reordering removes. This bottleneck share does not hand a
-//! flow the share another flow of its source cannot use (a full max-min allocation would);
-//! documented limitation. Latency is added by the caller: data and signals arrive
-//! `link_latency` after the flow ends.
+//! ## Topology ([`Topology`], from the device fields)
 //!
-//! Cost: flows between the same two ranks always move at the same rate, so they are grouped
-//! by (source, destination) *pair*: a pair keeps a virtual time (bytes served to each of its
-//! flows) and a heap of its flows by virtual finish; a start or finish touches only the pairs
-//! of its source and destination, and a pair's finish event is pushed again only when its
-//! predicted finish moves earlier (an event that fires early is re-predicted).
+//! Ranks are dies, numbered package by package and node by node: ranks `r` and `q` share a
+//! package when `r / dies_per_package == q / dies_per_package`, a node when
+//! `r / dies_per_node == q / dies_per_node`. A pair of ranks is of one of three tiers, the
+//! first that applies:
+//!
+//! | tier | resources a flow uses | latency |
+//! |---|---|---|
+//! | package | the package link (`package_link_bandwidth`, the pair's own) | `package_link_latency` |
+//! | node | the pair (`pair_bandwidth`), the source's port out and the destination's port in (`link_bandwidth`) | `link_latency` |
+//! | cross | the pair (`cross_pair_bandwidth`), both ports, both cross ports (`cross_port_bandwidth`), and the nodes' uplinks when `cross_uplink_ratio < 1` | `link_latency + cross_hops × cross_hop_latency` |
+//!
+//! Every rate is multiplied by `link_efficiency`. A pair's rate is the rate of one link (the
+//! 910B's full HCCS mesh has one link per peer, so a single pair gets one link's 28 GB/s
+//! however idle its other links are) or a measured point-to-point rate (the A3's UB figures).
+//! A cross port no faster than the port is left out (the port binds first); so are uplinks
+//! of ratio 1 (non-blocking).
+//!
+//! ## Sharing
+//!
+//! The rates are the max-min fair allocation (progressive filling): every active flow's rate
+//! rises together until a resource saturates; the flows through it freeze at that rate and
+//! the others keep rising. Flows of one (source, destination) pair use the same resources, so
+//! they share one rate and are solved as one unit of weight `n` (its flow count); a pair's
+//! own cap is split among its flows. N writers into one destination get `ingress / N` each
+//! (N times as long as one), which is the hotspot rank-aware reordering removes; a flow that
+//! another bottleneck slows leaves its share of a common port to the others.
+//!
+//! A start or a finish marks its pair and the pair's resources dirty; [`Links::reshare`]
+//! (called once per simulated instant, after every change at that instant) solves the
+//! connected component of active pairs reachable from the dirty ones through shared
+//! resources: `O((P + R) log(P + R))` for a component of `P` active pairs and `R` resources
+//! (a heap of saturation levels, each freeze updating at most four resources). The per-put
+//! and per-peer fixed costs and the bound on puts in flight are the simulator's (`sim`).
+//!
+//! Cost: a pair keeps a virtual time (bytes served to each of its flows) and a heap of its
+//! flows by virtual finish; a pair's finish event is pushed again only when its predicted
+//! finish moves earlier (an event that fires early is re-predicted).
 
+use hpmoe_dsl::ir::Device;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -26,12 +53,179 @@ const NONE: u32 = u32::MAX;
 /// A finish event to schedule: pair, time, generation.
 pub type Wake = (u32, f64, u32);
 
+/// Which part of the fabric joins two ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// The two dies of one package.
+    Package,
+    /// Two dies of one node.
+    Node,
+    /// Dies of different nodes.
+    Cross,
+}
+
+/// The fabric: how ranks are grouped and the rates and latencies of each tier (B/s, s), with
+/// `link_efficiency` applied; and the fixed costs of puts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Topology {
+    pub ranks: u32,
+    pub dies_per_package: u32,
+    pub dies_per_node: u32,
+    pub package_bandwidth: f64,
+    pub package_latency: f64,
+    /// A rank's port (out and in) to every die outside its package.
+    pub port_bandwidth: f64,
+    pub pair_bandwidth: f64,
+    pub node_latency: f64,
+    pub cross_port_bandwidth: f64,
+    pub cross_pair_bandwidth: f64,
+    /// `link_latency + cross_hops × cross_hop_latency`.
+    pub cross_latency: f64,
+    pub uplink_ratio: f64,
+    /// Fixed cost of one put before its bytes move, and of a phase's first put to a peer.
+    pub put_overhead: f64,
+    pub peer_setup: f64,
+    /// Puts in flight per core and per die.
+    pub core_puts: u32,
+    pub die_puts: u32,
+}
+
+impl Topology {
+    pub fn new(d: &Device) -> Topology {
+        let e = d.link_efficiency();
+        Topology {
+            ranks: d.ranks(),
+            dies_per_package: d.dies_per_package(),
+            dies_per_node: d.dies_per_node(),
+            package_bandwidth: d.package_link_bandwidth() * e,
+            package_latency: d.package_link_latency(),
+            port_bandwidth: d.link_bandwidth() * e,
+            pair_bandwidth: d.pair_bandwidth() * e,
+            node_latency: d.link_latency(),
+            cross_port_bandwidth: d.cross_port_bandwidth() * e,
+            cross_pair_bandwidth: d.cross_pair_bandwidth() * e,
+            cross_latency: d.link_latency() + f64::from(d.cross_hops()) * d.cross_hop_latency(),
+            uplink_ratio: d.cross_uplink_ratio(),
+            put_overhead: d.put_overhead(),
+            peer_setup: d.peer_setup(),
+            core_puts: d.core_puts_in_flight(),
+            die_puts: d.die_puts_in_flight(),
+        }
+    }
+
+    pub fn tier(&self, s: u32, d: u32) -> Tier {
+        if s / self.dies_per_package == d / self.dies_per_package {
+            Tier::Package
+        } else if s / self.dies_per_node == d / self.dies_per_node {
+            Tier::Node
+        } else {
+            Tier::Cross
+        }
+    }
+
+    /// One-way latency from `s` to `d`.
+    pub fn latency(&self, s: u32, d: u32) -> f64 {
+        match self.tier(s, d) {
+            Tier::Package => self.package_latency,
+            Tier::Node => self.node_latency,
+            Tier::Cross => self.cross_latency,
+        }
+    }
+
+    /// The rate one pair reaches alone.
+    pub fn pair_cap(&self, s: u32, d: u32) -> f64 {
+        match self.tier(s, d) {
+            Tier::Package => self.package_bandwidth,
+            Tier::Node => self.pair_bandwidth.min(self.port_bandwidth),
+            Tier::Cross => self
+                .cross_pair_bandwidth
+                .min(self.port_bandwidth)
+                .min(self.cross_port_bandwidth),
+        }
+    }
+
+    /// The smallest latency between two ranks of this topology (for lower bounds).
+    pub fn min_latency(&self) -> f64 {
+        let mut l = self.node_latency.min(self.cross_latency);
+        if self.dies_per_package > 1 {
+            l = l.min(self.package_latency);
+        }
+        l
+    }
+
+    /// The most a rank can send (or receive) at once, over every tier (for lower bounds).
+    pub fn max_rank_rate(&self) -> f64 {
+        let mut r = self.port_bandwidth;
+        if self.dies_per_package > 1 {
+            r += self.package_bandwidth;
+        }
+        r
+    }
+
+    fn nodes(&self) -> usize {
+        (self.ranks as usize).div_ceil(self.dies_per_node.max(1) as usize)
+    }
+
+    fn has_cross_port(&self) -> bool {
+        self.cross_port_bandwidth < self.port_bandwidth
+    }
+
+    fn has_uplinks(&self) -> bool {
+        self.uplink_ratio < 1.0
+    }
+
+    /// Every resource's capacity: ports out, ports in, cross ports out and in, node uplinks
+    /// and downlinks.
+    fn capacities(&self) -> Vec<f64> {
+        let r = self.ranks as usize;
+        let n = self.nodes();
+        let up = self.dies_per_node as f64 * self.cross_port_bandwidth.min(self.port_bandwidth) * self.uplink_ratio;
+        let mut c = vec![self.port_bandwidth; 2 * r];
+        c.extend(std::iter::repeat_n(self.cross_port_bandwidth, 2 * r));
+        c.extend(std::iter::repeat_n(up, 2 * n));
+        c
+    }
+
+    /// The shared resources of the path from `s` to `d` (besides the pair's own cap).
+    fn path(&self, s: u32, d: u32) -> ([u32; 6], u8) {
+        let r = self.ranks;
+        let n = self.nodes() as u32;
+        let mut p = [NONE; 6];
+        let mut k = 0;
+        let mut add = |x: u32| {
+            p[k] = x;
+            k += 1;
+        };
+        match self.tier(s, d) {
+            Tier::Package => {}
+            Tier::Node => {
+                add(s);
+                add(r + d);
+            }
+            Tier::Cross => {
+                add(s);
+                add(r + d);
+                if self.has_cross_port() {
+                    add(2 * r + s);
+                    add(3 * r + d);
+                }
+                if self.has_uplinks() {
+                    add(4 * r + s / self.dies_per_node);
+                    add(4 * r + n + d / self.dies_per_node);
+                }
+            }
+        }
+        (p, k as u8)
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Pair {
     src: u32,
     dst: u32,
     n: u32,
     virt: f64,
+    /// Rate of each of its flows.
     rate: f64,
     last: f64,
     /// Flows by virtual finish (non-negative f64 bits).
@@ -39,18 +233,45 @@ struct Pair {
     gen: u32,
     /// Time of the pending finish event (infinite when none).
     sched: f64,
-    pos_out: u32,
-    pos_in: u32,
+    /// The pair's own cap (its link) and latency.
+    cap: f64,
+    latency: f64,
+    /// Shared resources on its path, and its position in each one's list of active pairs.
+    path: [u32; 6],
+    plen: u8,
+    pos: [u32; 6],
+    /// Component search mark; the rate found by the last solve.
+    mark: u32,
+    frozen: bool,
+    next: f64,
+}
+
+/// Running counts of the max-min solves, for the cost of the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SolveStats {
+    /// Solves run, and the active pairs and resources they visited in all.
+    pub solves: u64,
+    pub pairs: u64,
+    pub resources: u64,
 }
 
 #[derive(Clone, Debug)]
 pub struct Links {
-    egress: f64,
-    ingress: f64,
     pairs: Vec<Pair>,
-    /// Per rank: active pairs leaving and entering it, and active flows.
-    out: Vec<Vec<u32>>,
-    inn: Vec<Vec<u32>>,
+    cap: Vec<f64>,
+    /// Per resource: its active pairs.
+    users: Vec<Vec<u32>>,
+    dirty_pairs: Vec<u32>,
+    dirty_res: Vec<u32>,
+    epoch: u32,
+    res_mark: Vec<u32>,
+    res_rem: Vec<f64>,
+    res_w: Vec<f64>,
+    res_ver: Vec<u32>,
+    comp: Vec<u32>,
+    comp_res: Vec<u32>,
+    heap: BinaryHeap<Reverse<(u64, u8, u32, u32)>>,
+    /// Per rank: active flows leaving and entering it.
     n_out: Vec<u32>,
     n_in: Vec<u32>,
     out_rate: Vec<f64>,
@@ -62,7 +283,7 @@ pub struct Links {
     busy_in: Vec<f64>,
     since_out: Vec<f64>,
     since_in: Vec<f64>,
-    touched: Vec<u32>,
+    stats: SolveStats,
 }
 
 /// Relative tolerance under which a flow counts as delivered.
@@ -72,28 +293,48 @@ fn close(finish: f64, virt: f64) -> bool {
 
 impl Links {
     /// `pairs`: the (source, destination) of every pair id the caller will use.
-    pub fn new(ranks: usize, pairs: &[(u32, u32)], egress: f64, ingress: f64) -> Links {
+    pub fn new(topo: &Topology, pairs: &[(u32, u32)]) -> Links {
+        let ranks = topo.ranks as usize;
+        let cap = topo.capacities();
+        let nres = cap.len();
         Links {
-            egress,
-            ingress,
             pairs: pairs
                 .iter()
-                .map(|&(src, dst)| Pair {
-                    src,
-                    dst,
-                    n: 0,
-                    virt: 0.0,
-                    rate: 0.0,
-                    last: 0.0,
-                    flows: BinaryHeap::new(),
-                    gen: 0,
-                    sched: f64::INFINITY,
-                    pos_out: NONE,
-                    pos_in: NONE,
+                .map(|&(src, dst)| {
+                    let (path, plen) = topo.path(src, dst);
+                    Pair {
+                        src,
+                        dst,
+                        n: 0,
+                        virt: 0.0,
+                        rate: 0.0,
+                        last: 0.0,
+                        flows: BinaryHeap::new(),
+                        gen: 0,
+                        sched: f64::INFINITY,
+                        cap: topo.pair_cap(src, dst),
+                        latency: topo.latency(src, dst),
+                        path,
+                        plen,
+                        pos: [NONE; 6],
+                        mark: 0,
+                        frozen: false,
+                        next: 0.0,
+                    }
                 })
                 .collect(),
-            out: vec![Vec::new(); ranks],
-            inn: vec![Vec::new(); ranks],
+            cap,
+            users: vec![Vec::new(); nres],
+            dirty_pairs: Vec::new(),
+            dirty_res: Vec::new(),
+            epoch: 0,
+            res_mark: vec![0; nres],
+            res_rem: vec![0.0; nres],
+            res_w: vec![0.0; nres],
+            res_ver: vec![0; nres],
+            comp: Vec::new(),
+            comp_res: Vec::new(),
+            heap: BinaryHeap::new(),
             n_out: vec![0; ranks],
             n_in: vec![0; ranks],
             out_rate: vec![0.0; ranks],
@@ -105,7 +346,7 @@ impl Links {
             busy_in: vec![0.0; ranks],
             since_out: vec![0.0; ranks],
             since_in: vec![0.0; ranks],
-            touched: Vec::new(),
+            stats: SolveStats::default(),
         }
     }
 
@@ -121,7 +362,7 @@ impl Links {
         }
     }
 
-    fn mark(&mut self, s: usize, d: usize, now: f64) {
+    fn mark_busy(&mut self, s: usize, d: usize, now: f64) {
         if self.n_out[s] > 0 {
             self.busy_out[s] += now - self.since_out[s];
         }
@@ -136,6 +377,9 @@ impl Links {
     fn predict(&self, p: usize) -> Option<f64> {
         let pr = &self.pairs[p];
         let Reverse((vf, _)) = pr.flows.peek()?;
+        if pr.rate <= 0.0 {
+            return None;
+        }
         Some(pr.last + ((f64::from_bits(*vf) - pr.virt) / pr.rate).max(0.0))
     }
 
@@ -151,87 +395,74 @@ impl Links {
         }
     }
 
-    /// Re-rates the pairs of `s` and `d` after their counts changed.
-    fn reshare(&mut self, s: usize, d: usize, now: f64, wakes: &mut Vec<Wake>) {
-        let mut touched = std::mem::take(&mut self.touched);
-        touched.clear();
-        touched.extend_from_slice(&self.out[s]);
-        touched.extend_from_slice(&self.inn[d]);
-        for &p in &touched {
-            let p = p as usize;
-            let (ps, pd, n) = (self.pairs[p].src as usize, self.pairs[p].dst as usize, self.pairs[p].n);
-            let new = (self.egress / self.n_out[ps] as f64).min(self.ingress / self.n_in[pd] as f64);
-            let old = self.pairs[p].rate;
-            if new != old {
-                self.settle(p, now);
-                self.pairs[p].rate = new;
-                let delta = n as f64 * (new - old);
-                self.out_rate[ps] += delta;
-                self.in_rate[pd] += delta;
-                self.wake(p, wakes);
-            }
-        }
-        self.touched = touched;
+    fn dirty(&mut self, p: usize) {
+        self.dirty_pairs.push(p as u32);
+        let pr = &self.pairs[p];
+        self.dirty_res.extend_from_slice(&pr.path[..pr.plen as usize]);
     }
 
     fn activate(&mut self, p: usize, now: f64) {
-        let (s, d) = (self.pairs[p].src as usize, self.pairs[p].dst as usize);
+        let plen = self.pairs[p].plen as usize;
+        for k in 0..plen {
+            let r = self.pairs[p].path[k] as usize;
+            self.pairs[p].pos[k] = self.users[r].len() as u32;
+            self.users[r].push(p as u32);
+        }
         let pr = &mut self.pairs[p];
         pr.last = now;
         pr.rate = 0.0;
-        pr.pos_out = self.out[s].len() as u32;
-        self.out[s].push(p as u32);
-        pr.pos_in = self.inn[d].len() as u32;
-        self.inn[d].push(p as u32);
     }
 
     fn deactivate(&mut self, p: usize) {
-        let (s, d) = (self.pairs[p].src as usize, self.pairs[p].dst as usize);
-        let po = self.pairs[p].pos_out as usize;
-        self.out[s].swap_remove(po);
-        if let Some(&moved) = self.out[s].get(po) {
-            self.pairs[moved as usize].pos_out = po as u32;
-        }
-        let pi = self.pairs[p].pos_in as usize;
-        self.inn[d].swap_remove(pi);
-        if let Some(&moved) = self.inn[d].get(pi) {
-            self.pairs[moved as usize].pos_in = pi as u32;
+        let plen = self.pairs[p].plen as usize;
+        for k in 0..plen {
+            let r = self.pairs[p].path[k] as usize;
+            let at = self.pairs[p].pos[k] as usize;
+            self.users[r].swap_remove(at);
+            if let Some(&moved) = self.users[r].get(at) {
+                let m = &mut self.pairs[moved as usize];
+                if let Some(j) = m.path[..m.plen as usize].iter().position(|&x| x as usize == r) {
+                    m.pos[j] = at as u32;
+                }
+            }
+            self.pairs[p].pos[k] = NONE;
         }
         let pr = &mut self.pairs[p];
         pr.rate = 0.0;
-        pr.pos_out = NONE;
-        pr.pos_in = NONE;
         pr.sched = f64::INFINITY;
         pr.gen = pr.gen.wrapping_add(1);
     }
 
-    /// Flow `f` of `bytes` starts on pair `p` at `now`. Events to schedule go to `wakes`.
-    pub fn start(&mut self, p: u32, f: u32, bytes: f64, now: f64, wakes: &mut Vec<Wake>) {
+    /// Flow `f` of `bytes` starts on pair `p` at `now`. It moves once [`Links::reshare`] ran.
+    pub fn start(&mut self, p: u32, f: u32, bytes: f64, now: f64) {
         let pu = p as usize;
         let (s, d) = (self.pairs[pu].src as usize, self.pairs[pu].dst as usize);
-        self.mark(s, d, now);
+        self.mark_busy(s, d, now);
         if self.pairs[pu].n == 0 {
             self.activate(pu, now);
         } else {
             self.settle(pu, now);
         }
-        let old_rate = self.pairs[pu].rate;
+        let rate = self.pairs[pu].rate;
         let pr = &mut self.pairs[pu];
         let vf = pr.virt + bytes;
         pr.flows.push(Reverse((vf.to_bits(), f)));
         pr.n += 1;
-        // The new flow moves at the pair's current rate until the re-rating below.
-        self.out_rate[s] += old_rate;
-        self.in_rate[d] += old_rate;
+        // The new flow moves at the pair's current rate until the next solve.
+        self.out_rate[s] += rate;
+        self.in_rate[d] += rate;
         self.n_out[s] += 1;
         self.n_in[d] += 1;
-        self.reshare(s, d, now, wakes);
-        // Its own finish may be the pair's first.
-        self.wake(pu, wakes);
+        self.dirty(pu);
+    }
+
+    /// Whether a start or finish since the last [`Links::reshare`] left rates to solve.
+    pub fn is_dirty(&self) -> bool {
+        !self.dirty_pairs.is_empty()
     }
 
     /// The finish event `(p, gen)` fired at `now`: the flows of the pair that delivered all
-    /// their bytes go to `done` (with their bytes); new events to `wakes`.
+    /// their bytes go to `done`; a re-prediction (an early event) goes to `wakes`.
     pub fn fire(&mut self, p: u32, gen: u32, now: f64, flow_bytes: &[f64], done: &mut Vec<u32>, wakes: &mut Vec<Wake>) {
         let pu = p as usize;
         if self.pairs[pu].gen != gen {
@@ -249,7 +480,7 @@ impl Links {
             let vf = f64::from_bits(vf);
             // Delivered, or so close that no time step would change anything.
             let left = vf - pr.virt;
-            if !(close(vf, pr.virt) || (done.len() == first && now + left / pr.rate <= now)) {
+            if !(close(vf, pr.virt) || (done.len() == first && pr.rate > 0.0 && now + left / pr.rate <= now)) {
                 break;
             }
             let pr = &mut self.pairs[pu];
@@ -262,7 +493,7 @@ impl Links {
             self.wake(pu, wakes);
             return;
         }
-        self.mark(s, d, now);
+        self.mark_busy(s, d, now);
         let k = (done.len() - first) as u32;
         let rate = self.pairs[pu].rate;
         for &f in &done[first..] {
@@ -275,18 +506,169 @@ impl Links {
         self.n_in[d] -= k;
         self.out_rate[s] -= k as f64 * rate;
         self.in_rate[d] -= k as f64 * rate;
-        if self.pairs[pu].n == 0 {
-            self.deactivate(pu);
-        }
         if self.n_out[s] == 0 {
             self.out_rate[s] = 0.0;
         }
         if self.n_in[d] == 0 {
             self.in_rate[d] = 0.0;
         }
-        self.reshare(s, d, now, wakes);
-        if self.pairs[pu].n > 0 {
+        self.dirty(pu);
+        if self.pairs[pu].n == 0 {
+            self.deactivate(pu);
+        } else {
             self.wake(pu, wakes);
+        }
+    }
+
+    /// Solves the max-min rates of every component touched since the last call; pairs whose
+    /// rate changed are re-predicted into `wakes`.
+    pub fn reshare(&mut self, now: f64, wakes: &mut Vec<Wake>) {
+        if self.dirty_pairs.is_empty() {
+            return;
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            for p in &mut self.pairs {
+                p.mark = 0;
+            }
+            self.res_mark.fill(0);
+            self.epoch = 1;
+        }
+        let ep = self.epoch;
+        let mut comp = std::mem::take(&mut self.comp);
+        let mut comp_res = std::mem::take(&mut self.comp_res);
+        comp.clear();
+        comp_res.clear();
+        // Seeds: the dirty pairs still active, and every active pair of a dirty resource.
+        for k in 0..self.dirty_pairs.len() {
+            let p = self.dirty_pairs[k] as usize;
+            if self.pairs[p].n > 0 && self.pairs[p].mark != ep {
+                self.pairs[p].mark = ep;
+                comp.push(p as u32);
+            }
+        }
+        for k in 0..self.dirty_res.len() {
+            let r = self.dirty_res[k] as usize;
+            if self.res_mark[r] != ep {
+                self.res_mark[r] = ep;
+                comp_res.push(r as u32);
+                for &q in &self.users[r] {
+                    let qp = &mut self.pairs[q as usize];
+                    if qp.mark != ep {
+                        qp.mark = ep;
+                        comp.push(q);
+                    }
+                }
+            }
+        }
+        self.dirty_pairs.clear();
+        self.dirty_res.clear();
+        // Closure through shared resources.
+        let mut i = 0;
+        while i < comp.len() {
+            let p = comp[i] as usize;
+            i += 1;
+            for k in 0..self.pairs[p].plen as usize {
+                let r = self.pairs[p].path[k] as usize;
+                if self.res_mark[r] != ep {
+                    self.res_mark[r] = ep;
+                    comp_res.push(r as u32);
+                    for &q in &self.users[r] {
+                        let qp = &mut self.pairs[q as usize];
+                        if qp.mark != ep {
+                            qp.mark = ep;
+                            comp.push(q);
+                        }
+                    }
+                }
+            }
+        }
+        self.stats.solves += 1;
+        self.stats.pairs += comp.len() as u64;
+        self.stats.resources += comp_res.len() as u64;
+        // Progressive filling: a heap of (saturation level, kind, id, version); kind 0 a
+        // resource, 1 a pair's own cap.
+        self.heap.clear();
+        for &r in &comp_res {
+            let r = r as usize;
+            let w: f64 = self.users[r].iter().map(|&q| self.pairs[q as usize].n as f64).sum();
+            self.res_rem[r] = self.cap[r];
+            self.res_w[r] = w;
+            self.res_ver[r] = self.res_ver[r].wrapping_add(1);
+            if w > 0.0 {
+                self.heap
+                    .push(Reverse(((self.cap[r] / w).to_bits(), 0, r as u32, self.res_ver[r])));
+            }
+        }
+        for &p in &comp {
+            let pr = &mut self.pairs[p as usize];
+            pr.frozen = false;
+            self.heap.push(Reverse(((pr.cap / pr.n as f64).to_bits(), 1, p, 0)));
+        }
+        let mut left = comp.len();
+        while left > 0 {
+            let Some(Reverse((lvl, kind, id, ver))) = self.heap.pop() else {
+                break;
+            };
+            let level = f64::from_bits(lvl);
+            if kind == 0 {
+                let r = id as usize;
+                if ver != self.res_ver[r] || self.res_w[r] <= 0.0 {
+                    continue;
+                }
+                let mut j = 0;
+                while j < self.users[r].len() {
+                    let q = self.users[r][j] as usize;
+                    j += 1;
+                    if !self.pairs[q].frozen {
+                        self.freeze(q, level);
+                        left -= 1;
+                    }
+                }
+            } else {
+                let p = id as usize;
+                if !self.pairs[p].frozen {
+                    self.freeze(p, level);
+                    left -= 1;
+                }
+            }
+        }
+        for &p in &comp {
+            let p = p as usize;
+            let new = self.pairs[p].next;
+            let old = self.pairs[p].rate;
+            if new != old {
+                self.settle(p, now);
+                let (s, d, n) = (self.pairs[p].src as usize, self.pairs[p].dst as usize, self.pairs[p].n);
+                self.pairs[p].rate = new;
+                self.out_rate[s] += n as f64 * (new - old);
+                self.in_rate[d] += n as f64 * (new - old);
+                self.wake(p, wakes);
+            }
+        }
+        self.comp = comp;
+        self.comp_res = comp_res;
+    }
+
+    /// Pair `p` freezes at `level` per flow: its resources lose its share and re-enter the
+    /// heap at their new saturation level (never below `level`).
+    fn freeze(&mut self, p: usize, level: f64) {
+        let pr = &mut self.pairs[p];
+        pr.frozen = true;
+        pr.next = level;
+        let n = pr.n as f64;
+        let (path, plen) = (pr.path, pr.plen as usize);
+        for &r in &path[..plen] {
+            let r = r as usize;
+            self.res_rem[r] -= n * level;
+            self.res_w[r] -= n;
+            self.res_ver[r] = self.res_ver[r].wrapping_add(1);
+            if self.res_w[r] > 0.5 {
+                let l = (self.res_rem[r] / self.res_w[r]).max(level);
+                self.heap.push(Reverse((l.to_bits(), 0, r as u32, self.res_ver[r])));
+            } else {
+                self.res_w[r] = 0.0;
+            }
         }
     }
 
@@ -295,6 +677,17 @@ impl Links {
     }
     pub fn dst(&self, p: u32) -> u32 {
         self.pairs[p as usize].dst
+    }
+    /// One-way latency of pair `p`'s path.
+    pub fn latency(&self, p: u32) -> f64 {
+        self.pairs[p as usize].latency
+    }
+    /// The rate of each flow of pair `p` now.
+    pub fn rate(&self, p: u32) -> f64 {
+        self.pairs[p as usize].rate
+    }
+    pub fn stats(&self) -> SolveStats {
+        self.stats
     }
 
     /// Per rank: bytes sent and received by finished flows; bytes moved out (integrated
@@ -324,8 +717,36 @@ impl Links {
 mod tests {
     use super::*;
 
-    /// Runs events in time order; returns (flow, finish time).
-    fn drain(l: &mut Links, mut wakes: Vec<Wake>, bytes: &[f64]) -> Vec<(u32, f64)> {
+    /// A topology of `ranks` dies, `per_node` per node, one die per package; port rate
+    /// `port`, pair rates `pair` (in a node) and `cross` (across); no fixed costs.
+    fn topo(ranks: u32, per_node: u32, port: f64, pair: f64, cross: f64) -> Topology {
+        Topology {
+            ranks,
+            dies_per_package: 1,
+            dies_per_node: per_node,
+            package_bandwidth: 1.0,
+            package_latency: 1.0,
+            port_bandwidth: port,
+            pair_bandwidth: pair,
+            node_latency: 1.0,
+            cross_port_bandwidth: port,
+            cross_pair_bandwidth: cross,
+            cross_latency: 2.0,
+            uplink_ratio: 1.0,
+            put_overhead: 0.0,
+            peer_setup: 0.0,
+            core_puts: 1,
+            die_puts: 1,
+        }
+    }
+
+    /// Runs events in time order, solving after every instant; returns (flow, finish time).
+    fn drain(l: &mut Links, now: f64, bytes: &[f64]) -> Vec<(u32, f64)> {
+        drain_from(l, now, bytes, Vec::new())
+    }
+
+    fn drain_from(l: &mut Links, now: f64, bytes: &[f64], mut wakes: Vec<Wake>) -> Vec<(u32, f64)> {
+        l.reshare(now, &mut wakes);
         let mut out = Vec::new();
         let mut done = Vec::new();
         while !wakes.is_empty() {
@@ -334,23 +755,23 @@ mod tests {
             done.clear();
             l.fire(p, g, t, bytes, &mut done, &mut wakes);
             out.extend(done.iter().map(|&f| (f, t)));
+            l.reshare(t, &mut wakes);
         }
         out
     }
 
     #[test]
     fn writers_into_one_destination_share_its_ingress() {
+        // 3 writers into rank 0 on ports of 10 B/s: 10/3 each, 30 bytes take 9 s (3 x one).
         let pairs = [(1, 0), (2, 0), (3, 0)];
-        let mut l = Links::new(4, &pairs, 10.0, 10.0);
-        let mut wakes = Vec::new();
+        let mut l = Links::new(&topo(4, 4, 10.0, 10.0, 10.0), &pairs);
         let bytes = [30.0; 3];
         for p in 0..3 {
-            l.start(p, p, 30.0, 0.0, &mut wakes);
+            l.start(p, p, 30.0, 0.0);
         }
-        let out = drain(&mut l, wakes, &bytes);
+        let out = drain(&mut l, 0.0, &bytes);
         assert_eq!(out.len(), 3);
         for (_, t) in out {
-            // Each gets 10/3: 30 bytes take 9 s.
             assert!((t - 9.0).abs() < 1e-9, "{t}");
         }
         assert_eq!(l.sent()[1], 30.0);
@@ -359,23 +780,100 @@ mod tests {
     }
 
     #[test]
-    fn alone_a_flow_gets_the_whole_link() {
-        let mut l = Links::new(2, &[(0, 1)], 4.0, 8.0);
+    fn a_pair_alone_gets_its_link_not_the_port() {
+        // 910B-like: a 196 port, one 28 link per peer: 56 bytes take 2 s on one pair.
+        let mut l = Links::new(&topo(8, 8, 196.0, 28.0, 25.0), &[(0, 1), (0, 2)]);
+        l.start(0, 0, 56.0, 1.0);
+        assert_eq!(drain(&mut l, 1.0, &[56.0, 0.0]), vec![(0, 3.0)]);
+        // Two peers at once: each its own link, both done in 2 s.
+        l.start(0, 0, 56.0, 5.0);
+        l.start(1, 1, 56.0, 5.0);
+        let mut out = drain(&mut l, 5.0, &[56.0, 56.0]);
+        out.sort_by_key(|x| x.0);
+        assert_eq!(out, vec![(0, 7.0), (1, 7.0)]);
+    }
+
+    #[test]
+    fn max_min_on_three_flows_with_unequal_caps() {
+        // Ranks 0, 1 in node 0; 2, 3 in node 1. Ports 10; pairs 8 in a node, 3 across.
+        // A: 0 -> 1 (node), B: 0 -> 2 (cross), C: 3 -> 2 (node).
+        // Progressive filling by hand: all rise to 3, B freezes at its cap 3; port out 0
+        // has 10 - 3 = 7 left for A alone (cap 8): A = 7; port in 2 has 7 left for C: C = 7.
+        // The bottleneck share would have given B min(10/2, 10/2) = 5 capped to 3 and A 5.
+        let t = topo(4, 2, 10.0, 8.0, 3.0);
+        let mut l = Links::new(&t, &[(0, 1), (0, 2), (3, 2)]);
         let mut wakes = Vec::new();
-        l.start(0, 0, 8.0, 1.0, &mut wakes);
-        assert_eq!(drain(&mut l, wakes, &[8.0]), vec![(0, 3.0)]);
+        for p in 0..3 {
+            l.start(p, p, 1000.0, 0.0);
+        }
+        l.reshare(0.0, &mut wakes);
+        assert_eq!((l.rate(0), l.rate(1), l.rate(2)), (7.0, 3.0, 7.0));
+        assert_eq!(l.throughput(0), (10.0, 0.0));
+        assert_eq!(l.throughput(2), (0.0, 10.0));
+        // Two flows on A (weight 2): A's 8 is split 4 + 4 but the port leaves 7, so each A
+        // flow gets 3.5 and B keeps its 3.
+        l.start(0, 3, 1000.0, 0.0);
+        l.reshare(0.0, &mut wakes);
+        assert_eq!((l.rate(0), l.rate(1), l.rate(2)), (3.5, 3.0, 7.0));
     }
 
     #[test]
     fn flows_of_one_pair_share_and_speed_up() {
         // Two flows 0 -> 1 of 10 and 30 bytes on 10 B/s: 5 B/s each until t = 2, then 10.
-        let mut l = Links::new(2, &[(0, 1)], 10.0, 10.0);
-        let mut wakes = Vec::new();
-        l.start(0, 0, 10.0, 0.0, &mut wakes);
-        l.start(0, 1, 30.0, 0.0, &mut wakes);
-        let out = drain(&mut l, wakes, &[10.0, 30.0]);
+        let mut l = Links::new(&topo(2, 2, 10.0, 10.0, 10.0), &[(0, 1)]);
+        l.start(0, 0, 10.0, 0.0);
+        l.start(0, 1, 30.0, 0.0);
+        let out = drain(&mut l, 0.0, &[10.0, 30.0]);
         assert_eq!(out[0], (0, 2.0));
         assert_eq!(out[1].0, 1);
         assert!((out[1].1 - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_finish_hands_its_share_to_the_rest_of_the_component() {
+        // 0 -> 2 and 1 -> 2 share ingress 2 (10): 5 each; 1 -> 3 shares port out 1 with the
+        // second. Max-min: ingress 2 gives 5 and 5; port out 1 has 10 - 5 = 5 for 1 -> 3.
+        // When 0 -> 2 (10 bytes) ends at t = 2, 1 -> 2 and 1 -> 3 split port out 1: 5 and 5
+        // still; ingress 2 no longer binds.
+        let t = topo(4, 4, 10.0, 10.0, 10.0);
+        let mut l = Links::new(&t, &[(0, 2), (1, 2), (1, 3)]);
+        let mut wakes = Vec::new();
+        l.start(0, 0, 10.0, 0.0);
+        l.start(1, 1, 100.0, 0.0);
+        l.start(2, 2, 100.0, 0.0);
+        l.reshare(0.0, &mut wakes);
+        assert_eq!((l.rate(0), l.rate(1), l.rate(2)), (5.0, 5.0, 5.0));
+        let out = drain_from(&mut l, 0.0, &[10.0, 100.0, 100.0], wakes);
+        assert_eq!(out[0], (0, 2.0));
+        // Both others: 10 bytes by t = 2, 90 more at 5 B/s: t = 20.
+        assert!(
+            (out[1].1 - 20.0).abs() < 1e-9 && (out[2].1 - 20.0).abs() < 1e-9,
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn tiers_latencies_and_uplinks() {
+        let mut t = topo(32, 16, 196.0, 170.0, 150.0);
+        t.dies_per_package = 2;
+        assert_eq!(t.tier(0, 1), Tier::Package);
+        assert_eq!(t.tier(1, 2), Tier::Node);
+        assert_eq!(t.tier(15, 16), Tier::Cross);
+        assert_eq!(t.latency(15, 16), 2.0);
+        assert_eq!(t.path(15, 16).1, 2);
+        // Oversubscribed uplinks: 16 dies x 196 x 0.25 = 784 B/s per node.
+        t.uplink_ratio = 0.25;
+        let (p, k) = t.path(15, 16);
+        assert_eq!(k, 4);
+        assert_eq!(t.capacities()[p[2] as usize], 784.0);
+        // 16 writers of node 0 into 16 dies of node 1, one each: 784 / 16 = 49 each.
+        let pairs: Vec<(u32, u32)> = (0..16).map(|i| (i, 16 + i)).collect();
+        let mut l = Links::new(&t, &pairs);
+        let mut wakes = Vec::new();
+        for p in 0..16 {
+            l.start(p, p, 1.0, 0.0);
+        }
+        l.reshare(0.0, &mut wakes);
+        assert!((0..16).all(|p| l.rate(p) == 49.0));
     }
 }

@@ -8,8 +8,9 @@
 //!   after its producer hits and one that runs after a large unrelated working set misses;
 //! - [`hbm`]: the HBM bandwidth of every die, shared by every core that is moving data from or
 //!   to HBM at the same time (a deterministic fluid model, max-min fair with per-core caps);
-//! - [`link`]: the interconnect, per-rank egress and ingress bandwidth shared by the flows
-//!   that use them at the same time.
+//! - [`link`]: the interconnect, a topology of ports and links per profile (packages, nodes,
+//!   the fabric between nodes) shared max-min fairly by the flows that use them at the same
+//!   time.
 //!
 //! Every number comes from a device field; nothing here is a constant of the code.
 //!
@@ -22,8 +23,9 @@
 //! | per-core HBM, L2 read, L2 write rates (B/s) | `core_hbm_rate`, `core_l2_read_rate`, `core_l2_write_rate` × the core's clock |
 //! | HBM of a die (B/s) | `hbm_bandwidth`, shared (see [`hbm`]) |
 //! | L2 capacity (B) | `l2_size` (see [`l2`]) |
-//! | egress = ingress bandwidth of a rank (B/s) | `link_bandwidth × link_efficiency`, shared (see [`link`]) |
-//! | remote data and signals | arrive `link_latency` after they leave; a signal is ordered after its data |
+//! | a flow's rate (B/s) | max-min fair over its pair's link and the ports and uplinks on its path, every rate × `link_efficiency` (see [`link`]) |
+//! | remote data and signals | arrive the pair's path latency after they leave (`package_link_latency`, `link_latency`, or `link_latency + cross_hops × cross_hop_latency`); a signal is ordered after its data |
+//! | a put's flows | up to `core_puts_in_flight` per core and `die_puts_in_flight` per die at once, each after `put_overhead`, plus `peer_setup` for a call's first put from a rank to a peer |
 //! | local signals | arrive `event_latency` after the task ends |
 //! | a task | `max(compute, memory, link) + task_overhead` (see `sim`) |
 //! | a kernel | `kernel_launch` before its first task (one for a fused schedule) |
@@ -120,7 +122,10 @@ pub struct DeviceModel {
     pub hbm_bandwidth: f64,
     /// L2 capacity of one die.
     pub l2_size: f64,
-    /// Interconnect bandwidth leaving and entering one rank.
+    /// The fabric (see [`link`]).
+    pub topology: link::Topology,
+    /// The most one rank sends or receives at once over every tier, and the smallest latency
+    /// between two ranks: for lower bounds.
     pub link_egress: f64,
     pub link_ingress: f64,
     pub link_latency: f64,
@@ -137,7 +142,8 @@ impl DeviceModel {
     pub fn new(d: &Device) -> Result<DeviceModel, String> {
         let clock = [d.aic_clock(), d.aiv_clock()];
         let per_core = |rate: f64| [rate * clock[AIC], rate * clock[AIV]];
-        let link = d.link_bandwidth() * d.link_efficiency();
+        let topology = link::Topology::new(d);
+        let link = topology.max_rank_rate();
         let m = DeviceModel {
             ranks: d.ranks(),
             aic_cores: d.aic_cores(),
@@ -152,11 +158,12 @@ impl DeviceModel {
             l2_size: d.l2_size(),
             link_egress: link,
             link_ingress: link,
-            link_latency: d.link_latency(),
+            link_latency: topology.min_latency(),
             event_latency: d.event_latency(),
             kernel_launch: d.kernel_launch(),
             task_overhead: d.task_overhead(),
             put_chunk_bytes: d.put_chunk_bytes(),
+            topology,
         };
         let derived = [
             (
@@ -177,7 +184,26 @@ impl DeviceModel {
                 "AIV L2 write rate (core_l2_write_rate x aiv_clock)",
                 m.core_l2_write[AIV],
             ),
-            ("link rate (link_bandwidth x link_efficiency)", link),
+            (
+                "link rate (link_bandwidth x link_efficiency)",
+                m.topology.port_bandwidth,
+            ),
+            (
+                "pair rate (pair_bandwidth x link_efficiency)",
+                m.topology.pair_bandwidth,
+            ),
+            (
+                "cross pair rate (cross_pair_bandwidth x link_efficiency)",
+                m.topology.cross_pair_bandwidth,
+            ),
+            (
+                "cross port rate (cross_port_bandwidth x link_efficiency)",
+                m.topology.cross_port_bandwidth,
+            ),
+            (
+                "package link rate (package_link_bandwidth x link_efficiency)",
+                m.topology.package_bandwidth,
+            ),
         ];
         for (what, v) in derived {
             if !v.is_finite() || v <= 0.0 {
@@ -209,12 +235,15 @@ impl DeviceModel {
     /// The derived rates, one per line (for `hpmoe run` and the docs).
     pub fn describe(&self) -> String {
         let g = 1e9;
+        let t = &self.topology;
         format!(
             "device model: {} ranks x ({} AIC + {} AIV)\n\
              \x20 cube {:.2} TFLOP/s per AIC core sustained ({:.2} peak); vector {:.1} GB/s per AIV core\n\
              \x20 per core: HBM {:.1} GB/s, L2 read {:.1} GB/s, L2 write {:.1} GB/s (AIC); {:.1} / {:.1} / {:.1} (AIV)\n\
-             \x20 HBM {:.1} GB/s per die (shared); L2 {:.0} MiB per die; links {:.1} GB/s egress and ingress per rank\n\
-             \x20 latencies: link {:.2} us, event {:.2} us, kernel launch {:.2} us, task overhead {:.2} us; put chunk {:.0} KiB\n",
+             \x20 HBM {:.1} GB/s per die (shared); L2 {:.0} MiB per die\n\
+             \x20 fabric: {} dies per package, {} per node; port {:.1} GB/s per rank and direction; pair {:.1} GB/s in a node, {:.1} across (cross port {:.1}, uplinks x{:.2}); package link {:.1}\n\
+             \x20 latencies: package {:.2} us, node {:.2} us, across nodes {:.2} us, event {:.2} us, kernel launch {:.2} us, task overhead {:.2} us\n\
+             \x20 puts: {:.2} us each, {:.2} us more to a new peer per call; {} in flight per core, {} per die; chunk {:.0} KiB\n",
             self.ranks,
             self.aic_cores,
             self.aiv_cores,
@@ -229,11 +258,24 @@ impl DeviceModel {
             self.core_l2_write[AIV] / g,
             self.hbm_bandwidth / g,
             self.l2_size / 1048576.0,
-            self.link_egress / g,
-            self.link_latency * 1e6,
+            t.dies_per_package,
+            t.dies_per_node,
+            t.port_bandwidth / g,
+            t.pair_bandwidth / g,
+            t.cross_pair_bandwidth / g,
+            t.cross_port_bandwidth / g,
+            t.uplink_ratio,
+            t.package_bandwidth / g,
+            t.package_latency * 1e6,
+            t.node_latency * 1e6,
+            t.cross_latency * 1e6,
             self.event_latency * 1e6,
             self.kernel_launch * 1e6,
             self.task_overhead * 1e6,
+            t.put_overhead * 1e6,
+            t.peer_setup * 1e6,
+            t.core_puts,
+            t.die_puts,
             self.put_chunk_bytes / 1024.0,
         )
     }

@@ -25,6 +25,8 @@ mod bound;
 
 pub use bound::{bounds, heads_tails, work_bound, Bounds};
 
+pub mod comm;
+
 use crate::model::{DeviceModel, AIC, AIV};
 use crate::sim::{SimResult, Workload};
 use hpmoe_dsl::ir::{Program, Taskflow};
@@ -99,6 +101,8 @@ pub struct Report {
     pub remote_bytes: f64,
     pub phases: Vec<Phase>,
     pub per_rank: Vec<RankStats>,
+    /// Communication per phase and hot-rank figures.
+    pub comm: comm::CommReport,
 }
 
 /// The speedup of one policy over another on a taskflow.
@@ -366,6 +370,7 @@ impl Report {
             remote_bytes: sent,
             phases,
             per_rank,
+            comm: comm::CommReport::new(program, tf, g, w, m, r),
         }
     }
 
@@ -506,6 +511,7 @@ impl Report {
                 p.busy * us
             );
         }
+        o.push_str(&self.comm.human());
         if self.per_rank.len() <= 16 {
             let _ = writeln!(o, "  per rank:");
             let _ = writeln!(
@@ -553,6 +559,7 @@ impl Report {
             .collect();
         let comm = self.comm_mean();
         let exposed = self.exposed_mean();
+        let (comm_phases, hot_rank) = self.comm.json();
         json!({
             "taskflow": self.taskflow,
             "policy": self.policy,
@@ -628,6 +635,8 @@ impl Report {
                 "sent_bytes": r.sent,
                 "received_bytes": r.received,
             })).collect::<Vec<_>>(),
+            "comm_phases": comm_phases,
+            "hot_rank": hot_rank,
         })
     }
 }

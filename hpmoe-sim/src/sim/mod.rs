@@ -15,11 +15,18 @@
 //!   writes its output block; then three parts run side by side: compute (`compute` seconds),
 //!   memory (its misses through the die's shared HBM, then its hits and writes at the core's
 //!   L2 rates) and, for a put, the link (after the first `put_chunk_bytes` are read into the
-//!   UB, one flow per destination in turn, sharing egress and ingress); the task ends when
-//!   all three are done, plus `task_overhead`;
+//!   UB): one flow per destination, in order, at most `core_puts_in_flight` of the task's at
+//!   once and `die_puts_in_flight` of its die's (a task that finds its die's queues full waits
+//!   in a first-in-first-out line of that die); a flow holds its slot from its issue until its
+//!   last byte left: `put_overhead` (plus `peer_setup` for the op call's first put from its
+//!   rank to that peer), then its bytes at the max-min fair rate of its path (see
+//!   [`crate::model::link`]); the task ends when all three are done, plus `task_overhead`;
 //! - a finished task signals its counters: local ones after `event_latency`, remote ones
-//!   after `link_latency` (a signal follows its data, which lands `link_latency` after its
-//!   flow ends, into the destination's L2).
+//!   after the longest path latency to the ranks it signals (a signal follows its data, which
+//!   lands its path's latency after its flow ends, into the destination's L2).
+//! - link rates are solved once per simulated instant that started or finished a flow (an
+//!   event queued behind that instant's others), over the component of pairs the changes
+//!   touch.
 //!
 //! Events are ordered by (time, insertion order): the same input gives the same output, bit
 //! for bit. The loop allocates nothing per event (flat arrays and one 4-ary heap; stale
@@ -287,8 +294,12 @@ struct TaskState {
     partial: f64,
     /// Seconds of L2 traffic after its HBM part.
     tail: f64,
-    /// Its current flow.
-    flow_cur: u32,
+    /// Its next flow to issue (from its first), flows in flight, flows not yet finished.
+    flow_next: u32,
+    flow_active: u32,
+    flow_left: u32,
+    /// Waiting in its die's line for a put slot.
+    waiting: bool,
     /// Parts (HBM, link) still running.
     pend: u8,
 }
@@ -324,6 +335,11 @@ struct Sim<'a> {
     l2: L2<'a>,
     hbm: Hbm,
     links: Links,
+    /// Per die: put slots free and tasks waiting for one; per contact, whether it was made.
+    die_free: Vec<u32>,
+    die_wait: Vec<Fifo<u32>>,
+    contacted: Vec<bool>,
+    reshare_pending: bool,
     wakes: Vec<(u32, f64, u32)>,
     pos: Vec<u32>,
     idle: Vec<bool>,
@@ -377,7 +393,11 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
         events: 0,
         l2: L2::new(ranks, m.l2_size, &w.block_rank, &w.block_size),
         hbm: Hbm::new(ranks, m.hbm_bandwidth, m.core_hbm),
-        links: Links::new(ranks, &w.pairs, m.link_egress, m.link_ingress),
+        links: Links::new(&m.topology, &w.pairs),
+        die_free: vec![m.topology.die_puts; ranks],
+        die_wait: (0..ranks).map(|_| Fifo::default()).collect(),
+        contacted: vec![false; w.contacts as usize],
+        reshare_pending: false,
         wakes: Vec::new(),
         pos: vec![0; cores],
         idle: vec![true; cores],
@@ -472,7 +492,16 @@ impl Sim<'_> {
                     }
                     self.finished = fin;
                 }
+                FLOW_START if ev.gen == 0 => self.issue(ev.id as usize),
                 FLOW_START => self.flow_start(ev.id as usize),
+                FLOW_DONE if ev.id == NONE => {
+                    self.reshare_pending = false;
+                    let mut wakes = std::mem::take(&mut self.wakes);
+                    wakes.clear();
+                    self.links.reshare(self.now, &mut wakes);
+                    self.link_wakes(&wakes, None);
+                    self.wakes = wakes;
+                }
                 FLOW_DONE => self.pair_event(ev.id, ev.gen),
                 _ => {}
             }
@@ -549,7 +578,10 @@ impl Sim<'_> {
             } else {
                 0.0
             };
-            self.ts[i].flow_cur = 0;
+            let st = &mut self.ts[i];
+            st.flow_next = 0;
+            st.flow_active = 0;
+            st.flow_left = info.flow_end - info.flows;
             self.push(now + fill, FLOW_START, i as u32, 0);
             pend += 1;
         }
@@ -592,25 +624,58 @@ impl Sim<'_> {
         }
     }
 
-    fn flow_start(&mut self, i: usize) {
-        let f = self.w.plan.info[i].flows + self.ts[i].flow_cur;
-        let fu = f as usize;
-        let pair = self.w.flow_pair[fu];
-        let mut wakes = std::mem::take(&mut self.wakes);
-        wakes.clear();
-        self.links.start(pair, f, self.w.flow_bytes[fu], self.now, &mut wakes);
-        self.link_wakes(&wakes, pair);
-        self.wakes = wakes;
+    /// Task `i` issues its next flows while its core and its die have put slots.
+    fn issue(&mut self, i: usize) {
+        let info = self.w.plan.info[i];
+        let die = info.rank as usize;
+        let topo = &self.m.topology;
+        while self.ts[i].flow_active < topo.core_puts && info.flows + self.ts[i].flow_next < info.flow_end {
+            if self.die_free[die] == 0 {
+                if !self.ts[i].waiting {
+                    self.ts[i].waiting = true;
+                    self.die_wait[die].push(i as u32);
+                }
+                return;
+            }
+            self.die_free[die] -= 1;
+            let f = info.flows + self.ts[i].flow_next;
+            self.ts[i].flow_next += 1;
+            self.ts[i].flow_active += 1;
+            let contact = self.w.flow_contact[f as usize] as usize;
+            let mut delay = topo.put_overhead;
+            if !self.contacted[contact] {
+                self.contacted[contact] = true;
+                delay += topo.peer_setup;
+            }
+            self.push(self.now + delay, FLOW_START, f, 1);
+        }
+    }
+
+    /// Flow `f`'s bytes start to move.
+    fn flow_start(&mut self, f: usize) {
+        let pair = self.w.flow_pair[f];
+        self.links.start(pair, f as u32, self.w.flow_bytes[f], self.now);
+        self.want_reshare();
+    }
+
+    /// Queues one solve of the link rates behind this instant's other events.
+    fn want_reshare(&mut self) {
+        if !self.reshare_pending && self.links.is_dirty() {
+            self.reshare_pending = true;
+            self.push(self.now, FLOW_DONE, NONE, 0);
+        }
     }
 
     /// Schedules the link finish events `wakes` asked for; samples throughputs.
-    fn link_wakes(&mut self, wakes: &[(u32, f64, u32)], pair: u32) {
+    fn link_wakes(&mut self, wakes: &[(u32, f64, u32)], pair: Option<u32>) {
         for &(p, t, gen) in wakes {
             self.push(t.max(self.now), FLOW_DONE, p, gen);
         }
         if self.opts.record_bandwidth {
-            self.sample_link(self.links.src(pair) as usize);
-            self.sample_link(self.links.dst(pair) as usize);
+            if let Some(pair) = pair {
+                self.sample_link(self.links.src(pair) as usize);
+                self.sample_link(self.links.dst(pair) as usize);
+            }
             for &(p, _, _) in wakes {
                 self.sample_link(self.links.src(p) as usize);
                 self.sample_link(self.links.dst(p) as usize);
@@ -639,12 +704,13 @@ impl Sim<'_> {
         wakes.clear();
         self.links
             .fire(pair, gen, self.now, &self.w.flow_bytes, &mut done, &mut wakes);
-        self.link_wakes(&wakes, pair);
+        self.link_wakes(&wakes, Some(pair));
         self.wakes = wakes;
         for &f in &done {
             self.flow_done(f);
         }
         self.finished = done;
+        self.want_reshare();
     }
 
     fn flow_done(&mut self, f: u32) {
@@ -654,7 +720,7 @@ impl Sim<'_> {
         self.r.flow_end[fu] = now;
         // The data lands in the destination's L2.
         let d = w.flow_dst[fu] as usize;
-        let arrive = now + self.m.link_latency;
+        let arrive = now + self.links.latency(w.flow_pair[fu]);
         if arrive > self.r.rank_done[d] {
             self.r.rank_done[d] = arrive;
         }
@@ -670,12 +736,22 @@ impl Sim<'_> {
             self.wakes = wakes;
         }
         let i = w.plan.pos[w.flow_task[fu] as usize] as usize;
-        self.ts[i].flow_cur += 1;
-        let info = &w.plan.info[i];
-        if info.flows + self.ts[i].flow_cur < info.flow_end {
-            self.flow_start(i);
-        } else {
+        let die = w.plan.info[i].rank as usize;
+        self.ts[i].flow_active -= 1;
+        self.ts[i].flow_left -= 1;
+        self.die_free[die] += 1;
+        // The die's slot goes to the first task waiting for one, then this task goes on.
+        while self.die_free[die] > 0 {
+            let Some(j) = self.die_wait[die].pop() else {
+                break;
+            };
+            self.ts[j as usize].waiting = false;
+            self.issue(j as usize);
+        }
+        if self.ts[i].flow_left == 0 {
             self.part_done(i, now);
+        } else {
+            self.issue(i);
         }
     }
 
@@ -695,7 +771,7 @@ impl Sim<'_> {
             self.push(now + self.m.event_latency, SIG_LOCAL, i as u32, 0);
         }
         if info.sig_split < info.sig_end {
-            self.push(now + self.m.link_latency, SIG_REMOTE, i as u32, 0);
+            self.push(now + info.sig_latency, SIG_REMOTE, i as u32, 0);
         }
         self.try_start(c);
     }

@@ -50,6 +50,8 @@ pub struct TaskInfo {
     pub flow_end: u32,
     /// Its local output block, or [`NONE`].
     pub local_block: u32,
+    /// Delay of its remote signals: the longest path latency to a rank it signals.
+    pub sig_latency: f64,
     pub class: u8,
 }
 
@@ -107,6 +109,10 @@ pub struct Workload {
     /// Per flow: its (source, destination) pair, an index into `pairs`.
     pub flow_pair: Vec<u32>,
     pub pairs: Vec<(u32, u32)>,
+    /// Per flow: its (pair, op call) contact, an index below `contacts`: the first put of a
+    /// call from a rank to a peer pays `peer_setup`.
+    pub flow_contact: Vec<u32>,
+    pub contacts: u32,
     /// Per block: its rank, size and whether it is a region of a taskflow input. Block `t`
     /// (below the number of tasks) is task `t`'s local output (size 0 when it has none), so
     /// the outputs of a call's tiles are consecutive blocks.
@@ -239,6 +245,8 @@ impl Workload {
             flow_task: Vec::new(),
             flow_pair: Vec::new(),
             pairs: Vec::new(),
+            flow_contact: Vec::new(),
+            contacts: 0,
             block_rank: g.rank.clone(),
             block_size: vec![0.0; n],
             block_input: vec![false; n],
@@ -551,6 +559,13 @@ impl Workload {
             });
             w.flow_pair.push(id);
         }
+        let mut contact_of: FxHashMap<(u32, u32), u32> = FxHashMap::default();
+        for f in 0..w.flow_dst.len() {
+            let key = (w.flow_pair[f], g.node[w.flow_task[f] as usize]);
+            let next = contact_of.len() as u32;
+            w.flow_contact.push(*contact_of.entry(key).or_insert(next));
+        }
+        w.contacts = contact_of.len() as u32;
         // Lower-bound durations.
         for t in 0..n {
             let c = w.class[t] as usize;
@@ -572,14 +587,21 @@ impl Workload {
         w.start_time = launch;
         w.delay = (0..total).map(|c| if c >= gc { launch } else { 0.0 }).collect();
         w.waiters = s.waits.transpose_into(total);
-        w.plan = w.build_plan(g, s, &run_off, (run_first, run_count, run_bytes));
+        w.plan = w.build_plan(g, s, &m.topology, &run_off, (run_first, run_count, run_bytes));
         w
     }
 
     /// Renumbers the tasks in queue order and gathers what a task start needs.
     /// `runs`: the first block, count and bytes of every read run, in task order (freed once
     /// laid out in internal order, before the rest of the plan is allocated).
-    fn build_plan(&self, g: &TaskGraph, s: &Schedule, run_off: &[u32], runs: (Vec<u32>, Vec<u32>, Vec<f64>)) -> Plan {
+    fn build_plan(
+        &self,
+        g: &TaskGraph,
+        s: &Schedule,
+        topo: &model::link::Topology,
+        run_off: &[u32],
+        runs: (Vec<u32>, Vec<u32>, Vec<f64>),
+    ) -> Plan {
         let n = g.len();
         let mut pos = vec![NONE; n];
         let mut order: Vec<u32> = Vec::with_capacity(n);
@@ -671,6 +693,10 @@ impl Workload {
                 flows: self.flow_off[t],
                 flow_end: self.flow_off[t + 1],
                 local_block: if self.local_out[t] > 0.0 { t as u32 } else { NONE },
+                sig_latency: p.sig[sig_split as usize..]
+                    .iter()
+                    .map(|&c| topo.latency(rank, s.counter_rank[c as usize]))
+                    .fold(0.0, f64::max),
                 class: self.class[t],
             });
         }
@@ -713,6 +739,7 @@ impl Workload {
         let n = self.tasks();
         let p = &self.plan;
         n * (1 + 8 * 4 + 4)
+            + self.flows() * 4
             + p.info.len() * std::mem::size_of::<TaskInfo>()
             + p.pos.len() * 4
             + p.queue.len() * 4
