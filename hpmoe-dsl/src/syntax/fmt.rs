@@ -195,8 +195,14 @@ fn write_expr(e: &Expr, closed: bool, s: &mut String) {
             }
             s.push(')');
         }
-        ExprKind::Sum { binders, body } => {
-            s.push_str("sum(");
+        ExprKind::Cast { dtype, arg } => {
+            let _ = write!(s, "cast<{}>(", dtype.name);
+            write_expr(arg, false, s);
+            s.push(')');
+        }
+        ExprKind::Sum { op, binders, body } => {
+            s.push_str(op.as_str());
+            s.push('(');
             write_list(binders, s, |b, s| match b {
                 Binder::Full(v) => s.push_str(&v.name),
                 Binder::InGroup { var, group } => {
@@ -204,11 +210,29 @@ fn write_expr(e: &Expr, closed: bool, s: &mut String) {
                 }
             });
             s.push_str(") ");
-            let bp = matches!(&body.kind, ExprKind::Binary(o, ..) if o.precedence() < 2);
+            let bp = matches!(&body.kind, ExprKind::Binary(o, ..) if o.precedence() < 2)
+                || (*op == ReduceOp::Max && blocks_max(body));
             write_wrapped(body, bp, false, s);
         }
         // Only after a syntax error, which `format_source` refuses.
         ExprKind::Error => s.push('_'),
+    }
+}
+
+/// Whether `e`, written as the body of `max(..)`, would make it read as the function `max`:
+/// its first token is `-` or an annotation keyword (see the parser's `max_is_reduction`).
+fn blocks_max(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Neg(_) => true,
+        ExprKind::Name(n) => crate::syntax::parser::ANNOTATION_KEYWORDS.contains(&n.as_str()),
+        ExprKind::Binary(_, l, _) => {
+            let lp = matches!(&l.kind, ExprKind::Binary(o, ..) if o.precedence() < 2);
+            !lp && blocks_max(l)
+        }
+        ExprKind::Call { callee: b, .. } | ExprKind::Index { base: b, .. } | ExprKind::Field { base: b, .. } => {
+            is_postfix_level(b) && blocks_max(b)
+        }
+        _ => false,
     }
 }
 
