@@ -9,7 +9,9 @@ use hpmoe_dsl::ir::cast::{fp8_decode, fp8_encode};
 use hpmoe_dsl::ir::DType;
 
 fn table(name: &str) -> Vec<Vec<String>> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
@@ -84,7 +86,16 @@ fn the_table_covers_the_tricky_cases() {
     let has = |v: f32| xs.iter().any(|x| x.to_bits() == v.to_bits());
     // A halfway case that ties to even in E4M3 (1 + 2^-4 -> 1), the smallest subnormals,
     // saturation (464 ties to 448; 480 saturates), E5M2 overflow at 61440, NaN and -0.
-    for v in [1.0625, 2f32.powi(-9), 2f32.powi(-10), 2f32.powi(-16), 464.0, 480.0, 61440.0, -0.0] {
+    for v in [
+        1.0625,
+        2f32.powi(-9),
+        2f32.powi(-10),
+        2f32.powi(-16),
+        464.0,
+        480.0,
+        61440.0,
+        -0.0,
+    ] {
         assert!(has(v), "{v:e} missing");
     }
     assert!(xs.iter().any(|x| x.is_nan()) && xs.iter().any(|x| x.is_infinite()));

@@ -1435,7 +1435,10 @@ impl Checker<'_> {
                 let mut vars = Vec::new();
                 for b in binders {
                     let v = b.var();
-                    if Self::lookup_var(cx, &v.name).is_some() || self.is_const_name(cx, &v.name) {
+                    if Self::lookup_var(cx, &v.name).is_some()
+                        || self.is_const_name(cx, &v.name)
+                        || cx.params.iter().any(|p| p.name() == v.name)
+                    {
                         self.err(
                             Diagnostic::error(
                                 Code::DuplicateDefinition,

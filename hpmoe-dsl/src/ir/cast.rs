@@ -68,7 +68,8 @@ fn round_int(x: f64, lo: f64, hi: f64) -> f64 {
     if x.is_nan() {
         0.0
     } else {
-        x.round_ties_even().clamp(lo, hi)
+        // `+ 0.0`: an integer has no negative zero (-0.4 rounds to -0.0).
+        x.round_ties_even().clamp(lo, hi) + 0.0
     }
 }
 
@@ -213,6 +214,7 @@ mod tests {
         assert_eq!(DType::I8.cast(-3.5), -4.0);
         assert_eq!(DType::I8.cast(-1000.0), -128.0);
         assert_eq!(DType::U8.cast(-0.4), 0.0);
+        assert!(DType::I8.cast(-0.4).is_sign_positive());
         assert_eq!(DType::I8.cast(f64::NAN), 0.0);
         assert_eq!(fp8_encode(DType::Fp8E4M3, 448.0), Some(0x7e));
         assert_eq!(fp8_encode(DType::Fp8E5M2, f64::INFINITY), Some(0x7c));

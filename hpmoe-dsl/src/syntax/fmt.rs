@@ -171,7 +171,9 @@ fn write_expr(e: &Expr, closed: bool, s: &mut String) {
         }
         ExprKind::Sum { .. } if closed => write_wrapped(e, true, false, s),
         ExprKind::Call { callee, args } => {
-            write_wrapped(callee, !is_postfix_level(callee), false, s);
+            // `max(a)(b)` would read as the reduction `max(a) (b)`.
+            let max_call = matches!(&callee.kind, ExprKind::Call { callee: c, .. } if c.name() == Some("max"));
+            write_wrapped(callee, !is_postfix_level(callee) || max_call, false, s);
             s.push('(');
             write_list(args, s, write_arg);
             s.push(')');
@@ -220,10 +222,11 @@ fn write_expr(e: &Expr, closed: bool, s: &mut String) {
 }
 
 /// Whether `e`, written as the body of `max(..)`, would make it read as the function `max`:
-/// its first token is `-` or an annotation keyword (see the parser's `max_is_reduction`).
+/// its first token is `-`, a string or an annotation keyword (see the parser's
+/// `max_is_reduction`).
 fn blocks_max(e: &Expr) -> bool {
     match &e.kind {
-        ExprKind::Neg(_) => true,
+        ExprKind::Neg(_) | ExprKind::Str(_) => true,
         ExprKind::Name(n) => crate::syntax::parser::ANNOTATION_KEYWORDS.contains(&n.as_str()),
         ExprKind::Binary(_, l, _) => {
             let lp = matches!(&l.kind, ExprKind::Binary(o, ..) if o.precedence() < 2);
