@@ -653,10 +653,10 @@ fn an_int8_contraction_takes_half_the_cube_time_of_bf16() {
     assert!((bf16 - 5.209_538_95e-6).abs() < 1e-12, "bf16 compute {bf16}");
     assert!((int8 - 2.604_769_475e-6).abs() < 1e-12, "int8 compute {int8}");
     // End to end the task also pays the launch and the per-task overhead (10 us + 0.5 us on
-    // A3) and its memory time may hide part of the compute: the saving is at most the
-    // compute difference and the int8 run is never slower.
-    assert!(int8_total <= bf16_total, "{int8_total} vs {bf16_total}");
-    assert!(bf16_total - int8_total <= bf16 - int8 + 1e-12);
+    // A3), and int8 operands also halve the bytes read: the int8 run is faster, by less
+    // than its whole time.
+    assert!(int8_total < bf16_total, "{int8_total} vs {bf16_total}");
+    assert!(int8_total > 10.5e-6, "{int8_total}: launch and task overhead");
     // fp8 operands: no fp8 MAC on 910B/A3, so the bf16 rate.
     let (fp8, _) = cube_task_seconds("fp8e4m3");
     assert!((fp8 - bf16).abs() < 1e-15, "fp8 compute {fp8}");
