@@ -1,12 +1,14 @@
 //! The standard library, embedded in the binary so the tool works from any directory.
 //!
-//! Modules: `std::moe` (MoE operators, forward and backward), `std::route` (routing kinds),
+//! Modules: `std::moe` (MoE operators, forward and backward), `std::quant` (quantised
+//! payloads: int8/fp8 quantisation, scales, quantised GMM), `std::route` (routing kinds),
 //! `std::schedule` (scheduling policies), `std::device` (device profiles). The routing kinds
 //! and policies form the prelude: they are in scope in every file without an import.
 
 /// `(module name, source text)` for every standard module.
 pub const MODULES: &[(&str, &str)] = &[
     ("moe", include_str!("../../stdlib/moe.hpm")),
+    ("quant", include_str!("../../stdlib/quant.hpm")),
     ("route", include_str!("../../stdlib/route.hpm")),
     ("schedule", include_str!("../../stdlib/schedule.hpm")),
     ("device", include_str!("../../stdlib/device.hpm")),

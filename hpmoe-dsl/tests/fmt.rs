@@ -265,7 +265,11 @@ fn edge_inputs() {
 // ------------------------------------------------------------------------- property tests
 
 fn name() -> impl Strategy<Value = String> {
-    "[A-Za-z_][A-Za-z0-9_]{0,5}".prop_filter("`sum` starts a reduction", |s| s != "sum")
+    // `max` is both a function and a reduction: generate it often.
+    prop_oneof![
+        4 => "[A-Za-z_][A-Za-z0-9_]{0,5}".prop_filter("`sum` starts a reduction", |s| s != "sum"),
+        1 => Just("max".to_string()),
+    ]
 }
 
 fn ident() -> impl Strategy<Value = ast::Ident> {
@@ -327,10 +331,20 @@ fn expr() -> impl Strategy<Value = Expr> {
                 field
             })),
             proptest::collection::vec(inner.clone(), 0..3).prop_map(|v| mk(ExprKind::Tuple(v))),
-            (proptest::collection::vec(binder, 1..3), inner).prop_map(|(binders, body)| mk(ExprKind::Sum {
-                binders,
-                body: Box::new(body)
+            (ident(), inner.clone()).prop_map(|(dtype, arg)| mk(ExprKind::Cast {
+                dtype,
+                arg: Box::new(arg)
             })),
+            (
+                prop_oneof![Just(ast::ReduceOp::Sum), Just(ast::ReduceOp::Max)],
+                proptest::collection::vec(binder, 1..3),
+                inner
+            )
+                .prop_map(|(op, binders, body)| mk(ExprKind::Sum {
+                    op,
+                    binders,
+                    body: Box::new(body)
+                })),
         ]
     })
 }

@@ -281,3 +281,54 @@ fn dumps_are_standard_npy_and_inputs_load_back() {
     assert!(e.message.contains("input `x`"), "{}", e.message);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A row of hex f32 bit patterns from `hpmoe-dsl/tests/data/qdq.txt` (generated offline by
+/// `gen_fp8.py` with NumPy and ml_dtypes).
+fn qdq_row(name: &str) -> Vec<f32> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../hpmoe-dsl/tests/data/qdq.txt");
+    let text = std::fs::read_to_string(path).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name}"));
+    line.split_whitespace()
+        .skip(1)
+        .map(|h| f32::from_bits(u32::from_str_radix(h, 16).unwrap()))
+        .collect()
+}
+
+#[test]
+fn per_token_quantize_dequantize_equals_the_numpy_reference_bit_for_bit() {
+    let text = "import std::quant::*;\nimport std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n\
+        taskflow i8qdq(x: f32[4, 8]) -> (s: f32[4], q: i8[4, 8], y: bf16[4, 8]) {\n\
+          let s = token_scale_i8(x);\n let q = quantize_i8(x, s) tile(m: 2);\n let y = dequantize(q, s);\n return (s, q, y);\n}\n\
+        taskflow e4m3qdq(x: f32[4, 8]) -> (s: f32[4], q: fp8e4m3[4, 8], y: bf16[4, 8]) {\n\
+          let s = token_scale_e4m3(x);\n let q = quantize_e4m3(x, s) tile(m: 2);\n let y = dequantize(q, s);\n return (s, q, y);\n}\n";
+    let p = program(text, &[]);
+    let dir = std::env::temp_dir().join(format!("hpmoe-qdq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let x: Vec<f64> = qdq_row("x").iter().map(|&v| v as f64).collect();
+    let xpath = dir.join("x_in.npy");
+    hpmoe_dsl::npy::write(&xpath, hpmoe_dsl::npy::NpyType::F32, &[1, 4, 8], &x).unwrap();
+    for (tf, prefix) in [(0, "i8"), (1, "fp8e4m3")] {
+        let c = compile(&p, tf, Policy::Interleaved, true);
+        let order = numerics::schedule_order(&c.graph, &c.schedule);
+        let out = dir.join(prefix);
+        let opts = NumericsOptions {
+            inputs: vec![("x".to_string(), xpath.clone())],
+            dump: Some(out.clone()),
+            ..Default::default()
+        };
+        let r = numerics::run(&p, &p.taskflows[tf], &c.graph, &c.schedule, &order, &opts).unwrap();
+        assert!(r.passed(), "{}", r.text());
+        for (name, row) in [("s", "scale"), ("q", "q"), ("y", "y")] {
+            let got = hpmoe_dsl::npy::read(&out.join(format!("{name}.npy"))).unwrap();
+            let want = qdq_row(&format!("{prefix}_{row}"));
+            assert_eq!(got.data.len(), want.len(), "{prefix} {name}");
+            for (k, (g, w)) in got.data.iter().zip(&want).enumerate() {
+                assert_eq!((*g as f32).to_bits(), w.to_bits(), "{prefix} {name}[{k}]: {g} vs {w}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

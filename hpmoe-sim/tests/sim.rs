@@ -698,3 +698,37 @@ fn a_schedule_that_cannot_progress_ends_with_a_wait_for_report() {
         Err(SimError::Stall(_))
     ));
 }
+
+/// One cube task of a 128 x 256 x 1024 product on an A3 die, on bf16 or int8 operands.
+fn cube_task_seconds(dtype: &str) -> (f64, f64) {
+    let text = format!(
+        "import std::device::ascend_a3;\ndevice = ascend_a3 {{ ranks: 1 }};\n\
+         op mm<T>(x: T[M, K], w: T[K, N]) -> f32[M, N] on aic {{ out[m, n] = sum(k) x[m, k] * w[k, n]; }}\n\
+         taskflow f(x: {dtype}[128, 1024], w: {dtype}[1024, 256]) -> f32[128, 256] {{\n\
+           return mm(x, w) tile(m: 128, n: 256, k: 64);\n}}\n"
+    );
+    let p = program_text(&text, None);
+    let c = compile(&p, Some(Policy::Interleaved));
+    assert_eq!(c.graph.len(), 1, "one task");
+    let (s, _) = simulated(&p, &c, false);
+    (s.workload.compute[0], s.result.makespan)
+}
+
+#[test]
+fn an_int8_contraction_takes_half_the_cube_time_of_bf16() {
+    // By hand: 2 x 128 x 256 x 1024 = 67,108,864 FLOP. bf16: 8192 FLOP/cycle x 1.85 GHz x
+    // 0.85 = 1.288192e13 FLOP/s per core -> 5.2095e-6 s; int8: 16384 op/cycle (16x32x16
+    // MAC) -> 2.6048e-6 s.
+    let (bf16, bf16_total) = cube_task_seconds("bf16");
+    let (int8, int8_total) = cube_task_seconds("i8");
+    assert!((bf16 - 5.209_538_95e-6).abs() < 1e-12, "bf16 compute {bf16}");
+    assert!((int8 - 2.604_769_475e-6).abs() < 1e-12, "int8 compute {int8}");
+    // End to end the task also pays the launch and the per-task overhead (10 us + 0.5 us on
+    // A3), and int8 operands also halve the bytes read: the int8 run is faster, by less
+    // than its whole time.
+    assert!(int8_total < bf16_total, "{int8_total} vs {bf16_total}");
+    assert!(int8_total > 10.5e-6, "{int8_total}: launch and task overhead");
+    // fp8 operands: no fp8 MAC on 910B/A3, so the bf16 rate.
+    let (fp8, _) = cube_task_seconds("fp8e4m3");
+    assert!((fp8 - bf16).abs() < 1e-15, "fp8 compute {fp8}");
+}

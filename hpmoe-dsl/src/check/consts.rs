@@ -292,7 +292,11 @@ impl Checker<'_> {
                     }
                 }
             }
-            ExprKind::Field { .. } | ExprKind::Index { .. } | ExprKind::Tuple(_) | ExprKind::Sum { .. } => {
+            ExprKind::Field { .. }
+            | ExprKind::Index { .. }
+            | ExprKind::Tuple(_)
+            | ExprKind::Sum { .. }
+            | ExprKind::Cast { .. } => {
                 self.err(
                     Diagnostic::error(Code::TypeMismatch, "not a constant expression")
                         .primary(e.span, "expected a number built from literals and params"),

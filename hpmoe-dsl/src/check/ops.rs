@@ -5,7 +5,7 @@ use super::consts::BareNames;
 use super::{Checker, ItemRef};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{DType, Engine, Func, OpId, RouteFn, VarKind};
-use crate::syntax::ast::{self, BinOp, Binder, Expr, ExprKind, ItemKind, OpKind, ParamType, Stmt};
+use crate::syntax::ast::{self, BinOp, Binder, Expr, ExprKind, Ident, ItemKind, OpKind, ParamType, ReduceOp, Stmt};
 use crate::syntax::token::Span;
 use std::rc::Rc;
 
@@ -174,10 +174,20 @@ pub(crate) enum SymScalar {
     Neg(Box<SymScalar>),
     Bin(BinOp, Box<SymScalar>, Box<SymScalar>),
     Call(Func, Vec<SymScalar>),
+    Cast(CastTo, Box<SymScalar>),
     Sum {
+        op: ReduceOp,
         vars: Vec<usize>,
         body: Box<SymScalar>,
     },
+}
+
+/// The dtype of a `cast<D>(..)`: a concrete dtype, or a generic parameter, known at a call
+/// as the dtype of an input that has it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum CastTo {
+    Dtype(DType),
+    InputDtype(usize),
 }
 
 /// What a body statement writes: an output element or a remote put.
@@ -584,15 +594,7 @@ impl Checker<'_> {
         } else if let Some(d) = DType::parse(&t.dtype.name) {
             SigDtype::Concrete(d)
         } else {
-            let mut cands: Vec<&str> = vec!["bf16", "f16", "f32", "i32"];
-            cands.extend(cx.generics.iter().map(|s| s.as_str()));
-            let mut d = Diagnostic::error(Code::UnknownDtype, format!("unknown dtype `{}`", t.dtype.name))
-                .primary(t.dtype.span, "not a dtype");
-            d = match crate::suggest::closest(&t.dtype.name, cands.iter().copied()) {
-                Some(b) => d.help(format!("did you mean `{b}`?")),
-                None => d.help("dtypes are bf16, f16, f32, i32, or a generic parameter declared as `op name<T>(...)`"),
-            };
-            self.err(d);
+            self.err(unknown_dtype(&t.dtype, &cx.generics));
             cx.failed = true;
             return None;
         };
@@ -1400,12 +1402,42 @@ impl Checker<'_> {
                 }
                 Some(SymScalar::Call(f, xs.into_iter().collect::<Option<Vec<_>>>()?))
             }
-            ExprKind::Sum { binders, body } => {
+            ExprKind::Cast { dtype, arg } => {
+                let to = if let Some(g) = cx.generics.iter().position(|g| *g == dtype.name) {
+                    let input = cx.params.iter().find_map(|p| match p {
+                        CheckedParam::Tensor { ty, input, .. } if ty.dtype == SigDtype::Generic(g) => Some(*input),
+                        _ => None,
+                    });
+                    match input {
+                        Some(i) => CastTo::InputDtype(i),
+                        None => {
+                            self.err(
+                                Diagnostic::error(
+                                    Code::UnboundShapeSymbol,
+                                    format!("dtype `{}` of the cast is not bound by any parameter", dtype.name),
+                                )
+                                .primary(dtype.span, "no input has this dtype"),
+                            );
+                            return None;
+                        }
+                    }
+                } else if let Some(d) = DType::parse(&dtype.name) {
+                    CastTo::Dtype(d)
+                } else {
+                    self.err(unknown_dtype(dtype, &cx.generics));
+                    return None;
+                };
+                Some(SymScalar::Cast(to, Box::new(self.scalar(cx, arg)?)))
+            }
+            ExprKind::Sum { op, binders, body } => {
                 let mark = cx.scope.len();
                 let mut vars = Vec::new();
                 for b in binders {
                     let v = b.var();
-                    if Self::lookup_var(cx, &v.name).is_some() || self.is_const_name(cx, &v.name) {
+                    if Self::lookup_var(cx, &v.name).is_some()
+                        || self.is_const_name(cx, &v.name)
+                        || cx.params.iter().any(|p| p.name() == v.name)
+                    {
                         self.err(
                             Diagnostic::error(
                                 Code::DuplicateDefinition,
@@ -1438,6 +1470,7 @@ impl Checker<'_> {
                 let inner = self.scalar(cx, body);
                 cx.scope.truncate(mark);
                 Some(SymScalar::Sum {
+                    op: *op,
                     vars,
                     body: Box::new(inner?),
                 })
@@ -1470,7 +1503,12 @@ fn contraction_of(b: &SymBody) -> Option<(usize, usize, Vec<usize>)> {
     if !matches!(st.target, SymTarget::Out(_)) {
         return None;
     }
-    let SymScalar::Sum { vars, body } = &st.value else {
+    let SymScalar::Sum {
+        op: ReduceOp::Sum,
+        vars,
+        body,
+    } = &st.value
+    else {
         return None;
     };
     let SymScalar::Bin(BinOp::Mul, a, c) = &**body else {
@@ -1479,5 +1517,20 @@ fn contraction_of(b: &SymBody) -> Option<(usize, usize, Vec<usize>)> {
     match (&**a, &**c) {
         (SymScalar::Read { input: x, .. }, SymScalar::Read { input: y, .. }) => Some((*x, *y, vars.clone())),
         _ => None,
+    }
+}
+
+/// E0402 for a name that is neither a dtype nor one of the op's generic parameters.
+pub(crate) fn unknown_dtype(name: &Ident, generics: &[String]) -> Diagnostic {
+    let mut cands: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+    cands.extend(generics.iter().map(|s| s.as_str()));
+    let d = Diagnostic::error(Code::UnknownDtype, format!("unknown dtype `{}`", name.name))
+        .primary(name.span, "not a dtype");
+    match crate::suggest::closest(&name.name, cands.iter().copied()) {
+        Some(b) => d.help(format!("did you mean `{b}`?")),
+        None => d.help(format!(
+            "dtypes are {}, or a generic parameter declared as `op name<T>(...)`",
+            DType::names()
+        )),
     }
 }

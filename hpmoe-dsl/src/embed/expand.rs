@@ -600,6 +600,10 @@ fn dtype_tokens(d: DType) -> TokenStream {
         DType::F16 => quote!(::hpmoe_dsl::ir::DType::F16),
         DType::F32 => quote!(::hpmoe_dsl::ir::DType::F32),
         DType::I32 => quote!(::hpmoe_dsl::ir::DType::I32),
+        DType::I8 => quote!(::hpmoe_dsl::ir::DType::I8),
+        DType::U8 => quote!(::hpmoe_dsl::ir::DType::U8),
+        DType::Fp8E4M3 => quote!(::hpmoe_dsl::ir::DType::Fp8E4M3),
+        DType::Fp8E5M2 => quote!(::hpmoe_dsl::ir::DType::Fp8E5M2),
     }
 }
 

@@ -2,8 +2,8 @@
 //! elements it reads, and how to compute it. The lowering derives tile regions and costs
 //! from this; the numerics executor evaluates it.
 
-use super::RouteId;
-use crate::syntax::ast::BinOp;
+use super::{DType, RouteId};
+use crate::syntax::ast::{BinOp, ReduceOp};
 use std::fmt;
 
 /// Index of a variable in [`ConcreteBody::vars`].
@@ -14,7 +14,7 @@ pub type VarId = usize;
 pub enum VarKind {
     /// Indexes the output (`out[m, n]`).
     Out,
-    /// Bound by `sum(...)`.
+    /// Bound by `sum(...)` or `max(...)`.
     Reduce,
     /// Iterates a communication statement (`put ... = x[t, h]`).
     Iter,
@@ -139,6 +139,10 @@ pub enum Func {
     Abs,
     Max,
     Min,
+    /// Round to the nearest integer, halfway cases to even.
+    Round,
+    /// `clamp(x, lo, hi)`: `x` limited to `[lo, hi]` (NaN stays NaN).
+    Clamp,
 }
 
 impl Func {
@@ -157,6 +161,8 @@ impl Func {
             "abs" => Func::Abs,
             "max" => Func::Max,
             "min" => Func::Min,
+            "round" => Func::Round,
+            "clamp" => Func::Clamp,
             _ => return None,
         })
     }
@@ -175,11 +181,14 @@ impl Func {
             Func::Abs => "abs",
             Func::Max => "max",
             Func::Min => "min",
+            Func::Round => "round",
+            Func::Clamp => "clamp",
         }
     }
     pub fn arity(self) -> usize {
         match self {
             Func::Max | Func::Min => 2,
+            Func::Clamp => 3,
             _ => 1,
         }
     }
@@ -187,7 +196,8 @@ impl Func {
     /// functions are sequences of vector instructions on the AIV).
     pub fn ops(self) -> u64 {
         match self {
-            Func::Abs | Func::Relu | Func::Max | Func::Min => 1,
+            Func::Abs | Func::Relu | Func::Max | Func::Min | Func::Round => 1,
+            Func::Clamp => 2,
             Func::Exp | Func::Log | Func::Sqrt | Func::Rsqrt => 2,
             Func::Tanh | Func::Sigmoid => 4,
             Func::Silu => 5,
@@ -210,10 +220,19 @@ impl Func {
             Func::Abs,
             Func::Max,
             Func::Min,
+            Func::Round,
+            Func::Clamp,
         ]
     }
-    /// The function's value in f64 (the numerics executor and the reference use it).
+    /// The function's value in f64 for one or two arguments (see [`Func::apply`]).
     pub fn eval(self, a: f64, b: f64) -> f64 {
+        self.apply([a, b, 0.0])
+    }
+
+    /// The function's value in f64 (the numerics executor and the reference use it); the
+    /// arguments past the arity are ignored.
+    pub fn apply(self, args: [f64; 3]) -> f64 {
+        let [a, b, c] = args;
         let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
         match self {
             Func::Exp => a.exp(),
@@ -232,6 +251,14 @@ impl Func {
             Func::Abs => a.abs(),
             Func::Max => a.max(b),
             Func::Min => a.min(b),
+            Func::Round => a.round_ties_even(),
+            Func::Clamp => {
+                if a.is_nan() {
+                    a
+                } else {
+                    a.max(b).min(c)
+                }
+            }
         }
     }
 }
@@ -256,7 +283,11 @@ pub enum SExpr {
     Neg(Box<SExpr>),
     Bin(BinOp, Box<SExpr>, Box<SExpr>),
     Call(Func, Vec<SExpr>),
+    /// `cast<D>(x)`: the value converted to `D` ([`DType::cast`]).
+    Cast(DType, Box<SExpr>),
+    /// A reduction over `vars`: `sum(..)` or `max(..)`.
     Sum {
+        op: ReduceOp,
         vars: Vec<VarId>,
         body: Box<SExpr>,
     },
@@ -271,6 +302,7 @@ impl SExpr {
             SExpr::Neg(e) => 1 + e.ops_per_term(),
             SExpr::Bin(_, a, b) => 1 + a.ops_per_term() + b.ops_per_term(),
             SExpr::Call(f, args) => f.ops() + args.iter().map(SExpr::ops_per_term).sum::<u64>(),
+            SExpr::Cast(_, e) => 1 + e.ops_per_term(),
             SExpr::Sum { body, .. } => 1 + body.ops_per_term(),
         }
     }
@@ -285,6 +317,7 @@ impl SExpr {
                 b.for_each_read(f);
             }
             SExpr::Call(_, args) => args.iter().for_each(|a| a.for_each_read(f)),
+            SExpr::Cast(_, e) => e.for_each_read(f),
             SExpr::Sum { body, .. } => body.for_each_read(f),
             SExpr::Const(_) | SExpr::Var(_) | SExpr::Route { .. } => {}
         }
@@ -293,11 +326,11 @@ impl SExpr {
     /// Variables bound by `sum` anywhere inside.
     pub fn reduction_vars(&self, out: &mut Vec<VarId>) {
         match self {
-            SExpr::Sum { vars, body } => {
+            SExpr::Sum { vars, body, .. } => {
                 out.extend(vars.iter().copied());
                 body.reduction_vars(out);
             }
-            SExpr::Neg(e) => e.reduction_vars(out),
+            SExpr::Neg(e) | SExpr::Cast(_, e) => e.reduction_vars(out),
             SExpr::Bin(_, a, b) => {
                 a.reduction_vars(out);
                 b.reduction_vars(out);
@@ -446,11 +479,16 @@ fn show(e: &SExpr, body: &ConcreteBody, inputs: &[String], f: &mut fmt::Formatte
             }
             f.write_str(")")
         }
-        SExpr::Sum { vars, body: b } => {
+        SExpr::Cast(d, a) => {
+            write!(f, "cast<{}>(", d.name())?;
+            show(a, body, inputs, f, 0)?;
+            f.write_str(")")
+        }
+        SExpr::Sum { op, vars, body: b } => {
             if prec > 2 {
                 f.write_str("(")?;
             }
-            f.write_str("sum(")?;
+            write!(f, "{}(", op.as_str())?;
             for (i, v) in vars.iter().enumerate() {
                 if i > 0 {
                     f.write_str(", ")?;

@@ -292,8 +292,10 @@ device_fields! {
     aic_clock: f64 = Frequency;
     /// Vector clock (Hz).
     aiv_clock: f64 = Frequency;
-    /// Peak FLOP per cycle of one cube core.
+    /// Peak FLOP per cycle of one cube core (fp16/bf16 operands).
     cube_flops_per_cycle: f64 = FlopsPerCycle;
+    /// Peak operations (2 per MAC) per cycle of one cube core on int8 operands.
+    cube_int8_flops_per_cycle: f64 = FlopsPerCycle;
     /// Fraction of the cube peak a well-tiled pipeline sustains.
     cube_efficiency: f64 = Ratio;
     /// Bytes the vector unit of one AIV core processes per cycle.

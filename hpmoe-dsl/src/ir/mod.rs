@@ -7,6 +7,7 @@
 //! to an existing tensor, op or routing.
 
 pub mod body;
+pub mod cast;
 mod device;
 mod dump;
 
@@ -17,7 +18,7 @@ pub use dump::{program_json, program_text};
 use crate::Span;
 use std::collections::BTreeMap;
 
-/// Element types.
+/// Element types. Conversions between them: [`DType::cast`] (module `cast`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
@@ -25,17 +26,30 @@ pub enum DType {
     F16,
     F32,
     I32,
+    /// Signed 8-bit integers (quantised payloads).
+    I8,
+    /// Unsigned 8-bit integers.
+    U8,
+    /// OCP FP8 E4M3FN: 4 exponent bits, 3 mantissa bits, no infinity, max 448.
+    Fp8E4M3,
+    /// OCP FP8 E5M2: 5 exponent bits, 2 mantissa bits, IEEE-like, max 57344.
+    Fp8E5M2,
 }
 
 impl DType {
+    /// Every dtype, in the order the language lists them.
+    pub const ALL: [DType; 8] = [
+        DType::Bf16,
+        DType::F16,
+        DType::F32,
+        DType::I32,
+        DType::I8,
+        DType::U8,
+        DType::Fp8E4M3,
+        DType::Fp8E5M2,
+    ];
     pub fn parse(s: &str) -> Option<DType> {
-        Some(match s {
-            "bf16" => DType::Bf16,
-            "f16" => DType::F16,
-            "f32" => DType::F32,
-            "i32" => DType::I32,
-            _ => return None,
-        })
+        DType::ALL.into_iter().find(|d| d.name() == s)
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -43,13 +57,23 @@ impl DType {
             DType::F16 => "f16",
             DType::F32 => "f32",
             DType::I32 => "i32",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::Fp8E4M3 => "fp8e4m3",
+            DType::Fp8E5M2 => "fp8e5m2",
         }
     }
+    /// Bytes per element.
     pub fn size(self) -> u64 {
         match self {
+            DType::I8 | DType::U8 | DType::Fp8E4M3 | DType::Fp8E5M2 => 1,
             DType::Bf16 | DType::F16 => 2,
             DType::F32 | DType::I32 => 4,
         }
+    }
+    /// The names of every dtype, comma-separated (for messages).
+    pub fn names() -> String {
+        DType::ALL.map(DType::name).join(", ")
     }
 }
 

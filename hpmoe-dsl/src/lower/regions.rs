@@ -108,7 +108,8 @@ fn ops(e: &SExpr, vr: &[(i64, i64)]) -> f64 {
         SExpr::Neg(a) => 1.0 + ops(a, vr),
         SExpr::Bin(_, a, b) => 1.0 + ops(a, vr) + ops(b, vr),
         SExpr::Call(f, args) => f.ops() as f64 + args.iter().map(|a| ops(a, vr)).sum::<f64>(),
-        SExpr::Sum { vars, body } => {
+        SExpr::Cast(_, a) => 1.0 + ops(a, vr),
+        SExpr::Sum { vars, body, .. } => {
             let trips: f64 = vars
                 .iter()
                 .map(|v| (range_of(vr, *v).1 - range_of(vr, *v).0).max(0) as f64)

@@ -339,6 +339,25 @@ impl BinOp {
     }
 }
 
+/// The operator of a reduction: `sum(k) ...` or `max(k) ...`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceOp {
+    /// The sum of the terms (zero over an empty range).
+    Sum,
+    /// The largest term (minus infinity over an empty range; a NaN term makes it NaN).
+    Max,
+}
+
+impl ReduceOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Max => "max",
+        }
+    }
+}
+
 /// How a reduction variable ranges.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Binder {
@@ -387,10 +406,16 @@ pub enum ExprKind {
     },
     /// `(a, b, c)`
     Tuple(Vec<Expr>),
-    /// `sum(k) body`
+    /// `sum(k) body` or `max(k) body`
     Sum {
+        op: ReduceOp,
         binders: Vec<Binder>,
         body: Box<Expr>,
+    },
+    /// `cast<i8>(x)`: the value converted to a dtype (a concrete one or a generic parameter).
+    Cast {
+        dtype: Ident,
+        arg: Box<Expr>,
     },
     /// Placeholder after a syntax error (already reported).
     Error,
@@ -433,7 +458,11 @@ pub fn erase_spans(file: &mut File) {
                 ident(field);
             }
             ExprKind::Tuple(items) => items.iter_mut().for_each(expr),
-            ExprKind::Sum { binders, body } => {
+            ExprKind::Cast { dtype, arg } => {
+                ident(dtype);
+                expr(arg);
+            }
+            ExprKind::Sum { binders, body, .. } => {
                 for b in binders {
                     match b {
                         Binder::Full(v) => ident(v),

@@ -171,7 +171,9 @@ fn write_expr(e: &Expr, closed: bool, s: &mut String) {
         }
         ExprKind::Sum { .. } if closed => write_wrapped(e, true, false, s),
         ExprKind::Call { callee, args } => {
-            write_wrapped(callee, !is_postfix_level(callee), false, s);
+            // `max(a)(b)` would read as the reduction `max(a) (b)`.
+            let max_call = matches!(&callee.kind, ExprKind::Call { callee: c, .. } if c.name() == Some("max"));
+            write_wrapped(callee, !is_postfix_level(callee) || max_call, false, s);
             s.push('(');
             write_list(args, s, write_arg);
             s.push(')');
@@ -195,8 +197,14 @@ fn write_expr(e: &Expr, closed: bool, s: &mut String) {
             }
             s.push(')');
         }
-        ExprKind::Sum { binders, body } => {
-            s.push_str("sum(");
+        ExprKind::Cast { dtype, arg } => {
+            let _ = write!(s, "cast<{}>(", dtype.name);
+            write_expr(arg, false, s);
+            s.push(')');
+        }
+        ExprKind::Sum { op, binders, body } => {
+            s.push_str(op.as_str());
+            s.push('(');
             write_list(binders, s, |b, s| match b {
                 Binder::Full(v) => s.push_str(&v.name),
                 Binder::InGroup { var, group } => {
@@ -204,11 +212,30 @@ fn write_expr(e: &Expr, closed: bool, s: &mut String) {
                 }
             });
             s.push_str(") ");
-            let bp = matches!(&body.kind, ExprKind::Binary(o, ..) if o.precedence() < 2);
+            let bp = matches!(&body.kind, ExprKind::Binary(o, ..) if o.precedence() < 2)
+                || (*op == ReduceOp::Max && blocks_max(body));
             write_wrapped(body, bp, false, s);
         }
         // Only after a syntax error, which `format_source` refuses.
         ExprKind::Error => s.push('_'),
+    }
+}
+
+/// Whether `e`, written as the body of `max(..)`, would make it read as the function `max`:
+/// its first token is `-`, a string or an annotation keyword (see the parser's
+/// `max_is_reduction`).
+fn blocks_max(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Neg(_) | ExprKind::Str(_) => true,
+        ExprKind::Name(n) => crate::syntax::parser::ANNOTATION_KEYWORDS.contains(&n.as_str()),
+        ExprKind::Binary(_, l, _) => {
+            let lp = matches!(&l.kind, ExprKind::Binary(o, ..) if o.precedence() < 2);
+            !lp && blocks_max(l)
+        }
+        ExprKind::Call { callee: b, .. } | ExprKind::Index { base: b, .. } | ExprKind::Field { base: b, .. } => {
+            is_postfix_level(b) && blocks_max(b)
+        }
+        _ => false,
     }
 }
 

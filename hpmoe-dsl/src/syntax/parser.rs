@@ -18,6 +18,9 @@ pub const ITEM_KEYWORDS: &[&str] = &[
     "import", "param", "device", "route", "op", "comm", "taskflow", "schedule", "profile", "routing", "policy",
 ];
 
+/// Keywords that start a call annotation: `max(a, b) tile(...)` is a call, not a reduction.
+pub const ANNOTATION_KEYWORDS: &[&str] = &["tile", "on", "order", "priority"];
+
 /// Marker for "an error was reported; recover".
 #[derive(Debug)]
 pub struct Reported;
@@ -1006,7 +1009,7 @@ impl Parser {
             )
             .primary(self.span(), "expected `;`");
             if let TokenKind::Ident(s) = self.peek_kind() {
-                if let Some(b) = crate::suggest::closest(s, ["tile", "on", "order", "priority"].into_iter()) {
+                if let Some(b) = crate::suggest::closest(s, ANNOTATION_KEYWORDS.iter().copied()) {
                     d = d.help(format!("did you mean `{b}`?"));
                 } else {
                     d = d.help("annotations are `tile(...)`, `on ENGINE`, `order(...)` and `priority(N)`");
@@ -1135,7 +1138,13 @@ impl Parser {
     fn primary(&mut self) -> PResult<Expr> {
         match self.peek_kind() {
             TokenKind::Ident(name) if name == "sum" && matches!(self.peek_at(1), TokenKind::Open(Delim::Paren)) => {
-                return self.sum();
+                return self.sum(ReduceOp::Sum);
+            }
+            TokenKind::Ident(name) if name == "max" && self.max_is_reduction() => {
+                return self.sum(ReduceOp::Max);
+            }
+            TokenKind::Ident(name) if name == "cast" && matches!(self.peek_at(1), TokenKind::Punct(Punct::Lt)) => {
+                return self.cast();
             }
             TokenKind::Open(Delim::Paren) => {
                 let (mut items, span) = self.delimited(Delim::Paren, Punct::Comma, "an expression", |p| p.expr())?;
@@ -1168,7 +1177,64 @@ impl Parser {
         Ok(Expr { kind, span: t.span })
     }
 
-    fn sum(&mut self) -> PResult<Expr> {
+    /// At `max(`: whether the parenthesised list is followed by the start of a reduction
+    /// body (a name, a number or `(`), as in `max(k) abs(x[m, k])`; otherwise `max(a, b)` is
+    /// the function. A body starting with `-` or with an annotation keyword (`tile`, `on`,
+    /// `order`, `priority`) must be parenthesised.
+    fn max_is_reduction(&self) -> bool {
+        if !matches!(self.peek_at(1), TokenKind::Open(Delim::Paren)) {
+            return false;
+        }
+        let mut depth = 0usize;
+        let mut i = self.pos + 1;
+        while let Some(t) = self.toks.get(i) {
+            match &t.kind {
+                TokenKind::Open(_) => depth += 1,
+                TokenKind::Close(_) => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                TokenKind::Eof => return false,
+                _ => {}
+            }
+            i += 1;
+        }
+        match self.toks.get(i + 1).map(|t| &t.kind) {
+            Some(TokenKind::Ident(n)) => !ANNOTATION_KEYWORDS.contains(&n.as_str()),
+            Some(TokenKind::Int(_) | TokenKind::Float(_) | TokenKind::Open(Delim::Paren)) => true,
+            _ => false,
+        }
+    }
+
+    /// `cast<DTYPE>(EXPR)`.
+    fn cast(&mut self) -> PResult<Expr> {
+        let start = self.skip();
+        self.expect_punct(Punct::Lt)?;
+        let dtype = self.expect_ident("a dtype")?;
+        self.expect_punct(Punct::Gt)?;
+        let (mut args, span) = self.delimited(Delim::Paren, Punct::Comma, "an expression", |p| p.expr())?;
+        if args.len() != 1 {
+            self.push(
+                Diagnostic::error(
+                    Code::WrongArgCount,
+                    format!("`cast<{}>` takes one argument, got {}", dtype.name, args.len()),
+                )
+                .primary(span, "as in `cast<i8>(x[m, k])`"),
+            );
+            return Err(Reported);
+        }
+        Ok(Expr {
+            kind: ExprKind::Cast {
+                dtype,
+                arg: Box::new(args.remove(0)),
+            },
+            span: start.to(span),
+        })
+    }
+
+    fn sum(&mut self, op: ReduceOp) -> PResult<Expr> {
         let start = self.skip();
         let (binders, _) = self.delimited(Delim::Paren, Punct::Comma, "a reduction variable", |p| {
             let var = p.expect_ident("a reduction variable")?;
@@ -1194,8 +1260,11 @@ impl Parser {
         if binders.is_empty() {
             let s = self.prev_span();
             self.push(
-                Diagnostic::error(Code::UnexpectedToken, "`sum` needs at least one reduction variable")
-                    .primary(start.to(s), "as in `sum(k) x[m, k] * w[k, n]`"),
+                Diagnostic::error(
+                    Code::UnexpectedToken,
+                    format!("`{}` needs at least one reduction variable", op.as_str()),
+                )
+                .primary(start.to(s), "as in `sum(k) x[m, k] * w[k, n]`"),
             );
             return Err(Reported);
         }
@@ -1206,6 +1275,7 @@ impl Parser {
         let span = start.to(body.span);
         Ok(Expr {
             kind: ExprKind::Sum {
+                op,
                 binders,
                 body: Box::new(body),
             },

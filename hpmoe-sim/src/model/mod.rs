@@ -19,6 +19,8 @@
 //! | quantity | equation |
 //! |---|---|
 //! | cube rate of one AIC core (FLOP/s) | `cube_flops_per_cycle × aic_clock × cube_efficiency` |
+//! | ... on int8 operands (both `i8`/`u8`) | `cube_int8_flops_per_cycle × aic_clock × cube_efficiency`; fp8 operands run at the bf16 rate (no fp8 MAC on 910B/A3) |
+//! | vector elements per second | at the width of the widest dtype among an op's inputs and output |
 //! | vector rate of one AIV core (elements/s) | `vector_bytes_per_cycle / element size × aiv_clock` |
 //! | per-core HBM, L2 read, L2 write rates (B/s) | `core_hbm_rate`, `core_l2_read_rate`, `core_l2_write_rate` × the core's clock |
 //! | HBM of a die (B/s) | `hbm_bandwidth`, shared (see [`hbm`]) |
@@ -109,6 +111,8 @@ pub struct DeviceModel {
     pub aiv_cores: u32,
     /// Sustained FLOP/s of one AIC core.
     pub cube_flops: f64,
+    /// Sustained operations per second of one AIC core on int8 operands.
+    pub cube_flops_int8: f64,
     /// Peak FLOP/s of one AIC core (`cube_flops_per_cycle × aic_clock`), for MAC utilisation.
     pub cube_peak: f64,
     /// Bytes per second the vector unit of one AIV core processes (divide by the element size
@@ -149,6 +153,7 @@ impl DeviceModel {
             aic_cores: d.aic_cores(),
             aiv_cores: d.aiv_cores(),
             cube_flops: d.cube_flops_per_cycle() * clock[AIC] * d.cube_efficiency(),
+            cube_flops_int8: d.cube_int8_flops_per_cycle() * clock[AIC] * d.cube_efficiency(),
             cube_peak: d.cube_flops_per_cycle() * clock[AIC],
             vector_bytes: d.vector_bytes_per_cycle() * clock[AIV],
             core_hbm: per_core(d.core_hbm_rate()),
@@ -169,6 +174,10 @@ impl DeviceModel {
             (
                 "cube rate (cube_flops_per_cycle x aic_clock x cube_efficiency)",
                 m.cube_flops,
+            ),
+            (
+                "int8 cube rate (cube_int8_flops_per_cycle x aic_clock x cube_efficiency)",
+                m.cube_flops_int8,
             ),
             ("cube peak (cube_flops_per_cycle x aic_clock)", m.cube_peak),
             ("vector rate (vector_bytes_per_cycle x aiv_clock)", m.vector_bytes),
@@ -218,10 +227,11 @@ impl DeviceModel {
     }
 
     /// Seconds of compute of `ops` operations on one core of an engine class (`elem`: the
-    /// element size in bytes, for the vector unit).
-    pub fn compute_seconds(&self, class: usize, ops: f64, elem: f64) -> f64 {
+    /// element size in bytes, for the vector unit; `int8`: a cube contraction of two int8
+    /// operands).
+    pub fn compute_seconds(&self, class: usize, ops: f64, elem: f64, int8: bool) -> f64 {
         if class == AIC {
-            ops / self.cube_flops
+            ops / if int8 { self.cube_flops_int8 } else { self.cube_flops }
         } else {
             ops * elem.max(1.0) / self.vector_bytes
         }

@@ -3,7 +3,7 @@
 use super::store::TensorStore;
 use hpmoe_dsl::ir::{ConcreteBody, Index, RouteFn, SExpr, TensorId, VarRange};
 use hpmoe_dsl::lower::{RouteLayout, TaskGraph, NO_SOURCE};
-use hpmoe_dsl::syntax::ast::BinOp;
+use hpmoe_dsl::syntax::ast::{BinOp, ReduceOp};
 
 /// The number type of an executor: f32 for the device, f64 for the reference.
 pub trait Num: Copy + Default + std::fmt::Debug {
@@ -261,28 +261,51 @@ pub fn eval<T: Num>(env: &mut Env<T>, e: &SExpr) -> T {
             }
         }
         SExpr::Call(f, args) => {
-            let a = args.first().map_or(0.0, |x| eval(env, x).to_f64());
-            let b = args.get(1).map_or(0.0, |x| eval(env, x).to_f64());
-            T::from_f64(f.eval(a, b))
+            let mut a = [0.0; 3];
+            for (slot, x) in a.iter_mut().zip(args) {
+                *slot = eval(env, x).to_f64();
+            }
+            T::from_f64(f.apply(a))
         }
-        SExpr::Sum { vars, body } => {
-            let mut acc = T::default();
-            sum_loop(env, vars, 0, body, &mut acc);
+        SExpr::Cast(d, a) => {
+            let x = eval(env, a).to_f64();
+            T::from_f64(d.cast(x))
+        }
+        SExpr::Sum { op, vars, body } => {
+            let mut acc = match op {
+                ReduceOp::Sum => T::default(),
+                ReduceOp::Max => T::from_f64(f64::NEG_INFINITY),
+            };
+            sum_loop(env, *op, vars, 0, body, &mut acc);
             acc
         }
     }
 }
 
-fn sum_loop<T: Num>(env: &mut Env<T>, vars: &[usize], k: usize, body: &SExpr, acc: &mut T) {
+fn sum_loop<T: Num>(env: &mut Env<T>, op: ReduceOp, vars: &[usize], k: usize, body: &SExpr, acc: &mut T) {
     let Some(&v) = vars.get(k) else {
-        *acc = acc.add(eval(env, body));
+        let x = eval(env, body);
+        *acc = match op {
+            ReduceOp::Sum => acc.add(x),
+            // A NaN term makes the maximum NaN (f64::max would ignore it).
+            ReduceOp::Max => {
+                let (a, b) = (acc.to_f64(), x.to_f64());
+                if a.is_nan() || b.is_nan() {
+                    T::from_f64(f64::NAN)
+                } else if b > a {
+                    x
+                } else {
+                    *acc
+                }
+            }
+        };
         return;
     };
     let (lo, hi) = reduce_range(env, v);
     let saved = env.vars[v];
     for i in lo..hi {
         env.vars[v] = i;
-        sum_loop(env, vars, k + 1, body, acc);
+        sum_loop(env, op, vars, k + 1, body, acc);
     }
     env.vars[v] = saved;
 }

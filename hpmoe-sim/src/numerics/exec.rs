@@ -298,6 +298,12 @@ pub fn execute_tiled(
         .iter()
         .map(|t| opts.bf16_storage && t.dtype == hpmoe_dsl::ir::DType::Bf16)
         .collect();
+    // Tensors of 1-byte dtypes hold only their values: every store rounds.
+    let quant: Vec<Option<hpmoe_dsl::ir::DType>> = tf
+        .tensors
+        .iter()
+        .map(|t| t.dtype.rounds_on_store().then_some(t.dtype))
+        .collect();
     for &t in order {
         let tu = t as usize;
         let node = &tf.nodes[g.node[tu] as usize];
@@ -325,6 +331,9 @@ pub fn execute_tiled(
                 let mut x = if st.accumulate { cur + v } else { v };
                 if bf16[out] {
                     x = round_bf16(x);
+                }
+                if let Some(d) = quant[out] {
+                    x = d.cast(x as f64) as f32;
                 }
                 store.data[r][o] = x;
                 if !store.writer.is_empty() {
@@ -376,10 +385,13 @@ pub fn execute_dense(tf: &Taskflow, g: &TaskGraph, stores: &mut [TensorStore<f64
                     })
                     .collect();
                 let writes = statement_writes(g, node, st, stores, routes, rank, &dims, None, None);
+                let quant = tf.tensor(node.output).dtype;
+                let quant = quant.rounds_on_store().then_some(quant);
                 let store = &mut stores[out];
                 for (r, ix, v) in writes {
                     let Some(o) = store.offset(r, &ix) else { continue };
-                    store.data[r][o] = if st.accumulate { store.data[r][o] + v } else { v };
+                    let x = if st.accumulate { store.data[r][o] + v } else { v };
+                    store.data[r][o] = quant.map_or(x, |d| d.cast(x));
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! leading rank axis), and `.npy` dumps of inputs, routings and results.
 
 use super::store::TensorStore;
-use hpmoe_dsl::ir::{Dim, Taskflow, TensorId};
+use hpmoe_dsl::ir::{DType, Dim, Taskflow, TensorId};
 use hpmoe_dsl::lower::TaskGraph;
 use hpmoe_dsl::npy::{self, NpyType};
 use hpmoe_dsl::route::Rng;
@@ -28,14 +28,23 @@ fn scale(tf: &Taskflow, t: TensorId) -> f64 {
     }
 }
 
-/// Fills input `t` with seeded uniform values in `[-scale, scale)`.
+/// Fills input `t` with seeded uniform values in `[-scale, scale)`. A tensor of a 1-byte
+/// dtype (a quantised payload) is filled over its whole range instead: `cast(u * max)` for
+/// `u` uniform in `[-1, 1)` (`[0, 1)` for `u8`), so that its values use every step.
 pub fn random_fill(tf: &Taskflow, t: TensorId, store: &mut TensorStore<f64>, seed: u64) {
     let sc = scale(tf, t);
-    let name = &tf.tensor(t).name;
+    let tensor = tf.tensor(t);
+    let name = &tensor.name;
+    let d = tensor.dtype;
     for (r, data) in store.data.iter_mut().enumerate() {
         let mut rng = Rng::new(seed ^ name_hash(name) ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         for x in data.iter_mut() {
-            *x = (rng.unit() * 2.0 - 1.0) * sc;
+            let u = rng.unit();
+            *x = match d {
+                DType::U8 => d.cast(u * d.max_value()),
+                _ if d.rounds_on_store() => d.cast((u * 2.0 - 1.0) * d.max_value()),
+                _ => (u * 2.0 - 1.0) * sc,
+            };
         }
     }
 }
@@ -74,6 +83,13 @@ pub fn load(tf: &Taskflow, t: TensorId, store: &mut TensorStore<f64>, path: &Pat
         let base = r * max_rows * row_len;
         let n = if store.shape[r].is_empty() { 1 } else { rows * row_len };
         data[..n].copy_from_slice(&a.data[base..base + n]);
+    }
+    // A 1-byte dtype holds only its values: a loaded value rounds as a store does.
+    let d = tf.tensor(t).dtype;
+    if d.rounds_on_store() {
+        for x in store.data.iter_mut().flatten() {
+            *x = d.cast(*x);
+        }
     }
     Ok(())
 }

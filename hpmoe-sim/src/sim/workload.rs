@@ -16,7 +16,7 @@
 //! the real counts at run time; only the task, its overhead and its signal remain).
 
 use crate::model::{self, DeviceModel};
-use hpmoe_dsl::ir::{Dim, Index, Program, Taskflow};
+use hpmoe_dsl::ir::{DType, Dim, Index, Program, Taskflow};
 use hpmoe_dsl::lower::regions::{tile_access, Scratch, WriterIndex};
 use hpmoe_dsl::lower::{Csr, DimKind, Region, RouteLayout, TaskGraph};
 use hpmoe_dsl::schedule::Schedule;
@@ -307,6 +307,35 @@ impl Workload {
                 v
             })
             .collect();
+        // Per op call: the element size the vector unit computes at (the widest dtype among
+        // its inputs and output) and whether its cube contraction has two int8 operands.
+        let elems: Vec<f64> = tf
+            .nodes
+            .iter()
+            .map(|node| {
+                node.inputs
+                    .iter()
+                    .map(|&i| tf.tensor(i).dtype.size())
+                    .chain([tf.tensor(node.output).dtype.size()])
+                    .max()
+                    .unwrap_or(2) as f64
+            })
+            .collect();
+        let int8: Vec<bool> = tf
+            .nodes
+            .iter()
+            .map(|node| {
+                let is_int8 = |input: usize| {
+                    node.inputs
+                        .get(input)
+                        .is_some_and(|&i| matches!(tf.tensor(i).dtype, DType::I8 | DType::U8))
+                };
+                node.body
+                    .contraction
+                    .as_ref()
+                    .is_some_and(|c| is_int8(c.lhs) && is_int8(c.rhs))
+            })
+            .collect();
         // Blocks that puts land as: allocated per call, per destination in window-row order,
         // so a consumer reading a range of a window reads consecutive blocks.
         let mut landed: FxHashMap<(u32, u32), u32> = FxHashMap::default();
@@ -539,8 +568,7 @@ impl Workload {
             w.flow_off.push(w.flow_dst.len() as u32);
             // Compute: padding rows of a static window do not count.
             let frac = if frac_den > 0.0 { frac_num / frac_den } else { 1.0 };
-            let elem = node.dtype.size() as f64;
-            let compute = m.compute_seconds(class, g.flops[t] as f64 * frac, elem);
+            let compute = m.compute_seconds(class, g.flops[t] as f64 * frac, elems[ni as usize], int8[ni as usize]);
             w.class.push(class as u8);
             w.compute.push(compute);
             w.read_total.push(read_total);

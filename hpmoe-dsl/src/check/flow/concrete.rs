@@ -447,7 +447,15 @@ impl Checker<'_> {
                 }
                 SExpr::Call(*f, xs)
             }
-            SymScalar::Sum { vars, body } => SExpr::Sum {
+            SymScalar::Cast(to, a) => {
+                let d = match to {
+                    CastTo::Dtype(d) => *d,
+                    CastTo::InputDtype(i) => ins.get(*i)?.0,
+                };
+                SExpr::Cast(d, Box::new(self.concrete_expr(a, ins, routes, ranges, conv, ok, call)?))
+            }
+            SymScalar::Sum { op, vars, body } => SExpr::Sum {
+                op: *op,
                 vars: vars.clone(),
                 body: Box::new(self.concrete_expr(body, ins, routes, ranges, conv, ok, call)?),
             },
@@ -484,7 +492,7 @@ fn collect_group_uses(sig: &OpSig, ins: &[(DType, Vec<Dim>)], out: &[Dim], acc: 
                     }
                 }
             }
-            SymScalar::Neg(a) => walk(a, ins, acc),
+            SymScalar::Neg(a) | SymScalar::Cast(_, a) => walk(a, ins, acc),
             SymScalar::Bin(_, a, b) => {
                 walk(a, ins, acc);
                 walk(b, ins, acc);

@@ -22,7 +22,7 @@ mod schedules;
 mod unify;
 
 use super::consts::BareNames;
-use super::ops::{CheckedParam, OpSig, RouteDim, SigDtype, Sym, SymIndex, SymScalar, SymTarget};
+use super::ops::{CastTo, CheckedParam, OpSig, RouteDim, SigDtype, Sym, SymIndex, SymScalar, SymTarget};
 use super::{Checker, ItemRef};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{
@@ -139,12 +139,7 @@ impl Checker<'_> {
         let dtype = match DType::parse(&t.dtype.name) {
             Some(d) => d,
             None => {
-                let mut d = Diagnostic::error(Code::UnknownDtype, format!("unknown dtype `{}`", t.dtype.name))
-                    .primary(t.dtype.span, "not a dtype");
-                if let Some(b) = crate::suggest::closest(&t.dtype.name, ["bf16", "f16", "f32", "i32"].into_iter()) {
-                    d = d.help(format!("did you mean `{b}`?"));
-                }
-                self.err(d);
+                self.err(crate::check::ops::unknown_dtype(&t.dtype, &[]));
                 return None;
             }
         };
