@@ -36,14 +36,14 @@ pub(super) struct Pools {
     pub cpr: u32,
 }
 
-/// Places every task (list scheduling, see the module doc); fills `core` and `per_core`
+/// Places every task (list scheduling, see the module doc) given a topological `order` and
+/// the estimated duration of every task; fills `core` and `per_core`
 /// (queues in estimated start order) and returns the estimated makespan.
 pub(super) fn place(
     tf: &Taskflow,
     g: &TaskGraph,
     spec: &PolicySpec,
-    order: &[u32],
-    dur: &[f64],
+    (order, dur): (&[u32], &[f64]),
     pools_of: &Pools,
     core: &mut [u32],
     per_core: &mut [Vec<u32>],

@@ -172,7 +172,7 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
     match spec.policy {
         Policy::Interleaved => {
             let pools = interleaved::Pools { aic, aiv_used, cpr };
-            estimate = interleaved::place(tf, g, spec, &order, &dur, &pools, &mut core, &mut per_core);
+            estimate = interleaved::place(tf, g, spec, (&order, &dur), &pools, &mut core, &mut per_core);
         }
         Policy::ExpertLevel | Policy::KernelByKernel => {
             // Per (rank, engine): tasks in op order; within a call, by expert (the tile order
