@@ -233,7 +233,7 @@ fn file_errors_are_shown_at_the_path_with_their_place_in_the_file() {
         &opts,
     )
     .to_string();
-    assert_eq!(out.matches("compile_error").count(), 3, "{out}");
+    assert_eq!(out.matches("compile_error").count(), 4, "{out}");
     assert!(out.contains("E0501: shape mismatch in `gmm`"), "{out}");
     assert!(
         out.contains("at tests/err/shape_mismatch.hpm:18:20: dimension 1 of `w` is 256"),
