@@ -520,6 +520,23 @@ impl Links {
         }
     }
 
+    /// Adds resource `r` (once per solve, by `ep`) to the component, with every pair using it.
+    #[inline]
+    fn visit_resource(&mut self, r: usize, ep: u32, comp: &mut Vec<u32>, comp_res: &mut Vec<u32>) {
+        if self.res_mark[r] == ep {
+            return;
+        }
+        self.res_mark[r] = ep;
+        comp_res.push(r as u32);
+        for &q in &self.users[r] {
+            let qp = &mut self.pairs[q as usize];
+            if qp.mark != ep {
+                qp.mark = ep;
+                comp.push(q);
+            }
+        }
+    }
+
     /// Solves the max-min rates of every component touched since the last call; pairs whose
     /// rate changed are re-predicted into `wakes`.
     pub fn reshare(&mut self, now: f64, wakes: &mut Vec<Wake>) {
@@ -549,17 +566,7 @@ impl Links {
         }
         for k in 0..self.dirty_res.len() {
             let r = self.dirty_res[k] as usize;
-            if self.res_mark[r] != ep {
-                self.res_mark[r] = ep;
-                comp_res.push(r as u32);
-                for &q in &self.users[r] {
-                    let qp = &mut self.pairs[q as usize];
-                    if qp.mark != ep {
-                        qp.mark = ep;
-                        comp.push(q);
-                    }
-                }
-            }
+            self.visit_resource(r, ep, &mut comp, &mut comp_res);
         }
         self.dirty_pairs.clear();
         self.dirty_res.clear();
@@ -570,17 +577,7 @@ impl Links {
             i += 1;
             for k in 0..self.pairs[p].plen as usize {
                 let r = self.pairs[p].path[k] as usize;
-                if self.res_mark[r] != ep {
-                    self.res_mark[r] = ep;
-                    comp_res.push(r as u32);
-                    for &q in &self.users[r] {
-                        let qp = &mut self.pairs[q as usize];
-                        if qp.mark != ep {
-                            qp.mark = ep;
-                            comp.push(q);
-                        }
-                    }
-                }
+                self.visit_resource(r, ep, &mut comp, &mut comp_res);
             }
         }
         self.stats.solves += 1;
