@@ -457,59 +457,106 @@ fn one_put(text: &str) -> (f64, f64, f64, f64, hpmoe_sim::model::DeviceModel) {
     )
 }
 
+/// What a put of `k` messages of `bytes` in all takes alone on its pair, from its issue to
+/// its last byte leaving, with one message in flight: `put_overhead + peer_setup` before its
+/// first byte, its bytes at the pair's rate `b`, and `put_overhead + latency` more for each
+/// further message (the alpha-beta cost of a point-to-point put per message, the first
+/// message's latency landing after the task). Written out from the documented model.
+fn alpha_beta(k: f64, bytes: f64, b: f64, latency: f64, m: &hpmoe_sim::model::DeviceModel) -> f64 {
+    let t = &m.topology;
+    t.put_overhead + t.peer_setup + bytes / b + (k - 1.0) * (t.put_overhead + latency)
+}
+
 #[test]
 fn one_put_alone_equals_latency_plus_bytes_over_bandwidth() {
     let (bytes, fill, dur, gap, m) = one_put(&put_program("1 GB/s"));
     assert!(close(bytes, 256.0 * 512.0 * 2.0, 1e-12), "{bytes}");
-    // Alpha-beta: put_overhead + peer_setup (its first put to that peer), then the bytes at
-    // the pair's 1 GB/s; the task ends then; its signal lands link_latency later.
-    let t = &m.topology;
-    let alpha = t.put_overhead + t.peer_setup;
-    let link = bytes / 1e9;
-    assert!(close(dur, m.task_overhead + fill + alpha + link, 1e-12), "{dur}");
+    // 256 rows of 1 KiB, one message each, 0.7 us apart on the path (two dies of one node);
+    // the task ends with its last byte; its signal lands link_latency later.
+    let moving = alpha_beta(256.0, bytes, 1e9, 0.7e-6, &m);
+    assert!(close(dur, m.task_overhead + fill + moving, 1e-12), "{dur}");
     assert!(close(gap, dur + 0.7e-6, 1e-12), "{gap} vs {dur} + 0.7 us");
+}
+
+/// Two ranks, balanced over two experts: rank 0 sends half of its `2 rows` tokens, `rows`
+/// rows of `hidden` bf16 values (messages of `2 hidden` bytes), to rank 1; the pair's rate
+/// `link`.
+fn sized_put(rows: u32, hidden: u32, link: &str) -> (f64, f64, f64, hpmoe_sim::model::DeviceModel) {
+    let text = format!(
+        r#"
+import std::moe::dispatch;
+import std::device::ascend_a3;
+device = ascend_a3 {{ ranks: 2, dies_per_package: 1 count, link_bandwidth: 1000 GB/s,
+    pair_bandwidth: {link}, link_efficiency: 1.0 ratio, put_chunk_bytes: 64 KiB }};
+route r = balanced(experts: 2, topk: 1);
+op twice<T>(x: T[M, N]) -> T[M, N] on aiv {{
+    out[m, n] = x[m, n] + x[m, n];
+}}
+taskflow put_once(x: bf16[{tokens}, {hidden}]) -> bf16[r.recv, {hidden}] {{
+    let xd = dispatch(x, r) tile(t: {tokens});
+    return twice(xd) tile(m: 8);
+}}
+"#,
+        tokens = 2 * rows
+    );
+    let (bytes, fill, dur, _, m) = one_put(&text);
+    (bytes, fill, dur, m)
 }
 
 #[test]
 fn bandwidth_against_message_size_follows_alpha_beta() {
-    // One put of n bytes moves in alpha + n / beta with alpha = put_overhead (0.1 us) +
-    // peer_setup (0.3 us) = 0.4 us and beta = 10 GB/s (sizes small enough that the link, not
-    // the read, bounds the task).
-    for (tokens, bytes, moving) in [
-        // 10 rows of 1 KiB: 0.4 us + 10240 B / 10 GB/s = 1.424 us, 7.19 GB/s achieved.
-        (20u32, 10240.0, 1.424e-6),
-        // 100 rows: 0.4 us + 10.24 us = 10.64 us, 9.62 GB/s achieved.
-        (200, 102400.0, 10.64e-6),
+    // 16 messages of m bytes on a 10 GB/s pair with 0.7 us latency: achieved bandwidth
+    // 16 m / (0.4 us + 16 m / 10 GB/s + 15 x 0.8 us), by hand:
+    for (hidden, msg, gbps) in [
+        // 128 B messages: 2048 B in 12.6048 us: 0.162 GB/s.
+        (64u32, 128.0, 2048.0 / 12.6048e-6 / 1e9),
+        // 1 KiB: 16384 B in 14.0384 us: 1.167 GB/s.
+        (512, 1024.0, 16384.0 / 14.0384e-6 / 1e9),
+        // 16 KiB: 262144 B in 38.6144 us: 6.789 GB/s.
+        (8192, 16384.0, 262144.0 / 38.6144e-6 / 1e9),
     ] {
-        let (b, fill, dur, _, m) = one_put(&put_program_with("10 GB/s", tokens, tokens, ""));
-        assert_eq!(b, bytes);
-        let got = dur - m.task_overhead - fill;
-        assert!(close(got, moving, 1e-9), "{tokens} tokens: {got} vs {moving}");
+        let (bytes, fill, dur, m) = sized_put(16, hidden, "10 GB/s");
+        assert_eq!(bytes, 16.0 * msg);
+        let moving = dur - m.task_overhead - fill;
+        assert!(close(moving, alpha_beta(16.0, bytes, 10e9, 0.7e-6, &m), 1e-9));
+        let got = bytes / moving / 1e9;
+        assert!(close(got, gbps, 1e-9), "{msg} B messages: {got} GB/s vs {gbps}");
     }
+    // Larger messages get closer to the link's rate: the curve rises monotonically.
+    let bw = |h: u32| {
+        let (b, fill, dur, m) = sized_put(16, h, "10 GB/s");
+        b / (dur - m.task_overhead - fill)
+    };
+    assert!(bw(64) < bw(512) && bw(512) < bw(8192) && bw(8192) < 10e9);
 }
 
 #[test]
 fn a_path_between_nodes_costs_its_hops() {
     // One die per node: the pair is across nodes. Its latency is link_latency (1 us) plus
-    // 2 hops of 3 us = 7 us; its rate the cross pair rate.
+    // 2 hops of 3 us = 7 us; its rate the cross pair rate; each of its 256 messages after
+    // the first pays put_overhead and that latency.
     let extra = "dies_per_node: 1 count, link_latency: 1 us, cross_hops: 2 count, cross_hop_latency: 3 us, \
                  cross_pair_bandwidth: 2 GB/s, cross_port_bandwidth: 1000 GB/s";
     let (bytes, fill, dur, gap, m) = one_put(&put_program_with("1 GB/s", 512, 512, extra));
-    let t = &m.topology;
-    assert!(close(
-        dur,
-        m.task_overhead + fill + t.put_overhead + t.peer_setup + bytes / 2e9,
-        1e-12
-    ));
+    let moving = alpha_beta(256.0, bytes, 2e9, 7e-6, &m);
+    assert!(close(dur, m.task_overhead + fill + moving, 1e-12), "{dur}");
     assert!(close(gap - dur, 7e-6, 1e-9), "{}", gap - dur);
+    // The same put inside a node (one hop less on both ends: 1 us) is faster by 255 x 6 us
+    // of message latency, besides the rates.
+    let (b2, fill2, dur2, _, m2) = one_put(&put_program_with("2 GB/s", 512, 512, "link_latency: 1 us"));
+    assert_eq!(b2, bytes);
+    let (x1, x2) = (dur - m.task_overhead - fill, dur2 - m2.task_overhead - fill2);
+    assert!(close(x1 - x2, 255.0 * 6e-6, 1e-9), "{x1} - {x2}");
 }
 
 #[test]
 fn the_puts_in_flight_limit_serialises_puts() {
     // Four puts of rank 0 (its 256 rows for rank 1 in tiles of 64 rows) issued at once with
-    // put_overhead 10 us. With 48 slots they all wait 10 us, then share the pair: the last
-    // ends at 10 us + 4 x. With one slot per die each waits for the previous: 4 x (10 us + x).
-    // The difference is 3 x 10 us = 30 us (x = 64 KiB / 1 GB/s either way).
+    // put_overhead 10 us. Each alone takes 10 us + x, x = 64 KiB / 1 GB/s + 63 x (10 us +
+    // 0.7 us) of further messages. With 48 slots per die they run side by side (their
+    // window caps sum to 4 x 64 KiB / x, well under the pair's 1 GB/s): the last ends
+    // 10 us + x after the first starts. With one slot per die each waits for the previous:
+    // 4 x (10 us + x). The difference is 3 x (10 us + x).
     let last_end = |slots: u32| {
         let extra = format!("put_overhead: 10 us, peer_setup: 1 ns, die_puts_in_flight: {slots} count");
         let p = program_text(&put_program_with("1 GB/s", 512, 64, &extra), None);
@@ -524,9 +571,22 @@ fn the_puts_in_flight_limit_serialises_puts() {
         let last = puts.iter().map(|&t| res.end[t]).fold(0.0, f64::max);
         last - first
     };
+    let x = 65536.0 / 1e9 + 63.0 * (10e-6 + 0.7e-6);
     let (wide, narrow) = (last_end(48), last_end(1));
     // Up to the 1 ns peer_setup of the first put, which the shared case spreads over four.
-    assert!((narrow - wide - 30e-6).abs() < 2e-9, "{narrow} - {wide}");
+    assert!((narrow - wide - 3.0 * (10e-6 + x)).abs() < 2e-9, "{narrow} - {wide}");
+}
+
+#[test]
+fn more_messages_in_flight_per_core_hide_their_latency() {
+    // The put of 256 messages alone: with q messages in flight, the 255 further messages
+    // cost 255 x 0.8 us / q; q = 4 saves 3/4 of it.
+    let (b, fill1, d1, _, m1) = one_put(&put_program_with("1 GB/s", 512, 512, ""));
+    let (_, fill4, d4, _, m4) = one_put(&put_program_with("1 GB/s", 512, 512, "core_puts_in_flight: 4 count"));
+    let x1 = d1 - m1.task_overhead - fill1;
+    let x4 = d4 - m4.task_overhead - fill4;
+    assert!(close(x1, alpha_beta(256.0, b, 1e9, 0.7e-6, &m1), 1e-12));
+    assert!(close(x1 - x4, 0.75 * 255.0 * 0.8e-6, 1e-9), "{x1} - {x4}");
 }
 
 const CHAIN: &str = r#"
@@ -616,13 +676,19 @@ fn n_ranks_writing_one_destination_take_n_times_as_long() {
         let fill = w.read_total[t].min(m.put_chunk_bytes) / m.core_hbm[AIV];
         let alpha = m.topology.put_overhead + m.topology.peer_setup;
         let transfer = res.end[t] - res.start[t] - m.task_overhead - fill - alpha;
-        (transfer, w.remote_bytes(t) / 1e9)
+        (transfer, w.remote_bytes(t))
     };
-    let (one, alone) = link_time(2);
-    assert!(close(one, alone, 1e-12), "one writer: {one} vs {alone}");
+    // One writer: 256 messages of 1 KiB, bound by their window (255 x 0.8 us more than
+    // the bytes at 1 GB/s).
+    let (one, bytes) = link_time(2);
+    let windowed = bytes / 1e9 + 255.0 * 0.8e-6;
+    assert!(close(one, windowed, 1e-12), "one writer: {one} vs {windowed}");
+    // N writers share the destination's 1 GB/s ingress, 1/N each, below each one's window
+    // rate: N times the bytes' time at the full rate.
     for n in [3usize, 5] {
         let (t, _) = link_time(n + 1);
-        assert!(close(t, n as f64 * one, 1e-9), "{n} writers: {t} vs {}", n as f64 * one);
+        let expected = n as f64 * bytes / 1e9;
+        assert!(close(t, expected, 1e-9), "{n} writers: {t} vs {expected}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

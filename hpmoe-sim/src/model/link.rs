@@ -33,6 +33,22 @@
 //! (N times as long as one), which is the hotspot rank-aware reordering removes; a flow that
 //! another bottleneck slows leaves its share of a common port to the others.
 //!
+//! ## Messages
+//!
+//! A put moves its rows as messages: one row of the put's target (a token's `H` values in a
+//! dispatch or combine), a row larger than `put_chunk_bytes` in chunks of that size, the way
+//! token-level dispatch kernels issue one copy per token and destination. A core's put queue
+//! keeps `core_puts_in_flight` messages outstanding, each from its descriptor
+//! (`put_overhead`) until it lands (the path latency after its last byte), so a flow's rate
+//! is also capped by its window ([`Topology::window_cap`], Little's law): a flow of `k`
+//! messages alone on its pair takes `k (put_overhead + L) + bytes / b` with one message in
+//! flight, the alpha-beta cost of a point-to-point put per message. Achieved bandwidth then
+//! rises with message size towards the pair's rate (half of it at `msg = b (put_overhead +
+//! L) / q`), falls on longer paths (a die of another node: `L = 2.1 us` on the A3 against
+//! `0.7 us` in a node), and is regained only by more flows in flight, until the ports bind.
+//! The flows of a pair share one rate: the pair's cap is the least of its link and the sum
+//! of its active flows' window caps.
+//!
 //! A start or a finish marks its pair and the pair's resources dirty; [`Links::reshare`]
 //! (called once per simulated instant, after every change at that instant) solves the
 //! connected component of active pairs reachable from the dirty ones through shared
@@ -144,6 +160,34 @@ impl Topology {
         }
     }
 
+    /// The rate a flow of `bytes`, sent from `s` to `d` as messages of `msg` bytes, reaches
+    /// alone: `bytes / (bytes / b + (k - 1) (put_overhead + L) / q)` with `k = ceil(bytes /
+    /// msg)` messages, `b` the pair's rate ([`Topology::pair_cap`]), `L` its path latency and
+    /// `q = core_puts_in_flight` the messages its queue keeps outstanding (a message is
+    /// outstanding from its descriptor until it lands). The flow's first message pays
+    /// `put_overhead` before the flow starts and its path latency after it ends (the
+    /// simulator's), so a flow of `k` messages alone on its pair takes, with `q = 1`,
+    /// `k (put_overhead + L) + bytes / b`: the Hockney (alpha-beta) cost per message. Infinite
+    /// (no cap beyond the pair's) for a single message.
+    pub fn window_cap(&self, s: u32, d: u32, bytes: f64, msg: f64) -> f64 {
+        if !(bytes > 0.0 && msg > 0.0) {
+            return f64::INFINITY;
+        }
+        let k = (bytes / msg).ceil();
+        if k <= 1.0 {
+            return f64::INFINITY;
+        }
+        let b = self.pair_cap(s, d);
+        let q = f64::from(self.core_puts.max(1));
+        let extra = (k - 1.0) * (self.put_overhead + self.latency(s, d)) / q;
+        let time = bytes / b + extra;
+        if time > 0.0 {
+            bytes / time
+        } else {
+            f64::INFINITY
+        }
+    }
+
     /// The smallest latency between two ranks of this topology (for lower bounds).
     pub fn min_latency(&self) -> f64 {
         let mut l = self.node_latency.min(self.cross_latency);
@@ -235,6 +279,9 @@ struct Pair {
     sched: f64,
     /// The pair's own cap (its link) and latency.
     cap: f64,
+    /// Sum of the window caps of its active capped flows, and its active uncapped flows.
+    wcap: f64,
+    free: u32,
     latency: f64,
     /// Shared resources on its path, and its position in each one's list of active pairs.
     path: [u32; 6],
@@ -284,6 +331,8 @@ pub struct Links {
     since_out: Vec<f64>,
     since_in: Vec<f64>,
     stats: SolveStats,
+    /// Per flow id: its window cap (infinite when none).
+    flow_cap: Vec<f64>,
 }
 
 /// Relative tolerance under which a flow counts as delivered.
@@ -313,6 +362,8 @@ impl Links {
                         gen: 0,
                         sched: f64::INFINITY,
                         cap: topo.pair_cap(src, dst),
+                        wcap: 0.0,
+                        free: 0,
                         latency: topo.latency(src, dst),
                         path,
                         plen,
@@ -347,6 +398,7 @@ impl Links {
             since_out: vec![0.0; ranks],
             since_in: vec![0.0; ranks],
             stats: SolveStats::default(),
+            flow_cap: Vec::new(),
         }
     }
 
@@ -433,9 +485,27 @@ impl Links {
         pr.gen = pr.gen.wrapping_add(1);
     }
 
-    /// Flow `f` of `bytes` starts on pair `p` at `now`. It moves once [`Links::reshare`] ran.
+    /// Flow `f` of `bytes` starts on pair `p` at `now`, with no cap of its own. It moves once
+    /// [`Links::reshare`] ran.
     pub fn start(&mut self, p: u32, f: u32, bytes: f64, now: f64) {
+        self.start_capped(p, f, bytes, f64::INFINITY, now);
+    }
+
+    /// Flow `f` of `bytes` starts on pair `p` at `now`, its rate at most `cap` (its window
+    /// cap, [`Topology::window_cap`]). A pair's flows share one rate: the pair is capped by
+    /// the least of its link and the sum of its flows' caps (any uncapped flow: its link).
+    pub fn start_capped(&mut self, p: u32, f: u32, bytes: f64, cap: f64, now: f64) {
         let pu = p as usize;
+        let fu = f as usize;
+        if self.flow_cap.len() <= fu {
+            self.flow_cap.resize(fu + 1, f64::INFINITY);
+        }
+        self.flow_cap[fu] = cap;
+        if cap.is_finite() {
+            self.pairs[pu].wcap += cap;
+        } else {
+            self.pairs[pu].free += 1;
+        }
         let (s, d) = (self.pairs[pu].src as usize, self.pairs[pu].dst as usize);
         self.mark_busy(s, d, now);
         if self.pairs[pu].n == 0 {
@@ -500,8 +570,19 @@ impl Links {
             let b = flow_bytes[f as usize];
             self.sent[s] += b;
             self.received[d] += b;
+            let c = self.flow_cap.get(f as usize).copied().unwrap_or(f64::INFINITY);
+            let pr = &mut self.pairs[pu];
+            if c.is_finite() {
+                pr.wcap -= c;
+            } else {
+                pr.free = pr.free.saturating_sub(1);
+            }
         }
         self.pairs[pu].n -= k;
+        if self.pairs[pu].n == 0 {
+            self.pairs[pu].wcap = 0.0;
+            self.pairs[pu].free = 0;
+        }
         self.n_out[s] -= k;
         self.n_in[d] -= k;
         self.out_rate[s] -= k as f64 * rate;
@@ -600,7 +681,12 @@ impl Links {
         for &p in &comp {
             let pr = &mut self.pairs[p as usize];
             pr.frozen = false;
-            self.heap.push(Reverse(((pr.cap / pr.n as f64).to_bits(), 1, p, 0)));
+            let own = if pr.free > 0 {
+                pr.cap
+            } else {
+                pr.cap.min(pr.wcap.max(0.0))
+            };
+            self.heap.push(Reverse(((own / pr.n as f64).to_bits(), 1, p, 0)));
         }
         let mut left = comp.len();
         while left > 0 {
@@ -872,5 +958,43 @@ mod tests {
         }
         l.reshare(0.0, &mut wakes);
         assert!((0..16).all(|p| l.rate(p) == 49.0));
+    }
+
+    #[test]
+    fn a_window_caps_a_flow_of_many_messages() {
+        // Pair 10 B/s, latency 1 s (node tier), put_overhead 0.5 s, one message in flight:
+        // 40 bytes in 4 messages of 10 take 40 / 10 + 3 x 1.5 = 8.5 s alone: 40 / 8.5 B/s.
+        let mut t = topo(4, 4, 100.0, 10.0, 10.0);
+        t.put_overhead = 0.5;
+        assert_eq!(t.window_cap(0, 1, 40.0, 10.0), 40.0 / 8.5);
+        // One message: no cap beyond the pair's; two in flight halve the latency part.
+        assert_eq!(t.window_cap(0, 1, 10.0, 10.0), f64::INFINITY);
+        t.core_puts = 2;
+        assert_eq!(t.window_cap(0, 1, 40.0, 10.0), 40.0 / 6.25);
+        // Across nodes the latency is 2 s: 40 / (4 + 3 x 2.5 / 2).
+        let mut c = topo(4, 2, 100.0, 10.0, 10.0);
+        c.put_overhead = 0.5;
+        c.core_puts = 2;
+        assert_eq!(c.window_cap(0, 2, 40.0, 10.0), 40.0 / 7.75);
+    }
+
+    #[test]
+    fn max_min_with_window_capped_flows() {
+        // Three flows out of rank 0 (port 12 B/s) to ranks 1, 2, 3 of its node (pairs 10):
+        // the first capped at 2 by its window, the others not. Progressive filling: all
+        // rise to 2, the first freezes; the port's 8 left go 4 and 4.
+        let t = topo(4, 4, 12.0, 10.0, 10.0);
+        let mut l = Links::new(&t, &[(0, 1), (0, 2), (0, 3)]);
+        let mut wakes = Vec::new();
+        l.start_capped(0, 0, 100.0, 2.0, 0.0);
+        l.start(1, 1, 100.0, 0.0);
+        l.start(2, 2, 100.0, 0.0);
+        l.reshare(0.0, &mut wakes);
+        assert_eq!((l.rate(0), l.rate(1), l.rate(2)), (2.0, 5.0, 5.0));
+        // A second flow on pair 0, capped at 3: the pair's cap is 2 + 3 = 5, split 2.5 and
+        // 2.5; the port leaves (12 - 5) / 2 = 3.5 to each of the others.
+        l.start_capped(0, 3, 100.0, 3.0, 0.0);
+        l.reshare(0.0, &mut wakes);
+        assert_eq!((l.rate(0), l.rate(1), l.rate(2)), (2.5, 3.5, 3.5));
     }
 }

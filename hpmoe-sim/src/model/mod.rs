@@ -27,6 +27,7 @@
 //! | L2 capacity (B) | `l2_size` (see [`l2`]) |
 //! | a flow's rate (B/s) | max-min fair over its pair's link and the ports and uplinks on its path, every rate × `link_efficiency` (see [`link`]) |
 //! | remote data and signals | arrive the pair's path latency after they leave (`package_link_latency`, `link_latency`, or `link_latency + cross_hops × cross_hop_latency`); a signal is ordered after its data |
+//! | a put's messages | one row of its target each (at most `put_chunk_bytes`); `core_puts_in_flight` outstanding per queue, each from its descriptor until it lands: a flow of `k` messages alone takes `k (put_overhead + latency) + bytes / pair rate` (see [`link`]) |
 //! | a put's flows | up to `core_puts_in_flight` per core and `die_puts_in_flight` per die at once, each after `put_overhead`, plus `peer_setup` for a call's first put from a rank to a peer |
 //! | local signals | arrive `event_latency` after the task ends |
 //! | a task | `max(compute, memory, link) + task_overhead` (see `sim`) |

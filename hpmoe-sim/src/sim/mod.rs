@@ -19,8 +19,8 @@
 //!   once and `die_puts_in_flight` of its die's (a task that finds its die's queues full waits
 //!   in a first-in-first-out line of that die); a flow holds its slot from its issue until its
 //!   last byte left: `put_overhead` (plus `peer_setup` for the op call's first put from its
-//!   rank to that peer), then its bytes at the max-min fair rate of its path (see
-//!   [`crate::model::link`]); the task ends when all three are done, plus `task_overhead`;
+//!   rank to that peer), then its bytes at the max-min fair rate of its path, each flow
+//!   capped by the window of its messages (one row each; see [`crate::model::link`]); the task ends when all three are done, plus `task_overhead`;
 //! - a finished task signals its counters: local ones after `event_latency`, remote ones
 //!   after the longest path latency to the ranks it signals (a signal follows its data, which
 //!   lands its path's latency after its flow ends, into the destination's L2).
@@ -654,7 +654,8 @@ impl Sim<'_> {
     /// Flow `f`'s bytes start to move.
     fn flow_start(&mut self, f: usize) {
         let pair = self.w.flow_pair[f];
-        self.links.start(pair, f as u32, self.w.flow_bytes[f], self.now);
+        self.links
+            .start_capped(pair, f as u32, self.w.flow_bytes[f], self.w.flow_cap[f], self.now);
         self.want_reshare();
     }
 

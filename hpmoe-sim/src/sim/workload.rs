@@ -113,6 +113,11 @@ pub struct Workload {
     /// call from a rank to a peer pays `peer_setup`.
     pub flow_contact: Vec<u32>,
     pub contacts: u32,
+    /// Per flow: its message size (one row of its op's output, at most `put_chunk_bytes`)
+    /// and its window cap ([`model::link::Topology::window_cap`], B/s; infinite for one
+    /// message).
+    pub flow_msg: Vec<f64>,
+    pub flow_cap: Vec<f64>,
     /// Per block: its rank, size and whether it is a region of a taskflow input. Block `t`
     /// (below the number of tasks) is task `t`'s local output (size 0 when it has none), so
     /// the outputs of a call's tiles are consecutive blocks.
@@ -246,6 +251,8 @@ impl Workload {
             flow_pair: Vec::new(),
             pairs: Vec::new(),
             flow_contact: Vec::new(),
+            flow_msg: Vec::new(),
+            flow_cap: Vec::new(),
             contacts: 0,
             block_rank: g.rank.clone(),
             block_size: vec![0.0; n],
@@ -594,6 +601,28 @@ impl Workload {
             w.flow_contact.push(*contact_of.entry(key).or_insert(next));
         }
         w.contacts = contact_of.len() as u32;
+        // Messages: one row of the op's output (the put's target) each, chunked.
+        let row_bytes: Vec<f64> = tf
+            .nodes
+            .iter()
+            .map(|nd| {
+                let t = tf.tensor(nd.output);
+                let mut elems = 1.0f64;
+                for d in t.shape.iter().skip(1) {
+                    match d.fixed() {
+                        Some(k) => elems *= k as f64,
+                        None => return m.put_chunk_bytes,
+                    }
+                }
+                (elems * t.dtype.size() as f64).clamp(1.0, m.put_chunk_bytes.max(1.0))
+            })
+            .collect();
+        for f in 0..w.flow_dst.len() {
+            let msg = row_bytes[g.node[w.flow_task[f] as usize] as usize];
+            let (src, dst) = w.pairs[w.flow_pair[f] as usize];
+            w.flow_msg.push(msg);
+            w.flow_cap.push(m.topology.window_cap(src, dst, w.flow_bytes[f], msg));
+        }
         // Lower-bound durations.
         for t in 0..n {
             let c = w.class[t] as usize;
