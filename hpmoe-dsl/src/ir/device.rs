@@ -354,7 +354,8 @@ device_fields! {
     put_overhead: f64 = Time;
     /// Extra cost of the first put from a rank to a peer within one op call (s).
     peer_setup: f64 = Time;
-    /// Puts one core has in flight at once.
+    /// Puts one core has in flight at once, and messages its put queue keeps outstanding
+    /// (a message is outstanding from its descriptor until it lands).
     core_puts_in_flight: u32 = Count(MAX_CORES);
     /// Puts one die has in flight at once (its DMA queues).
     die_puts_in_flight: u32 = Count(MAX_CORES);
@@ -364,7 +365,8 @@ device_fields! {
     kernel_launch: f64 = Time;
     /// Fixed cost of starting one task on a core (s).
     task_overhead: f64 = Time;
-    /// Bytes staged per put chunk through the UB (B).
+    /// Bytes staged per put chunk through the UB (B): the largest message of a put (a put's
+    /// messages are the rows of its target, a longer row in chunks of this size).
     put_chunk_bytes: f64 = Bytes;
 }
 
