@@ -113,10 +113,9 @@ pub struct Workload {
     /// call from a rank to a peer pays `peer_setup`.
     pub flow_contact: Vec<u32>,
     pub contacts: u32,
-    /// Per flow: its message size (one row of its op's output, at most `put_chunk_bytes`)
-    /// and its window cap ([`model::link::Topology::window_cap`], B/s; infinite for one
-    /// message).
-    pub flow_msg: Vec<f64>,
+    /// Per flow: its window cap ([`model::link::Topology::window_cap`], B/s; infinite for
+    /// one message), from its message size (one row of its op's output, at most
+    /// `put_chunk_bytes`).
     pub flow_cap: Vec<f64>,
     /// Per block: its rank, size and whether it is a region of a taskflow input. Block `t`
     /// (below the number of tasks) is task `t`'s local output (size 0 when it has none), so
@@ -251,7 +250,6 @@ impl Workload {
             flow_pair: Vec::new(),
             pairs: Vec::new(),
             flow_contact: Vec::new(),
-            flow_msg: Vec::new(),
             flow_cap: Vec::new(),
             contacts: 0,
             block_rank: g.rank.clone(),
@@ -620,7 +618,6 @@ impl Workload {
         for f in 0..w.flow_dst.len() {
             let msg = row_bytes[g.node[w.flow_task[f] as usize] as usize];
             let (src, dst) = w.pairs[w.flow_pair[f] as usize];
-            w.flow_msg.push(msg);
             w.flow_cap.push(m.topology.window_cap(src, dst, w.flow_bytes[f], msg));
         }
         // Lower-bound durations.
