@@ -5,13 +5,25 @@
 //! results: they are printed only when asked for and never enter a report that must be
 //! reproducible byte for byte.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Called with each stage's name as it ends (a progress display listens here).
+#[derive(Clone)]
+pub struct LapObserver(pub Arc<dyn Fn(&'static str) + Send + Sync>);
+
+impl std::fmt::Debug for LapObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LapObserver")
+    }
+}
 
 /// Wall-clock durations of consecutive stages.
 #[derive(Clone, Debug)]
 pub struct Clock {
     last: Instant,
     laps: Vec<(&'static str, Duration)>,
+    observer: Option<LapObserver>,
 }
 
 impl Default for Clock {
@@ -26,6 +38,14 @@ impl Clock {
         Clock {
             last: Instant::now(),
             laps: Vec::new(),
+            observer: None,
+        }
+    }
+    /// Starts timing now; `observer` hears of every stage as it ends.
+    pub fn observed(observer: LapObserver) -> Clock {
+        Clock {
+            observer: Some(observer),
+            ..Clock::new()
         }
     }
     /// Ends the stage `name` (it began at the previous lap, or at the start) and begins the
@@ -37,6 +57,9 @@ impl Clock {
         match self.laps.iter_mut().find(|(n, _)| *n == name) {
             Some((_, t)) => *t += d,
             None => self.laps.push((name, d)),
+        }
+        if let Some(o) = &self.observer {
+            (o.0)(name);
         }
     }
     /// Restarts the current stage without recording the time since the last lap.

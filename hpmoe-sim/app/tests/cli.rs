@@ -474,7 +474,105 @@ fn cli_run_writes_traces_and_charts() {
     assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![0, 2]);
     let svg = std::fs::read_to_string(&gt).expect("chart");
     assert!(svg.contains("rank 0") && svg.contains("rank 2") && !svg.contains("rank 1<"));
+    // Slices on one core never overlap once rounded to the trace's nanoseconds (Perfetto would
+    // nest them): read ts and dur back as integer nanoseconds.
+    let mut per_core: std::collections::BTreeMap<(i64, i64), Vec<(i64, i64)>> = Default::default();
+    for e in v["traceEvents"].as_array().expect("events") {
+        if e["ph"] == "X" {
+            let ns = |k: &str| (e[k].as_f64().expect("number") * 1000.0).round() as i64;
+            let key = (e["pid"].as_i64().expect("pid"), e["tid"].as_i64().expect("tid"));
+            per_core.entry(key).or_default().push((ns("ts"), ns("ts") + ns("dur")));
+        }
+    }
+    assert!(!per_core.is_empty());
+    for (core, mut slices) in per_core {
+        slices.sort();
+        for w in slices.windows(2) {
+            assert!(w[0].1 <= w[1].0, "core {core:?}: {:?} overlaps {:?}", w[0], w[1]);
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Output paths and sweep axes are checked before any work: exit 2 at once, nothing written.
+#[test]
+fn bad_output_paths_and_axes_fail_before_any_work() {
+    let dir = std::env::temp_dir().join(format!("hpmoe-cli-paths-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("plain");
+    std::fs::write(&file, "x").expect("file");
+    let d = dir.display().to_string();
+    let f = file.display().to_string();
+    refused(&["run", "examples/geglu.hpm", "--trace", &format!("{d}/no/t.json")], 2, "does not exist");
+    refused(&["run", "examples/geglu.hpm", "--gantt", &d], 2, "is a directory");
+    refused(&["run", "examples/geglu.hpm", "--dump", &format!("{f}/sub")], 2, "is not a directory");
+    refused(&["sweep", "examples/geglu.hpm", "--vary", "tokens=8", "--out", &f], 2, "not a directory");
+    let out = dir.join("sw");
+    refused(
+        &["sweep", "examples/geglu.hpm", "--vary", "rankz=4,8", "--out", &out.display().to_string()],
+        2,
+        "no param `rankz`",
+    );
+    assert!(!out.exists(), "a refused sweep writes nothing");
+    refused(
+        &["sweep", "examples/geglu.hpm", "--vary", "device.link_latencyy=1us", "--out", &out.display().to_string()],
+        2,
+        "link_latencyy",
+    );
+    refused(
+        &["tune", "examples/geglu.hpm", "--budget", "2", "-o", &format!("{d}/no/best.hpm")],
+        2,
+        "does not exist",
+    );
+    assert_eq!(std::fs::read_to_string(&file).expect("file"), "x", "an existing file is left alone");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn completions_man_and_help_describe_the_tool() {
+    let text = |args: &[&str]| {
+        let o = hpmoe().args(args).output().expect("runs");
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).expect("utf-8")
+    };
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let s = text(&["completions", shell]);
+        assert!(s.contains("hpmoe") && s.contains("sweep"), "{shell}");
+    }
+    let man = text(&["man"]);
+    assert!(man.starts_with(".ie") || man.contains(".TH hpmoe"), "{}", &man[..man.len().min(200)]);
+    assert!(man.contains(".TH hpmoe 1"));
+    let help = text(&["run", "--help"]);
+    // Every policy and every stdlib device profile is named in the help.
+    let stdlib = std::fs::read_to_string(root().join("stdlib/device.hpm")).expect("stdlib");
+    let profiles: Vec<&str> = stdlib
+        .lines()
+        .filter_map(|l| l.strip_prefix("profile "))
+        .filter_map(|l| l.split([' ', ':', '{']).next())
+        .collect();
+    assert!(profiles.len() >= 3, "{profiles:?}");
+    for name in profiles.iter().copied().chain(["kernel_by_kernel", "expert_level", "interleaved"]) {
+        assert!(help.contains(name), "`run --help` does not name `{name}`");
+    }
+    assert!(help.contains("The program: a `.hpm` file"), "{help}");
+    assert!(help.contains("Output: text for people"), "--format is described: {help}");
+}
+
+#[test]
+fn color_is_chosen_by_flag_then_environment() {
+    let run = |color: Option<&str>| {
+        let mut c = Command::cargo_bin("hpmoe").unwrap();
+        c.current_dir(root()).env_remove("NO_COLOR").args(["check", "tests/err/args_count.hpm"]);
+        if let Some(w) = color {
+            c.args(["--color", w]);
+        }
+        let o = c.output().expect("runs");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    assert!(run(Some("always")).contains('\x1b'), "--color always colours a pipe");
+    assert!(!run(Some("never")).contains('\x1b'));
+    assert!(!run(None).contains('\x1b'), "auto: a pipe gets no colour");
+    refused(&["check", "tests/ok/imports.hpm", "--color", "sometimes"], 2, "sometimes");
 }
 
 #[test]

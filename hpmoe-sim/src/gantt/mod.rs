@@ -44,11 +44,28 @@ fn nice_step(span: f64) -> f64 {
     }
 }
 
+/// Escapes text for SVG/XML content and attribute values; characters XML 1.0 cannot hold
+/// (control characters other than tab and newlines) become U+FFFD. The one escape of every
+/// SVG the tool writes.
+pub fn xml_escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&apos;"),
+            '\t' | '\n' | '\r' => o.push(ch),
+            c if c.is_control() => o.push('\u{fffd}'),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    xml_escape(s)
 }
 
 /// Writes the chart.

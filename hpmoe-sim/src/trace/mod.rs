@@ -109,12 +109,79 @@ pub fn tile_text(g: &TaskGraph, t: usize) -> String {
     parts.join(", ")
 }
 
-fn us(x: f64) -> String {
-    format!("{:.3}", x * 1e6)
+/// A time in whole nanoseconds (the trace's resolution). Start and end of a slice are rounded
+/// separately, so slices that follow each other on a core never overlap after rounding.
+fn ns(x: f64) -> i64 {
+    (x * 1e9).round() as i64
 }
 
-fn esc(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+/// Nanoseconds as the trace's microseconds, with exactly three decimals (`12.345`).
+fn us_ns(n: i64) -> Json {
+    let text = if n < 0 {
+        format!("-{}.{:03}", (-n) / 1000, (-n) % 1000)
+    } else {
+        format!("{}.{:03}", n / 1000, n % 1000)
+    };
+    raw(text)
+}
+
+fn us(x: f64) -> Json {
+    us_ns(ns(x))
+}
+
+/// A number already formatted (fixed decimals), passed through as it is.
+fn raw(text: String) -> Json {
+    match serde_json::value::RawValue::from_string(text) {
+        Ok(r) => Json::Raw(r),
+        Err(_) => Json::Value(serde_json::Value::Null),
+    }
+}
+
+/// An event field: a JSON value, a number with fixed decimals, or an object of such fields.
+#[derive(Debug)]
+enum Json {
+    Value(serde_json::Value),
+    Raw(Box<serde_json::value::RawValue>),
+    Map(Vec<(&'static str, Json)>),
+}
+
+impl serde::Serialize for Json {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Json::Value(v) => v.serialize(s),
+            Json::Raw(r) => r.serialize(s),
+            Json::Map(fields) => {
+                let mut m = s.serialize_map(Some(fields.len()))?;
+                for (k, v) in fields {
+                    m.serialize_entry(k, v)?;
+                }
+                m.end()
+            }
+        }
+    }
+}
+
+impl<T: Into<serde_json::Value>> From<T> for Json {
+    fn from(v: T) -> Json {
+        Json::Value(v.into())
+    }
+}
+
+/// One event object: its fields in order.
+fn event(fields: Vec<(&str, Json)>) -> Vec<(&str, Json)> {
+    fields
+}
+
+/// Writes one event object with serde_json (the fields in the given order).
+fn write_event(out: &mut dyn Write, fields: &[(&str, Json)]) -> io::Result<()> {
+    use serde::ser::{SerializeMap, Serializer};
+    let mut ser = serde_json::Serializer::new(out);
+    let mut map = ser.serialize_map(Some(fields.len())).map_err(io::Error::other)?;
+    for (k, v) in fields {
+        map.serialize_entry(k, v).map_err(io::Error::other)?;
+    }
+    map.end().map_err(io::Error::other)
 }
 
 /// Everything a trace or a chart needs about a run.
@@ -133,33 +200,45 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
     let (program, tf, g, s, w, r) = (run.program, run.tf, run.graph, run.schedule, run.workload, run.result);
     let cpr = s.cores_per_rank();
     let mut first = true;
-    let mut ev = |out: &mut dyn Write, text: String| -> io::Result<()> {
+    let mut ev = |out: &mut dyn Write, fields: Vec<(&str, Json)>| -> io::Result<()> {
         if first {
             first = false;
             out.write_all(b"\n")?;
         } else {
             out.write_all(b",\n")?;
         }
-        out.write_all(text.as_bytes())
+        write_event(out, &fields)
     };
-    write!(
+    let meta = |rank: u32, tid: u32, name: &'static str, args: serde_json::Value| {
+        event(vec![
+            ("ph", "M".into()),
+            ("pid", rank.into()),
+            ("tid", tid.into()),
+            ("name", name.into()),
+            ("args", args.into()),
+        ])
+    };
+    out.write_all(b"{\"displayTimeUnit\":\"ns\",\"otherData\":")?;
+    write_event(
         out,
-        "{{\"displayTimeUnit\":\"ns\",\"otherData\":{{\"taskflow\":{},\"policy\":{},\"latency_us\":{}}},\"traceEvents\":[",
-        esc(&tf.name),
-        esc(s.policy.policy.name()),
-        us(r.makespan)
+        &event(vec![
+            ("taskflow", tf.name.as_str().into()),
+            ("policy", s.policy.policy.name().into()),
+            ("latency_us", us(r.makespan)),
+        ]),
     )?;
+    out.write_all(b",\"traceEvents\":[")?;
     // Metadata: processes and threads.
     for rank in 0..g.ranks {
         if !filter.keeps_rank(rank) {
             continue;
         }
-        ev(out, format!("{{\"ph\":\"M\",\"pid\":{rank},\"tid\":0,\"name\":\"process_name\",\"args\":{{\"name\":\"rank {rank}\"}}}}"))?;
-        ev(out, format!("{{\"ph\":\"M\",\"pid\":{rank},\"tid\":0,\"name\":\"process_sort_index\",\"args\":{{\"sort_index\":{rank}}}}}"))?;
+        ev(out, meta(rank, 0, "process_name", serde_json::json!({"name": format!("rank {rank}")})))?;
+        ev(out, meta(rank, 0, "process_sort_index", serde_json::json!({"sort_index": rank})))?;
         for l in 0..cpr {
             let name = s.core_name(rank * cpr + l);
-            ev(out, format!("{{\"ph\":\"M\",\"pid\":{rank},\"tid\":{l},\"name\":\"thread_name\",\"args\":{{\"name\":\"{name}\"}}}}"))?;
-            ev(out, format!("{{\"ph\":\"M\",\"pid\":{rank},\"tid\":{l},\"name\":\"thread_sort_index\",\"args\":{{\"sort_index\":{l}}}}}"))?;
+            ev(out, meta(rank, l, "thread_name", serde_json::json!({"name": name})))?;
+            ev(out, meta(rank, l, "thread_sort_index", serde_json::json!({"sort_index": l})))?;
         }
     }
     // Tasks.
@@ -171,24 +250,30 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
         let node = &tf.nodes[g.node[t] as usize];
         let op = &program.op(node.op).name;
         let core = s.core[t];
+        let (ts, te) = (ns(r.start[t]), ns(r.end[t]));
         ev(
             out,
-            format!(
-                "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"name\":{},\"cat\":{},\"args\":{{\"op\":{},\"call\":{},\"tile\":{},\"rank\":{},\"task\":{},\"l2_hit_bytes\":{},\"hbm_bytes\":{}}}}}",
-                g.rank[t],
-                core % cpr,
-                us(r.start[t]),
-                us(r.end[t] - r.start[t]),
-                esc(&node.name),
-                esc(op),
-                esc(op),
-                esc(&node.name),
-                esc(&tile_text(g, t)),
-                g.rank[t],
-                t,
-                r.hit[t],
-                r.miss[t]
-            ),
+            event(vec![
+                ("ph", "X".into()),
+                ("pid", g.rank[t].into()),
+                ("tid", (core % cpr).into()),
+                ("ts", us_ns(ts)),
+                ("dur", us_ns(te - ts)),
+                ("name", node.name.as_str().into()),
+                ("cat", op.as_str().into()),
+                (
+                    "args",
+                    Json::Map(vec![
+                        ("op", op.as_str().into()),
+                        ("call", node.name.as_str().into()),
+                        ("tile", tile_text(g, t).into()),
+                        ("rank", g.rank[t].into()),
+                        ("task", t.into()),
+                        ("l2_hit_bytes", r.hit[t].into()),
+                        ("hbm_bytes", r.miss[t].into()),
+                    ]),
+                ),
+            ]),
         )?;
     }
     // Flows: from a put to the first waiter of each remote dependency counter it signals.
@@ -217,39 +302,48 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
             }
             id += 1;
             // Inside the put's slice, so the arrow binds to it.
-            let from = (r.end[t] - 1e-9).max(r.start[t]);
+            let (ts, te) = (ns(r.start[t]), ns(r.end[t]));
+            let from = (te - 1).max(ts);
             ev(
                 out,
-                format!(
-                    "{{\"ph\":\"s\",\"id\":{id},\"pid\":{},\"tid\":{},\"ts\":{},\"name\":\"put\",\"cat\":\"put\"}}",
-                    g.rank[t],
-                    s.core[t] % cpr,
-                    us(from)
-                ),
+                event(vec![
+                    ("ph", "s".into()),
+                    ("id", id.into()),
+                    ("pid", g.rank[t].into()),
+                    ("tid", (s.core[t] % cpr).into()),
+                    ("ts", us_ns(from)),
+                    ("name", "put".into()),
+                    ("cat", "put".into()),
+                ]),
             )?;
             ev(
                 out,
-                format!(
-                    "{{\"ph\":\"f\",\"bp\":\"e\",\"id\":{id},\"pid\":{},\"tid\":{},\"ts\":{},\"name\":\"put\",\"cat\":\"put\"}}",
-                    g.rank[x],
-                    s.core[x] % cpr,
-                    us(r.start[x])
-                ),
+                event(vec![
+                    ("ph", "f".into()),
+                    ("bp", "e".into()),
+                    ("id", id.into()),
+                    ("pid", g.rank[x].into()),
+                    ("tid", (s.core[x] % cpr).into()),
+                    ("ts", us(r.start[x])),
+                    ("name", "put".into()),
+                    ("cat", "put".into()),
+                ]),
             )?;
         }
     }
     // Counter tracks.
-    let gbs = |x: f64| format!("{:.3}", x / 1e9);
+    let gbs = |x: f64| raw(format!("{:.3}", x / 1e9));
     for smp in &r.hbm_samples {
         if filter.keeps_rank(smp.rank) && filter.keeps_time(smp.time) {
             ev(
                 out,
-                format!(
-                    "{{\"ph\":\"C\",\"pid\":{},\"ts\":{},\"name\":\"HBM GB/s\",\"args\":{{\"hbm\":{}}}}}",
-                    smp.rank,
-                    us(smp.time),
-                    gbs(smp.a)
-                ),
+                event(vec![
+                    ("ph", "C".into()),
+                    ("pid", smp.rank.into()),
+                    ("ts", us(smp.time)),
+                    ("name", "HBM GB/s".into()),
+                    ("args", Json::Map(vec![("hbm", gbs(smp.a))])),
+                ]),
             )?;
         }
     }
@@ -257,13 +351,13 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
         if filter.keeps_rank(smp.rank) && filter.keeps_time(smp.time) {
             ev(
                 out,
-                format!(
-                    "{{\"ph\":\"C\",\"pid\":{},\"ts\":{},\"name\":\"link GB/s\",\"args\":{{\"egress\":{},\"ingress\":{}}}}}",
-                    smp.rank,
-                    us(smp.time),
-                    gbs(smp.a),
-                    gbs(smp.b)
-                ),
+                event(vec![
+                    ("ph", "C".into()),
+                    ("pid", smp.rank.into()),
+                    ("ts", us(smp.time)),
+                    ("name", "link GB/s".into()),
+                    ("args", Json::Map(vec![("egress", gbs(smp.a)), ("ingress", gbs(smp.b))])),
+                ]),
             )?;
         }
     }

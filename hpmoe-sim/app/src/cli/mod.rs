@@ -12,6 +12,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 mod lower;
+mod paths;
 mod run;
 mod scale;
 mod sweep;
@@ -35,11 +36,31 @@ pub(crate) struct LowerCli<'a> {
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Colours in diagnostics and the REPL: `auto` (on a terminal, unless `NO_COLOR` is set),
+    /// `always` or `never`.
+    #[arg(long, global = true, value_enum, default_value_t = ColorWhen::Auto)]
+    color: ColorWhen,
 }
+
+/// When to use colours (`--color`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ColorWhen {
+    /// On a terminal, unless `NO_COLOR` is set.
+    Auto,
+    /// Always, even into a pipe or a file.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// The `--color` choice of this process (set once at start-up).
+static COLOR: std::sync::OnceLock<ColorWhen> = std::sync::OnceLock::new();
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Format {
+    /// Text for people (diagnostics on stderr).
     Human,
+    /// One JSON document on stdout.
     Json,
 }
 
@@ -62,7 +83,8 @@ pub(crate) struct ProgramArgs {
     /// `device.hbm_bandwidth=1.2TB/s`).
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub set: Vec<String>,
-    /// Use this device profile (e.g. `ascend_910b3`) instead of the declared one.
+    /// Use this device profile instead of the declared one: `ascend_910b`, `ascend_910b3`,
+    /// `ascend_a3`, or a `profile` the program declares.
     #[arg(long, value_name = "PROFILE")]
     pub device: Option<String>,
     /// Replace the routing: `zipf(s: 1.2, seed: 3)`, `hotspot(max_over_mean: 2)`, or
@@ -79,23 +101,28 @@ pub(crate) struct ProgramArgs {
 enum Command {
     /// Check a program: names, types, shapes, engines, buffers, routings.
     Check {
+        /// The program: a `.hpm` file.
         file: PathBuf,
         #[command(flatten)]
         prog: ProgramArgs,
+        /// Output: text for people, or one JSON document on stdout (docs/FORMATS.md).
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
     },
     /// Check and print an intermediate form: the op graph, the routing, the tile tasks or
     /// the schedule.
     Lower {
+        /// The program: a `.hpm` file.
         file: PathBuf,
         #[arg(long, value_enum, default_value_t = Emit::Ops)]
         emit: Emit,
         #[command(flatten)]
         prog: ProgramArgs,
+        /// Output: text for people, or one JSON document on stdout (docs/FORMATS.md).
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
-        /// Scheduling policy (default: the program's `schedule`, else interleaved).
+        /// Scheduling policy: `kernel_by_kernel`, `expert_level` or `interleaved` (default: the
+        /// program's `schedule`, else interleaved).
         #[arg(long)]
         policy: Option<String>,
         /// Only this taskflow (default: all).
@@ -112,8 +139,10 @@ enum Command {
     /// communication, L2 hit rate, lower bound; optionally compare two policies and write a
     /// Chrome trace and a Gantt chart.
     Run {
+        /// The program: a `.hpm` file.
         file: PathBuf,
-        /// Scheduling policy (default: the program's `schedule`, else interleaved).
+        /// Scheduling policy: `kernel_by_kernel`, `expert_level` or `interleaved` (default: the
+        /// program's `schedule`, else interleaved).
         #[arg(long)]
         policy: Option<String>,
         /// Also run this policy and print the speedup of `--policy` over it.
@@ -121,6 +150,7 @@ enum Command {
         compare: Option<String>,
         #[command(flatten)]
         prog: ProgramArgs,
+        /// Output: text for people, or one JSON document on stdout (docs/FORMATS.md).
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
         /// Write a Chrome trace (JSON, opens in Perfetto).
@@ -202,6 +232,7 @@ enum Command {
         /// Worker threads (0: one per CPU).
         #[arg(long, default_value_t = 0)]
         threads: usize,
+        /// Output: text for people, or one JSON document on stdout (docs/FORMATS.md).
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
         /// Refuse to lower to more tasks than this.
@@ -224,6 +255,7 @@ enum Command {
     /// I/N` (or a Slurm job array) evaluates every N-th candidate from I and writes a part
     /// file to --out-dir; `--merge DIR...` joins the parts into the outputs of the whole search.
     Tune {
+        /// The program: a `.hpm` file.
         file: PathBuf,
         #[command(flatten)]
         prog: ProgramArgs,
@@ -250,6 +282,7 @@ enum Command {
         /// Where to write the best configuration (default: STEM.tuned.hpm here).
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
+        /// Output: text for people, or one JSON document on stdout (docs/FORMATS.md).
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
         /// Refuse to lower to more tasks than this.
@@ -271,6 +304,7 @@ enum Command {
     /// in a fresh process running one job at a time, and tabulate tasks, edges, seconds per stage, peak memory and the
     /// growth of each stage's time with the task count.
     Scale {
+        /// The program: a `.hpm` file.
         file: PathBuf,
         /// The param (or device field) to scale.
         #[arg(long, default_value = "ranks")]
@@ -278,7 +312,8 @@ enum Command {
         /// Its values, comma-separated.
         #[arg(long, default_value = "8,16,32,64,128,256")]
         values: String,
-        /// Scheduling policy (default: the program's `schedule`, else interleaved).
+        /// Scheduling policy: `kernel_by_kernel`, `expert_level` or `interleaved` (default: the
+        /// program's `schedule`, else interleaved).
         #[arg(long)]
         policy: Option<String>,
         /// Only this taskflow (default: all).
@@ -297,6 +332,7 @@ enum Command {
     },
     /// Format a program in the canonical layout (in place, or check only).
     Fmt {
+        /// The `.hpm` files to format.
         files: Vec<PathBuf>,
         /// Do not write; exit with 1 if a file is not formatted.
         #[arg(long)]
@@ -311,10 +347,12 @@ enum Command {
     /// policies, show tasks and core queues, and ask why a task started when it did. Reads
     /// commands from stdin when it is not a terminal (exit code 1 if any command failed).
     Repl {
+        /// A program to load at the start (`:load FILE` loads one later).
         file: Option<PathBuf>,
         #[command(flatten)]
         prog: ProgramArgs,
-        /// Scheduling policy (default: the program's `schedule`, else interleaved).
+        /// Scheduling policy: `kernel_by_kernel`, `expert_level` or `interleaved` (default: the
+        /// program's `schedule`, else interleaved).
         #[arg(long)]
         policy: Option<String>,
         /// Do not print how long each stage took (also `HPMOE_REPL_NO_TIMINGS=1`).
@@ -327,10 +365,19 @@ enum Command {
     },
     /// Explain an error code (`hpmoe explain E0501`), or list them all.
     Explain {
+        /// The code (`E0501`, `0501` or the code's name, `shape-mismatch`).
         code: Option<String>,
+        /// List every code with its one-line summary.
         #[arg(long)]
         list: bool,
     },
+    /// Print a shell completion script (`hpmoe completions bash > ~/.local/share/bash-completion/completions/hpmoe`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of hpmoe (`hpmoe man > hpmoe.1; man ./hpmoe.1`).
+    Man,
 }
 
 /// Runs the CLI on the process arguments; returns the exit code.
@@ -359,12 +406,22 @@ pub fn main() -> i32 {
             return 0;
         }
     };
+    let _ = COLOR.set(cli.color);
     run(cli.command)
 }
 
+/// Whether diagnostics on stderr use colours and box drawing: `--color`, then `NO_COLOR`
+/// and whether stderr is a terminal.
 pub(crate) fn style() -> RenderStyle {
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    if std::io::stderr().is_terminal() && !no_color {
+    let on = match COLOR.get().copied().unwrap_or(ColorWhen::Auto) {
+        ColorWhen::Always => true,
+        ColorWhen::Never => false,
+        ColorWhen::Auto => {
+            let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+            std::io::stderr().is_terminal() && !no_color
+        }
+    };
+    if on {
         RenderStyle::Graphical
     } else {
         RenderStyle::Plain
@@ -647,6 +704,27 @@ fn run(cmd: Command) -> i32 {
         }),
         Command::Fmt { files, check, stdout } => fmt(&files, check, stdout),
         Command::Explain { code, list } => explain(code.as_deref(), list),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "hpmoe", &mut buf);
+            out!("{}", String::from_utf8_lossy(&buf));
+            0
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            let mut buf = Vec::new();
+            match clap_mangen::Man::new(cmd).render(&mut buf) {
+                Ok(()) => {
+                    out!("{}", String::from_utf8_lossy(&buf));
+                    0
+                }
+                Err(e) => {
+                    errln!("error: cannot render the manual page: {e}");
+                    1
+                }
+            }
+        }
         Command::Repl {
             file,
             prog,

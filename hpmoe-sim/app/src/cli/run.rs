@@ -12,6 +12,7 @@ use hpmoe_dsl::{Code, SourceMap};
 use hpmoe_sim::report::{Comparison, Report};
 use hpmoe_sim::sim::SimOptions;
 use hpmoe_sim::trace::{self, Filter, Run};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -175,11 +176,32 @@ struct Job<'p> {
 /// Lowers, schedules and simulates a taskflow under a policy; writes the trace and chart if
 /// asked. Prints nothing but notes of the trace and chart: failures are returned, so jobs can
 /// run side by side and still report in order.
-fn one(checked: &Checked, job: &Job, o: &RunCli, outputs: Option<&Filter>) -> Result<Done, Failure> {
+fn one(
+    checked: &Checked,
+    job: &Job,
+    o: &RunCli,
+    outputs: Option<&Filter>,
+    progress: Option<&indicatif::MultiProgress>,
+) -> Result<Done, Failure> {
     let p: &Program = checked;
     let tf = job.tf;
     let policy = job.policy;
-    let mut clock = Clock::new();
+    let bar = progress.map(|m| stage_bar(m, &format!("{} ({})", tf.name, job.spec.policy.name())));
+    let mut clock = match &bar {
+        Some(b) => {
+            let b = b.clone();
+            let done = std::sync::Mutex::new(Vec::<&'static str>::new());
+            Clock::observed(hpmoe_dsl::timing::LapObserver(std::sync::Arc::new(move |stage| {
+                if let Ok(mut d) = done.lock() {
+                    if !d.contains(&stage) {
+                        d.push(stage);
+                    }
+                    b.set_message(format!("done: {}", d.join(", ")));
+                }
+            })))
+        }
+        None => Clock::new(),
+    };
     let copts = CompileOptions {
         max_tasks: o.max_tasks,
         verify: o.verify,
@@ -250,6 +272,9 @@ fn one(checked: &Checked, job: &Job, o: &RunCli, outputs: Option<&Filter>) -> Re
         }
         clock.lap("trace and chart");
     }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
     let timing = RunTiming {
         taskflow: tf.name.clone(),
         policy: report.policy.clone(),
@@ -289,6 +314,18 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                 None => format!("the policies are: {}", names.join(", ")),
             };
             return usage(format!("unknown policy `{name}`: {hint}"));
+        }
+    }
+    for (what, path) in [("--trace", o.trace), ("--gantt", o.gantt)] {
+        if let Some(path) = path {
+            if let Err(e) = super::paths::output_file(what, path) {
+                return usage(e);
+            }
+        }
+    }
+    if let Some(dir) = o.numerics.as_ref().and_then(|n| n.dump.as_deref()) {
+        if let Err(e) = super::paths::output_dir("--dump", dir) {
+            return usage(e);
         }
     }
     let started = Instant::now();
@@ -364,7 +401,10 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     }
     .min(jobs.len())
     .max(1);
-    let run_job = |job: &Job| one(&p, job, o, job.outputs.then_some(&filter));
+    // A progress display on a terminal (stage by stage, per job); nothing when piped.
+    let progress = (std::io::stderr().is_terminal() && o.format == Format::Human)
+        .then(|| indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::stderr()));
+    let run_job = |job: &Job| one(&p, job, o, job.outputs.then_some(&filter), progress.as_ref());
     let results: Vec<Result<Done, Failure>> = if threads <= 1 {
         jobs.iter().map(run_job).collect()
     } else {
@@ -462,4 +502,16 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         return 1;
     }
     0
+}
+
+/// A spinner for one job: its name, the stage it is in and the time so far.
+fn stage_bar(m: &indicatif::MultiProgress, name: &str) -> indicatif::ProgressBar {
+    let b = m.add(indicatif::ProgressBar::new_spinner());
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {prefix}: {msg} [{elapsed}]") {
+        b.set_style(style);
+    }
+    b.set_prefix(name.to_string());
+    b.set_message("lowering");
+    b.enable_steady_tick(std::time::Duration::from_millis(200));
+    b
 }

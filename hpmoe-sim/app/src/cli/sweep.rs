@@ -73,6 +73,9 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
             return usage(format!("--set {e}"));
         }
     }
+    if let Err(e) = super::paths::output_dir("--out", o.out) {
+        return usage(e);
+    }
     if !o.file.exists() {
         errln!("error: cannot read `{}`: no such file", o.file.display());
         return 1;
@@ -87,6 +90,9 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
         taskflow: o.taskflow.map(str::to_string),
         max_tasks: o.max_tasks,
     };
+    if let Err(e) = sw.preflight() {
+        return usage(e);
+    }
     let source = match hpmoe_dsl::check::read_source(o.file) {
         Ok(t) => t,
         Err(e) => {

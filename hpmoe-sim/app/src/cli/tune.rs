@@ -100,6 +100,15 @@ pub(crate) fn tune(o: &TuneCli) -> i32 {
             return usage(format!("--set {e}"));
         }
     }
+    let checked_path = if shard.is_some() {
+        super::paths::output_dir("--out", o.out_dir)
+    } else {
+        let written = o.output.map_or_else(|| default_output(o.file), Path::to_path_buf);
+        super::paths::output_file("--output", &written)
+    };
+    if let Err(e) = checked_path {
+        return usage(e);
+    }
     let settings = Settings {
         set: o.prog.set.clone(),
         device: o.prog.device.clone(),
@@ -175,6 +184,10 @@ pub(crate) fn merge(
 ) -> i32 {
     if top == 0 {
         return usage("--top must be at least 1".into());
+    }
+    let written = output.map_or_else(|| default_output(file), Path::to_path_buf);
+    if let Err(e) = super::paths::output_file("--output", &written) {
+        return usage(e);
     }
     let parts = match shard::read_parts(dirs, "tune") {
         Ok(p) => p,

@@ -361,7 +361,9 @@ impl Session {
         if ds.iter().any(|d| d.is_error()) {
             self.failed_now = true;
         }
-        let text = diag::render_all(ds, dropped, sources, self.cfg.style);
+        // Overrides come from `:set` here: say so in the REPL's syntax, not the CLI's.
+        let ds: Vec<Diagnostic> = ds.iter().map(repl_wording).collect();
+        let text = diag::render_all(&ds, dropped, sources, self.cfg.style);
         let _ = self.err.write_all(text.as_bytes());
         let _ = self.err.flush();
     }
@@ -389,5 +391,73 @@ fn fmt_duration(d: Duration) -> String {
         format!("{:.2} s", ms / 1e3)
     } else {
         format!("{ms:.1} ms")
+    }
+}
+
+/// A diagnostic about an override, reworded from the CLI's `--set NAME=VALUE` to the REPL's
+/// `:set NAME = VALUE` (and `--routing`/`--device` to `:set routing = ...`/`:set device = ...`).
+fn repl_wording(d: &Diagnostic) -> Diagnostic {
+    let mut d = d.clone();
+    d.message = reword(&d.message);
+    d.help = d.help.as_deref().map(reword);
+    d.notes = d.notes.iter().map(|n| reword(n)).collect();
+    d
+}
+
+fn reword(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("`--") {
+        out.push_str(&rest[..at]);
+        let inner = &rest[at + 1..];
+        let Some(close) = inner.find('`') else {
+            out.push_str(&rest[at..]);
+            return out;
+        };
+        let quoted = &inner[..close];
+        let cli = quoted.trim_start_matches("--");
+        let replaced = match cli.split_once(' ') {
+            Some(("set", kv)) => Some(match kv.split_once('=') {
+                Some((k, v)) => format!(":set {k} = {v}"),
+                None => format!(":set {kv}"),
+            }),
+            Some((opt @ ("routing" | "device" | "policy"), v)) => Some(format!(":set {opt} = {v}")),
+            _ => None,
+        };
+        match replaced {
+            Some(r) => {
+                out.push('`');
+                out.push_str(&r);
+                out.push('`');
+            }
+            None => {
+                out.push('`');
+                out.push_str(quoted);
+                out.push('`');
+            }
+        }
+        rest = &inner[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod wording_tests {
+    use super::reword;
+
+    #[test]
+    fn cli_overrides_read_as_repl_commands() {
+        assert_eq!(
+            reword("`--set tokens=abc`: a param takes a number"),
+            "`:set tokens = abc`: a param takes a number"
+        );
+        assert_eq!(
+            reword("`--routing zipf(s: 1)`: the program has no routing"),
+            "`:set routing = zipf(s: 1)`: the program has no routing"
+        );
+        assert_eq!(reword("`--device foo`: no such device profile"), "`:set device = foo`: no such device profile");
+        assert_eq!(reword("no override here `x`"), "no override here `x`");
+        assert_eq!(reword("unclosed `--set a=1"), "unclosed `--set a=1");
     }
 }

@@ -40,6 +40,8 @@ impl Completer for ReplCompleter {
 
 struct ReplHighlighter {
     names: Arc<Mutex<Names>>,
+    /// Colours on (`--color`, `NO_COLOR` and the terminal decide).
+    color: bool,
 }
 
 fn style(c: Class) -> Style {
@@ -66,7 +68,8 @@ impl Highlighter for ReplHighlighter {
         };
         let mut st = StyledText::new();
         for (r, c) in highlight_spans(&names, line) {
-            st.push((style(c), line[r].to_string()));
+            let look = if self.color { style(c) } else { Style::new() };
+            st.push((look, line[r].to_string()));
         }
         st
     }
@@ -119,7 +122,7 @@ fn history_path() -> Option<PathBuf> {
         .map(|h| PathBuf::from(h).join(".hpmoe_history"))
 }
 
-fn editor(names: &Arc<Mutex<Names>>) -> (Reedline, Option<String>) {
+fn editor(names: &Arc<Mutex<Names>>, color: bool) -> (Reedline, Option<String>) {
     let (history, note) = match history_path() {
         Some(p) => match FileBackedHistory::with_file(HISTORY_SIZE, p.clone()) {
             Ok(h) => (h, None),
@@ -151,7 +154,9 @@ fn editor(names: &Arc<Mutex<Names>>) -> (Reedline, Option<String>) {
         .with_menu(ReedlineMenu::EngineCompleter(Box::new(menu)))
         .with_highlighter(Box::new(ReplHighlighter {
             names: Arc::clone(names),
+            color,
         }))
+        .with_ansi_colors(color)
         .with_validator(Box::new(ReplValidator))
         .with_edit_mode(Box::new(Emacs::new(keys)));
     (ed, note)
@@ -170,7 +175,7 @@ pub(crate) fn interactive(opts: &ReplOptions) -> i32 {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let (mut ed, note) = editor(&names);
+    let (mut ed, note) = editor(&names, opts.graphical);
     if let Some(n) = note {
         s.note(&n);
     }

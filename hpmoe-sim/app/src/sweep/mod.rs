@@ -310,6 +310,56 @@ impl Sweep {
             .collect()
     }
 
+    /// Checks the program once per axis value (that value alone on top of the fixed
+    /// settings) and refuses overrides that cannot be applied at all (an unknown param or
+    /// device field, a value of the wrong kind, a routing the program does not have): these
+    /// are usage errors, found before any point runs. Other failures stay per point.
+    pub fn preflight(&self) -> Result<(), String> {
+        let mut probes: Vec<(usize, String)> = Vec::new();
+        for (i, a) in self.axes.iter().enumerate() {
+            if matches!(a.kind, AxisKind::Schedule(_)) {
+                continue;
+            }
+            for v in &a.values {
+                probes.push((i, v.clone()));
+            }
+        }
+        for (i, v) in probes {
+            let a = &self.axes[i];
+            let mut set = self.set.clone();
+            let mut device = self.device.clone();
+            let mut routing = self.routing.clone();
+            match &a.kind {
+                AxisKind::Set => set.push(format!("{}={v}", a.name)),
+                AxisKind::Routing => routing = Some(v.clone()),
+                AxisKind::Device => device = Some(v.clone()),
+                AxisKind::Schedule(_) => {}
+            }
+            let overrides = set
+                .iter()
+                .map(|s| Override::parse(s))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("--vary {}: {e}", a.name))?;
+            let opts = Options {
+                overrides,
+                device,
+                routing,
+                ..Options::default()
+            };
+            let mut sources = SourceMap::new();
+            let outcome = hpmoe_dsl::driver::check_path(&self.file, &opts, &mut sources);
+            let bad = outcome.diagnostics.as_slice().iter().find(|d| {
+                use hpmoe_dsl::diag::Code;
+                matches!(d.code, Code::BadOverride | Code::UnknownProfileField | Code::UnitMismatch)
+                    || d.message.starts_with("`--")
+            });
+            if let Some(d) = bad {
+                return Err(format!("--vary {}={v}: {}: {}", a.name, d.code, d.message));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks, compiles and simulates one configuration under one policy.
     fn simulate(&self, values: &[String], policy: Policy) -> (String, Result<Metrics, String>) {
         let mut set = self.set.clone();

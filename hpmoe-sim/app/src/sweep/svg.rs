@@ -28,20 +28,9 @@ fn policy_colour(p: &str, i: usize) -> &'static str {
         .unwrap_or(PALETTE[i % PALETTE.len()])
 }
 
-/// Escapes text for XML content and attribute values.
+/// Escapes text for XML content and attribute values (the simulator's one escape).
 pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&apos;"),
-            c => o.push(c),
-        }
-    }
-    o
+    hpmoe_sim::gantt::xml_escape(s)
 }
 
 /// A "nice" axis maximum and tick step covering `max`.

@@ -1,0 +1,117 @@
+//! Output paths checked before any work: a path in, `Ok` or a usage message out.
+//!
+//! A run that simulates for a minute and then cannot write its trace wastes that minute, so
+//! every file or directory the command will write is checked first: a file's directory must
+//! exist and the file must be writable (an existing directory of that name is refused); a
+//! directory must exist or be creatable under an existing parent. Nothing is left behind: a
+//! probe file created to test writability is removed again.
+
+use std::fs::OpenOptions;
+use std::path::Path;
+
+/// The directory a file path lives in (`.` for a bare name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Checks that `path` can be written as a file. `what` names the option (`--trace`).
+pub(crate) fn output_file(what: &str, path: &Path) -> Result<(), String> {
+    let shown = path.display();
+    if path.as_os_str().is_empty() {
+        return Err(format!("{what} is an empty path"));
+    }
+    if path.is_dir() {
+        return Err(format!("{what} `{shown}` is a directory; give a file name"));
+    }
+    let dir = parent_of(path);
+    if !dir.is_dir() {
+        return Err(format!(
+            "{what} `{shown}`: the directory `{}` does not exist",
+            dir.display()
+        ));
+    }
+    if path.exists() {
+        // Opening for writing without truncating tests the permission and leaves it intact.
+        OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map(drop)
+            .map_err(|e| format!("{what} `{shown}` cannot be written: {e}"))
+    } else {
+        match OpenOptions::new().write(true).create_new(true).open(path) {
+            Ok(f) => {
+                drop(f);
+                let _ = std::fs::remove_file(path);
+                Ok(())
+            }
+            Err(e) => Err(format!("{what} `{shown}` cannot be created: {e}")),
+        }
+    }
+}
+
+/// Checks that `path` is, or can be created as, a directory the command writes files into.
+pub(crate) fn output_dir(what: &str, path: &Path) -> Result<(), String> {
+    let shown = path.display();
+    if path.as_os_str().is_empty() {
+        return Err(format!("{what} is an empty path"));
+    }
+    if path.exists() {
+        if !path.is_dir() {
+            return Err(format!("{what} `{shown}` exists and is not a directory"));
+        }
+        let probe = path.join(".hpmoe-write-probe");
+        return match OpenOptions::new().write(true).create(true).truncate(true).open(&probe) {
+            Ok(f) => {
+                drop(f);
+                let _ = std::fs::remove_file(&probe);
+                Ok(())
+            }
+            Err(e) => Err(format!("{what} `{shown}` cannot be written into: {e}")),
+        };
+    }
+    // The nearest existing ancestor must be a directory (create_dir_all makes the rest).
+    let mut anc = parent_of(path);
+    loop {
+        if anc.exists() {
+            return if anc.is_dir() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what} `{shown}`: `{}` is not a directory",
+                    anc.display()
+                ))
+            };
+        }
+        match anc.parent() {
+            Some(p) if !p.as_os_str().is_empty() => anc = p,
+            _ => return Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_and_dirs() {
+        let tmp = std::env::temp_dir().join(format!("hpmoe-paths-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        assert!(output_file("--trace", &tmp.join("t.json")).is_ok());
+        assert!(!tmp.join("t.json").exists(), "the probe is removed");
+        assert!(output_file("--trace", &tmp).unwrap_err().contains("is a directory"));
+        assert!(output_file("--trace", &tmp.join("no/t.json"))
+            .unwrap_err()
+            .contains("does not exist"));
+        assert!(output_dir("--dump", &tmp.join("a/b")).is_ok());
+        std::fs::write(tmp.join("f"), "x").unwrap();
+        assert!(output_dir("--dump", &tmp.join("f")).unwrap_err().contains("not a directory"));
+        assert!(output_dir("--dump", &tmp.join("f/sub")).unwrap_err().contains("not a directory"));
+        assert!(output_file("--trace", &tmp.join("f")).is_ok());
+        assert_eq!(std::fs::read_to_string(tmp.join("f")).unwrap(), "x", "an existing file is kept");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}
