@@ -18,7 +18,9 @@
 //!   engine needs `W(S)/P` of core time after the earliest head in `S`, and the last of them
 //!   to end is followed by at least the least tail in `S`: `min h + W(S)/P + min q`. Taken
 //!   over the sets of the tasks with the largest heads (and, separately, the largest tails),
-//!   which includes the whole rank: `start + W/P`;
+//!   which includes the whole rank: `start + W/P`. The whole rank's work also counts the
+//!   first read of every input block from HBM at the per-core HBM rate by one of its
+//!   readers (the least increase over the readers, beyond each one's slack);
 //! - **hbm** (per rank): the bytes no schedule serves from L2 over the die's HBM bandwidth,
 //!   as jobs in the same head/tail form on one server: every taskflow-input block that fits
 //!   in L2 is read from HBM once (its least read share, between the earliest head and the
@@ -168,6 +170,8 @@ pub struct Durations {
     pub release: Vec<f64>,
     pub landing: Vec<f64>,
     pub must_miss: Vec<f64>,
+    /// How much longer its reads could take before they set its duration.
+    pub slack: Vec<f64>,
 }
 
 /// Read shares of every task's blocks as the simulator splits a run: the whole run's bytes
@@ -210,6 +214,7 @@ pub fn durations(w: &Workload, m: &DeviceModel, rank: &[u32]) -> Durations {
         release: Vec::with_capacity(n),
         landing: Vec::with_capacity(n),
         must_miss: Vec::with_capacity(n),
+        slack: Vec::with_capacity(n),
     };
     let cores = f64::from(topo.core_puts.max(1));
     for t in 0..n {
@@ -249,6 +254,7 @@ pub fn durations(w: &Workload, m: &DeviceModel, rank: &[u32]) -> Durations {
             landing = landing.max(link + lat_min);
         }
         out.d.push(m.task_overhead + w.compute[t].max(mem).max(link));
+        out.slack.push((w.compute[t].max(link) - mem).max(0.0));
         out.release.push(release);
         out.landing.push(landing);
         out.must_miss.push(mm);
@@ -409,9 +415,50 @@ pub fn bounds(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -> Boun
         per[rank[t] as usize][w.class[t] as usize].push((head[t], du.d[t], tail[t]));
         critical = critical.max(head[t] + span[t]);
     }
+    // The first read of an input block that fits in L2 misses: one of its readers reads its
+    // share at the core's HBM rate instead of the best one. The least increase of a reader's
+    // duration that this forces (beyond the reader's slack), summed over the blocks, is core
+    // time on the readers' rank and engine that no schedule avoids (a task's increase is
+    // convex in the bytes it pays for, so the sum over its blocks is at most its increase).
+    let mut extra = vec![[0.0f64; 2]; ranks];
+    {
+        let delta = [AIC, AIV].map(|c| (1.0 / m.core_hbm[c] - 1.0 / m.best_read_rate(c)).max(0.0));
+        let mut least: Vec<(f64, u32, u8)> = vec![(f64::INFINITY, NONE, 0); w.blocks()];
+        for_each_share(w, |t, b, share| {
+            if w.block_input[b] && w.block_size[b] <= m.l2_size {
+                let c = w.class[t];
+                let inc = (share * delta[c as usize] - du.slack[t]).max(0.0);
+                let e = &mut least[b];
+                if e.1 == NONE {
+                    *e = (inc, rank[t], c);
+                } else if e.1 != rank[t] || e.2 != c {
+                    e.1 = MIXED;
+                } else {
+                    e.0 = e.0.min(inc);
+                }
+            }
+        });
+        for &(inc, r, c) in &least {
+            if r != NONE && r != MIXED && inc.is_finite() {
+                extra[r as usize][c as usize] += inc;
+            }
+        }
+    }
     let cores = [m.aic_cores as f64, m.aiv_cores as f64];
-    let aic = argmax(ranks, |r| work_bound(&mut per[r][AIC], cores[AIC], t0));
-    let aiv = argmax(ranks, |r| work_bound(&mut per[r][AIV], cores[AIV], t0));
+    let whole = |v: &[(f64, f64, f64)], p: f64, e: f64| {
+        if v.is_empty() {
+            return 0.0;
+        }
+        let h = v.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
+        let q = v.iter().map(|x| x.2).fold(f64::INFINITY, f64::min);
+        h + (v.iter().map(|x| x.1).sum::<f64>() + e) / p + q
+    };
+    let aic = argmax(ranks, |r| {
+        whole(&per[r][AIC], cores[AIC], extra[r][AIC]).max(work_bound(&mut per[r][AIC], cores[AIC], t0))
+    });
+    let aiv = argmax(ranks, |r| {
+        whole(&per[r][AIV], cores[AIV], extra[r][AIV]).max(work_bound(&mut per[r][AIV], cores[AIV], t0))
+    });
     drop(per);
     // HBM: must-miss reads per task, and the least read share of every input block that fits.
     let after_end = |t: usize| m.task_overhead + tail[t];
