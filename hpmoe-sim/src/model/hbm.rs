@@ -44,6 +44,10 @@ struct Die {
     served: f64,
     writeback: f64,
     busy: f64,
+    /// When the die last moved data, and when its last task job left (from then on only
+    /// the write-back job runs, alone, at the full bandwidth).
+    active_until: f64,
+    tasks_done_at: f64,
 }
 
 /// The HBM of every die.
@@ -95,6 +99,7 @@ impl Hbm {
             if total > 0.0 {
                 die.busy += dt;
                 die.served += total;
+                die.active_until = now;
             }
             die.last = now;
         }
@@ -270,6 +275,9 @@ impl Hbm {
                 changed = true;
             }
         }
+        if changed && die.n[0] + die.n[1] == 0 {
+            die.tasks_done_at = die.last;
+        }
         if die.n[WRITEBACK] == 1 && close(die.wb_finish, die.virt[WRITEBACK]) {
             die.n[WRITEBACK] = 0;
             changed = true;
@@ -288,6 +296,18 @@ impl Hbm {
     /// Bytes moved by die `d` so far (integrated), of which write-backs requested.
     pub fn served(&self, d: usize) -> f64 {
         self.dies[d].served
+    }
+    /// Bytes moved by die `d` up to time `t`, for a `t` at or after its last task job left
+    /// (the end of the layer: every task ends after its HBM job): past that point only the
+    /// write-back job runs, alone at the full bandwidth, so the bytes after `t` are the
+    /// bandwidth times the time it still ran. `None` for an earlier `t`.
+    pub fn served_by(&self, d: usize, t: f64) -> Option<f64> {
+        let die = &self.dies[d];
+        if die.n[0] + die.n[1] > 0 || t < die.tasks_done_at {
+            return None;
+        }
+        let after = (die.active_until - t).max(0.0) * self.bandwidth;
+        Some((die.served - after).max(0.0))
     }
     pub fn writeback_bytes(&self, d: usize) -> f64 {
         self.dies[d].writeback
@@ -354,5 +374,23 @@ mod tests {
         assert_eq!(out[0], (1, 1.0));
         assert_eq!(out[1].0, 2);
         assert!((out[1].1 - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn bytes_by_a_time_leave_out_the_write_back_after_it() {
+        // 100 B/s. A task job of 50 B (cap 100) and a write-back of 150 B join at 0: 50 B/s
+        // each until the job ends at 1 s, then the write-back alone at 100 B/s moves its last
+        // 100 B by 2 s. By 1.5 s: 50 + 50 + 50 = 150 B of the 200; by 2 s and later: all.
+        let mut h = Hbm::new(1, 100.0, [100.0, 100.0]);
+        let mut w = Vec::new();
+        h.update(0, 0.0, 150.0, Some((0, 1, 50.0)), &mut w);
+        let out = drain(&mut h, w);
+        assert_eq!(out, vec![(1, 1.0)]);
+        assert!((h.served(0) - 200.0).abs() < 1e-9);
+        assert!((h.served_by(0, 1.5).unwrap_or(f64::NAN) - 150.0).abs() < 1e-9);
+        assert!((h.served_by(0, 1.0).unwrap_or(f64::NAN) - 100.0).abs() < 1e-9);
+        assert_eq!(h.served_by(0, 3.0), Some(200.0));
+        // Before the task job left, the split is not known.
+        assert_eq!(h.served_by(0, 0.5), None);
     }
 }

@@ -16,14 +16,16 @@
 //! - L2 hit rate (bytes read from L2 over bytes read);
 //! - the lower bound (`bound.rs`): the largest of per-rank engine work over its cores
 //!   (each task at its shortest, after the earliest start and before the least remaining
-//!   path of the tasks it counts), compulsory HBM traffic (every input region read once)
-//!   over HBM bandwidth, link bytes over link bandwidth, and the critical path (shortest
-//!   durations plus signal latencies and kernel launches), with the rank that binds;
-//!   efficiency = bound / latency.
+//!   path of the tasks it counts), HBM traffic no schedule serves from L2 (every input
+//!   region read once, every read of a block larger than L2) over HBM bandwidth, the flows
+//!   through each fabric resource (ports, links, cross ports, uplinks, put slots) at its
+//!   rate, the same followed by the work that waits for the data (data arrival), and the
+//!   critical path (shortest durations plus signal latencies and kernel launches), with the
+//!   rank or resource that binds; efficiency = bound / latency.
 
 mod bound;
 
-pub use bound::{bounds, heads_tails, work_bound, Bounds};
+pub use bound::{bounds, durations, heads_tails, work_bound, Bounds, Durations, LinkResource};
 
 pub mod comm;
 
@@ -340,6 +342,7 @@ impl Report {
         let (bound, bound_kind) = bounds.max();
         let sent: f64 = r.sent.iter().sum();
         let hbm_bytes: f64 = r.hbm_bytes.iter().sum();
+        let hbm_layer: f64 = r.hbm_layer_bytes.iter().sum();
         let busy_out: f64 = r.busy_out.iter().sum();
         Report {
             taskflow: tf.name.clone(),
@@ -362,7 +365,7 @@ impl Report {
             cube_mac_utilisation: cube_flops / (m.cube_peak * m.aic_cores as f64 * rk * makespan),
             link_busy: busy_out / (rk * makespan),
             link_utilisation: sent / (m.link_egress * rk * makespan),
-            hbm_utilisation: hbm_bytes / (m.hbm_bandwidth * rk * makespan),
+            hbm_utilisation: hbm_layer / (m.hbm_bandwidth * rk * makespan),
             l2_hit_bytes: hit,
             l2_miss_bytes: miss,
             hbm_bytes,
@@ -437,24 +440,28 @@ impl Report {
             "  lower bound                  {:>10.1} us  ({}{}); efficiency {}",
             self.bound * us,
             self.bound_kind,
-            match self.bounds.binding().1 {
-                Some(r) => format!(" of rank {r}"),
-                None => String::new(),
+            match (self.bounds.binding_resource(), self.bounds.binding().1) {
+                (Some(res), _) => format!(" on {res}"),
+                (None, Some(r)) => format!(" of rank {r}"),
+                (None, None) => String::new(),
             },
             pct(self.efficiency)
         );
         let b = &self.bounds;
         let _ = writeln!(
             o,
-            "    bounds (us): aic work {:.1} (rank {}) | aiv work {:.1} (rank {}) | hbm {:.1} (rank {}) | links {:.1} (rank {}) | critical path {:.1}",
+            "    bounds (us): aic work {:.1} (rank {}) | aiv work {:.1} (rank {}) | hbm {:.1} (rank {}, {:.2} GB) | links {:.1} ({}) | data arrival {:.1} ({}) | critical path {:.1}",
             b.aic_work * us,
             b.ranks[0],
             b.aiv_work * us,
             b.ranks[1],
             b.hbm * us,
             b.ranks[2],
+            gb(b.hbm_bytes),
             b.link * us,
-            b.ranks[3],
+            b.link_resource,
+            b.arrival * us,
+            b.arrival_resource,
             b.critical_path * us
         );
         let _ = writeln!(
@@ -577,6 +584,7 @@ impl Report {
                 "aiv_work": b.aiv_work * us,
                 "hbm": b.hbm * us,
                 "link": b.link * us,
+                "arrival": b.arrival * us,
                 "critical_path": b.critical_path * us,
             },
             "bound_ranks": {
@@ -584,7 +592,11 @@ impl Report {
                 "aiv_work": b.ranks[1],
                 "hbm": b.ranks[2],
                 "link": b.ranks[3],
+                "arrival": b.ranks[4],
             },
+            "bound_link_resource": b.link_resource.to_string(),
+            "bound_arrival_resource": b.arrival_resource.to_string(),
+            "bound_hbm_bytes": b.hbm_bytes,
             "efficiency": self.efficiency,
             "engines": {
                 "aic_busy": self.aic_busy,

@@ -84,8 +84,10 @@ pub struct SimResult {
     pub moved_out: Vec<f64>,
     pub busy_out: Vec<f64>,
     pub busy_in: Vec<f64>,
-    /// Per rank (die): HBM bytes moved (misses and write-backs), write-back bytes, busy time.
+    /// Per rank (die): HBM bytes moved (misses and write-backs), of which by the makespan
+    /// (write-backs may go on after it), write-back bytes, busy time.
     pub hbm_bytes: Vec<f64>,
+    pub hbm_layer_bytes: Vec<f64>,
     pub hbm_writeback: Vec<f64>,
     pub hbm_busy: Vec<f64>,
     pub hbm_samples: Vec<Sample>,
@@ -111,6 +113,7 @@ impl SimResult {
             busy_out: Vec::new(),
             busy_in: Vec::new(),
             hbm_bytes: Vec::new(),
+            hbm_layer_bytes: Vec::new(),
             hbm_writeback: Vec::new(),
             hbm_busy: Vec::new(),
             hbm_samples: Vec::new(),
@@ -450,6 +453,9 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
     r.busy_out = sim.links.busy_out().to_vec();
     r.busy_in = sim.links.busy_in().to_vec();
     r.hbm_bytes = (0..ranks).map(|d| sim.hbm.served(d)).collect();
+    r.hbm_layer_bytes = (0..ranks)
+        .map(|d| sim.hbm.served_by(d, r.makespan).unwrap_or(r.hbm_bytes[d]))
+        .collect();
     r.hbm_writeback = (0..ranks).map(|d| sim.hbm.writeback_bytes(d)).collect();
     r.hbm_busy = (0..ranks).map(|d| sim.hbm.busy(d)).collect();
     r.events = sim.events;
