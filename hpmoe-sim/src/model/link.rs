@@ -364,6 +364,8 @@ pub struct Links {
     local: bool,
     local_pairs: Vec<u32>,
     scratch: Vec<(Key, u32, u32)>,
+    /// The own caps of a solve's pairs, sorted: (level bits, pair).
+    own: Vec<(u64, u32)>,
 }
 
 /// Relative tolerance under which a flow counts as delivered.
@@ -434,6 +436,7 @@ impl Links {
             local: true,
             local_pairs: Vec::new(),
             scratch: Vec::new(),
+            own: Vec::new(),
         }
     }
 
@@ -730,15 +733,33 @@ impl Links {
                     .push(Reverse(((self.cap[r] / w).to_bits(), 0, r as u32, self.res_ver[r])));
             }
         }
+        // The pairs' own caps never move during the solve: a sorted list, merged with the
+        // heap in the heap's order (an own cap after a resource at the same level).
+        let mut own = std::mem::take(&mut self.own);
+        own.clear();
         for &p in &comp {
             let pr = &mut self.pairs[p as usize];
             pr.frozen = false;
-            self.heap.push(Reverse((pr.own_level().to_bits(), 1, p, 0)));
+            own.push((pr.own_level().to_bits(), p));
         }
+        own.sort_unstable();
+        let mut next_own = 0;
         let mut left = comp.len();
         while left > 0 {
-            let Some(Reverse((lvl, kind, id, ver))) = self.heap.pop() else {
-                break;
+            let from_own = match (self.heap.peek(), own.get(next_own)) {
+                (Some(&Reverse((l, k, id, _))), Some(&(ol, op))) => (ol, 1, op) < (l, k, id),
+                (None, Some(_)) => true,
+                (_, None) => false,
+            };
+            let (lvl, kind, id, ver) = if from_own {
+                let (ol, op) = own[next_own];
+                next_own += 1;
+                (ol, 1, op, 0)
+            } else {
+                match self.heap.pop() {
+                    Some(Reverse(e)) => e,
+                    None => break,
+                }
             };
             let level = f64::from_bits(lvl);
             if kind == 0 {
@@ -762,8 +783,8 @@ impl Links {
                     left -= 1;
                 }
             }
-
         }
+        self.own = own;
         for &p in &comp {
             let p = p as usize;
             let new = self.pairs[p].next;
@@ -1240,7 +1261,12 @@ mod tests {
             let mut fresh = Vec::new();
             if tw <= ts {
                 let i = (0..pending.len())
-                    .min_by(|&a, &b| pending[a].1.total_cmp(&pending[b].1).then(pending[a].0.cmp(&pending[b].0)))
+                    .min_by(|&a, &b| {
+                        pending[a]
+                            .1
+                            .total_cmp(&pending[b].1)
+                            .then(pending[a].0.cmp(&pending[b].0))
+                    })
                     .unwrap_or(0);
                 let (p, t, g) = pending.swap_remove(i);
                 done.clear();
