@@ -1242,7 +1242,10 @@ mod tests {
 
     /// Replays `starts` (pair, bytes, cap, time), solving once per instant, on `l`; returns
     /// every rate after every solve (as bits), every wake and every finish.
-    fn replay(mut l: Links, starts: &[(u32, f64, f64, f64)]) -> (Vec<u64>, Vec<Wake>, Vec<(u32, f64)>, Links) {
+    /// What [`replay`] saw: rates (bits) after every solve, wakes, finishes, the links.
+    type Replayed = (Vec<u64>, Vec<Wake>, Vec<(u32, f64)>, Links);
+
+    fn replay(mut l: Links, starts: &[(u32, f64, f64, f64)]) -> Replayed {
         let bytes: Vec<f64> = starts.iter().map(|s| s.1).collect();
         let n_pairs = l.pairs.len() as u32;
         let mut rates = Vec::new();
