@@ -19,7 +19,8 @@
 //! expert-level order with all and half of the vector cores, the kernel-by-kernel order
 //! without and with its barriers) is verified (unless verification is off), simulated, and
 //! kept if its latency is strictly lower than the best so far (the policy's own schedule
-//! first; ties keep the earlier). Last come the taskflow lowered and scheduled as
+//! first; ties keep the earlier); a candidate whose lower bound ([`crate::report::bounds`])
+//! is not below the best so far cannot be kept and is not simulated. Last come the taskflow lowered and scheduled as
 //! `expert_level` does it (its cube tiling of the GMMs and its order; with the program's
 //! capacity mode for that policy, then the other), which replace graph and schedule when
 //! faster: `interleaved` is then never slower than `expert_level` or `kernel_by_kernel`. The choice is deterministic (the simulator is), and the
@@ -84,8 +85,9 @@ pub fn compile(
     clock: &mut Clock,
 ) -> Result<Compiled, Vec<Diagnostic>> {
     let mut c = checked.compile_timed(tf, spec, opts, clock)?;
-    if choose(checked.program(), tf, &mut c, opts.verify) > 0 {
-        other_tilings(checked, tf, &mut c, opts);
+    let (tried, best) = choose(checked.program(), tf, &mut c, opts.verify);
+    if tried > 0 {
+        other_tilings(checked, tf, &mut c, opts, best);
         clock.lap("candidates");
     }
     Ok(c)
@@ -94,14 +96,13 @@ pub fn compile(
 /// The last candidates: the taskflow compiled as `expert_level` compiles it (its GMM tiling
 /// for the cube cores, its order), with the capacity mode the program gives that policy and
 /// with the other; one that is faster replaces `c` (graph and schedule), its schedule
-/// relabelled `interleaved` (with the capacity it used).
-fn other_tilings(checked: &Checked, tf: &Taskflow, c: &mut Compiled, opts: &CompileOptions) {
+/// relabelled `interleaved` (with the capacity it used). `best`: the latency of `c`.
+fn other_tilings(checked: &Checked, tf: &Taskflow, c: &mut Compiled, opts: &CompileOptions, mut best: f64) {
     let program = checked.program();
     let spec = c.schedule.policy.clone();
     let Ok(model) = DeviceModel::new(&program.device) else {
         return;
     };
-    let mut best = latency(program, tf, c, &c.schedule, &model).unwrap_or(f64::INFINITY);
     let declared = checked.select_policy(&tf.name, Some(hpmoe_dsl::policy::Policy::ExpertLevel));
     for static_capacity in [declared.static_capacity, !declared.static_capacity] {
         let mut el = declared.clone();
@@ -109,7 +110,7 @@ fn other_tilings(checked: &Checked, tf: &Taskflow, c: &mut Compiled, opts: &Comp
         let Ok(mut other) = checked.compile(tf, &el, opts) else {
             continue;
         };
-        if let Some(l) = latency(program, tf, &other, &other.schedule, &model) {
+        if let Some(l) = latency_below(program, tf, &other, &other.schedule, &model, best) {
             if l < best {
                 best = l;
                 other.schedule.policy = PolicySpec {
@@ -129,21 +130,43 @@ fn other_tilings(checked: &Checked, tf: &Taskflow, c: &mut Compiled, opts: &Comp
 
 /// The simulated latency of a schedule of `c`'s graph (`None` if it stalls).
 fn latency(program: &Program, tf: &Taskflow, c: &Compiled, s: &Schedule, model: &DeviceModel) -> Option<f64> {
+    latency_below(program, tf, c, s, model, f64::INFINITY)
+}
+
+/// [`latency`], or `None` without simulating when the schedule's lower bound
+/// ([`crate::report::bounds`]) shows it cannot be strictly below `best` (the bound
+/// relaxed by a relative `1e-9` against rounding, so a schedule is skipped only when it is
+/// slower by more than that).
+fn latency_below(
+    program: &Program,
+    tf: &Taskflow,
+    c: &Compiled,
+    s: &Schedule,
+    model: &DeviceModel,
+    best: f64,
+) -> Option<f64> {
     let w = Workload::new(program, tf, &c.graph, s, model);
+    if best.is_finite() {
+        let (lb, _) = crate::report::bounds(&w, s, model, &c.graph.rank).max();
+        if lb * (1.0 - 1e-9) >= best {
+            return None;
+        }
+    }
     sim::simulate(&w, s, model, SimOptions::default())
         .ok()
         .map(|r| r.makespan)
 }
 
 /// Replaces `c.schedule` by the fastest of the candidates of its policy (none unless the
-/// policy is `interleaved` with `candidates`); returns how many candidates were simulated.
-pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) -> usize {
+/// policy is `interleaved` with `candidates`); returns how many candidates were tried
+/// (simulated, or skipped by their lower bound) and the latency of the schedule kept.
+pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) -> (usize, f64) {
     let spec = c.schedule.policy.clone();
     if spec.policy != hpmoe_dsl::policy::Policy::Interleaved || !spec.candidates {
-        return 0;
+        return (0, f64::INFINITY);
     }
     let Ok(model) = DeviceModel::new(&program.device) else {
-        return 0;
+        return (0, f64::INFINITY);
     };
     let mut best = latency(program, tf, c, &c.schedule, &model).unwrap_or(f64::INFINITY);
     let mut tried = 0;
@@ -155,12 +178,12 @@ pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) 
             continue;
         }
         tried += 1;
-        if let Some(l) = latency(program, tf, c, &s, &model) {
+        if let Some(l) = latency_below(program, tf, c, &s, &model, best) {
             if l < best {
                 best = l;
                 c.schedule = s;
             }
         }
     }
-    tried
+    (tried, best)
 }

@@ -53,7 +53,12 @@
 //! (called once per simulated instant, after every change at that instant) solves the
 //! connected component of active pairs reachable from the dirty ones through shared
 //! resources: `O((P + R) log(P + R))` for a component of `P` active pairs and `R` resources
-//! (a heap of saturation levels, each freeze updating at most four resources). The per-put
+//! (a heap of saturation levels, each freeze updating at most four resources). Most instants
+//! need no solve: when every changed pair is held by its own cap (its link or its flows'
+//! windows) and no resource on its path freezes anyone, before or after the change, every
+//! other rate stays what the solve would give, to the bit, and only the changed pairs move
+//! (`Links::try_local`: each resource's freezes are replayed in the solve's order from the
+//! heap entry that froze each pair, `O(U log U)` for its `U` active pairs). The per-put
 //! and per-peer fixed costs and the bound on puts in flight are the simulator's (`sim`).
 //!
 //! Cost: a pair keeps a virtual time (bytes served to each of its flows) and a heap of its
@@ -291,6 +296,26 @@ struct Pair {
     mark: u32,
     frozen: bool,
     next: f64,
+    /// The heap entry that froze it in the last solve of its component: (level bits, kind,
+    /// id), as in [`Links::reshare`].
+    key: Key,
+}
+
+/// A heap entry of the progressive filling without its version: (level bits, kind, id);
+/// kind 0 a resource, 1 a pair's own cap.
+type Key = (u64, u8, u32);
+
+impl Pair {
+    /// The rate per flow its own cap allows: the least of its link and the sum of its
+    /// flows' window caps (its link alone when one flow has no cap), over its flows.
+    fn own_level(&self) -> f64 {
+        let own = if self.free > 0 {
+            self.cap
+        } else {
+            self.cap.min(self.wcap.max(0.0))
+        };
+        own / self.n as f64
+    }
 }
 
 /// Running counts of the max-min solves, for the cost of the model.
@@ -300,6 +325,8 @@ pub struct SolveStats {
     pub solves: u64,
     pub pairs: u64,
     pub resources: u64,
+    /// Instants settled by the local update instead of a solve.
+    pub local: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -333,6 +360,12 @@ pub struct Links {
     stats: SolveStats,
     /// Per flow id: its window cap (infinite when none).
     flow_cap: Vec<f64>,
+    /// Whether [`Links::reshare`] may settle an instant by the local update.
+    local: bool,
+    local_pairs: Vec<u32>,
+    scratch: Vec<(Key, u32, u32)>,
+    /// The own caps of a solve's pairs, sorted: (level bits, pair).
+    own: Vec<(u64, u32)>,
 }
 
 /// Relative tolerance under which a flow counts as delivered.
@@ -371,6 +404,7 @@ impl Links {
                         mark: 0,
                         frozen: false,
                         next: 0.0,
+                        key: (0, 1, NONE),
                     }
                 })
                 .collect(),
@@ -399,7 +433,30 @@ impl Links {
             since_in: vec![0.0; ranks],
             stats: SolveStats::default(),
             flow_cap: Vec::new(),
+            local: true,
+            local_pairs: Vec::new(),
+            scratch: Vec::new(),
+            own: Vec::new(),
         }
+    }
+
+    /// Turns the local update of [`Links::reshare`] off (every instant a full solve of its
+    /// components) or on; the rates are the same either way, to the bit.
+    pub fn set_local(&mut self, on: bool) {
+        self.local = on;
+    }
+
+    /// A fresh mark for pairs and resources.
+    fn next_epoch(&mut self) -> u32 {
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            for p in &mut self.pairs {
+                p.mark = 0;
+            }
+            self.res_mark.fill(0);
+            self.epoch = 1;
+        }
+        self.epoch
     }
 
     fn settle(&mut self, p: usize, now: f64) {
@@ -624,15 +681,13 @@ impl Links {
         if self.dirty_pairs.is_empty() {
             return;
         }
-        self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
-            for p in &mut self.pairs {
-                p.mark = 0;
-            }
-            self.res_mark.fill(0);
-            self.epoch = 1;
+        if self.local && self.try_local(now, wakes) {
+            self.stats.local += 1;
+            self.dirty_pairs.clear();
+            self.dirty_res.clear();
+            return;
         }
-        let ep = self.epoch;
+        let ep = self.next_epoch();
         let mut comp = std::mem::take(&mut self.comp);
         let mut comp_res = std::mem::take(&mut self.comp_res);
         comp.clear();
@@ -678,20 +733,33 @@ impl Links {
                     .push(Reverse(((self.cap[r] / w).to_bits(), 0, r as u32, self.res_ver[r])));
             }
         }
+        // The pairs' own caps never move during the solve: a sorted list, merged with the
+        // heap in the heap's order (an own cap after a resource at the same level).
+        let mut own = std::mem::take(&mut self.own);
+        own.clear();
         for &p in &comp {
             let pr = &mut self.pairs[p as usize];
             pr.frozen = false;
-            let own = if pr.free > 0 {
-                pr.cap
-            } else {
-                pr.cap.min(pr.wcap.max(0.0))
-            };
-            self.heap.push(Reverse(((own / pr.n as f64).to_bits(), 1, p, 0)));
+            own.push((pr.own_level().to_bits(), p));
         }
+        own.sort_unstable();
+        let mut next_own = 0;
         let mut left = comp.len();
         while left > 0 {
-            let Some(Reverse((lvl, kind, id, ver))) = self.heap.pop() else {
-                break;
+            let from_own = match (self.heap.peek(), own.get(next_own)) {
+                (Some(&Reverse((l, k, id, _))), Some(&(ol, op))) => (ol, 1, op) < (l, k, id),
+                (None, Some(_)) => true,
+                (_, None) => false,
+            };
+            let (lvl, kind, id, ver) = if from_own {
+                let (ol, op) = own[next_own];
+                next_own += 1;
+                (ol, 1, op, 0)
+            } else {
+                match self.heap.pop() {
+                    Some(Reverse(e)) => e,
+                    None => break,
+                }
             };
             let level = f64::from_bits(lvl);
             if kind == 0 {
@@ -704,18 +772,19 @@ impl Links {
                     let q = self.users[r][j] as usize;
                     j += 1;
                     if !self.pairs[q].frozen {
-                        self.freeze(q, level);
+                        self.freeze(q, level, (lvl, kind, id));
                         left -= 1;
                     }
                 }
             } else {
                 let p = id as usize;
                 if !self.pairs[p].frozen {
-                    self.freeze(p, level);
+                    self.freeze(p, level, (lvl, kind, id));
                     left -= 1;
                 }
             }
         }
+        self.own = own;
         for &p in &comp {
             let p = p as usize;
             let new = self.pairs[p].next;
@@ -733,12 +802,151 @@ impl Links {
         self.comp_res = comp_res;
     }
 
+    /// The local update: when every pair changed since the last solve (started or finished
+    /// flows) is, after the change, held by its own cap and no resource on its path binds
+    /// anyone, the solve would give every other pair of the component the rate it has, to
+    /// the bit, so only the changed pairs get their own level. Returns false (nothing
+    /// changed) when that cannot be shown; the caller then solves.
+    ///
+    /// Why it is exact: the solve pops heap entries in a fixed order, and a pair's level is
+    /// the entry that froze it ([`Pair::key`], kept from its last solve). A pair `p` frozen
+    /// by its own cap touches the others only through the remaining capacity of the
+    /// resources on its path; if none of them freezes anyone, neither before the change
+    /// (no other user's key names it) nor after (replayed by [`Links::slack`]), every other
+    /// entry pops and freezes as it did. Changed pairs must not share a resource.
+    fn try_local(&mut self, now: f64, wakes: &mut Vec<Wake>) -> bool {
+        let ep = self.next_epoch();
+        let mut ds = std::mem::take(&mut self.local_pairs);
+        ds.clear();
+        let mut ok = true;
+        for k in 0..self.dirty_pairs.len() {
+            let p = self.dirty_pairs[k] as usize;
+            if self.pairs[p].mark != ep {
+                self.pairs[p].mark = ep;
+                ds.push(p as u32);
+            }
+        }
+        'check: for &p in &ds {
+            let p = p as usize;
+            for k in 0..self.pairs[p].plen as usize {
+                let r = self.pairs[p].path[k] as usize;
+                if self.res_mark[r] == ep {
+                    ok = false;
+                    break 'check;
+                }
+                self.res_mark[r] = ep;
+            }
+        }
+        if ok {
+            'slack: for &p in &ds {
+                let p = p as usize;
+                let key = (self.pairs[p].n > 0).then(|| (self.pairs[p].own_level().to_bits(), 1, p as u32));
+                for k in 0..self.pairs[p].plen as usize {
+                    let r = self.pairs[p].path[k] as usize;
+                    if !self.slack(r, p, key, ep) {
+                        ok = false;
+                        break 'slack;
+                    }
+                }
+            }
+        }
+        if ok {
+            for &p in &ds {
+                let p = p as usize;
+                if self.pairs[p].n == 0 {
+                    continue;
+                }
+                let new = self.pairs[p].own_level();
+                let old = self.pairs[p].rate;
+                self.pairs[p].next = new;
+                self.pairs[p].key = (new.to_bits(), 1, p as u32);
+                if new != old {
+                    self.settle(p, now);
+                    let (s, d, n) = (self.pairs[p].src as usize, self.pairs[p].dst as usize, self.pairs[p].n);
+                    self.pairs[p].rate = new;
+                    self.out_rate[s] += n as f64 * (new - old);
+                    self.in_rate[d] += n as f64 * (new - old);
+                    self.wake(p, wakes);
+                }
+            }
+        }
+        self.local_pairs = ds;
+        ok
+    }
+
+    /// Whether resource `r` freezes no pair in a solve after the change of pair `p` (its new
+    /// key `key`, `None` when it left): replays, in the solve's order, the freezes of `r`'s
+    /// users at their keys and checks that `r`'s own entry never pops first. False too when
+    /// `r` froze another user in the last solve or another changed pair (mark `ep`) uses it.
+    fn slack(&mut self, r: usize, p: usize, key: Option<Key>, ep: u32) -> bool {
+        let mut v = std::mem::take(&mut self.scratch);
+        v.clear();
+        let mut w = 0.0f64;
+        let mut ok = true;
+        for &q in &self.users[r] {
+            let qp = &self.pairs[q as usize];
+            w += qp.n as f64;
+            let k = if q as usize == p {
+                match key {
+                    Some(k) => k,
+                    None => continue,
+                }
+            } else {
+                if qp.mark == ep || (qp.key.1 == 0 && qp.key.2 as usize == r) || qp.key.2 == NONE {
+                    ok = false;
+                    break;
+                }
+                qp.key
+            };
+            // Pairs frozen by one resource entry freeze in the order of its users.
+            let at = if k.1 == 0 {
+                let j = qp.path[..qp.plen as usize].iter().position(|&x| x == k.2);
+                match j {
+                    Some(j) => qp.pos[j],
+                    None => {
+                        ok = false;
+                        break;
+                    }
+                }
+            } else {
+                0
+            };
+            v.push((k, at, qp.n));
+        }
+        if ok && w > 0.0 {
+            v.sort_unstable();
+            let mut rem = self.cap[r];
+            let mut entry: Key = ((rem / w).to_bits(), 0, r as u32);
+            let mut prev: Option<Key> = None;
+            for &(k, _, n) in &v {
+                // A pop freezes all its pairs before the heap is looked at again.
+                if prev != Some(k) && entry < k {
+                    ok = false;
+                    break;
+                }
+                prev = Some(k);
+                let level = f64::from_bits(k.0);
+                let n = n as f64;
+                rem -= n * level;
+                w -= n;
+                if w > 0.5 {
+                    entry = ((rem / w).max(level).to_bits(), 0, r as u32);
+                } else {
+                    break;
+                }
+            }
+        }
+        self.scratch = v;
+        ok
+    }
+
     /// Pair `p` freezes at `level` per flow: its resources lose its share and re-enter the
     /// heap at their new saturation level (never below `level`).
-    fn freeze(&mut self, p: usize, level: f64) {
+    fn freeze(&mut self, p: usize, level: f64, key: Key) {
         let pr = &mut self.pairs[p];
         pr.frozen = true;
         pr.next = level;
+        pr.key = key;
         let n = pr.n as f64;
         let (path, plen) = (pr.path, pr.plen as usize);
         for &r in &path[..plen] {
@@ -996,5 +1204,137 @@ mod tests {
         l.start_capped(0, 3, 100.0, 3.0, 0.0);
         l.reshare(0.0, &mut wakes);
         assert_eq!((l.rate(0), l.rate(1), l.rate(2)), (2.5, 3.5, 3.5));
+    }
+
+    #[test]
+    fn a_capped_flow_with_slack_is_settled_locally() {
+        // Rank 0's port out: 30 B/s; pairs 10 B/s. A flow to 1 capped at 2 and an uncapped
+        // one to 2 run at 2 and 10 (each held by its own cap).
+        let t = topo(8, 8, 30.0, 10.0, 10.0);
+        let pairs = [(0, 1), (0, 2), (0, 3), (4, 5), (0, 4), (0, 5)];
+        let mut l = Links::new(&t, &pairs);
+        let mut wakes = Vec::new();
+        l.start_capped(0, 0, 100.0, 2.0, 0.0);
+        l.start(1, 1, 100.0, 0.0);
+        l.reshare(0.0, &mut wakes);
+        assert_eq!((l.rate(0), l.rate(1)), (2.0, 10.0));
+        // The port keeps 18 B/s: a flow to 3 capped at 3 and one on a pair of other ranks
+        // capped at 4 take their caps without a solve.
+        let before = l.stats();
+        l.start_capped(2, 2, 100.0, 3.0, 0.0);
+        l.start_capped(3, 3, 100.0, 4.0, 0.0);
+        l.reshare(0.0, &mut wakes);
+        assert_eq!((l.rate(0), l.rate(1), l.rate(2), l.rate(3)), (2.0, 10.0, 3.0, 4.0));
+        // An uncapped flow to 4: 2 + 10 + 3 + 10 = 25 <= 30, still local.
+        l.start(4, 4, 100.0, 0.0);
+        l.reshare(0.0, &mut wakes);
+        assert_eq!(l.rate(4), 10.0);
+        assert_eq!(l.stats().local, before.local + 2);
+        assert_eq!(l.stats().solves, before.solves);
+        // One more to 5 would make 35: the port binds, so it is solved. By hand: 2 and 3
+        // freeze at their caps, the port's 30 - 5 = 25 goes 25 / 3 to each of the rest.
+        l.start(5, 5, 100.0, 0.0);
+        l.reshare(0.0, &mut wakes);
+        assert_eq!(l.stats().solves, before.solves + 1);
+        assert_eq!((l.rate(0), l.rate(2), l.rate(3)), (2.0, 3.0, 4.0));
+        assert_eq!((l.rate(1), l.rate(4), l.rate(5)), (25.0 / 3.0, 25.0 / 3.0, 25.0 / 3.0));
+    }
+
+    /// Replays `starts` (pair, bytes, cap, time), solving once per instant, on `l`; returns
+    /// every rate after every solve (as bits), every wake and every finish.
+    /// What [`replay`] saw: rates (bits) after every solve, wakes, finishes, the links.
+    type Replayed = (Vec<u64>, Vec<Wake>, Vec<(u32, f64)>, Links);
+
+    fn replay(mut l: Links, starts: &[(u32, f64, f64, f64)]) -> Replayed {
+        let bytes: Vec<f64> = starts.iter().map(|s| s.1).collect();
+        let n_pairs = l.pairs.len() as u32;
+        let mut rates = Vec::new();
+        let mut all_wakes = Vec::new();
+        let mut finished = Vec::new();
+        let mut pending: Vec<Wake> = Vec::new();
+        let mut next = 0;
+        let mut done = Vec::new();
+        for _ in 0..100_000 {
+            let tw = pending.iter().map(|w| w.1).fold(f64::INFINITY, f64::min);
+            let ts = starts.get(next).map_or(f64::INFINITY, |s| s.3);
+            let now = tw.min(ts);
+            if now == f64::INFINITY {
+                break;
+            }
+            let mut fresh = Vec::new();
+            if tw <= ts {
+                let i = (0..pending.len())
+                    .min_by(|&a, &b| {
+                        pending[a]
+                            .1
+                            .total_cmp(&pending[b].1)
+                            .then(pending[a].0.cmp(&pending[b].0))
+                    })
+                    .unwrap_or(0);
+                let (p, t, g) = pending.swap_remove(i);
+                done.clear();
+                l.fire(p, g, t, &bytes, &mut done, &mut fresh);
+                finished.extend(done.iter().map(|&f| (f, t)));
+            } else {
+                let (p, b, c, t) = starts[next];
+                l.start_capped(p, next as u32, b, c, t);
+                next += 1;
+            }
+            let tw = pending.iter().chain(&fresh).map(|w| w.1).fold(f64::INFINITY, f64::min);
+            let ts = starts.get(next).map_or(f64::INFINITY, |s| s.3);
+            if tw.min(ts) > now {
+                l.reshare(now, &mut fresh);
+                rates.extend((0..n_pairs).map(|p| l.rate(p).to_bits()));
+            }
+            all_wakes.extend_from_slice(&fresh);
+            pending.extend(fresh);
+        }
+        (rates, all_wakes, finished, l)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 96, ..Default::default() })]
+
+        /// The local update gives the rates, events and finishes of the full solve, to the
+        /// bit, on random topologies and flow sets (ties of rates and caps on purpose).
+        #[test]
+        fn the_local_update_equals_the_full_solve(
+            shape in 0usize..16,
+            rates in (0usize..2, 0usize..3, 0usize..3),
+            flows in proptest::collection::vec((0u32..56, 0usize..5, 0usize..5, 0u32..6), 1..40),
+        ) {
+            let ranks = if shape & 1 == 0 { 4 } else { 8 };
+            let mut t = topo(ranks, if shape & 2 == 0 { 2 } else { 4 }, [10.0, 12.0][rates.0], [8.0, 10.0, 12.0][rates.1], [3.0, 5.0, 10.0][rates.2]);
+            t.dies_per_package = if shape & 4 == 0 { 1 } else { 2 };
+            if shape & 8 != 0 {
+                t.uplink_ratio = 0.5;
+                t.cross_port_bandwidth = t.port_bandwidth / 2.0;
+            }
+            let pairs: Vec<(u32, u32)> = (0..ranks)
+                .flat_map(|s| (0..ranks).filter(move |&d| d != s).map(move |d| (s, d)))
+                .collect();
+            let mut starts: Vec<(u32, f64, f64, f64)> = flows
+                .iter()
+                .map(|&(p, b, c, at)| {
+                    (
+                        p % pairs.len() as u32,
+                        [1.0, 2.0, 5.0, 10.0, 30.0][b],
+                        [f64::INFINITY, 1.0, 2.0, 3.0, 5.0][c],
+                        f64::from(at),
+                    )
+                })
+                .collect();
+            starts.sort_by(|a, b| a.3.total_cmp(&b.3));
+            let mut full = Links::new(&t, &pairs);
+            full.set_local(false);
+            let (ra, wa, fa, la) = replay(Links::new(&t, &pairs), &starts);
+            let (rb, wb, fb, lb) = replay(full, &starts);
+            proptest::prop_assert_eq!(fa.len(), starts.len());
+            proptest::prop_assert_eq!(ra, rb);
+            proptest::prop_assert_eq!(wa, wb);
+            proptest::prop_assert_eq!(fa, fb);
+            proptest::prop_assert_eq!(lb.stats().local, 0);
+            proptest::prop_assert!(la.stats().solves <= lb.stats().solves);
+        }
     }
 }
