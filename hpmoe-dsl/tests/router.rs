@@ -120,7 +120,11 @@ fn drawn_logits_are_deterministic_and_skew_concentrates_the_load() {
     let skewed = program(&layer("router(experts: 16, topk: 2, seed: 5, skew: 3.0)"));
     let count0 = |r: &Routing| r.expert_counts()[0];
     // With skew 3, expert 0's logit is ln(16^3) above expert 15's: nearly every token picks it.
-    assert!(count0(&routing(&skewed)) >= 14, "{:?}", routing(&skewed).expert_counts());
+    assert!(
+        count0(&routing(&skewed)) >= 14,
+        "{:?}",
+        routing(&skewed).expert_counts()
+    );
     assert!(count0(&routing(&flat)) < 14);
 }
 
@@ -166,7 +170,10 @@ fn dropping_drops_exactly_the_documented_rows() {
     r.apply_drops(&d(DropOrder::Token, true));
     assert_eq!(r.weight[at(0, 2, 0)], 1.0);
     assert_eq!(r.weight[at(1, 0, 1)], 1.0);
-    assert!((r.weight[at(0, 0, 0)] - 0.6).abs() < 1e-7, "untouched token keeps its weights");
+    assert!(
+        (r.weight[at(0, 0, 0)] - 0.6).abs() < 1e-7,
+        "untouched token keeps its weights"
+    );
     // Score order. Expert 0 keeps 0.9 (1,0,0) and 0.6 (0,0,0), drops 0.5 (0,2,1) and
     // 0.3 (0,1,0); experts 1 and 2 drop their lowest, 0.2 (1,1,1) and 0.45 (1,2,1).
     let mut r = hand_routing();
@@ -197,7 +204,11 @@ fn a_dropping_file_routing_sizes_its_window_and_sends_only_kept_rows() {
     let c = compile(&p, Policy::KernelByKernel);
     let cf = compile(&full, Policy::KernelByKernel);
     let l = c.graph.layouts[0].as_ref().unwrap();
-    assert_eq!(l.send.iter().map(|s| s.len()).sum::<usize>(), 8, "12 rows less the 4 dropped");
+    assert_eq!(
+        l.send.iter().map(|s| s.len()).sum::<usize>(),
+        8,
+        "12 rows less the 4 dropped"
+    );
     let has_source = |d: usize| l.recv[d].iter().filter(|e| e.src_rank != u32::MAX).count();
     // Rank 0 (experts 0, 1) keeps 2 + 2 rows, rank 1 (experts 2, 3) 2 + 2.
     assert_eq!((has_source(0), has_source(1)), (4, 4));
@@ -211,8 +222,14 @@ fn a_dropping_file_routing_sizes_its_window_and_sends_only_kept_rows() {
 fn invalid_router_and_capacity_options_have_their_codes() {
     let bad = [
         ("router(experts: 16, topk: 2, n_group: 3)", Code::BadRouter),
-        ("router(experts: 16, topk: 2, n_group: 4, topk_group: 5)", Code::BadRouter),
-        ("router(experts: 16, topk: 8, n_group: 4, topk_group: 1)", Code::BadRouter),
+        (
+            "router(experts: 16, topk: 2, n_group: 4, topk_group: 5)",
+            Code::BadRouter,
+        ),
+        (
+            "router(experts: 16, topk: 8, n_group: 4, topk_group: 1)",
+            Code::BadRouter,
+        ),
         ("router(experts: 16, topk: 2, scale: 0)", Code::BadRouter),
         ("router(experts: 16, topk: 2, skew: -1)", Code::BadRouter),
         ("balanced(experts: 16, topk: 2, drop: true)", Code::BadCapacity),

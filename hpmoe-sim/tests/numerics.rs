@@ -395,7 +395,10 @@ fn dropping_routings_match_a_per_token_recomputation() {
             for tok in 0..ranks * tokens {
                 let s: f64 = w[tok * topk..(tok + 1) * topk].iter().sum();
                 let any = (0..topk).any(|j| kept[tok * topk + j] == 1.0);
-                assert!(!any || (s - 1.0).abs() < 1e-5, "token {tok}: renormalised weights sum to {s}");
+                assert!(
+                    !any || (s - 1.0).abs() < 1e-5,
+                    "token {tok}: renormalised weights sum to {s}"
+                );
             }
         }
         let silu = |v: f64| v / (1.0 + (-v).exp());

@@ -474,7 +474,9 @@ impl Checker<'_> {
                     router_ok = false;
                 }
                 for arg in ["logits", "bias"] {
-                    let Some((Value::Str(f), sp)) = args.get(arg) else { continue };
+                    let Some((Value::Str(f), sp)) = args.get(arg) else {
+                        continue;
+                    };
                     if f.is_empty() {
                         continue;
                     }

@@ -121,7 +121,12 @@ impl Routing {
     /// `renormalize`, a token's kept weights are rescaled to sum to what all its weights
     /// summed to (a token with every choice dropped keeps none).
     pub fn apply_drops(&mut self, d: &DropSpec) {
-        let cap = d.expert_capacity(self.ranks as u64, self.tokens as u64, self.topk as u64, self.experts as u64);
+        let cap = d.expert_capacity(
+            self.ranks as u64,
+            self.tokens as u64,
+            self.topk as u64,
+            self.experts as u64,
+        );
         // Entries per expert in window order (the flat index is (rank, token, choice) order).
         let mut by_expert: Vec<Vec<u32>> = vec![Vec::new(); self.experts];
         for (i, &e) in self.expert.iter().enumerate() {

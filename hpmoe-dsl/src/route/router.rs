@@ -86,7 +86,9 @@ fn read_floats(shown: &str, path: &std::path::Path, want: &[usize]) -> Result<Ve
         return Err(format!("`{shown}` has shape {:?}, expected {:?}", a.shape, want));
     }
     if !matches!(a.dtype, crate::npy::NpyType::F32 | crate::npy::NpyType::F64) {
-        return Err(format!("`{shown}` holds integers; router logits and bias must be float32"));
+        return Err(format!(
+            "`{shown}` holds integers; router logits and bias must be float32"
+        ));
     }
     if let Some((i, v)) = a.data.iter().enumerate().find(|(_, v)| !v.is_finite()) {
         return Err(format!("`{shown}`: entry {i} is {v}; values must be finite"));
