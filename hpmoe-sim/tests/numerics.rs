@@ -332,3 +332,108 @@ fn per_token_quantize_dequantize_equals_the_numpy_reference_bit_for_bit() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Capacity-limited routings: every policy still matches the references, and the output
+/// equals a per-token recomputation here (own SwiGLU FFN, own choice of the kept rows).
+#[test]
+fn dropping_routings_match_a_per_token_recomputation() {
+    let routes = [
+        ("zipf(experts: experts, topk: topk, s: 1.5, seed: 4, capacity_factor: 1.0, drop: true)", false),
+        (
+            "router(experts: experts, topk: topk, skew: 1.0, seed: 3, capacity_factor: 1.0, drop: true, drop_order: score, renormalize: true)",
+            true,
+        ),
+    ];
+    for (route, by_score) in routes {
+        let p = program(&moe(2, route), &[]);
+        let routing = hpmoe_dsl::route::Routing::generate(&p.routes[0]).unwrap();
+        assert!(routing.dropped() > 0, "{route}: the test needs drops");
+        for tf in 0..2 {
+            for policy in Policy::all() {
+                let c = compile(&p, tf, policy, true);
+                let r = run(&p, tf, &c, false);
+                assert!(r.races.is_empty(), "{route} {policy:?}: {:?}", r.races);
+                assert!(r.checks.iter().any(|c| c.reference == "per-token"));
+                assert!(r.passed(), "{route} {policy:?}:\n{}", r.text());
+            }
+        }
+        let c = compile(&p, 0, Policy::ExpertLevel, true);
+        let dir = std::env::temp_dir().join(format!("hpmoe-drop-{}-{by_score}", std::process::id()));
+        let order = numerics::schedule_order(&c.graph, &c.schedule);
+        let opts = NumericsOptions {
+            dump: Some(dir.clone()),
+            ..Default::default()
+        };
+        numerics::run(&p, &p.taskflows[0], &c.graph, &c.schedule, &order, &opts).unwrap();
+        let rd = |n: &str| hpmoe_dsl::npy::read(&dir.join(format!("{n}.npy"))).unwrap().data;
+        let (x, wu, wd, ids, w, kept, out) = (
+            rd("x"),
+            rd("w_up"),
+            rd("w_down"),
+            rd("route_ids"),
+            rd("route_weights"),
+            rd("route_kept"),
+            rd("out"),
+        );
+        let (ranks, tokens, hidden, inter, topk, local) = (2, 12, 32, 16, 2, 4);
+        // Capacity ceil(1.0 * 2 * 12 * 2 / 8) = 6 rows per expert.
+        if !by_score {
+            let mut n = [0usize; 8];
+            for i in 0..ids.len() {
+                let e = ids[i] as usize;
+                n[e] += 1;
+                assert_eq!(kept[i] == 1.0, n[e] <= 6, "row {i}: kept in window order up to 6");
+            }
+        } else {
+            let mut per_expert = [0usize; 8];
+            for i in 0..ids.len() {
+                if kept[i] == 1.0 {
+                    per_expert[ids[i] as usize] += 1;
+                }
+            }
+            assert!(per_expert.iter().all(|&c| c <= 6), "{per_expert:?}");
+            for tok in 0..ranks * tokens {
+                let s: f64 = w[tok * topk..(tok + 1) * topk].iter().sum();
+                let any = (0..topk).any(|j| kept[tok * topk + j] == 1.0);
+                assert!(
+                    !any || (s - 1.0).abs() < 1e-5,
+                    "token {tok}: renormalised weights sum to {s}"
+                );
+            }
+        }
+        let silu = |v: f64| v / (1.0 + (-v).exp());
+        let (mut err, mut norm) = (0.0f64, 0.0f64);
+        for s in 0..ranks {
+            for t in 0..tokens {
+                let xrow = &x[(s * tokens + t) * hidden..][..hidden];
+                let mut y = vec![0.0f64; hidden];
+                for j in 0..topk {
+                    let i = (s * tokens + t) * topk + j;
+                    if kept[i] != 1.0 {
+                        assert_eq!(w[i], 0.0, "a dropped row has weight 0");
+                        continue;
+                    }
+                    let e = ids[i] as usize;
+                    let (d, el) = (e / local, e % local);
+                    let up = &wu[(d * local + el) * hidden * 2 * inter..][..hidden * 2 * inter];
+                    let down = &wd[(d * local + el) * inter * hidden..][..inter * hidden];
+                    let h: Vec<f64> = (0..2 * inter)
+                        .map(|n| (0..hidden).map(|k| xrow[k] * up[k * 2 * inter + n]).sum())
+                        .collect();
+                    let a: Vec<f64> = (0..inter).map(|n| silu(h[n]) * h[n + inter]).collect();
+                    for (n, yn) in y.iter_mut().enumerate() {
+                        *yn += w[i] * (0..inter).map(|k| a[k] * down[k * hidden + n]).sum::<f64>();
+                    }
+                }
+                for n in 0..hidden {
+                    let o = out[(s * tokens + t) * hidden + n];
+                    err += (o - y[n]).powi(2);
+                    norm += y[n].powi(2);
+                }
+            }
+        }
+        assert!(norm > 0.0);
+        assert!((err / norm).sqrt() < 1e-4, "{route}: rel l2 {}", (err / norm).sqrt());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

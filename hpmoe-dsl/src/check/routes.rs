@@ -400,6 +400,100 @@ impl Checker<'_> {
                 }
                 RouteKind::Hotspot { max_over_mean: f, seed }
             }
+            "router" => {
+                let mut spec = crate::ir::RouterSpec {
+                    score: match args.get("score") {
+                        Some((Value::Name(n), _)) if n == "sigmoid" => crate::ir::ScoreFn::Sigmoid,
+                        _ => crate::ir::ScoreFn::Softmax,
+                    },
+                    normalize: !matches!(args.get("normalize"), Some((Value::Bool(false), _))),
+                    scale: float("scale").map_or(1.0, |x| x.0),
+                    n_group: 1,
+                    topk_group: 1,
+                    skew: float("skew").map_or(0.0, |x| x.0),
+                    seed,
+                    logits: None,
+                    bias: None,
+                    resolved_logits: None,
+                    resolved_bias: None,
+                };
+                let bad_router = |ck: &mut Self, span: Span, msg: String, help: Option<String>| {
+                    let mut d = Diagnostic::error(Code::BadRouter, msg).primary(span, "invalid");
+                    if let Some(h) = help {
+                        d = d.help(h);
+                    }
+                    ck.err(d);
+                };
+                let (ng, ngs) = int("n_group").unwrap_or((1, decl.args_span));
+                let (tg, tgs) = int("topk_group").unwrap_or((1, decl.args_span));
+                let mut router_ok = true;
+                if ng < 1 || (experts >= 1 && experts % ng != 0) {
+                    bad_router(
+                        self,
+                        ngs,
+                        format!("`n_group` = {ng} does not divide the {experts} experts into equal groups"),
+                        Some("use a divisor of `experts` (1: no groups)".into()),
+                    );
+                    router_ok = false;
+                } else if tg < 1 || tg > ng {
+                    bad_router(
+                        self,
+                        tgs,
+                        format!("`topk_group` = {tg} is outside 1..={ng} (`n_group`)"),
+                        None,
+                    );
+                    router_ok = false;
+                } else if let Some((k, ks)) = topk {
+                    if experts >= 1 && k >= 1 && k <= experts && tg * (experts / ng) < k {
+                        bad_router(
+                            self,
+                            ks,
+                            format!(
+                                "`topk` = {k} is more than the {} experts of the {tg} kept groups",
+                                tg * (experts / ng)
+                            ),
+                            Some("raise `topk_group`, or use fewer groups".into()),
+                        );
+                        router_ok = false;
+                    }
+                }
+                if ng >= 1 {
+                    spec.n_group = ng as u64;
+                }
+                if tg >= 1 {
+                    spec.topk_group = tg as u64;
+                }
+                if !(spec.scale.is_finite() && spec.scale > 0.0) {
+                    let sp = float("scale").map_or(decl.args_span, |x| x.1);
+                    bad_router(self, sp, format!("`scale` must be positive, got {}", spec.scale), None);
+                    router_ok = false;
+                }
+                if !(spec.skew.is_finite() && spec.skew >= 0.0) {
+                    let sp = float("skew").map_or(decl.args_span, |x| x.1);
+                    bad_router(self, sp, format!("`skew` must be at least 0, got {}", spec.skew), None);
+                    router_ok = false;
+                }
+                for arg in ["logits", "bias"] {
+                    let Some((Value::Str(f), sp)) = args.get(arg) else {
+                        continue;
+                    };
+                    if f.is_empty() {
+                        continue;
+                    }
+                    let resolved = self.resolve_allowed(r, f, *sp)?;
+                    if arg == "logits" {
+                        spec.logits = Some(f.clone());
+                        spec.resolved_logits = Some(resolved);
+                    } else {
+                        spec.bias = Some(f.clone());
+                        spec.resolved_bias = Some(resolved);
+                    }
+                }
+                if !router_ok {
+                    return None;
+                }
+                RouteKind::Router(spec)
+            }
             "file" => {
                 let path = match args.get("path") {
                     Some((Value::Str(p), _)) => p.clone(),
@@ -444,7 +538,7 @@ impl Checker<'_> {
                 self.err(
                     Diagnostic::error(Code::UnknownRouting, format!("routing kind `{other}` has no generator"))
                         .primary(decl.kind.span, "declared, but not a builtin routing")
-                        .help("the builtin routings are balanced, uniform, zipf, hotspot and file"),
+                        .help("the builtin routings are balanced, uniform, zipf, hotspot, file and router"),
                 );
                 return None;
             }
@@ -474,9 +568,11 @@ impl Checker<'_> {
             },
             _ => return None,
         };
-        if !ok {
+        let drop = self.drop_spec(&args, cf, decl.args_span);
+        if !ok || drop.is_err() {
             return None;
         }
+        let drop = drop.ok().flatten();
         // The device is invalid (already reported) when it has no ranks: the routing cannot be
         // sized, and whatever uses it would only report follow-on errors.
         let ranks = ranks?;
@@ -490,12 +586,79 @@ impl Checker<'_> {
                 ranks,
                 tokens: tokens.filter(|t| t.0 > 0).map_or(0, |t| t.0 as u64),
                 capacity: 0,
+                drop,
                 span: item_span,
             },
             tokens_bound: tokens.filter(|t| t.0 > 0).map(|t| t.1),
             capacity_factor: cf,
         });
         Some(id)
+    }
+
+    /// The capacity-limited dropping a routing asks for (`Ok(None)`: none; `Err`: reported).
+    fn drop_spec(
+        &mut self,
+        args: &BTreeMap<String, (Value, Span)>,
+        cf: f64,
+        span: Span,
+    ) -> Result<Option<crate::ir::DropSpec>, ()> {
+        let flag = |k: &str| match args.get(k) {
+            Some((Value::Bool(b), s)) => (*b, *s),
+            _ => (false, span),
+        };
+        let (drop, ds) = flag("drop");
+        let (renormalize, rs) = flag("renormalize");
+        let order = match args.get("drop_order") {
+            Some((Value::Name(n), s)) if n == "score" => (crate::ir::DropOrder::Score, Some(*s)),
+            Some((_, s)) => (crate::ir::DropOrder::Token, Some(*s)),
+            None => (crate::ir::DropOrder::Token, None),
+        };
+        if !drop {
+            // Options of dropping without dropping: only an explicit one is an error.
+            let explicit_order = order.1.filter(|s| *s != span && order.0 == crate::ir::DropOrder::Score);
+            let explicit_renorm = renormalize.then_some(rs);
+            if let Some(s) = explicit_order.or(explicit_renorm) {
+                self.err(
+                    Diagnostic::error(Code::BadCapacity, "`drop_order` and `renormalize` need `drop: true`")
+                        .primary(s, "has no effect without dropping")
+                        .help("add `drop: true` (and a `capacity_factor`), or remove the option"),
+                );
+                return Err(());
+            }
+            return Ok(None);
+        }
+        if !(cf.is_finite() && cf > 0.0) {
+            self.err(
+                Diagnostic::error(
+                    Code::BadCapacity,
+                    "`drop: true` needs a `capacity_factor` above 0 to size the experts' capacity",
+                )
+                .primary(ds, "dropping without a capacity")
+                .help("add `capacity_factor: 1.25` (each expert keeps 1.25 times its mean rows)"),
+            );
+            return Err(());
+        }
+        Ok(Some(crate::ir::DropSpec {
+            capacity_factor: cf,
+            order: order.0,
+            renormalize,
+        }))
+    }
+
+    /// A file named by a routing argument, resolved against the folder of the file that
+    /// declares the routing; reported (and `None`) when it lies outside the allowed
+    /// directories. A file that does not exist is reported when it is read.
+    fn resolve_allowed(&mut self, r: ItemRef, f: &str, sp: Span) -> Option<std::path::PathBuf> {
+        let dir = self.modules[r.module].path.as_ref().and_then(|p| p.parent());
+        let resolved = dir.map_or_else(|| std::path::PathBuf::from(f), |d| d.join(f));
+        if let Ok(canon) = std::fs::canonicalize(&resolved) {
+            let shown = resolved.display().to_string();
+            if let Some(d) = self.outside_allowed(&canon, &format!("cannot read `{shown}`"), sp) {
+                self.err(d);
+                return None;
+            }
+        }
+        Some(resolved)
     }
 
     /// `--routing` names a routing of the root, or is unnamed and the root has routings (one:
@@ -625,7 +788,11 @@ impl Checker<'_> {
             };
             let counts = routing.recv_counts();
             let max = counts.iter().copied().max().unwrap_or(0);
-            let capacity = if st.capacity_factor > 0.0 {
+            let capacity = if let Some(d) = &st.spec.drop {
+                // No expert keeps more than its capacity: the window holds the worst case.
+                st.spec.local_experts()
+                    * d.expert_capacity(st.spec.ranks, st.spec.tokens, st.spec.topk, st.spec.experts)
+            } else if st.capacity_factor > 0.0 {
                 let c = (st.capacity_factor * (st.spec.tokens * st.spec.topk) as f64).ceil() as u64;
                 if let Some((rank, &got)) = counts.iter().enumerate().find(|(_, &c2)| c2 > c) {
                     let mut d = Diagnostic::error(

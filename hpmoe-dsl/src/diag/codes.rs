@@ -230,7 +230,7 @@ error). Use `ceil_div(a, b)` or `floor_div(a, b)` when rounding is intended.";
 
     // ---- routing and communication: 09xx ----
     UnknownRouting = 901, "unknown-routing", "a routing kind that does not exist",
-"Routings are `balanced`, `uniform`, `zipf`, `hotspot` and `file` (see `std::route`).";
+"Routings are `balanced`, `uniform`, `zipf`, `hotspot`, `file` and `router` (see `std::route`).";
     BadRouting = 902, "bad-routing", "routing parameters that cannot describe a routing",
 "For example `topk` larger than `experts`, experts that do not divide evenly over the ranks,
 a zipf exponent that is negative, or a hotspot factor below 1.";
@@ -245,6 +245,17 @@ below 1) cannot be reached.";
     BadComm = 905, "bad-comm", "a malformed communication statement",
 "A `comm` op consists of `put` statements: `put out @ RANK [INDEX, ...] = VALUE;` or with
 `+=`. The destination rank and the row index come from routing functions.";
+
+    BadRouter = 911, "bad-router", "router options that cannot choose experts",
+"`router(...)` computes scores from logits and picks `topk` experts per token. Its groups
+must divide the experts evenly (`n_group` divides `experts`), `topk_group` must lie in
+1..=n_group, the kept groups must hold at least `topk` experts, `scale` must be positive and
+`skew` at least 0. A `logits` file is float32 [ranks, tokens, experts] and a `bias` file
+float32 [experts], both finite.";
+    BadCapacity = 912, "bad-capacity", "capacity and drop options that cannot limit a routing",
+"`drop: true` keeps at most ceil(capacity_factor * ranks * tokens * topk / experts) rows per
+expert and drops the rest; it needs a `capacity_factor` above 0. `drop_order` and
+`renormalize` only mean something with `drop: true`.";
 
     // ---- imports and files: 10xx ----
     FileNotFound = 1001, "file-not-found", "an imported or referenced file cannot be read",

@@ -69,14 +69,23 @@ pub fn program_text(p: &Program) -> String {
     for r in &p.routes {
         let _ = writeln!(
             s,
-            "route {} = {} (experts {}, topk {}, ranks {}, tokens {}, window {} rows)",
+            "route {} = {} (experts {}, topk {}, ranks {}, tokens {}, window {} rows{})",
             r.name,
             route_kind_text(&r.kind),
             r.experts,
             r.topk,
             r.ranks,
             r.tokens,
-            r.capacity
+            r.capacity,
+            r.drop.map_or(String::new(), |d| format!(
+                ", drop beyond {} rows per expert by {} order{}",
+                d.expert_capacity(r.ranks, r.tokens, r.topk, r.experts),
+                match d.order {
+                    crate::ir::DropOrder::Token => "token",
+                    crate::ir::DropOrder::Score => "score",
+                },
+                if d.renormalize { ", renormalised" } else { "" }
+            ))
         );
     }
     for tf in &p.taskflows {
@@ -211,6 +220,21 @@ fn route_kind_text(k: &RouteKind) -> String {
         RouteKind::Zipf { s, seed } => format!("zipf(s {s}, seed {seed})"),
         RouteKind::Hotspot { max_over_mean, seed } => format!("hotspot(max_over_mean {max_over_mean}, seed {seed})"),
         RouteKind::File { path, .. } => format!("file({path:?})"),
+        RouteKind::Router(r) => format!(
+            "router({}, normalize {}, scale {}, groups {}/{}, logits {}{})",
+            match r.score {
+                crate::ir::ScoreFn::Softmax => "softmax",
+                crate::ir::ScoreFn::Sigmoid => "sigmoid",
+            },
+            r.normalize,
+            r.scale,
+            r.topk_group,
+            r.n_group,
+            r.logits
+                .as_ref()
+                .map_or(format!("drawn(skew {}, seed {})", r.skew, r.seed), |p| format!("{p:?}")),
+            r.bias.as_ref().map_or(String::new(), |b| format!(", bias {b:?}"))
+        ),
     }
 }
 
@@ -238,10 +262,20 @@ pub fn program_json(p: &Program) -> J {
         .routes
         .iter()
         .map(|r| {
-            json!({
+            let mut j = json!({
                 "name": r.name, "kind": r.kind, "experts": r.experts, "topk": r.topk,
                 "ranks": r.ranks, "tokens": r.tokens, "capacity": r.capacity,
-            })
+            });
+            if let (Some(d), Some(m)) = (r.drop, j.as_object_mut()) {
+                m.insert(
+                    "drop".into(),
+                    json!({
+                        "capacity_factor": d.capacity_factor, "order": d.order, "renormalize": d.renormalize,
+                        "expert_capacity": d.expert_capacity(r.ranks, r.tokens, r.topk, r.experts),
+                    }),
+                );
+            }
+            j
         })
         .collect();
     let ops: Vec<J> = p

@@ -226,7 +226,39 @@ pub struct RouteSpec {
     pub tokens: u64,
     /// Receive-window rows per rank.
     pub capacity: u64,
+    /// Capacity-limited routing: rows beyond an expert's capacity are dropped.
+    pub drop: Option<DropSpec>,
     pub span: Span,
+}
+
+/// Which rows an over-full expert keeps first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropOrder {
+    /// In window order: by (source rank, token, choice).
+    Token,
+    /// By gate weight, highest first; ties in window order.
+    Score,
+}
+
+/// `capacity_factor: c, drop: true`: every expert keeps at most
+/// `ceil(c * ranks * tokens * topk / experts)` rows, in `order`; the others are dropped.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct DropSpec {
+    pub capacity_factor: f64,
+    pub order: DropOrder,
+    /// Rescale a token's kept weights to the sum of all its weights.
+    pub renormalize: bool,
+}
+
+impl DropSpec {
+    /// Rows each expert keeps: `ceil(capacity_factor * ranks * tokens * topk / experts)`.
+    pub fn expert_capacity(&self, ranks: u64, tokens: u64, topk: u64, experts: u64) -> u64 {
+        let mean = ranks.saturating_mul(tokens).saturating_mul(topk) as f64 / experts.max(1) as f64;
+        // The product is rounded to 12 digits first, so that 1.25 * 8 is 10, not 10.000000000000002.
+        let x = (self.capacity_factor * mean * 1e12).round() / 1e12;
+        x.ceil().max(0.0) as u64
+    }
 }
 
 impl RouteSpec {
@@ -261,6 +293,39 @@ pub enum RouteKind {
         #[serde(skip)]
         resolved_weights: Option<std::path::PathBuf>,
     },
+    /// A router: per token, logits over the experts (from `logits`, or drawn from the seed),
+    /// scores by softmax or sigmoid, a (group-limited) top-k on the scores plus `bias`, and
+    /// the chosen scores as gate weights (normalised and scaled as asked).
+    Router(RouterSpec),
+}
+
+/// How a router turns logits into scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoreFn {
+    Softmax,
+    Sigmoid,
+}
+
+/// The arguments of a `router(...)` routing.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RouterSpec {
+    pub score: ScoreFn,
+    pub normalize: bool,
+    pub scale: f64,
+    pub n_group: u64,
+    pub topk_group: u64,
+    /// Logits drawn when no file is given: N(0, 1) minus `skew * ln(e + 1)` for expert e.
+    pub skew: f64,
+    pub seed: u64,
+    /// float32 [ranks, tokens, experts], as written.
+    pub logits: Option<String>,
+    /// float32 [experts], added to the scores for the selection only, as written.
+    pub bias: Option<String>,
+    #[serde(skip)]
+    pub resolved_logits: Option<std::path::PathBuf>,
+    #[serde(skip)]
+    pub resolved_bias: Option<std::path::PathBuf>,
 }
 
 /// A value of a constant expression.

@@ -2,7 +2,8 @@
 //! grouped by local expert; inside an expert, rows are ordered by (source rank, token,
 //! choice). In the exact layout a group holds exactly the rows routed to it; in the static
 //! layout (the reference runtime's worst-case capacity) every (expert, source rank) segment
-//! reserves `tokens` rows, most of them padding.
+//! reserves `tokens` rows, most of them padding. Rows a capacity-limited routing dropped are
+//! neither sent nor received.
 
 use crate::route::Routing;
 
@@ -57,7 +58,9 @@ impl RouteLayout {
         for s in 0..ranks {
             for t in 0..tokens {
                 for j in 0..topk {
-                    count[s * experts + routing.expert_of(s, t, j)] += 1;
+                    if routing.is_kept(s, t, j) {
+                        count[s * experts + routing.expert_of(s, t, j)] += 1;
+                    }
                 }
             }
         }
@@ -111,6 +114,9 @@ impl RouteLayout {
             ];
             for t in 0..tokens {
                 for j in 0..topk {
+                    if !routing.is_kept(s, t, j) {
+                        continue;
+                    }
                     let e = routing.expert_of(s, t, j);
                     let i = fill[e] as usize;
                     let slot = seg[s * experts + e] + (fill[e] - off[e]);
@@ -233,6 +239,7 @@ mod tests {
             ranks: 4,
             tokens: 20,
             capacity: 0,
+            drop: None,
             span: Default::default(),
         };
         Routing::generate(&spec).unwrap()

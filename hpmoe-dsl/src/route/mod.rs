@@ -1,9 +1,12 @@
 //! Routings: a [`RouteSpec`] in, the expert choices and gate weights of every token on every
 //! rank out, with the receive counts derived from them. Deterministic: a seeded SplitMix64
-//! generator, the same on every platform.
+//! generator, the same on every platform. A capacity-limited routing (`drop: true`) then
+//! drops the rows beyond each expert's capacity ([`Routing::apply_drops`]).
 
-use crate::ir::{RouteKind, RouteSpec};
+use crate::ir::{DropOrder, DropSpec, RouteKind, RouteSpec};
 use std::path::Path;
+
+pub mod router;
 
 /// The largest number of (rank, token, choice) entries a routing may have.
 pub const MAX_ENTRIES: u64 = 1 << 28;
@@ -17,8 +20,12 @@ pub struct Routing {
     pub experts: usize,
     /// Expert ids, `[rank][token][choice]` flattened.
     pub expert: Vec<u32>,
-    /// Gate weights, same layout; positive and summing to 1 per token.
+    /// Gate weights, same layout; positive and summing to 1 per token (a router's weights
+    /// follow its `normalize` and `scale`; a dropped choice has weight 0).
     pub weight: Vec<f32>,
+    /// Whether each (rank, token, choice) is sent; false only for rows a capacity-limited
+    /// routing dropped.
+    pub kept: Vec<bool>,
 }
 
 /// SplitMix64: small, fast, and fixed forever so routings never change between versions.
@@ -61,7 +68,7 @@ pub fn hotspot_max(experts: u64, topk: u64, ranks: u64) -> f64 {
 }
 
 impl Routing {
-    fn idx(&self, rank: usize, token: usize, j: usize) -> usize {
+    pub(crate) fn idx(&self, rank: usize, token: usize, j: usize) -> usize {
         (rank * self.tokens + token) * self.topk + j
     }
 
@@ -70,27 +77,89 @@ impl Routing {
         self.expert[self.idx(s, t, j)] as usize
     }
 
+    /// Whether choice `j` of token `t` of rank `s` is sent (not dropped).
+    pub fn is_kept(&self, s: usize, t: usize, j: usize) -> bool {
+        self.kept[self.idx(s, t, j)]
+    }
+
+    /// The number of dropped (rank, token, choice) rows.
+    pub fn dropped(&self) -> usize {
+        self.kept.iter().filter(|k| !**k).count()
+    }
+
     pub fn local_experts(&self) -> usize {
         self.experts / self.ranks
     }
 
-    /// Rows each rank receives (one per (token, choice) routed to one of its experts).
+    /// Rows each rank receives (one per kept (token, choice) routed to one of its experts).
     pub fn recv_counts(&self) -> Vec<u64> {
         let local = self.local_experts();
         let mut c = vec![0u64; self.ranks];
-        for &e in &self.expert {
-            c[e as usize / local] += 1;
+        for (&e, &k) in self.expert.iter().zip(&self.kept) {
+            if k {
+                c[e as usize / local] += 1;
+            }
         }
         c
     }
 
-    /// Rows each expert receives.
+    /// Rows each expert receives (kept ones).
     pub fn expert_counts(&self) -> Vec<u64> {
         let mut c = vec![0u64; self.experts];
-        for &e in &self.expert {
-            c[e as usize] += 1;
+        for (&e, &k) in self.expert.iter().zip(&self.kept) {
+            if k {
+                c[e as usize] += 1;
+            }
         }
         c
+    }
+
+    /// Drops the rows beyond each expert's capacity `ceil(c * ranks * tokens * topk /
+    /// experts)`. The rows routed to an expert are ranked by `order`: `token` keeps them in
+    /// window order (source rank, then token, then choice); `score` keeps the highest gate
+    /// weights first, ties in window order. A dropped choice gets weight 0; with
+    /// `renormalize`, a token's kept weights are rescaled to sum to what all its weights
+    /// summed to (a token with every choice dropped keeps none).
+    pub fn apply_drops(&mut self, d: &DropSpec) {
+        let cap = d.expert_capacity(
+            self.ranks as u64,
+            self.tokens as u64,
+            self.topk as u64,
+            self.experts as u64,
+        );
+        // Entries per expert in window order (the flat index is (rank, token, choice) order).
+        let mut by_expert: Vec<Vec<u32>> = vec![Vec::new(); self.experts];
+        for (i, &e) in self.expert.iter().enumerate() {
+            by_expert[e as usize].push(i as u32);
+        }
+        for list in &mut by_expert {
+            if list.len() as u64 <= cap {
+                continue;
+            }
+            if d.order == DropOrder::Score {
+                // Stable: equal weights stay in window order.
+                list.sort_by(|a, b| self.weight[*b as usize].total_cmp(&self.weight[*a as usize]));
+            }
+            for &i in &list[cap as usize..] {
+                self.kept[i as usize] = false;
+            }
+        }
+        for tok in 0..self.ranks * self.tokens {
+            let base = tok * self.topk;
+            let all: f64 = self.weight[base..base + self.topk].iter().map(|&w| w as f64).sum();
+            let kept: f64 = (0..self.topk)
+                .filter(|&j| self.kept[base + j])
+                .map(|j| self.weight[base + j] as f64)
+                .sum();
+            for j in 0..self.topk {
+                let i = base + j;
+                if !self.kept[i] {
+                    self.weight[i] = 0.0;
+                } else if d.renormalize && kept > 0.0 {
+                    self.weight[i] = (self.weight[i] as f64 * all / kept) as f32;
+                }
+            }
+        }
     }
 
     /// Generates the routing of a spec (`file(...)` paths were resolved by the checker).
@@ -120,11 +189,12 @@ impl Routing {
             experts,
             expert: vec![0; n],
             weight: vec![0.0; n],
+            kept: vec![true; n],
         };
         let seed = match &spec.kind {
             RouteKind::Balanced => 0,
             RouteKind::Uniform { seed } | RouteKind::Zipf { seed, .. } | RouteKind::Hotspot { seed, .. } => *seed,
-            RouteKind::File { .. } => 0,
+            RouteKind::File { .. } | RouteKind::Router(_) => 0,
         };
         match &spec.kind {
             RouteKind::Balanced => r.fill_balanced(|_, _| true),
@@ -179,10 +249,17 @@ impl Routing {
             } => {
                 r.fill_file(path, resolved, weights.as_deref().zip(resolved_weights.as_deref()))?;
             }
+            RouteKind::Router(rs) => router::fill(&mut r, rs)?,
         }
-        let has_file_weights = matches!(&spec.kind, RouteKind::File { weights: Some(_), .. });
-        if !has_file_weights {
+        let own_weights = matches!(
+            &spec.kind,
+            RouteKind::File { weights: Some(_), .. } | RouteKind::Router(_)
+        );
+        if !own_weights {
             r.fill_gate_weights(seed);
+        }
+        if let Some(d) = &spec.drop {
+            r.apply_drops(d);
         }
         Ok(r)
     }
@@ -334,6 +411,7 @@ mod tests {
             ranks,
             tokens,
             capacity: 0,
+            drop: None,
             span: Default::default(),
         }
     }

@@ -166,7 +166,8 @@ pub fn route_fn<T>(env: &Env<T>, route: hpmoe_dsl::ir::RouteId, func: RouteFn, a
             let t = a0 as usize;
             let j = *env.vars.get(*args.get(1)?)? as usize;
             let topk = l.routing.topk;
-            if t >= l.routing.tokens || j >= topk {
+            if t >= l.routing.tokens || j >= topk || !l.routing.is_kept(r, t, j) {
+                // Past the routing, or a dropped choice: nothing is sent.
                 return None;
             }
             let e = l.routing.expert_of(r, t, j);

@@ -384,6 +384,9 @@ pub fn run(
                 inputs::dump_routing(g, k, dir, &prefix)
                     .map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot write routing files: {e}")))?;
                 dumped.push(dir.join(format!("{prefix}_ids.npy")));
+                if g.layouts[k].as_ref().is_some_and(|l| l.routing.dropped() > 0) {
+                    dumped.push(dir.join(format!("{prefix}_kept.npy")));
+                }
                 dumped.push(dir.join(format!("{prefix}_weights.npy")));
             }
         }

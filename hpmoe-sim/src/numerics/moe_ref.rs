@@ -150,6 +150,10 @@ pub fn forward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore<
         for t in 0..r.tokens {
             let xrow = &xs.data[s][t * hidden..(t + 1) * hidden];
             for j in 0..r.topk {
+                if !r.is_kept(s, t, j) {
+                    // Dropped: the choice contributes nothing.
+                    continue;
+                }
                 let e = r.expert_of(s, t, j);
                 let (d, el) = (l.rank_of_expert(e), e % l.local_experts());
                 let gate = r.weight[(s * r.tokens + t) * r.topk + j] as f64;
@@ -227,6 +231,10 @@ pub fn backward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore
     for s in 0..r.ranks {
         for t in 0..r.tokens {
             for j in 0..r.topk {
+                if !r.is_kept(s, t, j) {
+                    // Dropped: the choice contributes nothing.
+                    continue;
+                }
                 let e = r.expert_of(s, t, j);
                 let (d, el) = (l.rank_of_expert(e), e % l.local_experts());
                 let gate = r.weight[(s * r.tokens + t) * r.topk + j] as f64;

@@ -62,13 +62,28 @@ pub(crate) fn routing(p: &Checked, o: &LowerCli, sources: &SourceMap) -> i32 {
                 if experts.len() <= 64 {
                     outln!("  per expert: {}", show(&experts));
                 }
+                if let Some(d) = &spec.drop {
+                    let n = l.routing.expert.len();
+                    outln!(
+                        "  dropped: {} of {n} rows ({:.2}%) beyond {} rows per expert",
+                        l.routing.dropped(),
+                        100.0 * l.routing.dropped() as f64 / n.max(1) as f64,
+                        d.expert_capacity(spec.ranks, spec.tokens, spec.topk, spec.experts)
+                    );
+                }
             }
-            Format::Json => json.push(serde_json::json!({
-                "route": spec.name, "ranks": spec.ranks, "tokens": spec.tokens, "topk": spec.topk,
-                "experts": spec.experts, "capacity": spec.capacity,
-                "recv_per_rank": recv, "rows_per_expert": experts,
-                "recv_max_over_mean": rmax as f64 / rmean.max(1e-9),
-            })),
+            Format::Json => {
+                let mut j = serde_json::json!({
+                    "route": spec.name, "ranks": spec.ranks, "tokens": spec.tokens, "topk": spec.topk,
+                    "experts": spec.experts, "capacity": spec.capacity,
+                    "recv_per_rank": recv, "rows_per_expert": experts,
+                    "recv_max_over_mean": rmax as f64 / rmean.max(1e-9),
+                });
+                if let (Some(_), Some(m)) = (&spec.drop, j.as_object_mut()) {
+                    m.insert("dropped".into(), serde_json::json!(l.routing.dropped()));
+                }
+                json.push(j)
+            }
         }
     }
     if o.format == Format::Json {

@@ -581,5 +581,17 @@ fn kind_text(k: &hpmoe_dsl::ir::RouteKind) -> String {
         K::Zipf { s, seed } => format!("zipf(s: {s}, seed: {seed})"),
         K::Hotspot { max_over_mean, seed } => format!("hotspot(max_over_mean: {max_over_mean}, seed: {seed})"),
         K::File { path, .. } => format!("file({path:?})"),
+        K::Router(r) => format!(
+            "router(score: {}, n_group: {}, topk_group: {}, {})",
+            match r.score {
+                hpmoe_dsl::ir::ScoreFn::Softmax => "softmax",
+                hpmoe_dsl::ir::ScoreFn::Sigmoid => "sigmoid",
+            },
+            r.n_group,
+            r.topk_group,
+            r.logits
+                .as_ref()
+                .map_or(format!("seed: {}", r.seed), |p| format!("logits: {p:?}"))
+        ),
     }
 }
