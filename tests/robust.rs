@@ -364,6 +364,35 @@ fn task_limits_are_checked_before_lowering_allocates() {
     }
 }
 
+/// Under a raised task limit, the memory estimate refuses a graph that would not fit:
+/// 16384 x 4096 one-element tiles are 67,108,864 tasks, about 44 GiB at 700 bytes a task,
+/// far past the 3 GiB allowed; nothing is lowered.
+#[test]
+fn memory_is_estimated_before_lowering_allocates() {
+    let text = "import std::device::ascend_a3;\n\
+        device = ascend_a3 { ranks: 1 };\n\
+        op scale<T>(x: T[M, N]) -> T[M, N] on aiv tile(m: 1, n: 1) { out[m, n] = x[m, n] * 2.0; }\n\
+        taskflow f(x: bf16[16384, 4096]) -> bf16[16384, 4096] { return scale(x) tile(m: 1, n: 1); }\n";
+    let mut sources = SourceMap::new();
+    let out = hpmoe_dsl::driver::check_text("big.hpm", text, None, &Options::default(), &mut sources);
+    let checked = out.checked.expect("checks");
+    let tf = checked.select_taskflow("f").expect("a taskflow");
+    let spec = checked.select_policy("f", None);
+    let opts = hpmoe_dsl::driver::CompileOptions {
+        max_tasks: 100_000_000,
+        ..Default::default()
+    };
+    let Err(ds) = checked.compile(tf, &spec, &opts) else {
+        panic!("67108864 tasks were lowered");
+    };
+    assert_eq!(ds[0].code.to_string(), "E1201");
+    assert!(
+        ds[0].message.contains("67108864 tasks") && ds[0].message.contains("3072 MiB"),
+        "{}",
+        ds[0].message
+    );
+}
+
 #[test]
 fn suggestions_for_many_unknown_names_are_bounded() {
     // 6,000 params and 6,000 uses of unknown names that are each one edit from a param: a

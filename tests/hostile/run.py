@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else os.path.join(ROOT, "target/release/hpmoe")
+BIN = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else os.path.join(ROOT, "target/release/hpmoe")
 
 HEAD = "import std::moe::*;\nimport std::device::ascend_a3;\n"
 
@@ -186,7 +186,7 @@ def main():
         expect = c["expect"]
         kind = classify(p.returncode, err, expect)
         counts[kind] = counts.get(kind, 0) + 1
-        if kind != "ok":
+        if kind != "ok" or "-v" in sys.argv:
             first = next((l for l in err.splitlines() if l.strip()), "")
             print(f"{kind:17} {c['name']:28} rc={p.returncode} {first[:150]}")
     total = len(CASES)

@@ -114,8 +114,16 @@ impl RouteLayout {
             + r.weight.len() * 4
             + rows(&self.group_off)
             + rows(&self.send_off)
-            + self.recv.iter().map(|x| x.len() * std::mem::size_of::<RecvEntry>()).sum::<usize>()
-            + self.send.iter().map(|x| x.len() * std::mem::size_of::<SendEntry>()).sum::<usize>()
+            + self
+                .recv
+                .iter()
+                .map(|x| x.len() * std::mem::size_of::<RecvEntry>())
+                .sum::<usize>()
+            + self
+                .send
+                .iter()
+                .map(|x| x.len() * std::mem::size_of::<SendEntry>())
+                .sum::<usize>()
     }
 
     pub fn new(routing: Routing, static_capacity: bool) -> Self {
@@ -305,6 +313,32 @@ mod tests {
             span: Default::default(),
         };
         Routing::generate(&spec).unwrap()
+    }
+
+    #[test]
+    fn footprint_counts_what_the_layout_allocates() {
+        // 2 ranks x 3 tokens x top-2 over 4 experts (2 local), by hand: 12 entries at 4 + 4
+        // (id, weight) + 12 (send entry) = 240; 12 receive entries at 12 = 144; three
+        // (source, expert) tables of 2 x 4 u32 = 96; group offsets 2 x 3 u32 = 24; per
+        // expert 8 + 8 + 4 + 1 = 21, so 84. Total 588; the busiest window holds at most 12.
+        assert_eq!(footprint(2, 3, 2, 4, false), Some((588, 12)));
+        // Static: each rank's window pads 2 local experts x 2 sources x 3 tokens = 12 rows,
+        // 24 receive entries in all: 288 instead of 144.
+        assert_eq!(footprint(2, 3, 2, 4, true), Some((732, 12)));
+        assert_eq!(footprint(u64::MAX, 2, 2, 4, false), None);
+        // What a layout holds stays under the estimate.
+        for static_capacity in [false, true] {
+            let l = RouteLayout::new(routing(RouteKind::Zipf { s: 1.0, seed: 3 }), static_capacity);
+            let (est, window) = footprint(4, 20, 2, 8, static_capacity).unwrap();
+            assert!(l.resident_bytes() as u64 <= est);
+            assert!((0..4).all(|r| u64::from(l.rows(r)) <= window));
+        }
+        // Refusals name the sizes: past 32-bit rows, and past the byte budget.
+        let e = check_size(4, 1 << 31, 2, 8, false).unwrap_err();
+        assert!(e.contains("17179869184 rows"), "{e}");
+        let e = check_size(1, 1, 1, 100_000_000, false).unwrap_err();
+        assert!(e.contains("MiB") && e.contains("1024 MiB allowed"), "{e}");
+        assert!(check_size(256, 4096, 8, 256, false).is_ok());
     }
 
     #[test]

@@ -144,12 +144,12 @@ impl Checker<'_> {
     /// the received rows; other dimensions by plain variables, as in compute ops. Puts whose
     /// indices take another form are not judged here.
     pub(super) fn check_comm_coverage(&mut self, sig: &OpSig, body: &ConcreteBody, out: &[Dim], call: Span) -> bool {
-        let full_var = |v: usize, n: u64| {
-            matches!(body.vars.get(v).map(|x| x.range), Some(VarRange::Fixed { lo: 0, hi }) if u64::try_from(hi) == Ok(n))
-        };
+        let full_var = |v: usize, n: u64| matches!(body.vars.get(v).map(|x| x.range), Some(VarRange::Fixed { lo: 0, hi }) if u64::try_from(hi) == Ok(n));
         let mut boxes: Vec<PutBox> = Vec::new();
         for (st, sst) in body.stmts.iter().zip(&sig.body.stmts) {
-            let Target::Put { index, .. } = &st.target else { continue };
+            let Target::Put { index, .. } = &st.target else {
+                continue;
+            };
             if index.len() != out.len() {
                 return true;
             }
@@ -161,7 +161,14 @@ impl Checker<'_> {
                         VarRange::Fixed { lo, hi } => (lo.saturating_add(*offset), hi.saturating_add(*offset)),
                         _ => return true,
                     },
-                    (Index::Route { route, func: crate::ir::body::RouteFn::Slot, args }, Dim::Recv(_)) if args.len() == 2 => {
+                    (
+                        Index::Route {
+                            route,
+                            func: crate::ir::body::RouteFn::Slot,
+                            args,
+                        },
+                        Dim::Recv(_),
+                    ) if args.len() == 2 => {
                         let spec = &self.routes[route.0 as usize].spec;
                         if args[0] == args[1] || !full_var(args[0], spec.tokens) || !full_var(args[1], spec.topk) {
                             let show = |v: usize| match body.vars[v].range {
@@ -179,12 +186,17 @@ impl Checker<'_> {
                         }
                         (0, 1)
                     }
-                    (Index::Route { func: crate::ir::body::RouteFn::SrcToken, args, .. }, Dim::Fixed(n)) if args.len() == 1 => {
-                        match body.vars[args[0]].range {
-                            VarRange::Recv(_) => (0, i64::try_from(*n).unwrap_or(i64::MAX)),
-                            _ => return true,
-                        }
-                    }
+                    (
+                        Index::Route {
+                            func: crate::ir::body::RouteFn::SrcToken,
+                            args,
+                            ..
+                        },
+                        Dim::Fixed(n),
+                    ) if args.len() == 1 => match body.vars[args[0]].range {
+                        VarRange::Recv(_) => (0, i64::try_from(*n).unwrap_or(i64::MAX)),
+                        _ => return true,
+                    },
                     _ => return true,
                 };
                 iv.push(x);
@@ -242,8 +254,9 @@ impl Checker<'_> {
             return true;
         }
         let vol = |b: &[(i64, i64)]| {
-            b.iter()
-                .fold(1i128, |a, (lo, hi)| a.saturating_mul((i128::from(*hi) - i128::from(*lo)).max(0)))
+            b.iter().fold(1i128, |a, (lo, hi)| {
+                a.saturating_mul((i128::from(*hi) - i128::from(*lo)).max(0))
+            })
         };
         let full: Vec<(i64, i64)> = out
             .iter()
