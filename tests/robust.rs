@@ -364,6 +364,35 @@ fn task_limits_are_checked_before_lowering_allocates() {
     }
 }
 
+/// Under a raised task limit, the memory estimate refuses a graph that would not fit:
+/// 16384 x 4096 one-element tiles are 67,108,864 tasks, about 44 GiB at 700 bytes a task,
+/// far past the 3 GiB allowed; nothing is lowered.
+#[test]
+fn memory_is_estimated_before_lowering_allocates() {
+    let text = "import std::device::ascend_a3;\n\
+        device = ascend_a3 { ranks: 1 };\n\
+        op scale<T>(x: T[M, N]) -> T[M, N] on aiv tile(m: 1, n: 1) { out[m, n] = x[m, n] * 2.0; }\n\
+        taskflow f(x: bf16[16384, 4096]) -> bf16[16384, 4096] { return scale(x) tile(m: 1, n: 1); }\n";
+    let mut sources = SourceMap::new();
+    let out = hpmoe_dsl::driver::check_text("big.hpm", text, None, &Options::default(), &mut sources);
+    let checked = out.checked.expect("checks");
+    let tf = checked.select_taskflow("f").expect("a taskflow");
+    let spec = checked.select_policy("f", None);
+    let opts = hpmoe_dsl::driver::CompileOptions {
+        max_tasks: 100_000_000,
+        ..Default::default()
+    };
+    let Err(ds) = checked.compile(tf, &spec, &opts) else {
+        panic!("67108864 tasks were lowered");
+    };
+    assert_eq!(ds[0].code.to_string(), "E1201");
+    assert!(
+        ds[0].message.contains("67108864 tasks") && ds[0].message.contains("3072 MiB"),
+        "{}",
+        ds[0].message
+    );
+}
+
 #[test]
 fn suggestions_for_many_unknown_names_are_bounded() {
     // 6,000 params and 6,000 uses of unknown names that are each one edit from a param: a
@@ -407,4 +436,95 @@ fn suggestions_for_many_unknown_names_are_bounded() {
         .map(|d| hpmoe_dsl::diag::to_json(d, &sources2).to_string())
         .collect();
     assert_eq!(j1, j2);
+}
+
+/// Sizes from ordinary to absurd: zero, one, odd, powers of two, past 32 bits, near
+/// `i64::MAX`.
+const EXTREME: &[u64] = &[
+    0,
+    1,
+    3,
+    16,
+    128,
+    4096,
+    1_000_003,
+    1 << 31,
+    1 << 40,
+    (1 << 62) + 1,
+    i64::MAX as u64,
+];
+
+/// A structurally valid program: an elementwise op whose body nests `depth` unary calls,
+/// a chain of `calls` calls of it, then a dispatch, a grouped product and a combine over a
+/// routing, with every size, count, tile and device field drawn from [`EXTREME`].
+fn extreme_program(v: &[u64], depth: usize, calls: usize, route: usize) -> String {
+    let at = |i: usize| v[i % v.len()];
+    let (tokens, hidden, experts, topk, ranks, tile) = (at(0), at(1), at(2), at(3), at(4), at(5));
+    let cores = at(6);
+    let body = format!("{}x[m, n]{}", "silu(".repeat(depth), ")".repeat(depth));
+    let kind = ["balanced", "uniform", "zipf", "hotspot"][route % 4];
+    let extra = match route % 4 {
+        2 => ", s: 1.0, seed: 1",
+        3 => ", max_over_mean: 2.0, seed: 1",
+        1 => ", seed: 1",
+        _ => "",
+    };
+    let mut flow = String::from("    let y0 = x;\n");
+    for i in 0..calls {
+        flow.push_str(&format!("    let y{} = act(y{i}) tile(m: {tile});\n", i + 1));
+    }
+    format!(
+        "import std::moe::*;\nimport std::device::ascend_a3;\n\
+         param tokens = {tokens};\nparam hidden = {hidden};\nparam experts = {experts};\n\
+         device = ascend_a3 {{ ranks: {ranks}, aic_cores: {cores} }};\n\
+         route r = {kind}(experts: experts, topk: {topk}{extra});\n\
+         op act<T>(x: T[M, N]) -> T[M, N] on aiv {{ out[m, n] = {body}; }}\n\
+         taskflow f(x: bf16[tokens, hidden], w: bf16[experts / {ranks}, hidden, hidden]) -> bf16[tokens, hidden] {{\n\
+         {flow}    let xd = dispatch(y{calls}, r) tile(t: {tile});\n\
+         let h = gmm(xd, w) tile(m: {tile}, n: 16, k: 16);\n\
+         return combine(h, r) tile(m: {tile});\n}}\n"
+    )
+}
+
+proptest! {
+    // Each case is checked twice and possibly lowered under a small task limit: keep few.
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, .. ProptestConfig::default() })]
+
+    /// A valid structure with extreme values ends in a compiled graph within the limits or
+    /// in diagnostics with codes; the same text gives the same diagnostics.
+    #[test]
+    fn extreme_programs_end_in_a_graph_or_a_code(
+        v in proptest::collection::vec(proptest::sample::select(EXTREME), 7),
+        small in proptest::collection::vec(1u64..64, 7),
+        mix in any::<u8>(),
+        depth in prop_oneof![0usize..8, 100usize..140, 5_000usize..5_001],
+        calls in prop_oneof![0usize..3, 200usize..300],
+        route in 0usize..4,
+    ) {
+        // Mix extreme and small values so that some programs get past the checker.
+        let vals: Vec<u64> = v.iter().zip(&small).enumerate()
+            .map(|(i, (e, s))| if mix >> (i % 8) & 1 == 1 { *e } else { *s })
+            .collect();
+        let text = extreme_program(&vals, depth, calls, route);
+        let mut sources = SourceMap::new();
+        let out = hpmoe_dsl::driver::check_text("x.hpm", &text, None, &Options::default(), &mut sources);
+        let json = |ds: &[hpmoe_dsl::diag::Diagnostic], s: &SourceMap| -> Vec<String> {
+            ds.iter().map(|d| hpmoe_dsl::diag::to_json(d, s).to_string()).collect()
+        };
+        let first = json(out.diagnostics.as_slice(), &sources);
+        let mut sources2 = SourceMap::new();
+        let again = hpmoe_dsl::driver::check_text("x.hpm", &text, None, &Options::default(), &mut sources2);
+        prop_assert_eq!(&first, &json(again.diagnostics.as_slice(), &sources2));
+        let Some(checked) = out.checked else {
+            prop_assert!(out.diagnostics.has_errors(), "refused without an error:\n{}", text);
+            return Ok(());
+        };
+        let tf = checked.select_taskflow("f").expect("the taskflow");
+        let spec = checked.select_policy("f", None);
+        let opts = hpmoe_dsl::driver::CompileOptions { max_tasks: 20_000, verify: true };
+        match checked.compile(tf, &spec, &opts) {
+            Ok(c) => prop_assert!(c.graph.len() <= 20_000),
+            Err(ds) => prop_assert!(!ds.is_empty() && ds.iter().all(|d| d.code.to_string().starts_with('E'))),
+        }
+    }
 }

@@ -776,6 +776,18 @@ impl Checker<'_> {
                 // Never used by a taskflow: nothing to size.
                 continue;
             }
+            // Sized from the declaration before anything is materialised.
+            let sp = &st.spec;
+            if let Err(e) = crate::lower::layout::check_size(sp.ranks, sp.tokens, sp.topk, sp.experts, false) {
+                let mut d = Diagnostic::error(Code::LimitExceeded, format!("routing `{}`: {e}", sp.name))
+                    .primary(sp.span, "too large to materialise")
+                    .help("use fewer tokens, ranks, experts or choices");
+                if let Some(b) = st.tokens_bound {
+                    d = d.secondary(b, "the token count is bound here");
+                }
+                self.err(d);
+                continue;
+            }
             let routing = match crate::route::Routing::generate(&st.spec) {
                 Ok(r) => r,
                 Err(e) => {

@@ -171,10 +171,15 @@ The message gives the symbolic dimension and the concrete sizes on each side.
     BodyCoverage = 503, "body-coverage", "an op body does not write every output element exactly once",
 "The statements of an op body must together write every element of `out` once: their index
 ranges are derived from the tensors they read. A gap leaves output undefined; an overlap
-writes twice.
+writes twice. The puts of a comm op likewise: `=` puts write each element at most once
+(`+=` puts add), and together they write all of `out` (every token's every choice through
+`r.slot(t, j)`).
 
     op half<T>(x: T[M, N]) -> T[M, 2 * N] on aiv { out[m, n] = x[m, n]; }
-    // error: `out[.., N..2*N]` is never written";
+    // error: `out[.., N..2*N]` is never written
+    comm d<T>(x: T[r.tokens, H], r: route) -> T[r.recv, H] {
+        put out @ r.rank(t, j) [r.slot(t, j), h] = x[t, h + 1];   // error: the last column
+    }";
     IndexOutOfRange = 504, "index-out-of-range", "an index expression can leave its dimension",
 "Index ranges are derived from the tensors each index variable reads; an index with an
 offset must stay inside every dimension it indexes.";
@@ -301,8 +306,11 @@ option.";
     // ---- limits: 12xx ----
     LimitExceeded = 1201, "limit-exceeded", "the program exceeds a size limit",
 "Inputs are bounded so that no program makes the tool run out of memory or time: nesting
-depth, the number of diagnostics, the number of tasks (`--max-tasks`). The message names the
-limit and how to raise it where that is possible.";
+depth, the number of diagnostics, the number of tasks (`--max-tasks`), the memory a
+taskflow's graph would need (estimated from its tasks, tilings and routings before lowering,
+and its dependency edges while lowering: 3 GiB at most), and the size of a routing with its
+receive windows (1 GiB), checked from the sizes before anything is generated. The message
+names the numbers, the limit and how to raise it where that is possible.";
 
     // ---- tile-level verification: 13xx ----
     MissingProducer = 1301, "missing-producer", "a task reads a region that no task writes",

@@ -35,6 +35,63 @@ pub struct SourceSegment {
     pub src: u32,
 }
 
+/// The most bytes a routing and its window layout may take together (expert ids, gate
+/// weights, send and receive lists, offsets): a routing past it is refused from its sizes,
+/// before anything is allocated. A routing is materialised when checked and again when
+/// lowered, so two of this size, plus a task graph, stay within a 4 GiB address space.
+pub const MAX_LAYOUT_BYTES: u64 = 1 << 30;
+
+/// Bytes a routing of these sizes and its window layout take, from the sizes alone (what
+/// [`RouteLayout::new`] allocates), and the receive-window rows of the busiest rank; `None`
+/// when either passes 64 bits.
+pub fn footprint(ranks: u64, tokens: u64, topk: u64, experts: u64, static_capacity: bool) -> Option<(u64, u64)> {
+    let entries = ranks.checked_mul(tokens)?.checked_mul(topk)?;
+    let local = experts / ranks.max(1);
+    let per_pair = ranks.checked_mul(experts)?;
+    // Window rows of one rank: static, `tokens` per (local expert, source rank) segment;
+    // exact, at most every routed row.
+    let window = if static_capacity {
+        local.checked_mul(ranks)?.checked_mul(tokens)?
+    } else {
+        entries
+    };
+    let all_windows = if static_capacity {
+        window.checked_mul(ranks)?
+    } else {
+        entries
+    };
+    let entry = std::mem::size_of::<u32>() as u64 + std::mem::size_of::<f32>() as u64;
+    let bytes = entries
+        .checked_mul(entry + std::mem::size_of::<SendEntry>() as u64)?
+        .checked_add(all_windows.checked_mul(std::mem::size_of::<RecvEntry>() as u64)?)?
+        // count, seg and send_off: (source, expert) tables of u32.
+        .checked_add(per_pair.checked_mul(3 * 4)?)?
+        .checked_add(ranks.checked_mul(local + 1)?.checked_mul(4)?)?
+        // Generation: per-expert weights, their running sums, fallback order and flags.
+        .checked_add(experts.checked_mul(8 + 8 + 4 + 1)?)?;
+    Some((bytes, window))
+}
+
+/// Refuses a routing whose layout would pass [`MAX_LAYOUT_BYTES`] or whose window rows do
+/// not fit the 32-bit row ids; the message names the sizes and the estimate.
+pub fn check_size(ranks: u64, tokens: u64, topk: u64, experts: u64, static_capacity: bool) -> Result<(), String> {
+    let sizes = format!("{ranks} ranks x {tokens} tokens x top-{topk} over {experts} experts");
+    let mode = if static_capacity { " with static capacity" } else { "" };
+    match footprint(ranks, tokens, topk, experts, static_capacity) {
+        None => Err(format!("{sizes}{mode} is past 2^64 bytes")),
+        Some((_, window)) if window >= u64::from(u32::MAX) => Err(format!(
+            "{sizes}{mode} gives a receive window of {window} rows per rank, more than the {} rows a window may have",
+            u32::MAX - 1
+        )),
+        Some((bytes, _)) if bytes > MAX_LAYOUT_BYTES => Err(format!(
+            "{sizes}{mode} needs about {} MiB for its routing and windows, more than the {} MiB allowed",
+            bytes.div_ceil(1 << 20),
+            MAX_LAYOUT_BYTES >> 20
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct RouteLayout {
     pub routing: Routing,
@@ -50,6 +107,26 @@ pub struct RouteLayout {
 }
 
 impl RouteLayout {
+    /// Bytes the layout and its routing hold.
+    pub fn resident_bytes(&self) -> usize {
+        let r = &self.routing;
+        let rows = |v: &Vec<Vec<u32>>| v.iter().map(|x| x.len() * 4).sum::<usize>();
+        r.expert.len() * 4
+            + r.weight.len() * 4
+            + rows(&self.group_off)
+            + rows(&self.send_off)
+            + self
+                .recv
+                .iter()
+                .map(|x| x.len() * std::mem::size_of::<RecvEntry>())
+                .sum::<usize>()
+            + self
+                .send
+                .iter()
+                .map(|x| x.len() * std::mem::size_of::<SendEntry>())
+                .sum::<usize>()
+    }
+
     pub fn new(routing: Routing, static_capacity: bool) -> Self {
         let (ranks, tokens, topk, experts) = (routing.ranks, routing.tokens, routing.topk, routing.experts);
         let local = routing.local_experts();
@@ -243,6 +320,32 @@ mod tests {
             span: Default::default(),
         };
         Routing::generate(&spec).unwrap()
+    }
+
+    #[test]
+    fn footprint_counts_what_the_layout_allocates() {
+        // 2 ranks x 3 tokens x top-2 over 4 experts (2 local), by hand: 12 entries at 4 + 4
+        // (id, weight) + 12 (send entry) = 240; 12 receive entries at 12 = 144; three
+        // (source, expert) tables of 2 x 4 u32 = 96; group offsets 2 x 3 u32 = 24; per
+        // expert 8 + 8 + 4 + 1 = 21, so 84. Total 588; the busiest window holds at most 12.
+        assert_eq!(footprint(2, 3, 2, 4, false), Some((588, 12)));
+        // Static: each rank's window pads 2 local experts x 2 sources x 3 tokens = 12 rows,
+        // 24 receive entries in all: 288 instead of 144.
+        assert_eq!(footprint(2, 3, 2, 4, true), Some((732, 12)));
+        assert_eq!(footprint(u64::MAX, 2, 2, 4, false), None);
+        // What a layout holds stays under the estimate.
+        for static_capacity in [false, true] {
+            let l = RouteLayout::new(routing(RouteKind::Zipf { s: 1.0, seed: 3 }), static_capacity);
+            let (est, window) = footprint(4, 20, 2, 8, static_capacity).unwrap();
+            assert!(l.resident_bytes() as u64 <= est);
+            assert!((0..4).all(|r| u64::from(l.rows(r)) <= window));
+        }
+        // Refusals name the sizes: past 32-bit rows, and past the byte budget.
+        let e = check_size(4, 1 << 31, 2, 8, false).unwrap_err();
+        assert!(e.contains("17179869184 rows"), "{e}");
+        let e = check_size(1, 1, 1, 100_000_000, false).unwrap_err();
+        assert!(e.contains("MiB") && e.contains("1024 MiB allowed"), "{e}");
+        assert!(check_size(256, 4096, 8, 256, false).is_ok());
     }
 
     #[test]

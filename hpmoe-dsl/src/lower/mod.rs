@@ -25,6 +25,24 @@ use crate::route::Routing;
 /// bytes per task together). `--max-tasks N` raises it.
 pub const DEFAULT_MAX_TASKS: u64 = 4_000_000;
 
+/// The memory a compiled and simulated taskflow may need, in bytes: the estimate made from
+/// the tilings before lowering (tasks, chunks, routing layouts) and the dependency edges
+/// counted while lowering are held to it, whatever `--max-tasks` allows, so a graph that
+/// would not fit in a 4 GiB address space is refused with its numbers instead of aborting.
+pub const MAX_MEMORY: u64 = 3 << 30;
+
+/// Bytes one task costs through the pipeline: its graph arrays (rank, node, tile, four costs,
+/// counter: 32 bytes), the reverse edges and counter tables, verification, the schedule's
+/// queues and the simulator's per-task state. An estimate, not a bound: `hpmoe run` of two
+/// elementwise calls lowered to 1,048,576 tasks held 0.74 GiB (peak RSS) before the
+/// schedule's candidates were done, about 700 bytes a task; [`DEFAULT_MAX_TASKS`] tasks at
+/// this rate stay under [`MAX_MEMORY`].
+pub const BYTES_PER_TASK: u64 = 700;
+
+/// Bytes one dependency edge costs: its entry in the counter table and in the reverse
+/// (signal) table, and the simulator's copy.
+pub const BYTES_PER_EDGE: u64 = 12;
+
 /// How tiles are chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Retile {
@@ -304,6 +322,12 @@ pub fn layouts(program: &Program, static_capacity: bool) -> Result<Layouts, Diag
             out.push(None);
             continue;
         }
+        // A static layout pads every segment: sized before the routing is generated.
+        layout::check_size(spec.ranks, spec.tokens, spec.topk, spec.experts, static_capacity).map_err(|e| {
+            Diagnostic::error(Code::LimitExceeded, format!("routing `{}`: {e}", spec.name))
+                .primary(spec.span, "too large to materialise")
+                .help("use fewer tokens, ranks or experts, or exact capacity")
+        })?;
         let r = Routing::generate(spec).map_err(|e| {
             Diagnostic::error(Code::BadRouting, format!("routing `{}`: {e}", spec.name))
                 .primary(spec.span, "cannot be generated")
@@ -556,6 +580,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     // program over the limit is refused with the whole estimate and allocates nothing large.
     let mut tilings = Vec::with_capacity(tf.nodes.len());
     let mut estimate: u64 = 0;
+    let mut chunk_total: u64 = 0;
     let mut first_over: Option<(&ir::Node, u64)> = None;
     for node in &tf.nodes {
         let dims = task_dims(node, opts, tf);
@@ -570,6 +595,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
             }
             // A chunk costs about as much as a task: both count against the limit.
             node_est = node_est.saturating_add(tasks.max(chunks));
+            chunk_total = chunk_total.saturating_add(chunks);
         }
         estimate = estimate.saturating_add(node_est);
         // Task ids are 32-bit: no limit goes past them.
@@ -599,6 +625,18 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
         .primary(node.span, format!("{} tasks from this call ({op})", shown(node_est)))
         .help("use larger tiles, fewer ranks, or raise the limit with `--max-tasks N`"));
     }
+    // Memory, from the same estimate: tasks, chunks and the routing layouts already built.
+    let layout_bytes: u64 = layouts.iter().flatten().map(|l| l.resident_bytes() as u64).sum();
+    let chunk_bytes = chunk_total.saturating_mul(std::mem::size_of::<Chunk>() as u64);
+    let need = estimate
+        .saturating_mul(BYTES_PER_TASK)
+        .saturating_add(chunk_bytes)
+        .saturating_add(layout_bytes);
+    if need > MAX_MEMORY {
+        return Err(memory_exceeded(tf, estimate, None, need));
+    }
+    // What is left for the dependency edges, counted as they are made.
+    let edge_budget = (MAX_MEMORY - need) / BYTES_PER_EDGE;
     for (node, dims) in tf.nodes.iter().zip(tilings) {
         let mut per_rank = Vec::with_capacity(ranks);
         let mut base = Vec::with_capacity(ranks);
@@ -726,6 +764,10 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
         }
         preds.sort_unstable();
         preds.dedup();
+        if (interner.idx.len() + preds.len()) as u64 > edge_budget {
+            let edges = (interner.idx.len() + preds.len()) as u64;
+            return Err(memory_exceeded(tf, total, Some((edges, t as u64)), MAX_MEMORY + 1));
+        }
         // Counters live on the consumer's rank: the rank is part of the key.
         g.wait.push(if preds.is_empty() {
             NO_COUNTER
@@ -743,6 +785,28 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     (g.counters, g.counter_rank) = interner.finish();
     g.rebuild_reverse();
     Ok(g)
+}
+
+/// The refusal of a taskflow whose graph would not fit [`MAX_MEMORY`]: with the task count,
+/// the edges made so far (when lowering had started) and the estimate.
+fn memory_exceeded(tf: &Taskflow, tasks: u64, edges: Option<(u64, u64)>, need: u64) -> Diagnostic {
+    let mib = |b: u64| b.div_ceil(1 << 20);
+    let message = match edges {
+        None => format!(
+            "`{}` would need about {} MiB to compile and simulate ({tasks} tasks at {BYTES_PER_TASK} bytes, tilings and routings), more than the {} MiB allowed",
+            tf.name,
+            mib(need),
+            mib(MAX_MEMORY)
+        ),
+        Some((e, at)) => format!(
+            "`{}` has {e} dependency edges after {at} of its {tasks} tasks: with them the graph would need more than the {} MiB allowed",
+            tf.name,
+            mib(MAX_MEMORY)
+        ),
+    };
+    Diagnostic::error(Code::LimitExceeded, message)
+        .primary(tf.span, "this taskflow")
+        .help("use larger tiles, fewer ranks or fewer tokens")
 }
 
 /// Shares one counter among consumers with the same producers.

@@ -181,6 +181,8 @@ impl Routing {
                 spec.ranks, spec.tokens, spec.topk, MAX_ENTRIES
             ));
         }
+        // Sized before anything is allocated: the per-expert tables and the windows too.
+        crate::lower::layout::check_size(spec.ranks, spec.tokens, spec.topk, spec.experts, false)?;
         let n = ranks * tokens * topk;
         let mut r = Routing {
             ranks,
@@ -291,27 +293,39 @@ impl Routing {
             cum.push(acc);
         }
         let total = acc;
+        // The fallback order: by weight, heaviest first (ties: the lower id).
+        let mut order: Vec<u32> = (0..w.len() as u32).collect();
+        order.sort_by(|&a, &b| w[b as usize].total_cmp(&w[a as usize]).then(a.cmp(&b)));
+        // Which experts the current token has chosen: a flag per expert, so a token costs
+        // its choices, not choices x choices (top-k may be in the thousands).
+        let mut taken = vec![false; w.len()];
         let mut chosen = Vec::with_capacity(self.topk);
         for s in 0..self.ranks {
             for t in 0..self.tokens {
+                for &e in &chosen {
+                    taken[e] = false;
+                }
                 chosen.clear();
+                // The fallback's position in `order`: it only moves forward within a token.
+                let mut cursor = 0usize;
                 for _ in 0..self.topk {
                     let mut pickd = None;
                     for _ in 0..64 {
                         let u = rng.unit() * total;
                         let e = cum.partition_point(|&c| c <= u).min(w.len() - 1);
-                        if !chosen.contains(&e) {
+                        if !taken[e] {
                             pickd = Some(e);
                             break;
                         }
                     }
                     // Fallback after many collisions: the heaviest expert not yet chosen.
                     let e = pickd.unwrap_or_else(|| {
-                        (0..w.len())
-                            .filter(|e| !chosen.contains(e))
-                            .max_by(|a, b| w[*a].total_cmp(&w[*b]).then(b.cmp(a)))
-                            .unwrap_or(0)
+                        while cursor < order.len() && taken[order[cursor] as usize] {
+                            cursor += 1;
+                        }
+                        order.get(cursor).map_or(0, |&e| e as usize)
                     });
+                    taken[e] = true;
                     chosen.push(e);
                 }
                 for (j, &e) in chosen.iter().enumerate() {

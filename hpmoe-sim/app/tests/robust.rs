@@ -294,3 +294,36 @@ fn the_corpus_is_checked_under_a_memory_cap() {
         assert!(!err.contains("panicked"), "check {}: {err}", file.display());
     }
 }
+
+/// Counts and names given twice or past their bounds are usage errors (exit 2) before any
+/// work: a thread count past 256 would exhaust memory on stacks alone, a second `--set` of
+/// one name would leave a value silently unused.
+#[test]
+fn out_of_bound_counts_and_repeated_options_are_usage_errors() {
+    let file = root().join("examples/swiglu_add.hpm").display().to_string();
+    let out = tmp("bounds").join("sweep").display().to_string();
+    for args in [
+        vec!["run", file.as_str(), "--jobs", "1000000000"],
+        vec!["run", file.as_str(), "--jobs", "257"],
+        vec!["tune", file.as_str(), "--jobs", "100000"],
+        vec![
+            "sweep",
+            file.as_str(),
+            "--vary",
+            "rows=64",
+            "--threads",
+            "4096",
+            "--out",
+            out.as_str(),
+        ],
+        vec!["check", file.as_str(), "--set", "rows=64", "--set", "rows=128"],
+    ] {
+        let (status, err) = run_bounded(&args, "");
+        assert_eq!(status.code(), Some(2), "{}: {err}", args.join(" "));
+        assert!(
+            err.contains("256") || err.contains("twice"),
+            "{}: {err}",
+            args.join(" ")
+        );
+    }
+}

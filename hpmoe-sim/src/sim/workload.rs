@@ -149,7 +149,11 @@ fn real_rows(l: &RouteLayout, rank: usize, lo: i64, hi: i64) -> f64 {
     let local = l.local_experts();
     let cap = l.segment_capacity() as i64;
     let mut real = 0i64;
-    for el in 0..local {
+    // The group offsets ascend: only the experts whose groups meet lo..hi are visited (found
+    // by bisection), so a tile costs its own experts, not every local expert.
+    let first = off[1..=local].partition_point(|&o| (o as i64) <= lo);
+    let last = off[..local].partition_point(|&o| (o as i64) < hi);
+    for el in first..last.max(first) {
         let (g0, g1) = (off[el] as i64, off[el + 1] as i64);
         if g1 <= lo || g0 >= hi {
             continue;

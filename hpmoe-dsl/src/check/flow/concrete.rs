@@ -375,6 +375,9 @@ impl Checker<'_> {
         if !sig.is_comm && !self.check_coverage(sig, &body, out, call, &narrowed) {
             return None;
         }
+        if sig.is_comm && !self.check_comm_coverage(sig, &body, out, call) {
+            return None;
+        }
         Some(body)
     }
 

@@ -127,3 +127,179 @@ pub(super) fn index_key<'a>(body: &'a ConcreteBody, ix: &[Index]) -> Vec<IndexKe
         })
         .collect()
 }
+
+/// One put of a comm op as a box over the output: per dimension an interval, and why a
+/// dimension is written only in part.
+struct PutBox {
+    iv: Vec<(i64, i64)>,
+    partial: Option<String>,
+    accumulate: bool,
+    span: Span,
+}
+
+impl Checker<'_> {
+    /// The puts of a comm op must write every element of its output, and `=` puts each
+    /// element once (`+=` puts may meet: they add). A receive-window row is written through
+    /// `r.slot(t, j)` over all tokens and choices; a token row through `r.src_token(m)` over
+    /// the received rows; other dimensions by plain variables, as in compute ops. Puts whose
+    /// indices take another form are not judged here.
+    pub(super) fn check_comm_coverage(&mut self, sig: &OpSig, body: &ConcreteBody, out: &[Dim], call: Span) -> bool {
+        let full_var = |v: usize, n: u64| matches!(body.vars.get(v).map(|x| x.range), Some(VarRange::Fixed { lo: 0, hi }) if u64::try_from(hi) == Ok(n));
+        let mut boxes: Vec<PutBox> = Vec::new();
+        for (st, sst) in body.stmts.iter().zip(&sig.body.stmts) {
+            let Target::Put { index, .. } = &st.target else {
+                continue;
+            };
+            if index.len() != out.len() {
+                return true;
+            }
+            let mut iv = Vec::with_capacity(out.len());
+            let mut partial = None;
+            for (k, (i, d)) in index.iter().zip(out).enumerate() {
+                let x = match (i, d) {
+                    (Index::Affine { var, coef: 1, offset }, Dim::Fixed(_)) => match body.vars[*var].range {
+                        VarRange::Fixed { lo, hi } => (lo.saturating_add(*offset), hi.saturating_add(*offset)),
+                        _ => return true,
+                    },
+                    (
+                        Index::Route {
+                            route,
+                            func: crate::ir::body::RouteFn::Slot,
+                            args,
+                        },
+                        Dim::Recv(_),
+                    ) if args.len() == 2 => {
+                        let spec = &self.routes[route.0 as usize].spec;
+                        if args[0] == args[1] || !full_var(args[0], spec.tokens) || !full_var(args[1], spec.topk) {
+                            let show = |v: usize| match body.vars[v].range {
+                                VarRange::Fixed { lo, hi } => format!("`{}` in {lo}..{hi}", body.vars[v].name),
+                                _ => format!("`{}`", body.vars[v].name),
+                            };
+                            partial.get_or_insert(format!(
+                                "dimension {k} is written through `{}.slot` for {} and {} only, not every token (0..{}) and choice (0..{})",
+                                spec.name,
+                                show(args[0]),
+                                show(args[1]),
+                                spec.tokens,
+                                spec.topk
+                            ));
+                        }
+                        (0, 1)
+                    }
+                    (
+                        Index::Route {
+                            func: crate::ir::body::RouteFn::SrcToken,
+                            args,
+                            ..
+                        },
+                        Dim::Fixed(n),
+                    ) if args.len() == 1 => match body.vars[args[0]].range {
+                        VarRange::Recv(_) => (0, i64::try_from(*n).unwrap_or(i64::MAX)),
+                        _ => return true,
+                    },
+                    _ => return true,
+                };
+                iv.push(x);
+            }
+            boxes.push(PutBox {
+                iv,
+                partial,
+                accumulate: st.accumulate,
+                span: sst.span,
+            });
+        }
+        if boxes.is_empty() {
+            return true;
+        }
+        let meet = |a: &PutBox, b: &PutBox| a.iv.iter().zip(&b.iv).all(|(x, y)| x.0.max(y.0) < x.1.min(y.1));
+        // `+=` puts over the same box add into it: count such a box once.
+        let mut kept: Vec<&PutBox> = Vec::new();
+        let mut adds_overlap = false;
+        for b in &boxes {
+            if let Some(prev) = kept.iter().find(|p| meet(p, b)) {
+                if !(prev.accumulate && b.accumulate) {
+                    self.err(
+                        Diagnostic::error(
+                            Code::BodyCoverage,
+                            format!("two puts of `{}` write the same elements of `out`", sig.name),
+                        )
+                        .primary(b.span, "writes again")
+                        .secondary(prev.span, "already written here")
+                        .secondary(call, "in this call")
+                        .help("each element of a comm op's output is written by one `=` put; use `+=` in both to add"),
+                    );
+                    return false;
+                }
+                if prev.iv != b.iv {
+                    adds_overlap = true;
+                }
+                continue;
+            }
+            kept.push(b);
+        }
+        if let Some(b) = boxes.iter().find(|b| b.partial.is_some()) {
+            self.err(
+                Diagnostic::error(
+                    Code::BodyCoverage,
+                    format!("the puts of `{}` leave part of `out` unwritten", sig.name),
+                )
+                .primary(b.span, b.partial.clone().unwrap_or_default())
+                .secondary(call, "in this call")
+                .help("send every token's every choice, or fix the output type"),
+            );
+            return false;
+        }
+        if adds_overlap {
+            // Partly overlapping `+=` boxes: their union is not a sum of volumes.
+            return true;
+        }
+        let vol = |b: &[(i64, i64)]| {
+            b.iter().fold(1i128, |a, (lo, hi)| {
+                a.saturating_mul((i128::from(*hi) - i128::from(*lo)).max(0))
+            })
+        };
+        let full: Vec<(i64, i64)> = out
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => (0, i64::try_from(*n).unwrap_or(i64::MAX)),
+                Dim::Recv(_) => (0, 1),
+            })
+            .collect();
+        let total: i128 = kept.iter().map(|b| vol(&b.iv)).sum();
+        let want = vol(&full);
+        if total != want {
+            let mut detail = String::new();
+            for (k, (lo, hi)) in full.iter().enumerate() {
+                let mut sorted: Vec<(i64, i64)> = kept.iter().map(|b| b.iv[k]).collect();
+                sorted.sort();
+                let mut at = *lo;
+                let mut gap = None;
+                for (a, b) in sorted {
+                    if a > at {
+                        gap = Some((at, a));
+                        break;
+                    }
+                    at = at.max(b);
+                }
+                if gap.is_none() && at < *hi {
+                    gap = Some((at, *hi));
+                }
+                if let Some((a, b)) = gap {
+                    detail = format!("; for example, indices {a}..{b} of dimension {k} are never written");
+                    break;
+                }
+            }
+            self.err(
+                Diagnostic::error(
+                    Code::BodyCoverage,
+                    format!("the puts of `{}` write {total} of the {want} elements of `out` (a receive-window row counted once){detail}", sig.name),
+                )
+                .primary(sig.body_span, "does not cover the output")
+                .secondary(call, "in this call")
+                .help("each element of `out` must be written: add puts for the rest, or fix the output type"),
+            );
+            return false;
+        }
+        true
+    }
+}

@@ -199,7 +199,7 @@ enum Command {
         timings: bool,
         /// Taskflows and policies to run at once (0: one per CPU). Each holds its own task
         /// graph, so fewer jobs use less memory; the output is the same whatever the number.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = jobs_parser())]
         jobs: usize,
     },
     /// Simulate a grid of configurations (`--vary`) under several policies in parallel;
@@ -230,7 +230,7 @@ enum Command {
         #[arg(long, default_value = "sweep-out")]
         out: PathBuf,
         /// Worker threads (0: one per CPU).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = jobs_parser())]
         threads: usize,
         /// Output: text for people, or one JSON document on stdout (docs/FORMATS.md).
         #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -274,7 +274,7 @@ enum Command {
         seed: u64,
         /// Candidates evaluated at once (0: one per CPU); the result is the same whatever the
         /// number.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = jobs_parser())]
         jobs: usize,
         /// Configurations in the table.
         #[arg(long, default_value_t = 10)]
@@ -434,8 +434,24 @@ pub(crate) fn usage(msg: String) -> i32 {
     2
 }
 
+/// The most worker threads `--jobs` / `--threads` may ask for: each thread holds a stack
+/// (and a task graph), so an unbounded count exhausts memory before any work starts.
+pub(crate) const MAX_JOBS: u64 = 256;
+
+fn jobs_parser() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(0..=MAX_JOBS)
+}
+
 fn parse_overrides(set: &[String]) -> Result<Vec<Override>, String> {
-    set.iter().map(|s| Override::parse(s)).collect()
+    let list: Vec<Override> = set.iter().map(|s| Override::parse(s)).collect::<Result<_, _>>()?;
+    // The same name twice would leave one value silently unused.
+    let mut seen = std::collections::HashSet::new();
+    for o in &list {
+        if !seen.insert(o.name.as_str()) {
+            return Err(format!("`{}` is set twice; give each name once", o.name));
+        }
+    }
+    Ok(list)
 }
 
 /// Checks a file; prints diagnostics; returns the program on success, with its warnings (for
