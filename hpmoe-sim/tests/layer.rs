@@ -61,18 +61,33 @@ fn program() -> Checked {
 
 fn compile(p: &Checked, name: &str) -> Compiled {
     let spec = PolicySpec::defaults(p, Policy::Interleaved);
-    p.compile(p.taskflow(name).unwrap(), &spec, &CompileOptions::default()).unwrap()
+    p.compile(p.taskflow(name).unwrap(), &spec, &CompileOptions::default())
+        .unwrap()
 }
 
 /// Runs a taskflow's numerics (fed by `saved` when given) and returns its memories.
-fn numerics_of(p: &Checked, name: &str, c: &Compiled, saved: Option<&Memories>) -> (numerics::NumericsReport, Memories) {
+fn numerics_of(
+    p: &Checked,
+    name: &str,
+    c: &Compiled,
+    saved: Option<&Memories>,
+) -> (numerics::NumericsReport, Memories) {
     let order = numerics::schedule_order(&c.graph, &c.schedule);
     let opts = NumericsOptions {
         seed: 5,
         ..Default::default()
     };
-    let (r, m) = numerics::run_bound(p, p.taskflow(name).unwrap(), &c.graph, &c.schedule, &order, &opts, saved, true)
-        .unwrap();
+    let (r, m) = numerics::run_bound(
+        p,
+        p.taskflow(name).unwrap(),
+        &c.graph,
+        &c.schedule,
+        &order,
+        &opts,
+        saved,
+        true,
+    )
+    .unwrap();
     (r, m.unwrap())
 }
 
@@ -85,7 +100,12 @@ fn loss(tf: &Taskflow, g: &TaskGraph, inputs: &Memories, dy: &TensorStore<f64>) 
     }
     exec::execute_dense(tf, g, &mut st, &routes);
     let y = &st[tf.outputs[0].1 .0 as usize];
-    y.data.iter().flatten().zip(dy.data.iter().flatten()).map(|(a, b)| a * b).sum()
+    y.data
+        .iter()
+        .flatten()
+        .zip(dy.data.iter().flatten())
+        .map(|(a, b)| a * b)
+        .sum()
 }
 
 /// Relative L2 distance between the backward's gradients and central finite differences of
@@ -137,7 +157,10 @@ fn backward_fed_by_the_forward_is_its_gradient() {
     // The saved `h` is the forward's xd * W_up: the same values, not fresh random ones.
     assert_eq!(bmem.get("h").unwrap().data, fmem.get("h").unwrap().data);
     let err = gradient_error(&p, &fc, &fmem, &bmem);
-    assert!(err < 1e-4, "relative L2 error of the gradient vs finite differences: {err}");
+    assert!(
+        err < 1e-4,
+        "relative L2 error of the gradient vs finite differences: {err}"
+    );
 }
 
 #[test]
@@ -159,7 +182,9 @@ fn saved_activation_of_another_window_is_refused() {
     // the saved window rows differ per rank, so feeding them is an error, not a wrong answer.
     let p = program();
     let fspec = PolicySpec::defaults(&p, Policy::ExpertLevel);
-    let fc = p.compile(p.taskflow("fwd").unwrap(), &fspec, &CompileOptions::default()).unwrap();
+    let fc = p
+        .compile(p.taskflow("fwd").unwrap(), &fspec, &CompileOptions::default())
+        .unwrap();
     let bc = compile(&p, "fwd_bwd");
     let (_, fmem) = numerics_of(&p, "fwd", &fc, None);
     let btf = p.taskflow("fwd_bwd").unwrap();
@@ -216,7 +241,17 @@ fn dispatch_only_and_combine_only_lower_to_the_counted_tasks() {
 
 /// The row of (rank s, token t, choice j) in its destination's window, from the expert ids
 /// alone (docs/FORMATS.md "Receive windows"), written independently of the lowering.
-fn window_row(ids: &[f64], ranks: usize, tokens: usize, topk: usize, local: usize, s: usize, t: usize, j: usize, static_cap: bool) -> usize {
+fn window_row(
+    ids: &[f64],
+    ranks: usize,
+    tokens: usize,
+    topk: usize,
+    local: usize,
+    s: usize,
+    t: usize,
+    j: usize,
+    static_cap: bool,
+) -> usize {
     let id = |s: usize, t: usize, j: usize| ids[(s * tokens + t) * topk + j] as usize;
     let picked = |s: usize, t: usize, e: usize| (0..topk).any(|j| id(s, t, j) == e);
     let n = |s: usize, e: usize| (0..tokens).filter(|&t| picked(s, t, e)).count();
@@ -226,7 +261,10 @@ fn window_row(ids: &[f64], ranks: usize, tokens: usize, topk: usize, local: usiz
     if static_cap {
         return (el * ranks + s) * tokens + before;
     }
-    let earlier: usize = (0..el).flat_map(|e2| (0..ranks).map(move |s2| (s2, d * local + e2))).map(|(s2, e2)| n(s2, e2)).sum();
+    let earlier: usize = (0..el)
+        .flat_map(|e2| (0..ranks).map(move |s2| (s2, d * local + e2)))
+        .map(|(s2, e2)| n(s2, e2))
+        .sum();
     earlier + (0..s).map(|s2| n(s2, e)).sum::<usize>() + before
 }
 
@@ -240,7 +278,9 @@ fn dumped_window_rows_follow_the_documented_layout() {
     for (policy, static_cap) in [(Policy::Interleaved, false), (Policy::ExpertLevel, true)] {
         let dir = std::env::temp_dir().join(format!("hpmoe-window-rows-{}-{static_cap}", std::process::id()));
         let spec = PolicySpec::defaults(&p, policy);
-        let c = p.compile(p.taskflow("d").unwrap(), &spec, &CompileOptions::default()).unwrap();
+        let c = p
+            .compile(p.taskflow("d").unwrap(), &spec, &CompileOptions::default())
+            .unwrap();
         let order = numerics::schedule_order(&c.graph, &c.schedule);
         let opts = NumericsOptions {
             dump: Some(dir.clone()),
@@ -261,7 +301,11 @@ fn dumped_window_rows_follow_the_documented_layout() {
             for t in 0..10 {
                 for j in 0..2 {
                     let row = window_row(&ids.data, 2, 10, 2, 4, s, t, j, static_cap);
-                    assert_eq!(rows.data[(s * 10 + t) * 2 + j] as usize, row, "rank {s} token {t} choice {j}");
+                    assert_eq!(
+                        rows.data[(s * 10 + t) * 2 + j] as usize,
+                        row,
+                        "rank {s} token {t} choice {j}"
+                    );
                     // The dispatched window holds x's row there.
                     let d = ids.data[(s * 10 + t) * 2 + j] as usize / 4;
                     for h in 0..4 {

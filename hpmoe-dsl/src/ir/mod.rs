@@ -203,7 +203,12 @@ impl Taskflow {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, t)| *t)
-            .or_else(|| self.tensors.iter().position(|t| t.name == name).map(|i| TensorId(i as u32)))
+            .or_else(|| {
+                self.tensors
+                    .iter()
+                    .position(|t| t.name == name)
+                    .map(|i| TensorId(i as u32))
+            })
     }
     /// The saved activations of a backward: each input of `self` (the backward) whose name
     /// denotes a tensor of `forward`, as (backward input, forward tensor), in input order.

@@ -128,5 +128,10 @@ pub fn dump_routing(g: &TaskGraph, route: usize, dir: &Path, prefix: &str) -> st
     }
     npy::write(&dir.join(format!("{prefix}_ids.npy")), NpyType::I32, &shape, &ids)?;
     npy::write(&dir.join(format!("{prefix}_weights.npy")), NpyType::F32, &shape, &w)?;
-    npy::write(&dir.join(format!("{prefix}_window_rows.npy")), NpyType::I32, &shape, &rows)
+    npy::write(
+        &dir.join(format!("{prefix}_window_rows.npy")),
+        NpyType::I32,
+        &shape,
+        &rows,
+    )
 }

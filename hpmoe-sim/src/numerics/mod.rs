@@ -124,7 +124,10 @@ impl NumericsReport {
     pub fn text(&self) -> String {
         let mut s = String::from("numerics (every task executed in f32 in schedule order)\n");
         if let Some((f, names)) = &self.saved_from {
-            s.push_str(&format!("  inputs from the forward `{f}`'s memories: {}\n", names.join(", ")));
+            s.push_str(&format!(
+                "  inputs from the forward `{f}`'s memories: {}\n",
+                names.join(", ")
+            ));
         }
         s.push_str(&format!(
             "  {:<10} {:<9} {:<10} {:>12} {:>12} {:>10}  \n",
@@ -296,7 +299,10 @@ pub fn run_bound(
     let mut from_forward = Vec::new();
     for &i in &tf.inputs {
         let name = &tf.tensor(i).name;
-        match (opts.inputs.iter().find(|(n, _)| n == name), saved.and_then(|m| m.get(name))) {
+        match (
+            opts.inputs.iter().find(|(n, _)| n == name),
+            saved.and_then(|m| m.get(name)),
+        ) {
             (Some((_, path)), _) => inputs::load(tf, i, &mut reference[i.0 as usize], path).map_err(|e| {
                 Diagnostic::error(Code::FileNotFound, format!("input `{name}`: {e}"))
                     .primary(tf.tensor(i).span, "this input")
@@ -461,7 +467,8 @@ pub fn run_bound(
             tensors,
         }
     });
-    let saved_from = (!from_forward.is_empty()).then(|| (saved.map_or(String::new(), |m| m.taskflow.clone()), from_forward));
+    let saved_from =
+        (!from_forward.is_empty()).then(|| (saved.map_or(String::new(), |m| m.taskflow.clone()), from_forward));
     Ok((
         NumericsReport {
             checks,

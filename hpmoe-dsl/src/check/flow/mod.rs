@@ -100,17 +100,19 @@ impl Checker<'_> {
                 Some(RouteDim::Experts) => Some(Dim::Fixed(spec.experts)),
                 Some(RouteDim::LocalExperts) => Some(Dim::Fixed(spec.local_experts())),
                 Some(RouteDim::Ranks) => Some(Dim::Fixed(spec.ranks)),
-                Some(RouteDim::Tokens) => match self.routes[id.0 as usize].tokens_bound {
-                    Some(_) => Some(Dim::Fixed(spec.tokens)),
-                    None => {
-                        self.err(
+                Some(RouteDim::Tokens) => {
+                    match self.routes[id.0 as usize].tokens_bound {
+                        Some(_) => Some(Dim::Fixed(spec.tokens)),
+                        None => {
+                            self.err(
                             Diagnostic::error(Code::UnboundShapeSymbol, format!("`{rn}.tokens` is not known here"))
                                 .primary(e.span, "no tensor has been routed through it yet")
                                 .help(format!("give the tokens per rank in the declaration: `route {rn} = KIND(..., tokens: N)`")),
                         );
-                        None
+                            None
+                        }
                     }
-                },
+                }
                 None => {
                     self.err(
                         Diagnostic::error(
@@ -202,7 +204,11 @@ impl Checker<'_> {
     pub(super) fn check_layer_pairs(&mut self) {
         let mut errs = Vec::new();
         for b in &self.taskflows {
-            let Some(f) = b.name.strip_suffix("_bwd").and_then(|n| self.taskflows.iter().find(|t| t.name == n)) else {
+            let Some(f) = b
+                .name
+                .strip_suffix("_bwd")
+                .and_then(|n| self.taskflows.iter().find(|t| t.name == n))
+            else {
                 continue;
             };
             for (bi, fi) in b.saved_from(f) {

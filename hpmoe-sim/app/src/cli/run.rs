@@ -316,14 +316,21 @@ fn inputs_of(tf: &Taskflow, inputs: &[(String, PathBuf)]) -> Vec<(String, PathBu
 /// An `--input` name that addresses no input of the taskflows run, as a usage message.
 fn unknown_input(tfs: &[&Taskflow], inputs: &[(String, PathBuf)]) -> Option<String> {
     for (n, _) in inputs {
-        if tfs.iter().any(|tf| inputs_of(tf, &[(n.clone(), PathBuf::new())]).len() == 1) {
+        if tfs
+            .iter()
+            .any(|tf| inputs_of(tf, &[(n.clone(), PathBuf::new())]).len() == 1)
+        {
             continue;
         }
         let mut names = Vec::new();
         for tf in tfs {
             for &i in &tf.inputs {
                 let a = &tf.tensor(i).name;
-                names.push(if tfs.len() > 1 { format!("{}.{a}", tf.name) } else { a.clone() });
+                names.push(if tfs.len() > 1 {
+                    format!("{}.{a}", tf.name)
+                } else {
+                    a.clone()
+                });
             }
         }
         let hint = match hpmoe_dsl::suggest::closest(n, names.iter().map(String::as_str)) {
@@ -520,11 +527,24 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     }
     // The backward of a layer runs its numerics on its forward's saved tensors.
     for &(f, b) in &layer_jobs {
-        let Some((c, order)) = dones[b].deferred.take() else { continue };
-        let Some(nopts) = jobs[b].numerics.as_ref() else { continue };
+        let Some((c, order)) = dones[b].deferred.take() else {
+            continue;
+        };
+        let Some(nopts) = jobs[b].numerics.as_ref() else {
+            continue;
+        };
         let saved = dones[f].memories.take();
         let started = Instant::now();
-        match hpmoe_sim::numerics::run_bound(&p, jobs[b].tf, &c.graph, &c.schedule, &order, nopts, saved.as_ref(), false) {
+        match hpmoe_sim::numerics::run_bound(
+            &p,
+            jobs[b].tf,
+            &c.graph,
+            &c.schedule,
+            &order,
+            nopts,
+            saved.as_ref(),
+            false,
+        ) {
             Ok((r, _)) => dones[b].numerics = Some(r),
             Err(d) => {
                 print_diags(&[d], &sources, o.format);
