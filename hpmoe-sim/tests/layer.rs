@@ -241,6 +241,7 @@ fn dispatch_only_and_combine_only_lower_to_the_counted_tasks() {
 
 /// The row of (rank s, token t, choice j) in its destination's window, from the expert ids
 /// alone (docs/FORMATS.md "Receive windows"), written independently of the lowering.
+#[allow(clippy::too_many_arguments)]
 fn window_row(
     ids: &[f64],
     ranks: usize,
