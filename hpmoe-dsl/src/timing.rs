@@ -62,6 +62,13 @@ impl Clock {
             (o.0)(name);
         }
     }
+    /// Adds a stage timed elsewhere (a later step of the same run).
+    pub fn add(&mut self, name: &'static str, d: Duration) {
+        match self.laps.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, t)) => *t += d,
+            None => self.laps.push((name, d)),
+        }
+    }
     /// Restarts the current stage without recording the time since the last lap.
     pub fn skip(&mut self) {
         self.last = Instant::now();

@@ -355,6 +355,7 @@ impl<'a> Checker<'a> {
                 self.check_taskflow(r);
             }
         }
+        self.check_layer_pairs();
         let policies = self.check_policies();
         self.check_schedules();
         self.check_order_effects(&policies);

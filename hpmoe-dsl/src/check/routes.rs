@@ -773,6 +773,29 @@ impl Checker<'_> {
         for i in 0..self.routes.len() {
             let st = self.routes[i].clone();
             if st.tokens_bound.is_none() {
+                // A call that routes through it although no tensor gave its tokens (an op
+                // sized by a param instead of `r.tokens`) would lower to no tasks.
+                let user = self.taskflows.iter().find_map(|tf| {
+                    tf.nodes
+                        .iter()
+                        .find(|n| n.routes.iter().any(|r| r.0 as usize == i))
+                        .map(|n| (tf.name.clone(), n.name.clone(), n.span))
+                });
+                if let Some((tf, call, span)) = user {
+                    self.err(
+                        Diagnostic::error(
+                            Code::UnboundShapeSymbol,
+                            format!(
+                                "routing `{}` is used by `{call}` in `{tf}`, but its tokens per rank are not known",
+                                st.spec.name
+                            ),
+                        )
+                        .primary(span, "routes through it")
+                        .secondary(st.spec.span, "declared here")
+                        .note("no call routes a tensor of `r.tokens` rows through it, so nothing gives its size")
+                        .help(format!("give `tokens: N` in the declaration of `{}`", st.spec.name)),
+                    );
+                }
                 // Never used by a taskflow: nothing to size.
                 continue;
             }

@@ -197,6 +197,18 @@ directly or by solving a linear dimension such as `2 * N`.";
 routing's receive window (`T[r.recv, H]`) and kept their row order. The message names the
 tensor whose rows are not grouped.";
 
+    SavedMismatch = 520, "saved-mismatch", "a backward's saved activation differs from the forward's tensor",
+"A taskflow named `F_bwd` is the backward of the taskflow `F`. Each of its inputs named like
+a tensor of `F` (an input, a `let` or a named output) is a saved activation: `hpmoe run
+--numerics` feeds it the forward's values, so it must have the same dtype and shape.
+
+    taskflow moe_ffn(x: bf16[tokens, hidden], ...) -> ... { let xd = dispatch(x, r); ... }
+    taskflow moe_ffn_bwd(dy: bf16[tokens, hidden], xd: f32[r.recv, hidden], ...) -> ...
+    // error: `xd` is bf16[r.recv, hidden] in the forward
+
+Declare the input with the forward's type, or give it another name if it is not the
+forward's tensor.";
+
     // ---- engines: 06xx ----
     WrongEngine = 601, "wrong-engine", "an op placed on an engine that cannot run it",
 "The cube engine (`aic`) only runs contractions (`sum(k) a[..] * b[..]`); elementwise and

@@ -134,7 +134,12 @@ pub enum Func {
     Sigmoid,
     Silu,
     Dsilu,
+    /// `gelu`: the same function as `gelu_tanh`.
     Gelu,
+    /// GeLU, tanh approximation: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+    GeluTanh,
+    /// GeLU, exact form: `0.5 x (1 + erf(x / sqrt(2)))`.
+    GeluErf,
     Relu,
     Abs,
     Max,
@@ -157,6 +162,8 @@ impl Func {
             "silu" => Func::Silu,
             "dsilu" => Func::Dsilu,
             "gelu" => Func::Gelu,
+            "gelu_tanh" => Func::GeluTanh,
+            "gelu_erf" => Func::GeluErf,
             "relu" => Func::Relu,
             "abs" => Func::Abs,
             "max" => Func::Max,
@@ -177,6 +184,8 @@ impl Func {
             Func::Silu => "silu",
             Func::Dsilu => "dsilu",
             Func::Gelu => "gelu",
+            Func::GeluTanh => "gelu_tanh",
+            Func::GeluErf => "gelu_erf",
             Func::Relu => "relu",
             Func::Abs => "abs",
             Func::Max => "max",
@@ -201,7 +210,9 @@ impl Func {
             Func::Exp | Func::Log | Func::Sqrt | Func::Rsqrt => 2,
             Func::Tanh | Func::Sigmoid => 4,
             Func::Silu => 5,
-            Func::Gelu => 8,
+            Func::Gelu | Func::GeluTanh => 8,
+            // erf as a rational approximation: about twice the tanh form's instructions.
+            Func::GeluErf => 16,
             Func::Dsilu => 8,
         }
     }
@@ -216,6 +227,8 @@ impl Func {
             Func::Silu,
             Func::Dsilu,
             Func::Gelu,
+            Func::GeluTanh,
+            Func::GeluErf,
             Func::Relu,
             Func::Abs,
             Func::Max,
@@ -246,7 +259,10 @@ impl Func {
                 let s = sig(a);
                 s * (1.0 + a * (1.0 - s))
             }
-            Func::Gelu => 0.5 * a * (1.0 + (0.797_884_560_802_865_4 * (a + 0.044715 * a * a * a)).tanh()),
+            Func::Gelu | Func::GeluTanh => {
+                0.5 * a * (1.0 + (0.797_884_560_802_865_4 * (a + 0.044715 * a * a * a)).tanh())
+            }
+            Func::GeluErf => 0.5 * a * (1.0 + libm::erf(a * std::f64::consts::FRAC_1_SQRT_2)),
             Func::Relu => a.max(0.0),
             Func::Abs => a.abs(),
             Func::Max => a.max(b),
@@ -502,5 +518,43 @@ fn show(e: &SExpr, body: &ConcreteBody, inputs: &[String], f: &mut fmt::Formatte
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod gelu_tests {
+    use super::Func;
+
+    /// `gelu_erf(x) = x * Phi(x)`; the values of erf are from a reference table
+    /// (Abramowitz and Stegun, table 7.1): erf(1/sqrt(2)) = 0.682689492137086,
+    /// erf(1) = 0.842700792949715, erf(2) = 0.995322265018953.
+    #[test]
+    fn gelu_erf_matches_erf_table() {
+        let s2 = std::f64::consts::SQRT_2;
+        let cases = [
+            (1.0, 0.5 * (1.0 + 0.682689492137086)),
+            (s2, 0.5 * s2 * (1.0 + 0.842700792949715)),
+            (2.0 * s2, s2 * (1.0 + 0.995322265018953)),
+            (-s2, -0.5 * s2 * (1.0 - 0.842700792949715)),
+            (0.0, 0.0),
+        ];
+        for (x, want) in cases {
+            let got = Func::GeluErf.eval(x, 0.0);
+            assert!((got - want).abs() < 1e-13, "gelu_erf({x}) = {got}, want {want}");
+        }
+    }
+
+    /// The tanh form at x = 1: 0.5 (1 + tanh(sqrt(2/pi) 1.044715)), tanh(0.833554...) =
+    /// 0.682383981216554 (CPython's `math.tanh`); `gelu` is the same function.
+    #[test]
+    fn gelu_is_the_tanh_form() {
+        let want = 0.5 * (1.0 + 0.682_383_981_216_554);
+        for f in [Func::Gelu, Func::GeluTanh] {
+            assert!((f.eval(1.0, 0.0) - want).abs() < 1e-12);
+        }
+        assert_eq!(Func::parse("gelu_erf"), Some(Func::GeluErf));
+        assert_eq!(Func::parse("gelu_tanh"), Some(Func::GeluTanh));
+        // The two forms differ (by 1.5e-4 at x = 1).
+        assert!((Func::GeluErf.eval(1.0, 0.0) - Func::GeluTanh.eval(1.0, 0.0)).abs() > 1e-4);
     }
 }

@@ -197,6 +197,27 @@ impl Taskflow {
     pub fn tensor(&self, id: TensorId) -> &Tensor {
         &self.tensors[id.0 as usize]
     }
+    /// The tensor a name denotes in this taskflow: an input, a `let` or a named output.
+    pub fn named(&self, name: &str) -> Option<TensorId> {
+        self.outputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| *t)
+            .or_else(|| {
+                self.tensors
+                    .iter()
+                    .position(|t| t.name == name)
+                    .map(|i| TensorId(i as u32))
+            })
+    }
+    /// The saved activations of a backward: each input of `self` (the backward) whose name
+    /// denotes a tensor of `forward`, as (backward input, forward tensor), in input order.
+    pub fn saved_from(&self, forward: &Taskflow) -> Vec<(TensorId, TensorId)> {
+        self.inputs
+            .iter()
+            .filter_map(|&i| forward.named(&self.tensor(i).name).map(|f| (i, f)))
+            .collect()
+    }
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id.0 as usize]
     }
@@ -416,6 +437,19 @@ impl Program {
     }
     pub fn taskflow(&self, name: &str) -> Option<&Taskflow> {
         self.taskflows.iter().find(|t| t.name == name)
+    }
+    /// The forward a taskflow is the backward of: a taskflow named `F_bwd` is paired with
+    /// the taskflow `F` of the same program (docs/LANGUAGE.md, "Forward and backward").
+    pub fn forward_of(&self, backward: &Taskflow) -> Option<&Taskflow> {
+        let f = backward.name.strip_suffix("_bwd")?;
+        self.taskflow(f)
+    }
+    /// The (forward, backward) pairs of the program, in the order of the backward taskflows.
+    pub fn layer_pairs(&self) -> Vec<(&Taskflow, &Taskflow)> {
+        self.taskflows
+            .iter()
+            .filter_map(|b| self.forward_of(b).map(|f| (f, b)))
+            .collect()
     }
     /// The schedule that applies to a taskflow: its own, else the file-wide one.
     pub fn schedule_for(&self, taskflow: &str) -> Option<&ScheduleSpec> {

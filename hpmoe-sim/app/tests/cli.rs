@@ -732,3 +732,78 @@ fn warnings_are_part_of_the_json_outputs() {
     serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("E0205"));
 }
+
+/// The training layer at a size numerics can run: routed experts and a shared expert.
+const TRAIN_SMALL: &[&str] = &[
+    "run",
+    "examples/deepseek_v3_train_layer.hpm",
+    "--set",
+    "tokens=16",
+    "--set",
+    "hidden=32",
+    "--set",
+    "inter=16",
+    "--set",
+    "experts=8",
+    "--set",
+    "ranks=2",
+];
+
+#[test]
+fn a_layer_reports_forward_backward_and_their_sum_with_saved_activations() {
+    let mut args = TRAIN_SMALL.to_vec();
+    args.extend(["--numerics", "--format", "json"]);
+    let out = hpmoe().args(&args).assert().success().get_output().clone();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let layer = &j["layers"][0];
+    assert_eq!(layer["forward"], "moe_layer");
+    assert_eq!(layer["backward"], "moe_layer_bwd");
+    let (f, b, t) = (
+        layer["forward_us"].as_f64().unwrap(),
+        layer["backward_us"].as_f64().unwrap(),
+        layer["total_us"].as_f64().unwrap(),
+    );
+    let runs = j["runs"].as_array().unwrap();
+    assert_eq!(runs[0]["latency_us"].as_f64().unwrap(), f);
+    assert_eq!(runs[1]["latency_us"].as_f64().unwrap(), b);
+    assert!((t - (f + b)).abs() <= 1e-9 * t, "{t} != {f} + {b}");
+    let bwd = &j["numerics"][1];
+    assert_eq!(bwd["taskflow"], "moe_layer_bwd");
+    assert_eq!(bwd["result"]["passed"], true);
+    assert_eq!(bwd["result"]["saved_from"]["forward"], "moe_layer");
+    let saved: Vec<&str> = bwd["result"]["saved_from"]["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(saved, ["x", "xd", "h", "hs", "w_up", "w_down", "ws_up", "ws_down"]);
+    // The human report has the F+B line.
+    let out = hpmoe().args(TRAIN_SMALL).assert().success().get_output().clone();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("layer moe_layer + moe_layer_bwd under interleaved: forward"),
+        "{text}"
+    );
+    assert!(text.contains("= F+B "), "{text}");
+}
+
+#[test]
+fn an_input_can_name_one_taskflows_argument() {
+    let dir = std::env::temp_dir().join(format!("hpmoe-cli-layer-input-{}", std::process::id()));
+    let d = dir.display().to_string();
+    let mut args = TRAIN_SMALL.to_vec();
+    args.extend(["--taskflow", "moe_layer_bwd", "--dump", &d]);
+    hpmoe().args(&args).assert().success();
+    let dy = format!("moe_layer_bwd.dy={d}/dy.npy");
+    let mut args = TRAIN_SMALL.to_vec();
+    args.extend(["--numerics", "--input", &dy]);
+    let out = hpmoe().args(&args).assert().success().get_output().clone();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("inputs from the forward"));
+    // A name no taskflow run has is a usage error, with the qualified names.
+    let mut args = TRAIN_SMALL.to_vec();
+    let bad = format!("moe_layer.dy={d}/dy.npy");
+    args.extend(["--input", &bad]);
+    refused(&args, 2, "names no input of the taskflows run");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -109,8 +109,10 @@ pub fn dump<T: Copy + Into<f64>>(store: &TensorStore<T>, path: &Path) -> std::io
     npy::write(path, NpyType::F32, &shape, &out)
 }
 
-/// Writes a routing's expert ids `[ranks, tokens, topk]` (int32) and gate weights (float32),
-/// and for a routing that dropped rows, which rows it kept (int32 1 or 0, `_kept.npy`).
+/// Writes a routing's expert ids `[ranks, tokens, topk]` (int32), gate weights (float32),
+/// window rows (int32: the row of the destination rank's receive window that token t's
+/// choice j lands in, -1 for a dropped row; docs/FORMATS.md "Receive windows") and, for a
+/// routing that dropped rows, which rows it kept (int32 1 or 0, `_kept.npy`).
 pub fn dump_routing(g: &TaskGraph, route: usize, dir: &Path, prefix: &str) -> std::io::Result<()> {
     let Some(l) = g.layouts.get(route).and_then(|l| l.as_ref()) else {
         return Ok(());
@@ -119,10 +121,22 @@ pub fn dump_routing(g: &TaskGraph, route: usize, dir: &Path, prefix: &str) -> st
     let shape = [r.ranks, r.tokens, r.topk];
     let ids: Vec<f64> = r.expert.iter().map(|&e| e as f64).collect();
     let w: Vec<f64> = r.weight.iter().map(|&x| x as f64).collect();
+    let mut rows = vec![-1.0f64; r.ranks * r.tokens * r.topk];
+    for (s, list) in l.send.iter().enumerate() {
+        for e in list {
+            rows[(s * r.tokens + e.token as usize) * r.topk + e.choice as usize] = e.slot as f64;
+        }
+    }
     npy::write(&dir.join(format!("{prefix}_ids.npy")), NpyType::I32, &shape, &ids)?;
     if r.dropped() > 0 {
         let kept: Vec<f64> = r.kept.iter().map(|&k| f64::from(u8::from(k))).collect();
         npy::write(&dir.join(format!("{prefix}_kept.npy")), NpyType::I32, &shape, &kept)?;
     }
-    npy::write(&dir.join(format!("{prefix}_weights.npy")), NpyType::F32, &shape, &w)
+    npy::write(&dir.join(format!("{prefix}_weights.npy")), NpyType::F32, &shape, &w)?;
+    npy::write(
+        &dir.join(format!("{prefix}_window_rows.npy")),
+        NpyType::I32,
+        &shape,
+        &rows,
+    )
 }

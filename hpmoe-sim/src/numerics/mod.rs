@@ -90,10 +90,26 @@ pub struct Check {
     pub ok: bool,
 }
 
+/// A taskflow's tensors after its numerics run, by name: the values the tiled f32 run
+/// left in its memories (inputs as given, every `let` and every output).
+#[derive(Clone, Debug, Default)]
+pub struct Memories {
+    pub taskflow: String,
+    pub tensors: Vec<(String, TensorStore<f64>)>,
+}
+
+impl Memories {
+    pub fn get(&self, name: &str) -> Option<&TensorStore<f64>> {
+        self.tensors.iter().find(|(n, _)| n == name).map(|(_, s)| s)
+    }
+}
+
 /// The result of a numerics run.
 #[derive(Clone, Debug)]
 pub struct NumericsReport {
     pub checks: Vec<Check>,
+    /// Inputs taken from a forward's memories (saved activations), and that forward.
+    pub saved_from: Option<(String, Vec<String>)>,
     /// Races found while executing, as diagnostics.
     pub races: Vec<Diagnostic>,
     pub tasks: usize,
@@ -107,6 +123,12 @@ impl NumericsReport {
 
     pub fn text(&self) -> String {
         let mut s = String::from("numerics (every task executed in f32 in schedule order)\n");
+        if let Some((f, names)) = &self.saved_from {
+            s.push_str(&format!(
+                "  inputs from the forward `{f}`'s memories: {}\n",
+                names.join(", ")
+            ));
+        }
         s.push_str(&format!(
             "  {:<10} {:<9} {:<10} {:>12} {:>12} {:>10}  \n",
             "output", "computed", "reference", "max |err|", "rel L2", "tolerance"
@@ -136,6 +158,7 @@ impl NumericsReport {
         serde_json::json!({
             "passed": self.passed(),
             "checks": self.checks,
+            "saved_from": self.saved_from.as_ref().map(|(f, n)| serde_json::json!({"forward": f, "inputs": n})),
             "races": self.races.iter().map(|d| d.message.clone()).collect::<Vec<_>>(),
             "dumped": self.dumped.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         })
@@ -210,7 +233,8 @@ pub fn schedule_order(g: &TaskGraph, s: &Schedule) -> Vec<u32> {
 }
 
 /// Runs the numerics of a scheduled taskflow. `order` is the start order of the tasks (from
-/// the timing simulation, or [`schedule_order`]).
+/// the timing simulation, or [`schedule_order`]). Inputs are seeded random values, or the
+/// `.npy` files of `opts.inputs`.
 pub fn run(
     program: &Program,
     tf: &Taskflow,
@@ -219,6 +243,24 @@ pub fn run(
     order: &[u32],
     opts: &NumericsOptions,
 ) -> Result<NumericsReport, Diagnostic> {
+    run_bound(program, tf, g, s, order, opts, None, false).map(|(r, _)| r)
+}
+
+/// [`run`] for one taskflow of a layer: inputs of `tf` named in `saved` (the forward's
+/// [`Memories`], when `tf` is a backward) take those values, unless `opts.inputs` gives a
+/// file for them; with `keep`, the taskflow's own memories are returned too, to feed its
+/// backward.
+#[allow(clippy::too_many_arguments)]
+pub fn run_bound(
+    program: &Program,
+    tf: &Taskflow,
+    g: &TaskGraph,
+    s: &Schedule,
+    order: &[u32],
+    opts: &NumericsOptions,
+    saved: Option<&Memories>,
+    keep: bool,
+) -> Result<(NumericsReport, Option<Memories>), Diagnostic> {
     // Memory: f64 reference stores, f32 executor stores and writers, per-token outputs.
     let elements = store::total_elements(tf, g);
     let need = elements * (8 + 4 + 4 + 8);
@@ -254,14 +296,35 @@ pub fn run(
         .collect();
     // Inputs.
     let mut reference: Vec<TensorStore<f64>> = store::allocate(tf, g, false);
+    let mut from_forward = Vec::new();
     for &i in &tf.inputs {
         let name = &tf.tensor(i).name;
-        match opts.inputs.iter().find(|(n, _)| n == name) {
-            Some((_, path)) => inputs::load(tf, i, &mut reference[i.0 as usize], path).map_err(|e| {
+        match (
+            opts.inputs.iter().find(|(n, _)| n == name),
+            saved.and_then(|m| m.get(name)),
+        ) {
+            (Some((_, path)), _) => inputs::load(tf, i, &mut reference[i.0 as usize], path).map_err(|e| {
                 Diagnostic::error(Code::FileNotFound, format!("input `{name}`: {e}"))
                     .primary(tf.tensor(i).span, "this input")
             })?,
-            None => inputs::random_fill(tf, i, &mut reference[i.0 as usize], opts.seed),
+            (None, Some(src)) => {
+                let dst = &mut reference[i.0 as usize];
+                if src.shape != dst.shape {
+                    let f = saved.map_or("", |m| m.taskflow.as_str());
+                    return Err(Diagnostic::error(
+                        Code::SavedMismatch,
+                        format!(
+                            "`{name}` of `{}` has per-rank shapes {:?}, but the forward `{f}` saved it with {:?}",
+                            tf.name, dst.shape, src.shape
+                        ),
+                    )
+                    .primary(tf.tensor(i).span, "this saved activation")
+                    .help("run the forward and the backward under the same policy: their receive windows (static capacity or not) must be the same"));
+                }
+                dst.data.clone_from(&src.data);
+                from_forward.push(name.clone());
+            }
+            (None, None) => inputs::random_fill(tf, i, &mut reference[i.0 as usize], opts.seed),
         }
     }
     for (n, _) in &opts.inputs {
@@ -388,13 +451,35 @@ pub fn run(
                     dumped.push(dir.join(format!("{prefix}_kept.npy")));
                 }
                 dumped.push(dir.join(format!("{prefix}_weights.npy")));
+                dumped.push(dir.join(format!("{prefix}_window_rows.npy")));
             }
         }
     }
-    Ok(NumericsReport {
-        checks,
-        races: race_diags,
-        tasks: g.len(),
-        dumped,
-    })
+    let memories = keep.then(|| {
+        let mut tensors: Vec<(String, TensorStore<f64>)> = Vec::new();
+        for (name, t) in &tf.outputs {
+            tensors.push((name.clone(), widen(&device[t.0 as usize])));
+        }
+        for (k, t) in tf.tensors.iter().enumerate() {
+            if !t.name.is_empty() && !tensors.iter().any(|(n, _)| *n == t.name) {
+                tensors.push((t.name.clone(), widen(&device[k])));
+            }
+        }
+        Memories {
+            taskflow: tf.name.clone(),
+            tensors,
+        }
+    });
+    let saved_from =
+        (!from_forward.is_empty()).then(|| (saved.map_or(String::new(), |m| m.taskflow.clone()), from_forward));
+    Ok((
+        NumericsReport {
+            checks,
+            saved_from,
+            races: race_diags,
+            tasks: g.len(),
+            dumped,
+        },
+        memories,
+    ))
 }

@@ -100,17 +100,19 @@ impl Checker<'_> {
                 Some(RouteDim::Experts) => Some(Dim::Fixed(spec.experts)),
                 Some(RouteDim::LocalExperts) => Some(Dim::Fixed(spec.local_experts())),
                 Some(RouteDim::Ranks) => Some(Dim::Fixed(spec.ranks)),
-                Some(RouteDim::Tokens) => match self.routes[id.0 as usize].tokens_bound {
-                    Some(_) => Some(Dim::Fixed(spec.tokens)),
-                    None => {
-                        self.err(
+                Some(RouteDim::Tokens) => {
+                    match self.routes[id.0 as usize].tokens_bound {
+                        Some(_) => Some(Dim::Fixed(spec.tokens)),
+                        None => {
+                            self.err(
                             Diagnostic::error(Code::UnboundShapeSymbol, format!("`{rn}.tokens` is not known here"))
                                 .primary(e.span, "no tensor has been routed through it yet")
-                                .help("use the param that sizes the tokens"),
+                                .help(format!("give the tokens per rank in the declaration: `route {rn} = KIND(..., tokens: N)`")),
                         );
-                        None
+                            None
+                        }
                     }
-                },
+                }
                 None => {
                     self.err(
                         Diagnostic::error(
@@ -194,6 +196,51 @@ impl Checker<'_> {
             dt.name(),
             dims.iter().map(|d| self.show_dim(*d)).collect::<Vec<_>>().join(", ")
         )
+    }
+
+    /// A backward `F_bwd` and its forward `F`: every input of the backward named like a
+    /// tensor of the forward is that saved tensor, so it must have its dtype and shape
+    /// (E0520).
+    pub(super) fn check_layer_pairs(&mut self) {
+        let mut errs = Vec::new();
+        for b in &self.taskflows {
+            let Some(f) = b
+                .name
+                .strip_suffix("_bwd")
+                .and_then(|n| self.taskflows.iter().find(|t| t.name == n))
+            else {
+                continue;
+            };
+            for (bi, fi) in b.saved_from(f) {
+                let (bt, ft) = (b.tensor(bi), f.tensor(fi));
+                if bt.dtype != ft.dtype || bt.shape != ft.shape {
+                    errs.push(
+                        Diagnostic::error(
+                            Code::SavedMismatch,
+                            format!(
+                                "`{}` of the backward `{}` is `{}` of its forward `{}`, but has type {} where the forward has {}",
+                                bt.name,
+                                b.name,
+                                ft.name,
+                                f.name,
+                                self.show_shape(bt.dtype, &bt.shape),
+                                self.show_shape(ft.dtype, &ft.shape)
+                            ),
+                        )
+                        .primary(bt.span, "this saved activation")
+                        .secondary(ft.span, "the forward's tensor")
+                        .help(format!(
+                            "declare it as {}, or rename it if it is not the forward's `{}`",
+                            self.show_shape(ft.dtype, &ft.shape),
+                            ft.name
+                        )),
+                    );
+                }
+            }
+        }
+        for d in errs {
+            self.err(d);
+        }
     }
 
     pub(super) fn check_taskflow(&mut self, r: ItemRef) {

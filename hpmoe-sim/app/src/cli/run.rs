@@ -52,7 +52,23 @@ fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
 struct Done {
     report: Report,
     numerics: Option<hpmoe_sim::numerics::NumericsReport>,
+    /// The memories of a forward whose backward runs too (to feed its saved activations).
+    memories: Option<hpmoe_sim::numerics::Memories>,
+    /// A backward whose numerics wait for its forward's memories: its compiled graph and
+    /// the start order of its tasks.
+    deferred: Option<(hpmoe_dsl::driver::Compiled, Vec<u32>)>,
     timing: RunTiming,
+}
+
+/// What the numerics of a job do within a layer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A taskflow on its own (or a backward whose forward does not run).
+    Alone,
+    /// A forward whose backward runs under the same policy: its memories are kept.
+    Forward,
+    /// A backward whose forward runs under the same policy: numerics wait for its memories.
+    Backward,
 }
 
 /// The stages of one run and the size of its graph.
@@ -171,6 +187,9 @@ struct Job<'p> {
     spec: schedule::PolicySpec,
     /// Write the trace and chart of this job.
     outputs: bool,
+    role: Role,
+    /// The numerics options of this taskflow (its `--input` files).
+    numerics: Option<hpmoe_sim::numerics::NumericsOptions>,
 }
 
 /// Lowers, schedules and simulates a taskflow under a policy; writes the trace and chart if
@@ -216,8 +235,10 @@ fn one(
     } = hpmoe_sim::pipeline::run(checked, tf, &job.spec, &copts, opts, &mut clock)
         .map_err(|diags| Failure { diags, code: 1 })?;
     // Numerics run the tasks in the order the simulation started them.
+    let mut memories = None;
+    let mut deferred_order = None;
     let numerics = match (
-        &o.numerics,
+        &job.numerics,
         outputs.is_some() || o.compare.is_none() || policy == o.policy,
     ) {
         (Some(nopts), true) => {
@@ -227,7 +248,16 @@ fn one(
                     .total_cmp(&simd.result.start[b as usize])
                     .then(a.cmp(&b))
             });
-            Some(hpmoe_sim::numerics::run(p, tf, &c.graph, &c.schedule, &order, nopts).map_err(Failure::new)?)
+            if job.role == Role::Backward {
+                deferred_order = Some(order);
+                None
+            } else {
+                let keep = job.role == Role::Forward;
+                let (r, m) = hpmoe_sim::numerics::run_bound(p, tf, &c.graph, &c.schedule, &order, nopts, None, keep)
+                    .map_err(Failure::new)?;
+                memories = m;
+                Some(r)
+            }
         }
         _ => None,
     };
@@ -284,11 +314,90 @@ fn one(
         graph_bytes: c.graph.resident_bytes(),
         clock,
     };
+    let deferred = deferred_order.map(|order| (c, order));
     Ok(Done {
         report,
         numerics,
+        memories,
+        deferred,
         timing,
     })
+}
+
+/// The `--input` files of one taskflow: `TF.ARG=FILE` for taskflow `TF`, `ARG=FILE` for
+/// every taskflow with an input `ARG`.
+fn inputs_of(tf: &Taskflow, inputs: &[(String, PathBuf)]) -> Vec<(String, PathBuf)> {
+    let has = |n: &str| tf.inputs.iter().any(|&i| tf.tensor(i).name == n);
+    inputs
+        .iter()
+        .filter_map(|(n, f)| match n.split_once('.') {
+            Some((t, a)) if t == tf.name => Some((a.to_string(), f.clone())),
+            Some(_) => None,
+            None => has(n).then(|| (n.clone(), f.clone())),
+        })
+        .collect()
+}
+
+/// An `--input` name that addresses no input of the taskflows run, as a usage message.
+fn unknown_input(tfs: &[&Taskflow], inputs: &[(String, PathBuf)]) -> Option<String> {
+    for (n, _) in inputs {
+        if tfs
+            .iter()
+            .any(|tf| inputs_of(tf, &[(n.clone(), PathBuf::new())]).len() == 1)
+        {
+            continue;
+        }
+        let mut names = Vec::new();
+        for tf in tfs {
+            for &i in &tf.inputs {
+                let a = &tf.tensor(i).name;
+                names.push(if tfs.len() > 1 {
+                    format!("{}.{a}", tf.name)
+                } else {
+                    a.clone()
+                });
+            }
+        }
+        let hint = match hpmoe_dsl::suggest::closest(n, names.iter().map(String::as_str)) {
+            Some(b) => format!("did you mean `{b}`?"),
+            None => format!("the inputs are: {}", names.join(", ")),
+        };
+        return Some(format!("--input `{n}` names no input of the taskflows run: {hint}"));
+    }
+    None
+}
+
+/// The forward and backward of one layer under one policy.
+struct Layer {
+    forward: String,
+    backward: String,
+    policy: String,
+    forward_us: f64,
+    backward_us: f64,
+}
+
+impl Layer {
+    fn human(&self) -> String {
+        format!(
+            "layer {} + {} under {}: forward {:.3} us + backward {:.3} us = F+B {:.3} us\n",
+            self.forward,
+            self.backward,
+            self.policy,
+            self.forward_us,
+            self.backward_us,
+            self.forward_us + self.backward_us
+        )
+    }
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "forward": self.forward,
+            "backward": self.backward,
+            "policy": self.policy,
+            "forward_us": self.forward_us,
+            "backward_us": self.backward_us,
+            "total_us": self.forward_us + self.backward_us,
+        })
+    }
 }
 
 pub(crate) fn run(o: &RunCli) -> i32 {
@@ -360,6 +469,9 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         );
         return 1;
     }
+    if let Some(msg) = o.numerics.as_ref().and_then(|n| unknown_input(&tfs, &n.inputs)) {
+        return usage(msg);
+    }
     let wants_outputs = o.trace.is_some() || o.gantt.is_some();
     if wants_outputs && tfs.len() > 1 && o.format == Format::Human {
         errln!(
@@ -384,13 +496,34 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                 print_diags(&[d], &sources, o.format);
                 return 1;
             }
+            let numerics = o.numerics.as_ref().map(|n| hpmoe_sim::numerics::NumericsOptions {
+                inputs: inputs_of(tf, &n.inputs),
+                ..n.clone()
+            });
             jobs.push(Job {
                 tf,
                 policy,
                 spec,
                 outputs,
+                role: Role::Alone,
+                numerics,
             });
         }
+    }
+    // Layers: a backward and its forward, both run under the same policy.
+    let mut layer_jobs: Vec<(usize, usize)> = Vec::new();
+    for b in 0..jobs.len() {
+        let Some(f) = p.forward_of(jobs[b].tf) else { continue };
+        if let Some(fi) = jobs
+            .iter()
+            .position(|j| j.tf.name == f.name && j.policy == jobs[b].policy && j.spec == jobs[b].spec)
+        {
+            layer_jobs.push((fi, b));
+        }
+    }
+    for &(f, b) in &layer_jobs {
+        jobs[f].role = Role::Forward;
+        jobs[b].role = Role::Backward;
     }
     let setup = started.elapsed() - check_time;
     // Jobs run side by side (each holds its own graph); results are reported in job order,
@@ -420,16 +553,57 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     let mut comparisons: Vec<Comparison> = Vec::new();
     let mut num_reports: Vec<(String, hpmoe_sim::numerics::NumericsReport)> = Vec::new();
     let mut run_timings: Vec<RunTiming> = Vec::new();
-    for (job, res) in jobs.iter().zip(results) {
-        let d = match res {
-            Ok(d) => d,
+    let mut dones: Vec<Done> = Vec::new();
+    for res in results {
+        match res {
+            Ok(d) => dones.push(d),
             Err(f) => {
                 if !f.diags.is_empty() {
                     print_diags(&f.diags, &sources, o.format);
                 }
                 return f.code;
             }
+        }
+    }
+    // The backward of a layer runs its numerics on its forward's saved tensors.
+    for &(f, b) in &layer_jobs {
+        let Some((c, order)) = dones[b].deferred.take() else {
+            continue;
         };
+        let Some(nopts) = jobs[b].numerics.as_ref() else {
+            continue;
+        };
+        let saved = dones[f].memories.take();
+        let started = Instant::now();
+        match hpmoe_sim::numerics::run_bound(
+            &p,
+            jobs[b].tf,
+            &c.graph,
+            &c.schedule,
+            &order,
+            nopts,
+            saved.as_ref(),
+            false,
+        ) {
+            Ok((r, _)) => dones[b].numerics = Some(r),
+            Err(d) => {
+                print_diags(&[d], &sources, o.format);
+                return 1;
+            }
+        }
+        dones[b].timing.clock.add("numerics", started.elapsed());
+    }
+    let layers: Vec<Layer> = layer_jobs
+        .iter()
+        .map(|&(f, b)| Layer {
+            forward: jobs[f].tf.name.clone(),
+            backward: jobs[b].tf.name.clone(),
+            policy: dones[f].report.policy.clone(),
+            forward_us: dones[f].report.latency * 1e6,
+            backward_us: dones[b].report.latency * 1e6,
+        })
+        .collect();
+    for (job, d) in jobs.iter().zip(dones) {
         if let Some(n) = d.numerics {
             num_reports.push((job.tf.name.clone(), n));
         }
@@ -462,6 +636,12 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                 outln!();
                 out!("{}", r.human());
             }
+            if !layers.is_empty() {
+                outln!();
+                for l in &layers {
+                    out!("{}", l.human());
+                }
+            }
             if !comparisons.is_empty() {
                 outln!();
                 for c in &comparisons {
@@ -490,6 +670,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                 "diagnostics": warnings.iter().map(|d| hpmoe_dsl::diag::to_json(d, &sources)).collect::<Vec<_>>(),
                 "runs": runs.iter().map(|r| r.json()).collect::<Vec<_>>(),
                 "comparisons": comparisons.iter().map(|c| c.json()).collect::<Vec<_>>(),
+                "layers": layers.iter().map(Layer::json).collect::<Vec<_>>(),
                 "numerics": num_reports.iter().map(|(n, r)| serde_json::json!({"taskflow": n, "result": r.json()})).collect::<Vec<_>>(),
             });
             if let Some(t) = &timings {
