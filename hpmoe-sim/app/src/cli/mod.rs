@@ -325,6 +325,9 @@ enum Command {
         #[arg(long)]
         echo: bool,
     },
+    /// A language server for editors on stdin/stdout: diagnostics, hover, go to definition,
+    /// completion, formatting and semantic tokens for `.hpm` files (docs/EDITORS.md).
+    Lsp,
     /// Explain an error code (`hpmoe explain E0501`), or list them all.
     Explain {
         code: Option<String>,
@@ -647,6 +650,7 @@ fn run(cmd: Command) -> i32 {
         }),
         Command::Fmt { files, check, stdout } => fmt(&files, check, stdout),
         Command::Explain { code, list } => explain(code.as_deref(), list),
+        Command::Lsp => crate::lsp::main(),
         Command::Repl {
             file,
             prog,
