@@ -882,3 +882,77 @@ fn lexical_fragments_agree() {
         panic!("{e}");
     }
 }
+
+// ---------------------------------------------------------------- the editors' grammar
+
+/// The words a TextMate grammar's rule highlights, with the scope it gives them: every rule
+/// reachable from the top-level patterns (through `include`s of the repository) whose match
+/// is a whole-word alternation `\b(a|b|c)\b`, as a `name` or as the capture of the group.
+fn textmate_words(tm: &serde_json::Value) -> BTreeMap<String, String> {
+    fn rule(tm: &serde_json::Value, r: &serde_json::Value, seen: &mut Vec<String>, out: &mut BTreeMap<String, String>) {
+        if let Some(inc) = r["include"].as_str() {
+            let key = inc.trim_start_matches('#').to_string();
+            if !seen.contains(&key) {
+                seen.push(key.clone());
+                rule(tm, &tm["repository"][key.as_str()], seen, out);
+            }
+            return;
+        }
+        if let Some(m) = r["match"].as_str() {
+            let scope = r["name"].as_str().or(r["captures"]["1"]["name"].as_str());
+            let inner = m.strip_prefix("\\b(").and_then(|m| m.strip_suffix(")\\b"));
+            if let (Some(scope), Some(inner)) = (scope, inner) {
+                for w in inner.split('|') {
+                    if w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                        out.entry(w.to_string()).or_insert_with(|| scope.to_string());
+                    }
+                }
+            }
+        }
+        for p in r["patterns"].as_array().into_iter().flatten() {
+            rule(tm, p, seen, out);
+        }
+    }
+    let mut out = BTreeMap::new();
+    rule(tm, tm, &mut Vec::new(), &mut out);
+    out
+}
+
+/// Every keyword of the reference grammar (its `kw_*` rules) is highlighted as a keyword by
+/// the TextMate grammar of the editors (docs/editors/), and every dtype as a type.
+#[test]
+fn textmate_grammar_covers_every_keyword() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let pest = std::fs::read_to_string(root.join("hpmoe-dsl/src/syntax/hpm.pest")).unwrap();
+    let keywords: Vec<&str> = pest
+        .lines()
+        .filter(|l| l.starts_with("kw_"))
+        .filter_map(|l| l.split('"').nth(1))
+        .collect();
+    assert!(keywords.len() >= 20, "the keyword rules were not found: {keywords:?}");
+    let path = root.join("docs/editors/vscode/syntaxes/hpm.tmLanguage.json");
+    let tm: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(tm["scopeName"], "source.hpm");
+    assert!(tm["fileTypes"].as_array().unwrap().contains(&serde_json::json!("hpm")));
+    let words = textmate_words(&tm);
+    for k in &keywords {
+        let scope = words.get(*k).map(String::as_str).unwrap_or("not highlighted");
+        assert!(
+            scope.starts_with("keyword.") || scope.starts_with("storage.type"),
+            "keyword `{k}`: {scope}"
+        );
+    }
+    for d in hpmoe_dsl::ir::DType::ALL {
+        let scope = words.get(d.name()).map(String::as_str).unwrap_or("not highlighted");
+        assert!(scope.starts_with("storage.type.dtype"), "dtype `{}`: {scope}", d.name());
+    }
+    // The extension's manifest names this grammar and starts the language server.
+    let vscode = root.join("docs/editors/vscode");
+    let pkg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(vscode.join("package.json")).unwrap()).unwrap();
+    let g = &pkg["contributes"]["grammars"][0];
+    assert_eq!(g["scopeName"], "source.hpm");
+    assert!(vscode.join(g["path"].as_str().unwrap()).is_file());
+    assert_eq!(pkg["contributes"]["languages"][0]["extensions"][0], ".hpm");
+    let js = std::fs::read_to_string(vscode.join(pkg["main"].as_str().unwrap())).unwrap();
+    assert!(js.contains("args: [\"lsp\"]"), "{js}");
+}

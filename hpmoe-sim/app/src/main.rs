@@ -4,7 +4,8 @@
 //! what only the application needs:
 //!
 //! - `cli`: the `hpmoe` command (clap): `check`, `lower`, `run`, `scale`, `sweep`, `tune`,
-//!   `repl`, `fmt`, `explain`;
+//!   `repl`, `fmt`, `explain`, `lsp`;
+//! - `lsp`: the language server for editors (`hpmoe lsp`, lsp-server);
 //! - `repl`: the interactive session (`hpmoe repl`, reedline);
 //! - `sweep`: grids of configurations × policies in parallel (rayon), CSV/JSON and SVG
 //!   charts (`hpmoe sweep`);
@@ -18,6 +19,7 @@
 mod out;
 
 mod cli;
+mod lsp;
 mod repl;
 mod shard;
 mod sweep;

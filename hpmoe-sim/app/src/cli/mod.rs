@@ -363,6 +363,9 @@ enum Command {
         #[arg(long)]
         echo: bool,
     },
+    /// A language server for editors on stdin/stdout: diagnostics, hover, go to definition,
+    /// completion, formatting and semantic tokens for `.hpm` files (docs/EDITORS.md).
+    Lsp,
     /// Explain an error code (`hpmoe explain E0501`), or list them all.
     Explain {
         /// The code (`E0501`, `0501` or the code's name, `shape-mismatch`).
@@ -741,6 +744,7 @@ fn run(cmd: Command) -> i32 {
                 }
             }
         }
+        Command::Lsp => crate::lsp::main(),
         Command::Repl {
             file,
             prog,
