@@ -948,7 +948,8 @@ fn textmate_grammar_covers_every_keyword() {
     }
     // The extension's manifest names this grammar and starts the language server.
     let vscode = root.join("docs/editors/vscode");
-    let pkg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(vscode.join("package.json")).unwrap()).unwrap();
+    let pkg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(vscode.join("package.json")).unwrap()).unwrap();
     let g = &pkg["contributes"]["grammars"][0];
     assert_eq!(g["scopeName"], "source.hpm");
     assert!(vscode.join(g["path"].as_str().unwrap()).is_file());

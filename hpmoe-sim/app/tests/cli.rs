@@ -503,28 +503,65 @@ fn bad_output_paths_and_axes_fail_before_any_work() {
     std::fs::write(&file, "x").expect("file");
     let d = dir.display().to_string();
     let f = file.display().to_string();
-    refused(&["run", "examples/geglu.hpm", "--trace", &format!("{d}/no/t.json")], 2, "does not exist");
+    refused(
+        &["run", "examples/geglu.hpm", "--trace", &format!("{d}/no/t.json")],
+        2,
+        "does not exist",
+    );
     refused(&["run", "examples/geglu.hpm", "--gantt", &d], 2, "is a directory");
-    refused(&["run", "examples/geglu.hpm", "--dump", &format!("{f}/sub")], 2, "is not a directory");
-    refused(&["sweep", "examples/geglu.hpm", "--vary", "tokens=8", "--out", &f], 2, "not a directory");
+    refused(
+        &["run", "examples/geglu.hpm", "--dump", &format!("{f}/sub")],
+        2,
+        "is not a directory",
+    );
+    refused(
+        &["sweep", "examples/geglu.hpm", "--vary", "tokens=8", "--out", &f],
+        2,
+        "not a directory",
+    );
     let out = dir.join("sw");
     refused(
-        &["sweep", "examples/geglu.hpm", "--vary", "rankz=4,8", "--out", &out.display().to_string()],
+        &[
+            "sweep",
+            "examples/geglu.hpm",
+            "--vary",
+            "rankz=4,8",
+            "--out",
+            &out.display().to_string(),
+        ],
         2,
         "no param `rankz`",
     );
     assert!(!out.exists(), "a refused sweep writes nothing");
     refused(
-        &["sweep", "examples/geglu.hpm", "--vary", "device.link_latencyy=1us", "--out", &out.display().to_string()],
+        &[
+            "sweep",
+            "examples/geglu.hpm",
+            "--vary",
+            "device.link_latencyy=1us",
+            "--out",
+            &out.display().to_string(),
+        ],
         2,
         "link_latencyy",
     );
     refused(
-        &["tune", "examples/geglu.hpm", "--budget", "2", "-o", &format!("{d}/no/best.hpm")],
+        &[
+            "tune",
+            "examples/geglu.hpm",
+            "--budget",
+            "2",
+            "-o",
+            &format!("{d}/no/best.hpm"),
+        ],
         2,
         "does not exist",
     );
-    assert_eq!(std::fs::read_to_string(&file).expect("file"), "x", "an existing file is left alone");
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("file"),
+        "x",
+        "an existing file is left alone"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -532,7 +569,12 @@ fn bad_output_paths_and_axes_fail_before_any_work() {
 fn completions_man_and_help_describe_the_tool() {
     let text = |args: &[&str]| {
         let o = hpmoe().args(args).output().expect("runs");
-        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8(o.stdout).expect("utf-8")
     };
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
@@ -540,7 +582,11 @@ fn completions_man_and_help_describe_the_tool() {
         assert!(s.contains("hpmoe") && s.contains("sweep"), "{shell}");
     }
     let man = text(&["man"]);
-    assert!(man.starts_with(".ie") || man.contains(".TH hpmoe"), "{}", &man[..man.len().min(200)]);
+    assert!(
+        man.starts_with(".ie") || man.contains(".TH hpmoe"),
+        "{}",
+        &man[..man.len().min(200)]
+    );
     assert!(man.contains(".TH hpmoe 1"));
     let help = text(&["run", "--help"]);
     // Every policy and every stdlib device profile is named in the help.
@@ -551,18 +597,27 @@ fn completions_man_and_help_describe_the_tool() {
         .filter_map(|l| l.split([' ', ':', '{']).next())
         .collect();
     assert!(profiles.len() >= 3, "{profiles:?}");
-    for name in profiles.iter().copied().chain(["kernel_by_kernel", "expert_level", "interleaved"]) {
+    for name in profiles
+        .iter()
+        .copied()
+        .chain(["kernel_by_kernel", "expert_level", "interleaved"])
+    {
         assert!(help.contains(name), "`run --help` does not name `{name}`");
     }
     assert!(help.contains("The program: a `.hpm` file"), "{help}");
-    assert!(help.contains("Output: text for people"), "--format is described: {help}");
+    assert!(
+        help.contains("Output: text for people"),
+        "--format is described: {help}"
+    );
 }
 
 #[test]
 fn color_is_chosen_by_flag_then_environment() {
     let run = |color: Option<&str>| {
         let mut c = Command::cargo_bin("hpmoe").unwrap();
-        c.current_dir(root()).env_remove("NO_COLOR").args(["check", "tests/err/args_count.hpm"]);
+        c.current_dir(root())
+            .env_remove("NO_COLOR")
+            .args(["check", "tests/err/args_count.hpm"]);
         if let Some(w) = color {
             c.args(["--color", w]);
         }
@@ -572,7 +627,11 @@ fn color_is_chosen_by_flag_then_environment() {
     assert!(run(Some("always")).contains('\x1b'), "--color always colours a pipe");
     assert!(!run(Some("never")).contains('\x1b'));
     assert!(!run(None).contains('\x1b'), "auto: a pipe gets no colour");
-    refused(&["check", "tests/ok/imports.hpm", "--color", "sometimes"], 2, "sometimes");
+    refused(
+        &["check", "tests/ok/imports.hpm", "--color", "sometimes"],
+        2,
+        "sometimes",
+    );
 }
 
 #[test]

@@ -54,7 +54,10 @@ impl Lsp {
         let mut len = None;
         loop {
             let mut line = String::new();
-            assert!(self.out.read_line(&mut line).unwrap() > 0, "the server closed its output");
+            assert!(
+                self.out.read_line(&mut line).unwrap() > 0,
+                "the server closed its output"
+            );
             let line = line.trim_end();
             if line.is_empty() {
                 break;
@@ -150,7 +153,10 @@ fn pos(line: u32, character: u32) -> Value {
 }
 
 fn hover_text(r: &Value) -> String {
-    r["result"]["contents"]["value"].as_str().unwrap_or_default().to_string()
+    r["result"]["contents"]["value"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Decodes semantic tokens into (line, column, length, type name).
@@ -179,12 +185,18 @@ fn a_session_of_an_editor() {
     let uri = uri_of(&file);
     let mut s = Lsp::start();
 
-    let init = s.request("initialize", json!({"processId": null, "rootUri": null, "capabilities": {}}));
+    let init = s.request(
+        "initialize",
+        json!({"processId": null, "rootUri": null, "capabilities": {}}),
+    );
     let caps = &init["result"]["capabilities"];
     assert_eq!(caps["hoverProvider"], true);
     assert_eq!(caps["definitionProvider"], true);
     assert_eq!(caps["documentFormattingProvider"], true);
-    let legend = caps["semanticTokensProvider"]["legend"]["tokenTypes"].as_array().unwrap().clone();
+    let legend = caps["semanticTokensProvider"]["legend"]["tokenTypes"]
+        .as_array()
+        .unwrap()
+        .clone();
     s.notify("initialized", json!({}));
 
     // The duplicate param: an error with its code, at the second definition, the first as
@@ -195,7 +207,12 @@ fn a_session_of_an_editor() {
     );
     let d = s.diagnostics(&uri);
     assert_eq!(d["version"], 1);
-    let errors: Vec<&Value> = d["diagnostics"].as_array().unwrap().iter().filter(|d| d["severity"] == 1).collect();
+    let errors: Vec<&Value> = d["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["severity"] == 1)
+        .collect();
     assert_eq!(errors.len(), 1, "{d}");
     let e = errors[0];
     assert_eq!(e["code"], "E0202", "{e}");
@@ -204,7 +221,9 @@ fn a_session_of_an_editor() {
     assert_eq!(e["range"]["end"], pos(6, 12));
     let related = e["relatedInformation"].as_array().unwrap();
     assert!(
-        related.iter().any(|r| r["location"]["uri"] == uri && r["location"]["range"]["start"] == pos(5, 6)),
+        related
+            .iter()
+            .any(|r| r["location"]["uri"] == uri && r["location"]["range"]["start"] == pos(5, 6)),
         "{e}"
     );
 
@@ -216,51 +235,105 @@ fn a_session_of_an_editor() {
     );
     let d = s.diagnostics(&uri);
     assert_eq!(d["version"], 2);
-    assert!(d["diagnostics"].as_array().unwrap().iter().all(|d| d["severity"] != 1), "{d}");
+    assert!(
+        d["diagnostics"].as_array().unwrap().iter().all(|d| d["severity"] != 1),
+        "{d}"
+    );
     // From here on the taskflow starts at line 14.
 
     // A taskflow input: its dtype and concrete shape; 256 x 1024 bf16 is 524288 bytes.
-    let h = hover_text(&s.request("textDocument/hover", json!({"textDocument": {"uri": uri}, "position": pos(14, 11)})));
+    let h = hover_text(&s.request(
+        "textDocument/hover",
+        json!({"textDocument": {"uri": uri}, "position": pos(14, 11)}),
+    ));
     assert!(h.contains("x: bf16[256, 1024]"), "{h}");
     assert!(h.contains("524288 bytes per rank"), "{h}");
     // A call: its output [256, 512] in tiles of 64 x 128 is 4 x 4 = 16 tiles on each rank.
-    let h = hover_text(&s.request("textDocument/hover", json!({"textDocument": {"uri": uri}, "position": pos(16, 13)})));
+    let h = hover_text(&s.request(
+        "textDocument/hover",
+        json!({"textDocument": {"uri": uri}, "position": pos(16, 13)}),
+    ));
     assert!(h.contains("double"), "{h}");
     assert!(h.contains("bf16[256, 512]"), "{h}");
     assert!(h.contains("16 on each of 2 ranks (32 in all)"), "{h}");
     // A param: its value.
-    let h = hover_text(&s.request("textDocument/hover", json!({"textDocument": {"uri": uri}, "position": pos(14, 20)})));
+    let h = hover_text(&s.request(
+        "textDocument/hover",
+        json!({"textDocument": {"uri": uri}, "position": pos(14, 20)}),
+    ));
     assert!(h.contains("param tokens") && h.contains("Value: `256`"), "{h}");
 
     // Definitions: a stdlib op (its file on disk holds the name at the range), a param, a
     // local `let`.
-    let r = s.request("textDocument/definition", json!({"textDocument": {"uri": uri}, "position": pos(15, 13)}));
+    let r = s.request(
+        "textDocument/definition",
+        json!({"textDocument": {"uri": uri}, "position": pos(15, 13)}),
+    );
     let loc = &r["result"];
-    let target = loc["uri"].as_str().unwrap().strip_prefix("file://").unwrap().to_string();
+    let target = loc["uri"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("file://")
+        .unwrap()
+        .to_string();
     assert!(target.ends_with("moe.hpm"), "{loc}");
     let text = std::fs::read_to_string(&target).unwrap();
-    let line = text.lines().nth(loc["range"]["start"]["line"].as_u64().unwrap() as usize).unwrap();
+    let line = text
+        .lines()
+        .nth(loc["range"]["start"]["line"].as_u64().unwrap() as usize)
+        .unwrap();
     let (a, b) = (
         loc["range"]["start"]["character"].as_u64().unwrap() as usize,
         loc["range"]["end"]["character"].as_u64().unwrap() as usize,
     );
     assert_eq!(&line[a..b], "swiglu");
     assert!(line.starts_with("op swiglu<T>"), "{line}");
-    let r = s.request("textDocument/definition", json!({"textDocument": {"uri": uri}, "position": pos(14, 21)}));
+    let r = s.request(
+        "textDocument/definition",
+        json!({"textDocument": {"uri": uri}, "position": pos(14, 21)}),
+    );
     assert_eq!(r["result"]["uri"], uri);
     assert_eq!(r["result"]["range"]["start"], pos(4, 6));
-    let r = s.request("textDocument/definition", json!({"textDocument": {"uri": uri}, "position": pos(16, 18)}));
+    let r = s.request(
+        "textDocument/definition",
+        json!({"textDocument": {"uri": uri}, "position": pos(16, 18)}),
+    );
     assert_eq!(r["result"]["range"]["start"], pos(15, 8));
 
     // Completion: after `on`, the two engines; on an empty line, keywords, ops of the stdlib
     // (imported or not), dtypes and params.
-    let r = s.request("textDocument/completion", json!({"textDocument": {"uri": uri}, "position": pos(11, 39)}));
-    let mut labels: Vec<&str> = r["result"].as_array().unwrap().iter().map(|c| c["label"].as_str().unwrap()).collect();
+    let r = s.request(
+        "textDocument/completion",
+        json!({"textDocument": {"uri": uri}, "position": pos(11, 39)}),
+    );
+    let mut labels: Vec<&str> = r["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
     labels.sort();
     assert_eq!(labels, ["aic", "aiv"]);
-    let r = s.request("textDocument/completion", json!({"textDocument": {"uri": uri}, "position": pos(3, 0)}));
-    let labels: Vec<&str> = r["result"].as_array().unwrap().iter().map(|c| c["label"].as_str().unwrap()).collect();
-    for want in ["taskflow", "swiglu", "gmm", "bf16", "fp8e4m3", "tokens", "interleaved", "double"] {
+    let r = s.request(
+        "textDocument/completion",
+        json!({"textDocument": {"uri": uri}, "position": pos(3, 0)}),
+    );
+    let labels: Vec<&str> = r["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
+    for want in [
+        "taskflow",
+        "swiglu",
+        "gmm",
+        "bf16",
+        "fp8e4m3",
+        "tokens",
+        "interleaved",
+        "double",
+    ] {
         assert!(labels.contains(&want), "{want} not in {labels:?}");
     }
 
@@ -280,7 +353,10 @@ fn a_session_of_an_editor() {
     assert!(fmt.status.success());
     let want = String::from_utf8(fmt.stdout).unwrap();
     assert_ne!(want, fixed, "the test program should not be formatted already");
-    let r = s.request("textDocument/formatting", json!({"textDocument": {"uri": uri}, "options": {"tabSize": 4, "insertSpaces": true}}));
+    let r = s.request(
+        "textDocument/formatting",
+        json!({"textDocument": {"uri": uri}, "options": {"tabSize": 4, "insertSpaces": true}}),
+    );
     let edits = r["result"].as_array().unwrap();
     assert_eq!(edits.len(), 1);
     assert_eq!(edits[0]["range"]["start"], pos(0, 0));
@@ -288,7 +364,10 @@ fn a_session_of_an_editor() {
     assert_eq!(edits[0]["newText"], want);
 
     // Semantic tokens.
-    let r = s.request("textDocument/semanticTokens/full", json!({"textDocument": {"uri": uri}}));
+    let r = s.request(
+        "textDocument/semanticTokens/full",
+        json!({"textDocument": {"uri": uri}}),
+    );
     let toks = decode(r["result"]["data"].as_array().unwrap(), &legend);
     let at = |l: u64, c: u64| toks.iter().find(|t| t.0 == l && t.1 == c).map(|t| (t.2, t.3.as_str()));
     assert_eq!(at(0, 0), Some((57, "comment")));
@@ -318,7 +397,10 @@ fn hostile_clients_get_errors_not_crashes() {
     assert_eq!(r["error"]["code"], -32602);
     let r = s.request("hpmoe/unknown", json!({}));
     assert_eq!(r["error"]["code"], -32601);
-    let r = s.request("textDocument/hover", json!({"textDocument": {"uri": "file:///nope.hpm"}, "position": pos(0, 0)}));
+    let r = s.request(
+        "textDocument/hover",
+        json!({"textDocument": {"uri": "file:///nope.hpm"}, "position": pos(0, 0)}),
+    );
     assert!(r["result"].is_null(), "{r}");
     // Positions past the end, inside a surrogate pair, changes with reversed ranges: answers.
     let uri = "untitled:Untitled-1";
@@ -327,13 +409,25 @@ fn hostile_clients_get_errors_not_crashes() {
         json!({"textDocument": {"uri": uri, "languageId": "hpm", "version": 1, "text": "param 𝔸 = 1;\nparam b = ;"}}),
     );
     let d = s.diagnostics(uri);
-    assert!(d["diagnostics"].as_array().unwrap().iter().any(|d| d["severity"] == 1), "{d}");
+    assert!(
+        d["diagnostics"].as_array().unwrap().iter().any(|d| d["severity"] == 1),
+        "{d}"
+    );
     for p in [pos(0, 7), pos(99, 99), pos(1, 4000)] {
-        let r = s.request("textDocument/hover", json!({"textDocument": {"uri": uri}, "position": p}));
+        let r = s.request(
+            "textDocument/hover",
+            json!({"textDocument": {"uri": uri}, "position": p}),
+        );
         assert!(r.get("error").is_none(), "{r}");
-        let r = s.request("textDocument/completion", json!({"textDocument": {"uri": uri}, "position": p}));
+        let r = s.request(
+            "textDocument/completion",
+            json!({"textDocument": {"uri": uri}, "position": p}),
+        );
         assert!(r.get("error").is_none(), "{r}");
-        let r = s.request("textDocument/definition", json!({"textDocument": {"uri": uri}, "position": p}));
+        let r = s.request(
+            "textDocument/definition",
+            json!({"textDocument": {"uri": uri}, "position": p}),
+        );
         assert!(r.get("error").is_none(), "{r}");
     }
     s.notify(
@@ -341,10 +435,16 @@ fn hostile_clients_get_errors_not_crashes() {
         json!({"textDocument": {"uri": uri, "version": 2},
                "contentChanges": [{"range": {"start": pos(9, 0), "end": pos(0, 7)}, "text": "x"}]}),
     );
-    let r = s.request("textDocument/semanticTokens/full", json!({"textDocument": {"uri": uri}}));
+    let r = s.request(
+        "textDocument/semanticTokens/full",
+        json!({"textDocument": {"uri": uri}}),
+    );
     assert!(r["result"]["data"].is_array(), "{r}");
     // A document that does not parse is not formatted.
-    let r = s.request("textDocument/formatting", json!({"textDocument": {"uri": uri}, "options": {"tabSize": 4, "insertSpaces": true}}));
+    let r = s.request(
+        "textDocument/formatting",
+        json!({"textDocument": {"uri": uri}, "options": {"tabSize": 4, "insertSpaces": true}}),
+    );
     assert!(r["result"].is_null(), "{r}");
     // `exit` without `shutdown`: exit code 1.
     s.notify("exit", Value::Null);
@@ -365,6 +465,9 @@ fn malformed_framing_ends_with_a_message() {
         s.send_raw(input.as_bytes());
         let (code, err) = s.finish();
         assert_eq!(code, Some(1), "{input:?}: {err}");
-        assert!(err.starts_with("error: hpmoe lsp: ") && !err.contains("panicked"), "{input:?}: {err}");
+        assert!(
+            err.starts_with("error: hpmoe lsp: ") && !err.contains("panicked"),
+            "{input:?}: {err}"
+        );
     }
 }

@@ -233,12 +233,26 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
         if !filter.keeps_rank(rank) {
             continue;
         }
-        ev(out, meta(rank, 0, "process_name", serde_json::json!({"name": format!("rank {rank}")})))?;
-        ev(out, meta(rank, 0, "process_sort_index", serde_json::json!({"sort_index": rank})))?;
+        ev(
+            out,
+            meta(
+                rank,
+                0,
+                "process_name",
+                serde_json::json!({"name": format!("rank {rank}")}),
+            ),
+        )?;
+        ev(
+            out,
+            meta(rank, 0, "process_sort_index", serde_json::json!({"sort_index": rank})),
+        )?;
         for l in 0..cpr {
             let name = s.core_name(rank * cpr + l);
             ev(out, meta(rank, l, "thread_name", serde_json::json!({"name": name})))?;
-            ev(out, meta(rank, l, "thread_sort_index", serde_json::json!({"sort_index": l})))?;
+            ev(
+                out,
+                meta(rank, l, "thread_sort_index", serde_json::json!({"sort_index": l})),
+            )?;
         }
     }
     // Tasks.

@@ -79,10 +79,7 @@ pub(crate) fn output_dir(what: &str, path: &Path) -> Result<(), String> {
             return if anc.is_dir() {
                 Ok(())
             } else {
-                Err(format!(
-                    "{what} `{shown}`: `{}` is not a directory",
-                    anc.display()
-                ))
+                Err(format!("{what} `{shown}`: `{}` is not a directory", anc.display()))
             };
         }
         match anc.parent() {
@@ -108,10 +105,18 @@ mod tests {
             .contains("does not exist"));
         assert!(output_dir("--dump", &tmp.join("a/b")).is_ok());
         std::fs::write(tmp.join("f"), "x").unwrap();
-        assert!(output_dir("--dump", &tmp.join("f")).unwrap_err().contains("not a directory"));
-        assert!(output_dir("--dump", &tmp.join("f/sub")).unwrap_err().contains("not a directory"));
+        assert!(output_dir("--dump", &tmp.join("f"))
+            .unwrap_err()
+            .contains("not a directory"));
+        assert!(output_dir("--dump", &tmp.join("f/sub"))
+            .unwrap_err()
+            .contains("not a directory"));
         assert!(output_file("--trace", &tmp.join("f")).is_ok());
-        assert_eq!(std::fs::read_to_string(tmp.join("f")).unwrap(), "x", "an existing file is kept");
+        assert_eq!(
+            std::fs::read_to_string(tmp.join("f")).unwrap(),
+            "x",
+            "an existing file is kept"
+        );
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

@@ -190,7 +190,11 @@ impl Analysis {
                         if let Some(loc) = self.location(l.span, doc_uri) {
                             related.push(lsp::DiagnosticRelatedInformation {
                                 location: loc,
-                                message: if l.message.is_empty() { d.message.clone() } else { l.message.clone() },
+                                message: if l.message.is_empty() {
+                                    d.message.clone()
+                                } else {
+                                    l.message.clone()
+                                },
                             });
                         }
                         lsp::Range::default()

@@ -51,7 +51,8 @@ fn ident_at(toks: &[Token], offset: usize) -> Option<(usize, &str, Span)> {
 }
 
 fn is_punct(toks: &[Token], i: Option<usize>, p: Punct) -> bool {
-    i.and_then(|i| toks.get(i)).is_some_and(|t| t.kind == TokenKind::Punct(p))
+    i.and_then(|i| toks.get(i))
+        .is_some_and(|t| t.kind == TokenKind::Punct(p))
 }
 
 fn ident_text(toks: &[Token], i: Option<usize>) -> Option<&str> {
@@ -148,15 +149,28 @@ fn device_field(p: &Program, name: &str) -> Option<String> {
     let mut s = format!("```hpm\ndevice.{name}\n```\n{}", spec.doc.trim());
     if let Some(f) = p.device.fields().find(|f| f.spec.name == name) {
         let v = number(f.value / f.unit.factor);
-        let unit = if matches!(f.unit.name, "count" | "ratio") { "" } else { f.unit.name };
-        let _ = write!(s, "\n\nValue: `{v}{}{unit}` (device `{}`)", if unit.is_empty() { "" } else { " " }, p.device.profile);
+        let unit = if matches!(f.unit.name, "count" | "ratio") {
+            ""
+        } else {
+            f.unit.name
+        };
+        let _ = write!(
+            s,
+            "\n\nValue: `{v}{}{unit}` (device `{}`)",
+            if unit.is_empty() { "" } else { " " },
+            p.device.profile
+        );
     }
     Some(s)
 }
 
 fn device_field_doc(name: &str) -> Option<String> {
     let spec = DEVICE_FIELDS.iter().find(|f| f.name == name)?;
-    Some(format!("```hpm\ndevice.{name}\n```\n{} ({})", spec.doc.trim(), spec.quantity.word()))
+    Some(format!(
+        "```hpm\ndevice.{name}\n```\n{} ({})",
+        spec.doc.trim(),
+        spec.quantity.word()
+    ))
 }
 
 // ---------------------------------------------------------------- hover
@@ -180,7 +194,10 @@ fn count_tiles(a: &Analysis, tf: &Taskflow) -> Result<(String, Vec<Vec<u32>>), S
     let g = hpmoe_dsl::lower::lower(checked.program(), tf, layouts, &opts).map_err(|d| d.message)?;
     Ok((
         spec.policy.name().to_string(),
-        g.nodes.iter().map(|n| n.per_rank.iter().map(|r| r.count).collect()).collect(),
+        g.nodes
+            .iter()
+            .map(|n| n.per_rank.iter().map(|r| r.count).collect())
+            .collect(),
     ))
 }
 
@@ -193,7 +210,12 @@ fn per_rank_text(counts: &[u32]) -> String {
     if lo == hi {
         return format!("{lo} on each of {} ranks ({total} in all)", counts.len());
     }
-    let shown: Vec<String> = counts.iter().take(8).enumerate().map(|(r, c)| format!("{r}: {c}")).collect();
+    let shown: Vec<String> = counts
+        .iter()
+        .take(8)
+        .enumerate()
+        .map(|(r, c)| format!("{r}: {c}"))
+        .collect();
     let more = if counts.len() > 8 { ", ..." } else { "" };
     format!(
         "{lo} to {hi} per rank ({total} in all over {} ranks; {}{more})",
@@ -325,13 +347,23 @@ pub fn hover(a: &Analysis, text: &str, offset: usize) -> Option<(String, Span)> 
         }
     }
     if let Some(d) = DType::parse(c.name) {
-        return Some((format!("```hpm\n{}\n```\ndtype of {} byte(s) per element", d.name(), d.size()), c.span));
+        return Some((
+            format!("```hpm\n{}\n```\ndtype of {} byte(s) per element", d.name(), d.size()),
+            c.span,
+        ));
     }
     if let Some((e, doc)) = ENGINES.iter().find(|(e, _)| *e == c.name) {
         return Some((format!("```hpm\non {e}\n```\n{doc}"), c.span));
     }
     // Inside a taskflow: its calls and tensors.
-    if let (Some(p), Some(ast::Item { kind: ItemKind::Taskflow(t), .. })) = (p, item) {
+    if let (
+        Some(p),
+        Some(ast::Item {
+            kind: ItemKind::Taskflow(t),
+            ..
+        }),
+    ) = (p, item)
+    {
         if let Some(tf) = p.taskflow(&t.name.name) {
             if c.call {
                 let best = tf
@@ -524,7 +556,14 @@ pub fn completion(a: &Analysis, text: &str, offset: usize) -> Vec<lsp::Completio
     let engines = || {
         ENGINES
             .iter()
-            .map(|(e, d)| item(e, lsp::CompletionItemKind::ENUM_MEMBER, "engine".into(), Some(d.to_string())))
+            .map(|(e, d)| {
+                item(
+                    e,
+                    lsp::CompletionItemKind::ENUM_MEMBER,
+                    "engine".into(),
+                    Some(d.to_string()),
+                )
+            })
             .collect::<Vec<_>>()
     };
     let policies = || {
@@ -544,15 +583,23 @@ pub fn completion(a: &Analysis, text: &str, offset: usize) -> Vec<lsp::Completio
             .iter()
             .map(|k| item(k, lsp::CompletionItemKind::KEYWORD, "keyword".into(), None))
             .collect();
-        v.extend(
-            DType::ALL
-                .iter()
-                .map(|d| item(d.name(), lsp::CompletionItemKind::TYPE_PARAMETER, format!("dtype, {} byte(s)", d.size()), None)),
-        );
+        v.extend(DType::ALL.iter().map(|d| {
+            item(
+                d.name(),
+                lsp::CompletionItemKind::TYPE_PARAMETER,
+                format!("dtype, {} byte(s)", d.size()),
+                None,
+            )
+        }));
         v.extend(engines());
         v.extend(policies());
         for d in &a.defs {
-            v.push(item(&d.name, def_kind(d.kind), d.kind.word().into(), (!d.docs.is_empty()).then(|| d.docs.join("\n"))));
+            v.push(item(
+                &d.name,
+                def_kind(d.kind),
+                d.kind.word().into(),
+                (!d.docs.is_empty()).then(|| d.docs.join("\n")),
+            ));
         }
         for (m, d) in stdlib_defs() {
             v.push(item(
@@ -654,7 +701,12 @@ fn parameter_spans(file: &ast::File) -> (Vec<Span>, Vec<Span>) {
 pub fn semantic_tokens(a: &Analysis, text: &str) -> Vec<lsp::SemanticToken> {
     let (toks, _, comments) = tokenize(text, a.root);
     let (params, generics) = parameter_spans(&a.ast);
-    let declared: Vec<Span> = a.defs.iter().filter(|d| d.name_span.file == a.root).map(|d| d.name_span).collect();
+    let declared: Vec<Span> = a
+        .defs
+        .iter()
+        .filter(|d| d.name_span.file == a.root)
+        .map(|d| d.name_span)
+        .collect();
     let mut raw: Vec<(u32, u32, u32, u32)> = Vec::new();
     let mut in_import = false;
     for (i, t) in toks.iter().enumerate() {
@@ -685,14 +737,19 @@ pub fn semantic_tokens(a: &Analysis, text: &str) -> Vec<lsp::SemanticToken> {
                 } else if next_colon {
                     T_PROPERTY
                 } else {
-                    match a.defs_named(n).next().map(|d| d.kind).or_else(|| {
-                        stdlib_defs().iter().find(|(_, d)| d.name == n).map(|(_, d)| d.kind)
-                    }) {
+                    match a
+                        .defs_named(n)
+                        .next()
+                        .map(|d| d.kind)
+                        .or_else(|| stdlib_defs().iter().find(|(_, d)| d.name == n).map(|(_, d)| d.kind))
+                    {
                         Some(DefKind::Op | DefKind::Comm | DefKind::RoutingKind) => T_FUNCTION,
                         Some(DefKind::Profile | DefKind::Policy) => T_ENUM_MEMBER,
                         Some(DefKind::Taskflow) => T_NAMESPACE,
                         Some(DefKind::Param | DefKind::Route) | None => {
-                            if ir::Func::parse(n).is_some() && toks.get(i + 1).is_some_and(|t| t.kind == TokenKind::Open(Delim::Paren)) {
+                            if ir::Func::parse(n).is_some()
+                                && toks.get(i + 1).is_some_and(|t| t.kind == TokenKind::Open(Delim::Paren))
+                            {
                                 T_FUNCTION
                             } else {
                                 T_VARIABLE

@@ -116,7 +116,10 @@ mod tests {
         let u = path_to_uri(p);
         assert_eq!(u, "file:///tmp/a%20b/%C3%BC.hpm");
         assert_eq!(uri_to_path(&u).as_deref(), Some(p));
-        assert_eq!(uri_to_path("file://localhost/x.hpm").as_deref(), Some(Path::new("/x.hpm")));
+        assert_eq!(
+            uri_to_path("file://localhost/x.hpm").as_deref(),
+            Some(Path::new("/x.hpm"))
+        );
         assert_eq!(uri_to_path("untitled:Untitled-1"), None);
         assert_eq!(uri_to_path("file:///bad%zz"), None);
         assert_eq!(uri_to_path("file:///bad%e"), None);
@@ -125,7 +128,10 @@ mod tests {
     #[test]
     fn stdlib_files_hold_the_embedded_text() {
         let p = stdlib_path("moe").unwrap();
-        assert_eq!(std::fs::read_to_string(p).unwrap(), hpmoe_dsl::stdlib::module("moe").unwrap());
+        assert_eq!(
+            std::fs::read_to_string(p).unwrap(),
+            hpmoe_dsl::stdlib::module("moe").unwrap()
+        );
         assert!(stdlib_path("nope").is_none());
         assert_eq!(stdlib_module("<std>/device.hpm"), Some("device"));
         assert_eq!(stdlib_module("examples/a.hpm"), None);

@@ -130,7 +130,11 @@ fn serve(conn: &Connection) -> Result<(), String> {
                 let method = req.method.clone();
                 let resp = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.request(req)))
                     .unwrap_or_else(|_| {
-                        Response::new_err(id, ErrorCode::InternalError as i32, format!("internal error in `{method}`"))
+                        Response::new_err(
+                            id,
+                            ErrorCode::InternalError as i32,
+                            format!("internal error in `{method}`"),
+                        )
                     });
                 server.respond(resp);
             }
@@ -185,7 +189,10 @@ impl Server<'_> {
     }
 
     fn notify<N: lsp::notification::Notification>(&self, params: N::Params) {
-        let _ = self.conn.sender.send(Message::Notification(Notification::new(N::METHOD.into(), params)));
+        let _ = self
+            .conn
+            .sender
+            .send(Message::Notification(Notification::new(N::METHOD.into(), params)));
     }
 
     /// Checks every changed document and publishes its diagnostics.
@@ -334,7 +341,10 @@ impl Server<'_> {
                     return ok(id, None::<lsp::CompletionResponse>);
                 };
                 let offset = LineIndex::new(&doc.text).offset(&doc.text, tdp.position);
-                ok(id, lsp::CompletionResponse::Array(features::completion(a, &doc.text, offset)))
+                ok(
+                    id,
+                    lsp::CompletionResponse::Array(features::completion(a, &doc.text, offset)),
+                )
             }
             Formatting::METHOD => {
                 let p: lsp::DocumentFormattingParams = match params(&req) {
@@ -360,10 +370,7 @@ impl Server<'_> {
                 let data = features::semantic_tokens(a, &doc.text);
                 ok(
                     id,
-                    lsp::SemanticTokensResult::Tokens(lsp::SemanticTokens {
-                        result_id: None,
-                        data,
-                    }),
+                    lsp::SemanticTokensResult::Tokens(lsp::SemanticTokens { result_id: None, data }),
                 )
             }
             m => Response::new_err(id, ErrorCode::MethodNotFound as i32, format!("`{m}` is not supported")),

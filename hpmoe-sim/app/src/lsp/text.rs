@@ -17,8 +17,16 @@ pub struct LineIndex {
 impl LineIndex {
     pub fn new(text: &str) -> LineIndex {
         let mut starts = vec![0];
-        starts.extend(text.bytes().enumerate().filter(|&(_, b)| b == b'\n').map(|(i, _)| i + 1));
-        LineIndex { starts, len: text.len() }
+        starts.extend(
+            text.bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
+        LineIndex {
+            starts,
+            len: text.len(),
+        }
     }
 
     /// The byte range of line `k` without its line break (`\n` or `\r\n`).

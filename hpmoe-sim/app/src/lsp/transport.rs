@@ -149,7 +149,9 @@ pub fn read_message(input: &mut impl BufRead) -> Result<Option<Message>, String>
     }
     let size = size.ok_or("a message has no Content-Length header")?;
     if size > MAX_BODY {
-        return Err(format!("a message of {size} bytes is larger than the limit of {MAX_BODY} bytes"));
+        return Err(format!(
+            "a message of {size} bytes is larger than the limit of {MAX_BODY} bytes"
+        ));
     }
     let mut body = vec![0u8; size];
     input
@@ -178,9 +180,15 @@ mod tests {
 
     #[test]
     fn malformed_framing_is_an_error_not_an_allocation() {
-        assert!(read("Content-Length: 99999999999999\r\n\r\n").unwrap_err().contains("limit"));
-        assert!(read("Content-Length: x\r\n\r\n").unwrap_err().contains("Content-Length"));
-        assert!(read("Content-Type: a\r\n\r\n{}").unwrap_err().contains("no Content-Length"));
+        assert!(read("Content-Length: 99999999999999\r\n\r\n")
+            .unwrap_err()
+            .contains("limit"));
+        assert!(read("Content-Length: x\r\n\r\n")
+            .unwrap_err()
+            .contains("Content-Length"));
+        assert!(read("Content-Type: a\r\n\r\n{}")
+            .unwrap_err()
+            .contains("no Content-Length"));
         assert!(read("Content-Length: 10\n\n").unwrap_err().contains("\\r\\n"));
         assert!(read("Content-Length: 10\r\n\r\n{}").unwrap_err().contains("ended"));
         assert!(read("Content-Length: 2\r\n\r\n{}").unwrap_err().contains("JSON-RPC"));

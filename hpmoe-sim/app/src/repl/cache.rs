@@ -456,7 +456,10 @@ mod wording_tests {
             reword("`--routing zipf(s: 1)`: the program has no routing"),
             "`:set routing = zipf(s: 1)`: the program has no routing"
         );
-        assert_eq!(reword("`--device foo`: no such device profile"), "`:set device = foo`: no such device profile");
+        assert_eq!(
+            reword("`--device foo`: no such device profile"),
+            "`:set device = foo`: no such device profile"
+        );
         assert_eq!(reword("no override here `x`"), "no override here `x`");
         assert_eq!(reword("unclosed `--set a=1"), "unclosed `--set a=1");
     }

@@ -350,8 +350,10 @@ impl Sweep {
             let outcome = hpmoe_dsl::driver::check_path(&self.file, &opts, &mut sources);
             let bad = outcome.diagnostics.as_slice().iter().find(|d| {
                 use hpmoe_dsl::diag::Code;
-                matches!(d.code, Code::BadOverride | Code::UnknownProfileField | Code::UnitMismatch)
-                    || d.message.starts_with("`--")
+                matches!(
+                    d.code,
+                    Code::BadOverride | Code::UnknownProfileField | Code::UnitMismatch
+                ) || d.message.starts_with("`--")
             });
             if let Some(d) = bad {
                 return Err(format!("--vary {}={v}: {}: {}", a.name, d.code, d.message));
