@@ -168,11 +168,6 @@ impl<T: Into<serde_json::Value>> From<T> for Json {
     }
 }
 
-/// One event object: its fields in order.
-fn event(fields: Vec<(&str, Json)>) -> Vec<(&str, Json)> {
-    fields
-}
-
 /// Writes one event object with serde_json (the fields in the given order).
 fn write_event(out: &mut dyn Write, fields: &[(&str, Json)]) -> io::Result<()> {
     use serde::ser::{SerializeMap, Serializer};
@@ -210,22 +205,22 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
         write_event(out, &fields)
     };
     let meta = |rank: u32, tid: u32, name: &'static str, args: serde_json::Value| {
-        event(vec![
+        vec![
             ("ph", "M".into()),
             ("pid", rank.into()),
             ("tid", tid.into()),
             ("name", name.into()),
             ("args", args.into()),
-        ])
+        ]
     };
     out.write_all(b"{\"displayTimeUnit\":\"ns\",\"otherData\":")?;
     write_event(
         out,
-        &event(vec![
+        &[
             ("taskflow", tf.name.as_str().into()),
             ("policy", s.policy.policy.name().into()),
             ("latency_us", us(r.makespan)),
-        ]),
+        ],
     )?;
     out.write_all(b",\"traceEvents\":[")?;
     // Metadata: processes and threads.
@@ -267,7 +262,7 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
         let (ts, te) = (ns(r.start[t]), ns(r.end[t]));
         ev(
             out,
-            event(vec![
+            vec![
                 ("ph", "X".into()),
                 ("pid", g.rank[t].into()),
                 ("tid", (core % cpr).into()),
@@ -287,7 +282,7 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
                         ("hbm_bytes", r.miss[t].into()),
                     ]),
                 ),
-            ]),
+            ],
         )?;
     }
     // Flows: from a put to the first waiter of each remote dependency counter it signals.
@@ -320,7 +315,7 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
             let from = (te - 1).max(ts);
             ev(
                 out,
-                event(vec![
+                vec![
                     ("ph", "s".into()),
                     ("id", id.into()),
                     ("pid", g.rank[t].into()),
@@ -328,11 +323,11 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
                     ("ts", us_ns(from)),
                     ("name", "put".into()),
                     ("cat", "put".into()),
-                ]),
+                ],
             )?;
             ev(
                 out,
-                event(vec![
+                vec![
                     ("ph", "f".into()),
                     ("bp", "e".into()),
                     ("id", id.into()),
@@ -341,7 +336,7 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
                     ("ts", us(r.start[x])),
                     ("name", "put".into()),
                     ("cat", "put".into()),
-                ]),
+                ],
             )?;
         }
     }
@@ -351,13 +346,13 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
         if filter.keeps_rank(smp.rank) && filter.keeps_time(smp.time) {
             ev(
                 out,
-                event(vec![
+                vec![
                     ("ph", "C".into()),
                     ("pid", smp.rank.into()),
                     ("ts", us(smp.time)),
                     ("name", "HBM GB/s".into()),
                     ("args", Json::Map(vec![("hbm", gbs(smp.a))])),
-                ]),
+                ],
             )?;
         }
     }
@@ -365,13 +360,13 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
         if filter.keeps_rank(smp.rank) && filter.keeps_time(smp.time) {
             ev(
                 out,
-                event(vec![
+                vec![
                     ("ph", "C".into()),
                     ("pid", smp.rank.into()),
                     ("ts", us(smp.time)),
                     ("name", "link GB/s".into()),
                     ("args", Json::Map(vec![("egress", gbs(smp.a)), ("ingress", gbs(smp.b))])),
-                ]),
+                ],
             )?;
         }
     }

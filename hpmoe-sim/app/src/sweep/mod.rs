@@ -315,37 +315,13 @@ impl Sweep {
     /// device field, a value of the wrong kind, a routing the program does not have): these
     /// are usage errors, found before any point runs. Other failures stay per point.
     pub fn preflight(&self) -> Result<(), String> {
-        let mut probes: Vec<(usize, String)> = Vec::new();
-        for (i, a) in self.axes.iter().enumerate() {
-            if matches!(a.kind, AxisKind::Schedule(_)) {
-                continue;
-            }
-            for v in &a.values {
-                probes.push((i, v.clone()));
-            }
-        }
-        for (i, v) in probes {
-            let a = &self.axes[i];
-            let mut set = self.set.clone();
-            let mut device = self.device.clone();
-            let mut routing = self.routing.clone();
-            match &a.kind {
-                AxisKind::Set => set.push(format!("{}={v}", a.name)),
-                AxisKind::Routing => routing = Some(v.clone()),
-                AxisKind::Device => device = Some(v.clone()),
-                AxisKind::Schedule(_) => {}
-            }
-            let overrides = set
-                .iter()
-                .map(|s| Override::parse(s))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("--vary {}: {e}", a.name))?;
-            let opts = Options {
-                overrides,
-                device,
-                routing,
-                ..Options::default()
-            };
+        let probes = self
+            .axes
+            .iter()
+            .filter(|a| !matches!(a.kind, AxisKind::Schedule(_)))
+            .flat_map(|a| a.values.iter().map(move |v| (a, v)));
+        for (a, v) in probes {
+            let (opts, _) = self.options(&[(a, v)]).map_err(|e| format!("--vary {}: {e}", a.name))?;
             let mut sources = SourceMap::new();
             let outcome = hpmoe_dsl::driver::check_path(&self.file, &opts, &mut sources);
             let bad = outcome.diagnostics.as_slice().iter().find(|d| {
@@ -362,13 +338,14 @@ impl Sweep {
         Ok(())
     }
 
-    /// Checks, compiles and simulates one configuration under one policy.
-    fn simulate(&self, values: &[String], policy: Policy) -> (String, Result<Metrics, String>) {
+    /// The check options and policy options of the fixed settings with `picks` (axis, value)
+    /// applied on top; an override that does not parse is the error.
+    fn options(&self, picks: &[(&Axis, &String)]) -> Result<(Options, BTreeMap<String, Value>), String> {
         let mut set = self.set.clone();
         let mut device = self.device.clone();
         let mut routing = self.routing.clone();
         let mut sched: BTreeMap<String, Value> = BTreeMap::new();
-        for (a, v) in self.axes.iter().zip(values) {
+        for &(a, v) in picks {
             match &a.kind {
                 AxisKind::Set => set.push(format!("{}={v}", a.name)),
                 AxisKind::Routing => routing = Some(v.clone()),
@@ -378,15 +355,22 @@ impl Sweep {
                 }
             }
         }
-        let overrides = match set.iter().map(|s| Override::parse(s)).collect::<Result<Vec<_>, _>>() {
-            Ok(o) => o,
-            Err(e) => return (String::new(), Err(format!("--set {e}"))),
-        };
+        let overrides = set.iter().map(|s| Override::parse(s)).collect::<Result<Vec<_>, _>>()?;
         let opts = Options {
             overrides,
             device,
             routing,
             ..Options::default()
+        };
+        Ok((opts, sched))
+    }
+
+    /// Checks, compiles and simulates one configuration under one policy.
+    fn simulate(&self, values: &[String], policy: Policy) -> (String, Result<Metrics, String>) {
+        let picks: Vec<(&Axis, &String)> = self.axes.iter().zip(values).collect();
+        let (opts, sched) = match self.options(&picks) {
+            Ok(x) => x,
+            Err(e) => return (String::new(), Err(format!("--set {e}"))),
         };
         let mut sources = SourceMap::new();
         let outcome = hpmoe_dsl::driver::check_path(&self.file, &opts, &mut sources);
