@@ -304,7 +304,7 @@ fn a_session_of_an_editor() {
     // (imported or not), dtypes and params.
     let r = s.request(
         "textDocument/completion",
-        json!({"textDocument": {"uri": uri}, "position": pos(11, 39)}),
+        json!({"textDocument": {"uri": uri}, "position": pos(10, 39)}),
     );
     let mut labels: Vec<&str> = r["result"]
         .as_array()
@@ -373,10 +373,11 @@ fn a_session_of_an_editor() {
     assert_eq!(at(0, 0), Some((57, "comment")));
     assert_eq!(at(4, 0), Some((5, "keyword")));
     assert_eq!(at(4, 13), Some((3, "number")));
-    assert_eq!(at(10, 0), Some((26, "comment")));
+    assert_eq!(at(9, 0), Some((26, "comment")));
+    assert_eq!(at(10, 0), Some((2, "keyword")));
     assert_eq!(at(14, 14), Some((4, "type")));
     assert_eq!(at(15, 12), Some((6, "function")));
-    assert_eq!(at(11, 39), Some((3, "enumMember")));
+    assert_eq!(at(10, 39), Some((3, "enumMember")));
 
     let r = s.request("shutdown", Value::Null);
     assert!(r["result"].is_null() && r.get("error").is_none(), "{r}");

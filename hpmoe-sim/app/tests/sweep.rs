@@ -81,11 +81,12 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-12 * a.abs().max(b.abs())
 }
 
-fn run_json(policy: &str, extra: &[&str]) -> J {
+/// `hpmoe run` of one sweep point: SMALL with `tokens` replaced.
+fn run_json(policy: &str, tokens: &str) -> J {
+    let tokens = format!("tokens={tokens}");
     let out = hpmoe()
         .args(["run", FILE, "--policy", policy, "--format", "json"])
-        .args(SMALL)
-        .args(extra)
+        .args(SMALL.map(|a| if a.starts_with("tokens=") { tokens.as_str() } else { a }))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -118,7 +119,7 @@ fn csv_and_json_agree_with_run() {
         let policy = p["policy"].as_str().unwrap();
         assert_eq!(row["tokens"], tokens);
         assert_eq!(row["policy"], policy);
-        let r = run_json(policy, &["--set", &format!("tokens={tokens}")]);
+        let r = run_json(policy, tokens);
         for (sweep_key, run_val) in [
             ("latency_us", &r["latency_us"]),
             ("lower_bound_us", &r["lower_bound_us"]),

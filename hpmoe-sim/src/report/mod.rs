@@ -450,14 +450,14 @@ impl Report {
         let b = &self.bounds;
         let _ = writeln!(
             o,
-            "    bounds (us): aic work {:.1} (rank {}) | aiv work {:.1} (rank {}) | hbm {:.1} (rank {}, {:.2} GB) | links {:.1} ({}) | data arrival {:.1} ({}) | critical path {:.1}",
+            "    bounds (us): aic work {:.1} (rank {}) | aiv work {:.1} (rank {}) | hbm {:.1} (rank {}, {}) | links {:.1} ({}) | data arrival {:.1} ({}) | critical path {:.1}",
             b.aic_work * us,
             b.ranks[0],
             b.aiv_work * us,
             b.ranks[1],
             b.hbm * us,
             b.ranks[2],
-            gb(b.hbm_bytes),
+            bytes(b.hbm_bytes),
             b.link * us,
             b.link_resource,
             b.arrival * us,
@@ -650,5 +650,40 @@ impl Report {
             "comm_phases": comm_phases,
             "hot_rank": hot_rank,
         })
+    }
+}
+
+/// A byte count in the decimal unit that keeps three significant figures: `512 B`,
+/// `4.19 MB`, `1.23 GB`.
+fn bytes(x: f64) -> String {
+    const UNITS: [(f64, &str); 4] = [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")];
+    for (scale, unit) in UNITS {
+        if x >= scale {
+            let v = x / scale;
+            let digits = if v >= 100.0 {
+                0
+            } else if v >= 10.0 {
+                1
+            } else {
+                2
+            };
+            return format!("{v:.digits$} {unit}");
+        }
+    }
+    format!("{x:.0} B")
+}
+
+#[cfg(test)]
+mod bytes_tests {
+    use super::bytes;
+
+    #[test]
+    fn sizes_read_in_the_unit_that_fits() {
+        assert_eq!(bytes(0.0), "0 B");
+        assert_eq!(bytes(512.0), "512 B");
+        assert_eq!(bytes(4_194_304.0), "4.19 MB");
+        assert_eq!(bytes(12_345_678.0), "12.3 MB");
+        assert_eq!(bytes(340.9e9), "341 GB");
+        assert_eq!(bytes(1.5e12), "1.50 TB");
     }
 }

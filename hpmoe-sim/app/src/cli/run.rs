@@ -331,7 +331,7 @@ fn inputs_of(tf: &Taskflow, inputs: &[(String, PathBuf)]) -> Vec<(String, PathBu
     inputs
         .iter()
         .filter_map(|(n, f)| match n.split_once('.') {
-            Some((t, a)) if t == tf.name => Some((a.to_string(), f.clone())),
+            Some((t, a)) if t == tf.name && has(a) => Some((a.to_string(), f.clone())),
             Some(_) => None,
             None => has(n).then(|| (n.clone(), f.clone())),
         })

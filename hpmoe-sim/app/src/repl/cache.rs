@@ -415,20 +415,16 @@ fn reword(text: &str) -> String {
             return out;
         };
         let quoted = &inner[..close];
-        let cli = quoted.trim_start_matches("--");
-        let replaced = match cli.split_once(' ') {
-            Some(("set", kv)) => Some(match kv.split_once('=') {
-                Some((k, v)) => format!(":set {k} = {v}"),
-                None => format!(":set {kv}"),
-            }),
-            Some((opt @ ("routing" | "device" | "policy"), v)) => Some(format!(":set {opt} = {v}")),
-            _ => None,
-        };
-        match replaced {
-            Some(r) => {
-                out.push('`');
-                out.push_str(&r);
-                out.push('`');
+        // One quoted run may hold several options (`--set a=1 --set b=2`): each becomes
+        // its own command, and the run is reworded only when every part is an override.
+        let parts: Option<Vec<String>> = quoted
+            .split(" --")
+            .map(|p| reword_option(p.trim_start_matches("--")))
+            .collect();
+        match parts {
+            Some(cmds) => {
+                let cmds: Vec<String> = cmds.iter().map(|c| format!("`{c}`")).collect();
+                out.push_str(&cmds.join(" and "));
             }
             None => {
                 out.push('`');
@@ -440,6 +436,18 @@ fn reword(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// One CLI override (`set k=v`, `device d`, ...) as the REPL command that does the same.
+fn reword_option(cli: &str) -> Option<String> {
+    match cli.split_once(' ') {
+        Some(("set", kv)) => Some(match kv.split_once('=') {
+            Some((k, v)) => format!(":set {k} = {v}"),
+            None => format!(":set {kv}"),
+        }),
+        Some((opt @ ("routing" | "device" | "policy"), v)) => Some(format!(":set {opt} = {v}")),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -462,5 +470,10 @@ mod wording_tests {
         );
         assert_eq!(reword("no override here `x`"), "no override here `x`");
         assert_eq!(reword("unclosed `--set a=1"), "unclosed `--set a=1");
+        assert_eq!(
+            reword("e.g. `--set tokens=64 --set hidden=128`"),
+            "e.g. `:set tokens = 64` and `:set hidden = 128`"
+        );
+        assert_eq!(reword("`--set a=1 --trace x`"), "`--set a=1 --trace x`");
     }
 }

@@ -1,8 +1,7 @@
-// A verification error found after lowering, at compile time. Races (a reader not ordered
-// after its writer) cannot be written in the language: dependencies are derived from the
-// regions each tile reads and writes. This case shows the verifier's other coverage error: a
-// user `comm` op whose puts fill only half of its output's columns, so the `add` that reads
-// the whole output reads rows no task writes (E1301, missing producer).
+// A coverage error found at compile time, before lowering: a user `comm` op whose puts fill
+// only half of its output's columns (E0503). The checker proves from the put's index
+// expressions which elements of the output are written; the verifier's own missing-producer
+// check (E1301) stays behind it for what lowering produces.
 use hpmoe_macros::taskflow;
 
 taskflow! {
