@@ -21,6 +21,7 @@
 //!
 //! Every stage returns all of its errors as [`diag::Diagnostic`]s with source spans.
 
+pub mod cancel;
 pub mod check;
 pub mod diag;
 pub mod driver;

@@ -51,6 +51,8 @@ impl Clock {
     /// Ends the stage `name` (it began at the previous lap, or at the start) and begins the
     /// next. A stage that runs twice adds up.
     pub fn lap(&mut self, name: &'static str) {
+        // A stage boundary is a cancellation check point.
+        crate::cancel::check();
         let now = Instant::now();
         let d = now - self.last;
         self.last = now;

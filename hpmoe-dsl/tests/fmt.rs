@@ -164,6 +164,17 @@ fn snapshots_of_own_inputs() {
     }
 }
 
+/// A call of a call of `max`, too long for one line: the broken form keeps the callee in
+/// parentheses, so it does not read back as the reduction `max(a, b) (..)`.
+#[test]
+fn a_long_call_of_max_keeps_its_parentheses() {
+    let arg = "a_very_long_argument_name_that_does_not_fit";
+    let src = format!("param p = (max)(a: 1, b: 2)(\"{arg}\"[], {arg}: 100, {arg}_2: 200);\n");
+    let out = format_source(&src).unwrap();
+    assert!(out.contains("(max(a: 1, b: 2))(\n"), "{out}");
+    assert_eq!(format_source(&out).ok(), Some(out.clone()));
+}
+
 #[test]
 fn exact_expressions() {
     let cases = [

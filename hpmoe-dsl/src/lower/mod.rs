@@ -638,6 +638,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     // What is left for the dependency edges, counted as they are made.
     let edge_budget = (MAX_MEMORY - need) / BYTES_PER_EDGE;
     for (node, dims) in tf.nodes.iter().zip(tilings) {
+        crate::cancel::check();
         let mut per_rank = Vec::with_capacity(ranks);
         let mut base = Vec::with_capacity(ranks);
         let mut node_total: u64 = 0;

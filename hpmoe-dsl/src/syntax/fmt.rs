@@ -171,9 +171,7 @@ fn write_expr(e: &Expr, closed: bool, s: &mut String) {
         }
         ExprKind::Sum { .. } if closed => write_wrapped(e, true, false, s),
         ExprKind::Call { callee, args } => {
-            // `max(a)(b)` would read as the reduction `max(a) (b)`.
-            let max_call = matches!(&callee.kind, ExprKind::Call { callee: c, .. } if c.name() == Some("max"));
-            write_wrapped(callee, !is_postfix_level(callee) || max_call, false, s);
+            write_callee(callee, s);
             s.push('(');
             write_list(args, s, write_arg);
             s.push(')');
@@ -256,9 +254,16 @@ fn rank_is_plain(e: &Expr) -> bool {
     }
 }
 
-fn postfix_text(e: &Expr) -> String {
+/// The callee of a call, in parentheses where it would not read back as one: below postfix
+/// level, or `max(a)` (`max(a)(b)` would read as the reduction `max(a) (b)`).
+fn write_callee(callee: &Expr, s: &mut String) {
+    let max_call = matches!(&callee.kind, ExprKind::Call { callee: c, .. } if c.name() == Some("max"));
+    write_wrapped(callee, !is_postfix_level(callee) || max_call, false, s);
+}
+
+fn callee_text(callee: &Expr) -> String {
     let mut s = String::new();
-    write_wrapped(e, !is_postfix_level(e), false, &mut s);
+    write_callee(callee, &mut s);
     s
 }
 
@@ -330,7 +335,7 @@ fn break_expr(e: &Expr, indent: usize, prefix: &str, suffix: &str) -> Vec<String
     }
     if let ExprKind::Call { callee, args } = &e.kind {
         if !args.is_empty() {
-            let mut lines = vec![format!("{}{prefix}{}(", pad(indent), postfix_text(callee))];
+            let mut lines = vec![format!("{}{prefix}{}(", pad(indent), callee_text(callee))];
             for a in args {
                 let p = a.name.as_ref().map(|n| format!("{}: ", n.name)).unwrap_or_default();
                 lines.extend(break_expr(&a.value, indent + 1, &p, ","));

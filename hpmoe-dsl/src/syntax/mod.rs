@@ -9,7 +9,7 @@
 //! - `proc` (feature `proc-macro2`): the `taskflow!` macro's token source.
 //!
 //! `hpm.pest` beside this file is the readable reference grammar; a test keeps it and the
-//! parser in agreement.
+//! parser in agreement (`reference`, feature `reference-grammar`: only tests build pest).
 
 pub mod ast;
 pub mod fmt;
@@ -17,6 +17,7 @@ pub mod lexer;
 pub mod parser;
 #[cfg(feature = "proc-macro2")]
 pub mod proc;
+#[cfg(feature = "reference-grammar")]
 pub mod reference;
 pub mod token;
 

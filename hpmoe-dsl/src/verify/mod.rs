@@ -110,6 +110,7 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
     let one_pass = reads_follow_writes(tf, g);
     if !one_pass {
         for t in 0..n {
+            crate::cancel::check_every(t);
             derived.derive(tf, g, t);
             for w in &derived.writes {
                 index.add(w, t as u32);
@@ -130,6 +131,7 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
     let mut checked_key = (u32::MAX, u32::MAX);
     let mut last_checked: Option<(Region, u32)> = None;
     for t in 0..n as u32 {
+        crate::cancel::check_every(t as usize);
         if (g.node[t as usize], g.rank[t as usize]) != checked_key {
             checked.clear();
             last_checked = None;
@@ -269,6 +271,7 @@ fn reads_follow_writes(tf: &Taskflow, g: &TaskGraph) -> bool {
     // Per call: its first task.
     let mut first: Vec<Option<u32>> = vec![None; tf.nodes.len()];
     for t in 0..g.len() {
+        crate::cancel::check_every(t);
         let ni = g.node[t] as usize;
         let Some(node) = tf.nodes.get(ni) else { return false };
         let Some(lw) = last_writer.get_mut(node.output.0 as usize) else {
@@ -449,6 +452,7 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
     }
     // Every dependency is waited for, and every producer signals its consumers' counter.
     for t in 0..n {
+        crate::cancel::check_every(t);
         let c = g.wait[t];
         if c != NO_COUNTER && !s.waits.row(t).contains(&c) {
             out.push(
@@ -484,6 +488,7 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
     // Thresholds equal the number of signals that can arrive.
     let mut arriving = vec![0u32; s.threshold.len()];
     for t in 0..n {
+        crate::cancel::check_every(t);
         for &c in s.signals.row(t) {
             if let Some(a) = arriving.get_mut(c as usize) {
                 *a += 1;

@@ -472,6 +472,7 @@ impl Sim<'_> {
         while let Some(ev) = self.queue.pop() {
             self.now = f64::from_bits(ev.time);
             self.events += 1;
+            hpmoe_dsl::cancel::check_every(self.events as usize);
             match ev.kind() {
                 KICK => {
                     for c in 0..self.s.queues.len() {

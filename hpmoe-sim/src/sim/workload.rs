@@ -352,6 +352,7 @@ impl Workload {
         let mut pre_scratch = Scratch::default();
         let mut pre: Vec<(u32, i64, u32, f64)> = Vec::new();
         for t in 0..n {
+            hpmoe_dsl::cancel::check_every(t);
             let rank = g.rank[t];
             let ni = g.node[t];
             if w.node_comm[ni as usize] && landed_node != ni {

@@ -165,7 +165,8 @@ fn editor(names: &Arc<Mutex<Names>>, color: bool) -> (Reedline, Option<String>) 
 /// The interactive session. Returns 0 when the user leaves (`:quit`, Ctrl-D).
 pub(crate) fn interactive(opts: &ReplOptions) -> i32 {
     let names = Arc::new(Mutex::new(Names::initial()));
-    outln!("hpmoe repl: `:help` for the commands, Tab completes, Ctrl-D leaves");
+    outln!("hpmoe repl: `:help` for the commands, Tab completes, Ctrl-C cancels a command, Ctrl-D leaves");
+    super::cancel_on_interrupt();
     let mut s = match start(
         opts,
         Box::new(crate::out::Stdout),

@@ -29,6 +29,7 @@ use hpmoe_dsl::diag::RenderStyle;
 use session::{Config, Flow, Session};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Names the completer and highlighter know, refreshed after every successful check.
@@ -156,10 +157,47 @@ fn start(
     Ok(s)
 }
 
-/// Runs one input, catching a panic (a bug) so that the session goes on.
+/// Ctrl-C presses since the running command started.
+static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
+
+/// Interactive sessions: Ctrl-C while a command runs (the editor is not reading keys, so the
+/// terminal sends SIGINT) cancels the command at its next check point and the session goes
+/// on; a third press before it gets there ends the process as an interrupt does (exit 130).
+/// At the prompt the line editor reads Ctrl-C itself (it clears the line).
+fn cancel_on_interrupt() {
+    let quiet = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !hpmoe_dsl::cancel::is_cancelled(info.payload()) {
+            quiet(info);
+        }
+    }));
+    let installed = ctrlc::set_handler(|| {
+        if INTERRUPTS.fetch_add(1, Ordering::Relaxed) >= 2 {
+            std::process::exit(130);
+        }
+        hpmoe_dsl::cancel::request();
+    });
+    if let Err(e) = installed {
+        errln!("note: Ctrl-C will end the session, not cancel a command ({e})");
+    }
+}
+
+/// Runs one input, catching a panic (a bug) so that the session goes on, and a cancellation
+/// (Ctrl-C) so that the command stops and the session goes on.
 fn exec(s: &mut Session, text: &str) -> Flow {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.execute(text))) {
+    INTERRUPTS.store(0, Ordering::Relaxed);
+    hpmoe_dsl::cancel::clear();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.execute(text)));
+    hpmoe_dsl::cancel::clear();
+    match r {
         Ok(f) => f,
+        Err(p) if hpmoe_dsl::cancel::is_cancelled(p.as_ref()) => {
+            // A stage stopped half-way: drop what it may have left in the caches.
+            s.cache.clear();
+            s.stages.clear();
+            s.error("cancelled");
+            Flow::Continue
+        }
         Err(_) => {
             s.cache.clear();
             s.stages.clear();

@@ -1,6 +1,6 @@
 //! Interactive REPL sessions through a pseudo-terminal (expectrl): Tab completion, a
-//! multi-line definition, history recall across sessions, Ctrl-C on a line and Ctrl-D to
-//! leave.
+//! multi-line definition, history recall across sessions, Ctrl-C on a line and during a
+//! command, and Ctrl-D to leave.
 //!
 //! Robustness: the line editor asks the terminal where its cursor is (`ESC [ 6 n`); the
 //! harness answers every such query as a terminal would. Output is matched after stripping
@@ -288,6 +288,26 @@ fn an_unwritable_history_is_not_an_error() {
     t.wait_for(":help run");
     t.type_more("\x03");
     t.wait_then_prompt(":help run");
+    t.send("\x04");
+    assert_eq!(t.wait_exit(), 0);
+}
+
+#[test]
+fn ctrl_c_cancels_a_running_command_and_the_session_goes_on() {
+    let hist = history_file("cancel.txt");
+    let layer = "../../examples/deepseek_v3_layer.hpm";
+    let mut t = Term::spawn(&[layer, "--set", "ranks=256"], &hist);
+    t.wait_then_prompt("loaded");
+    t.send(":run\r");
+    // A 256-rank layer takes far longer than this pause to lower, verify and simulate;
+    // whatever stage it is in, Ctrl-C stops it at that stage's next check point.
+    std::thread::sleep(Duration::from_millis(1500));
+    t.type_more("\x03");
+    let out = t.wait_then_prompt("cancelled");
+    assert!(!out.contains("internal error") && !out.contains("panicked"), "{out}");
+    // The session kept its state: the setting is still there, and a command runs.
+    t.send(":show params\r");
+    t.wait_then_prompt("ranks   = 256  (set)");
     t.send("\x04");
     assert_eq!(t.wait_exit(), 0);
 }
