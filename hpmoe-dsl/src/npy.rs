@@ -6,8 +6,12 @@ use std::io::Write;
 /// Element types we read and write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NpyType {
+    I8,
+    U8,
     I32,
     I64,
+    /// IEEE half precision (`<f2`, NumPy's `float16`).
+    F16,
     F32,
     F64,
 }
@@ -15,6 +19,9 @@ pub enum NpyType {
 impl NpyType {
     fn descr(self) -> &'static str {
         match self {
+            NpyType::I8 => "|i1",
+            NpyType::U8 => "|u1",
+            NpyType::F16 => "<f2",
             NpyType::I32 => "<i4",
             NpyType::I64 => "<i8",
             NpyType::F32 => "<f4",
@@ -23,13 +30,16 @@ impl NpyType {
     }
     fn size(self) -> usize {
         match self {
+            NpyType::I8 | NpyType::U8 => 1,
+            NpyType::F16 => 2,
             NpyType::I32 | NpyType::F32 => 4,
             NpyType::I64 | NpyType::F64 => 8,
         }
     }
 }
 
-/// An array read from a file: its shape and its values widened to f64 (exact for i32/f32).
+/// An array read from a file: its shape and its values widened to f64 (exact for every type
+/// but i64 beyond 2^53).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Array {
     pub dtype: NpyType,
@@ -64,11 +74,24 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
     let descr = dict_value(header, "descr").ok_or("the header has no 'descr'")?;
     let descr = descr.trim().trim_matches(|c| c == '\'' || c == '"');
     let dtype = match descr {
+        "|i1" | "<i1" => NpyType::I8,
+        "|u1" | "<u1" => NpyType::U8,
         "<i4" | "|i4" => NpyType::I32,
         "<i8" => NpyType::I64,
+        "<f2" => NpyType::F16,
         "<f4" => NpyType::F32,
         "<f8" => NpyType::F64,
-        other => return Err(format!("unsupported dtype '{other}' (expected <i4, <i8, <f4 or <f8)")),
+        other => {
+            let help = if other.contains('V') {
+                " (a bfloat16 or fp8 array from ml_dtypes has no NumPy type name: save it as float32, \
+                 which is rounded to the tensor's dtype on load)"
+            } else {
+                ""
+            };
+            return Err(format!(
+                "unsupported dtype '{other}' (expected |i1, |u1, <i4, <i8, <f2, <f4 or <f8){help}"
+            ));
+        }
     };
     let fortran = dict_value(header, "fortran_order").ok_or("the header has no 'fortran_order'")?;
     if fortran.trim() != "False" {
@@ -104,6 +127,9 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
     let data = raw
         .chunks_exact(dtype.size())
         .map(|c| match dtype {
+            NpyType::I8 => c[0] as i8 as f64,
+            NpyType::U8 => c[0] as f64,
+            NpyType::F16 => f16_decode(u16::from_le_bytes([c[0], c[1]])),
             NpyType::I32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
             NpyType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
             NpyType::I64 => i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64,
@@ -111,6 +137,43 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
         })
         .collect();
     Ok(Array { dtype, shape, data })
+}
+
+/// The value of an IEEE half-precision bit pattern.
+pub fn f16_decode(bits: u16) -> f64 {
+    let sign = if bits & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let e = (bits >> 10) & 0x1f;
+    let m = f64::from(bits & 0x3ff);
+    sign * match e {
+        0 => m * 2f64.powi(-24),
+        0x1f if m == 0.0 => f64::INFINITY,
+        0x1f => f64::NAN,
+        _ => (1.0 + m / 1024.0) * 2f64.powi(i32::from(e) - 15),
+    }
+}
+
+/// The half-precision bit pattern of `x` rounded to nearest, ties to even (beyond the largest
+/// half, infinity; a NaN stays a quiet NaN with its sign).
+pub fn f16_encode(x: f64) -> u16 {
+    let v = crate::ir::DType::F16.cast(x);
+    let sign: u16 = if v.is_sign_negative() { 0x8000 } else { 0 };
+    if v.is_nan() {
+        return sign | 0x7e00;
+    }
+    if v.is_infinite() {
+        return sign | 0x7c00;
+    }
+    let a = v.abs();
+    if a == 0.0 {
+        return sign;
+    }
+    let exp = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    if exp < -14 {
+        // Subnormal: an exact multiple of 2^-24 after the cast.
+        return sign | (a * 2f64.powi(24)) as u16;
+    }
+    let m = ((a / 2f64.powi(exp) - 1.0) * 1024.0) as u16;
+    sign | (((exp + 15) as u16) << 10) | m
 }
 
 /// The text of a key's value in the header's Python dict literal.
@@ -168,6 +231,9 @@ pub fn encode(dtype: NpyType, shape: &[usize], data: &[f64]) -> Vec<u8> {
     out.extend_from_slice(header.as_bytes());
     for &v in data {
         match dtype {
+            NpyType::I8 => out.push(v as i8 as u8),
+            NpyType::U8 => out.push(v as u8),
+            NpyType::F16 => out.extend_from_slice(&f16_encode(v).to_le_bytes()),
             NpyType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
             NpyType::I64 => out.extend_from_slice(&(v as i64).to_le_bytes()),
             NpyType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
@@ -190,7 +256,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let data: Vec<f64> = (0..24).map(|i| i as f64 - 3.0).collect();
-        for t in [NpyType::I32, NpyType::I64, NpyType::F32, NpyType::F64] {
+        for t in [NpyType::I32, NpyType::I64, NpyType::F16, NpyType::F32, NpyType::F64] {
             let bytes = encode(t, &[2, 3, 4], &data);
             assert_eq!(
                 (bytes.len() - data.len() * t.size()) % 64,
@@ -212,5 +278,75 @@ mod tests {
         assert!(parse(&b).unwrap_err().contains("fewer"));
         let huge = encode(NpyType::F32, &[1 << 40, 1 << 40], &[]);
         assert!(parse(&huge).is_err());
+    }
+
+    /// Half-precision conversions against NumPy 2.4: `np.float16(x)`'s bits (round to
+    /// nearest even, overflow to infinity, subnormals) and the value of bit patterns.
+    #[test]
+    fn half_precision_matches_numpy() {
+        let encode_cases: [(f64, u16); 21] = [
+            (0.0, 0x0000),
+            (-0.0, 0x8000),
+            (1.0, 0x3c00),
+            (-2.0, 0xc000),
+            (0.3333333333333333, 0x3555),
+            (2049.0, 0x6800),
+            (2051.0, 0x6802),
+            (65504.0, 0x7bff),
+            (65519.0, 0x7bff),
+            (65520.0, 0x7c00),
+            (1000000.0, 0x7c00),
+            (-1000000.0, 0xfc00),
+            (5.960464477539063e-08, 0x0001),
+            (2.9802322387695312e-08, 0x0000),
+            (2.980232536792755e-08, 0x0001),
+            (6.103515625e-05, 0x0400),
+            (6.097555160522461e-05, 0x03ff),
+            (0.1, 0x2e66),
+            (3.14159, 0x4248),
+            (f64::INFINITY, 0x7c00),
+            (f64::NEG_INFINITY, 0xfc00),
+        ];
+        for (x, bits) in encode_cases {
+            assert_eq!(f16_encode(x), bits, "{x}");
+        }
+        let decode_cases: [(u16, f64); 8] = [
+            (0x0001, 5.960464477539063e-08),
+            (0x03ff, 6.097555160522461e-05),
+            (0x0400, 6.103515625e-05),
+            (0x3555, 0.333251953125),
+            (0x7bff, 65504.0),
+            (0xfbff, -65504.0),
+            (0x8001, -5.960464477539063e-08),
+            (0x3c01, 1.0009765625),
+        ];
+        for (bits, x) in decode_cases {
+            assert_eq!(f16_decode(bits), x, "{bits:#06x}");
+        }
+        assert!(f16_decode(0x7e00).is_nan());
+        assert_eq!(f16_encode(f64::NAN) & 0x7e00, 0x7e00);
+    }
+
+    /// Files NumPy wrote (see tests/data/npy/README.md).
+    #[test]
+    fn reads_numpy_half_and_byte_arrays() {
+        let half = parse(include_bytes!("../tests/data/npy/half.npy")).unwrap();
+        assert_eq!(half.dtype, NpyType::F16);
+        assert_eq!(half.shape, vec![2, 3]);
+        assert_eq!(
+            half.data,
+            vec![0.5, -1.25, 65504.0, 1.1920928955078125e-07, f64::INFINITY, -0.0]
+        );
+        assert!(half.data[5].is_sign_negative());
+        let i8s = parse(include_bytes!("../tests/data/npy/int8.npy")).unwrap();
+        assert_eq!(
+            (i8s.dtype, i8s.data),
+            (NpyType::I8, vec![-128.0, -1.0, 0.0, 1.0, 127.0])
+        );
+        let u8s = parse(include_bytes!("../tests/data/npy/uint8.npy")).unwrap();
+        assert_eq!((u8s.dtype, u8s.data), (NpyType::U8, vec![0.0, 1.0, 128.0, 255.0]));
+        // What we write, NumPy's own bytes: the same header and data.
+        let ours = encode(NpyType::I8, &[5], &[-128.0, -1.0, 0.0, 1.0, 127.0]);
+        assert_eq!(&ours[..], &include_bytes!("../tests/data/npy/int8.npy")[..]);
     }
 }
