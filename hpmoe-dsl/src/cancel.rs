@@ -36,7 +36,12 @@ pub fn clear() {
 /// A check point: unwinds with [`Cancelled`] when a cancellation was requested.
 #[inline]
 pub fn check() {
-    if requested() {
+    check_flag(&REQUESTED);
+}
+
+#[inline]
+fn check_flag(flag: &AtomicBool) {
+    if flag.load(Ordering::Relaxed) {
         std::panic::panic_any(Cancelled);
     }
 }
@@ -44,8 +49,13 @@ pub fn check() {
 /// A check point in a hot loop: checks on every 4096th iteration only.
 #[inline]
 pub fn check_every(i: usize) {
+    check_every_flag(&REQUESTED, i);
+}
+
+#[inline]
+fn check_every_flag(flag: &AtomicBool, i: usize) {
     if i & 4095 == 0 {
-        check();
+        check_flag(flag);
     }
 }
 
@@ -58,19 +68,19 @@ pub fn is_cancelled(payload: &(dyn std::any::Any + Send)) -> bool {
 mod tests {
     use super::*;
 
+    // The process-wide flag is left alone: other tests of this binary run check points.
     #[test]
     fn a_request_unwinds_at_the_next_check_and_is_recognised() {
-        clear();
-        check();
-        request();
+        let flag = AtomicBool::new(false);
+        check_flag(&flag);
+        flag.store(true, Ordering::Relaxed);
         let r = std::panic::catch_unwind(|| {
-            for i in 0..10_000 {
-                check_every(i);
+            for i in 1..10_000 {
+                check_every_flag(&flag, i);
             }
+            unreachable!("the loop reaches iteration 4096");
         });
-        clear();
         let payload = r.expect_err("the loop is cancelled");
         assert!(is_cancelled(payload.as_ref()));
-        check();
     }
 }

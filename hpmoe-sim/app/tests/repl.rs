@@ -12,7 +12,6 @@
 
 /// Interactive sessions through a pseudo-terminal.
 #[cfg(unix)]
-#[path = "repl/pty.rs"]
 mod pty;
 
 use assert_cmd::Command;

@@ -1,0 +1,7 @@
+//! The simulator library's integration tests, one test crate (one link) for all of them.
+
+mod interleaved;
+mod layer;
+mod numerics;
+mod order;
+mod sim;
