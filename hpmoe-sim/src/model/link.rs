@@ -493,6 +493,22 @@ impl Links {
     }
 
     /// Pushes an event for `p` if its predicted finish is earlier than the pending one.
+    /// Gives pair `p` the rate `new` from `now` on (settling its flows at the old rate first,
+    /// keeping the ports' totals, and waking its flows); nothing when the rate stays.
+    #[inline]
+    fn set_rate(&mut self, p: usize, new: f64, now: f64, wakes: &mut Vec<Wake>) {
+        let old = self.pairs[p].rate;
+        if new == old {
+            return;
+        }
+        self.settle(p, now);
+        let (s, d, n) = (self.pairs[p].src as usize, self.pairs[p].dst as usize, self.pairs[p].n);
+        self.pairs[p].rate = new;
+        self.out_rate[s] += n as f64 * (new - old);
+        self.in_rate[d] += n as f64 * (new - old);
+        self.wake(p, wakes);
+    }
+
     fn wake(&mut self, p: usize, wakes: &mut Vec<Wake>) {
         if let Some(t) = self.predict(p) {
             let pr = &mut self.pairs[p];
@@ -788,15 +804,7 @@ impl Links {
         for &p in &comp {
             let p = p as usize;
             let new = self.pairs[p].next;
-            let old = self.pairs[p].rate;
-            if new != old {
-                self.settle(p, now);
-                let (s, d, n) = (self.pairs[p].src as usize, self.pairs[p].dst as usize, self.pairs[p].n);
-                self.pairs[p].rate = new;
-                self.out_rate[s] += n as f64 * (new - old);
-                self.in_rate[d] += n as f64 * (new - old);
-                self.wake(p, wakes);
-            }
+            self.set_rate(p, new, now, wakes);
         }
         self.comp = comp;
         self.comp_res = comp_res;
@@ -857,17 +865,9 @@ impl Links {
                     continue;
                 }
                 let new = self.pairs[p].own_level();
-                let old = self.pairs[p].rate;
                 self.pairs[p].next = new;
                 self.pairs[p].key = (new.to_bits(), 1, p as u32);
-                if new != old {
-                    self.settle(p, now);
-                    let (s, d, n) = (self.pairs[p].src as usize, self.pairs[p].dst as usize, self.pairs[p].n);
-                    self.pairs[p].rate = new;
-                    self.out_rate[s] += n as f64 * (new - old);
-                    self.in_rate[d] += n as f64 * (new - old);
-                    self.wake(p, wakes);
-                }
+                self.set_rate(p, new, now, wakes);
             }
         }
         self.local_pairs = ds;
