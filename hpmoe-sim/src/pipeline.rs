@@ -28,7 +28,7 @@
 
 use crate::model::DeviceModel;
 use crate::report::Report;
-use crate::sim::{self, SimOptions, Simulated, Workload};
+use crate::sim::{self, Progress, SimOptions, Simulated, Workload};
 use hpmoe_dsl::driver::{Checked, CompileOptions, Compiled};
 use hpmoe_dsl::ir::Program;
 use hpmoe_dsl::ir::Taskflow;
@@ -54,7 +54,7 @@ pub fn run(
     clock: &mut Clock,
 ) -> Result<Ran, Vec<Diagnostic>> {
     let program = checked.program();
-    let c = self::compile(checked, tf, spec, compile, clock)?;
+    let c = self::compile_observed(checked, tf, spec, compile, clock, sim_opts.progress.as_ref())?;
     let model = DeviceModel::new(&program.device).map_err(|msg| vec![Diagnostic::error(Code::BadOverride, msg)])?;
     let workload = Workload::new(program, tf, &c.graph, &c.schedule, &model);
     clock.lap("prepare");
@@ -84,11 +84,27 @@ pub fn compile(
     opts: &CompileOptions,
     clock: &mut Clock,
 ) -> Result<Compiled, Vec<Diagnostic>> {
+    compile_observed(checked, tf, spec, opts, clock, None)
+}
+
+/// [`compile`]; `progress` hears of each candidate's simulation ([`Progress::candidate`]
+/// numbers them from 1, and is 0 again when the choice is made).
+pub fn compile_observed(
+    checked: &Checked,
+    tf: &Taskflow,
+    spec: &PolicySpec,
+    opts: &CompileOptions,
+    clock: &mut Clock,
+    progress: Option<&Progress>,
+) -> Result<Compiled, Vec<Diagnostic>> {
     let mut c = checked.compile_timed(tf, spec, opts, clock)?;
-    let (tried, best) = choose(checked.program(), tf, &mut c, opts.verify);
+    let (tried, best) = choose_observed(checked.program(), tf, &mut c, opts.verify, progress);
     if tried > 0 {
-        other_tilings(checked, tf, &mut c, opts, best);
+        other_tilings(checked, tf, &mut c, opts, best, progress);
         clock.lap("candidates");
+    }
+    if let Some(p) = progress {
+        p.candidate(0);
     }
     Ok(c)
 }
@@ -97,7 +113,14 @@ pub fn compile(
 /// for the cube cores, its order), with the capacity mode the program gives that policy and
 /// with the other; one that is faster replaces `c` (graph and schedule), its schedule
 /// relabelled `interleaved` (with the capacity it used). `best`: the latency of `c`.
-fn other_tilings(checked: &Checked, tf: &Taskflow, c: &mut Compiled, opts: &CompileOptions, mut best: f64) {
+fn other_tilings(
+    checked: &Checked,
+    tf: &Taskflow,
+    c: &mut Compiled,
+    opts: &CompileOptions,
+    mut best: f64,
+    progress: Option<&Progress>,
+) {
     let program = checked.program();
     let spec = c.schedule.policy.clone();
     let Ok(model) = DeviceModel::new(&program.device) else {
@@ -110,7 +133,10 @@ fn other_tilings(checked: &Checked, tf: &Taskflow, c: &mut Compiled, opts: &Comp
         let Ok(mut other) = checked.compile(tf, &el, opts) else {
             continue;
         };
-        if let Some(l) = latency_below(program, tf, &other, &other.schedule, &model, best) {
+        if let Some(p) = progress {
+            p.candidate(p.candidates() + 1);
+        }
+        if let Some(l) = latency_below(program, tf, &other, &other.schedule, &model, best, progress) {
             if l < best {
                 best = l;
                 other.schedule.policy = PolicySpec {
@@ -129,14 +155,22 @@ fn other_tilings(checked: &Checked, tf: &Taskflow, c: &mut Compiled, opts: &Comp
 }
 
 /// The simulated latency of a schedule of `c`'s graph (`None` if it stalls).
-fn latency(program: &Program, tf: &Taskflow, c: &Compiled, s: &Schedule, model: &DeviceModel) -> Option<f64> {
-    latency_below(program, tf, c, s, model, f64::INFINITY)
+fn latency(
+    program: &Program,
+    tf: &Taskflow,
+    c: &Compiled,
+    s: &Schedule,
+    model: &DeviceModel,
+    progress: Option<&Progress>,
+) -> Option<f64> {
+    latency_below(program, tf, c, s, model, f64::INFINITY, progress)
 }
 
-/// [`latency`], or `None` without simulating when the schedule's lower bound
-/// ([`crate::report::bounds`]) shows it cannot be strictly below `best` (the bound
-/// relaxed by a relative `1e-9` against rounding, so a schedule is skipped only when it is
-/// slower by more than that).
+/// [`latency`] if it is strictly below `best`, else `None`: without simulating when the
+/// schedule's lower bound ([`crate::report::bounds`]) shows it cannot be (the bound relaxed
+/// by a relative `1e-9` against rounding, so a schedule is skipped only when it is slower by
+/// more than that), and with the simulation stopped once it passes `best`
+/// ([`sim::makespan_below`]). `progress` hears of the simulation.
 fn latency_below(
     program: &Program,
     tf: &Taskflow,
@@ -144,6 +178,7 @@ fn latency_below(
     s: &Schedule,
     model: &DeviceModel,
     best: f64,
+    progress: Option<&Progress>,
 ) -> Option<f64> {
     let w = Workload::new(program, tf, &c.graph, s, model);
     if best.is_finite() {
@@ -152,15 +187,28 @@ fn latency_below(
             return None;
         }
     }
-    sim::simulate(&w, s, model, SimOptions::default())
-        .ok()
-        .map(|r| r.makespan)
+    let opts = SimOptions {
+        progress: progress.cloned(),
+        ..SimOptions::default()
+    };
+    sim::makespan_below(&w, s, model, opts, best)
 }
 
 /// Replaces `c.schedule` by the fastest of the candidates of its policy (none unless the
 /// policy is `interleaved` with `candidates`); returns how many candidates were tried
 /// (simulated, or skipped by their lower bound) and the latency of the schedule kept.
 pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) -> (usize, f64) {
+    choose_observed(program, tf, c, verify, None)
+}
+
+/// [`choose`]; `progress` hears of each candidate's simulation.
+fn choose_observed(
+    program: &Program,
+    tf: &Taskflow,
+    c: &mut Compiled,
+    verify: bool,
+    progress: Option<&Progress>,
+) -> (usize, f64) {
     let spec = c.schedule.policy.clone();
     if spec.policy != hpmoe_dsl::policy::Policy::Interleaved || !spec.candidates {
         return (0, f64::INFINITY);
@@ -168,7 +216,10 @@ pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) 
     let Ok(model) = DeviceModel::new(&program.device) else {
         return (0, f64::INFINITY);
     };
-    let mut best = latency(program, tf, c, &c.schedule, &model).unwrap_or(f64::INFINITY);
+    if let Some(p) = progress {
+        p.candidate(1);
+    }
+    let mut best = latency(program, tf, c, &c.schedule, &model, progress).unwrap_or(f64::INFINITY);
     let mut tried = 0;
     for k in 0..CANDIDATES {
         let Some((s, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, &spec, k) else {
@@ -178,7 +229,10 @@ pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) 
             continue;
         }
         tried += 1;
-        if let Some(l) = latency_below(program, tf, c, &s, &model, best) {
+        if let Some(p) = progress {
+            p.candidate(tried + 1);
+        }
+        if let Some(l) = latency_below(program, tf, c, &s, &model, best, progress) {
             if l < best {
                 best = l;
                 c.schedule = s;

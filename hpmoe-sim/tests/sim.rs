@@ -65,6 +65,7 @@ fn simulated(p: &Program, c: &Compiled, record: bool) -> (Simulated, Report) {
         c,
         SimOptions {
             record_bandwidth: record,
+            ..SimOptions::default()
         },
     )
     .unwrap_or_else(|e| panic!("{e:?}"));
@@ -823,4 +824,27 @@ fn hbm_utilisation_leaves_out_the_write_backs_after_the_layer() {
         "{}",
         r.hbm_utilisation
     );
+}
+
+#[test]
+fn a_bounded_simulation_gives_the_makespan_only_below_its_limit() {
+    let p = program_file(&root().join("examples/qwen_moe_ep8_fwd.hpm"), &[]);
+    let c = compile(&p, Some(Policy::Interleaved));
+    let m = DeviceModel::new(&p.device).expect("model");
+    let w = hpmoe_sim::sim::Workload::new(&p, &p.taskflows[0], &c.graph, &c.schedule, &m);
+    let progress = sim::Progress::new();
+    let opts = SimOptions {
+        progress: Some(progress.clone()),
+        ..SimOptions::default()
+    };
+    let full = simulate(&w, &c.schedule, &m, opts.clone()).expect("runs").makespan;
+    assert_eq!(progress.tasks(), (c.graph.len() as u64, c.graph.len() as u64));
+    assert_eq!(sim::makespan_below(&w, &c.schedule, &m, opts.clone(), f64::INFINITY), Some(full));
+    assert_eq!(sim::makespan_below(&w, &c.schedule, &m, opts.clone(), full * 1.001), Some(full));
+    // Strictly below: a schedule exactly as fast as the limit is not kept.
+    assert_eq!(sim::makespan_below(&w, &c.schedule, &m, opts.clone(), full), None);
+    // Given up half-way: fewer tasks ended than the schedule has.
+    assert_eq!(sim::makespan_below(&w, &c.schedule, &m, opts, full * 0.5), None);
+    let (done, total) = progress.tasks();
+    assert!(done < total, "{done} of {total}");
 }

@@ -866,3 +866,15 @@ fn an_input_can_name_one_taskflows_argument() {
     refused(&args, 2, "names no input of the taskflows run");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_piped_run_prints_no_progress_display() {
+    let out = hpmoe()
+        .args(["run", "examples/qwen_moe_ep8_fwd.hpm"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    // stderr is a pipe here: the spinner of a terminal run must not appear.
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Dispatch-to-Combine latency"));
+}

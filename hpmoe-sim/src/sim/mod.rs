@@ -44,10 +44,45 @@ use hpmoe_dsl::schedule::Schedule;
 use workload::NONE;
 
 /// What to record besides the timeline.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct SimOptions {
     /// Bandwidth samples of every die's HBM and every rank's links (for traces).
     pub record_bandwidth: bool,
+    /// Where the event loop publishes how many tasks have ended, for a progress display.
+    pub progress: Option<Progress>,
+}
+
+/// How far a simulation is, shared with another thread: the tasks it simulates (set when it
+/// begins), those ended so far (updated every few thousand events, and at the end), and
+/// which candidate schedule it is, if any.
+#[derive(Clone, Debug, Default)]
+pub struct Progress(std::sync::Arc<[std::sync::atomic::AtomicU64; 3]>);
+
+impl Progress {
+    pub fn new() -> Progress {
+        Progress::default()
+    }
+    /// Tasks simulated so far and the tasks of the simulation (0 and 0 before it begins).
+    pub fn tasks(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.0[0].load(Relaxed), self.0[1].load(Relaxed))
+    }
+    fn set(&self, done: usize) {
+        self.0[0].store(done as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    /// Numbers the candidate schedule being simulated (0: the schedule that runs).
+    pub fn candidate(&self, k: usize) {
+        self.0[2].store(k as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    /// The candidate schedule being simulated (0: the schedule that runs).
+    pub fn candidates(&self) -> usize {
+        self.0[2].load(std::sync::atomic::Ordering::Relaxed) as usize
+    }
+    fn begin(&self, total: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.0[0].store(0, Relaxed);
+        self.0[1].store(total as u64, Relaxed);
+    }
 }
 
 /// A bandwidth sample: from `time` on, `rank`'s HBM throughput (`a`), or its link egress
@@ -360,7 +395,31 @@ struct Sim<'a> {
 
 /// Simulates a schedule.
 pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -> Result<SimResult, Stall> {
+    simulate_within(w, s, m, opts, f64::INFINITY).map(|r| r.expect("an unbounded simulation runs to its end"))
+}
+
+/// The makespan of a schedule if it is below `limit` seconds, or `None` (the simulation
+/// stops at the first event past `limit`, or at a stall): how candidate schedules are
+/// compared without simulating the rest of one that has already lost.
+pub fn makespan_below(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions, limit: f64) -> Option<f64> {
+    match simulate_within(w, s, m, opts, limit) {
+        Ok(Some(r)) if r.makespan < limit => Some(r.makespan),
+        _ => None,
+    }
+}
+
+/// [`simulate`], giving up (`Ok(None)`) at the first event later than `limit`.
+fn simulate_within(
+    w: &Workload,
+    s: &Schedule,
+    m: &DeviceModel,
+    opts: SimOptions,
+    limit: f64,
+) -> Result<Option<SimResult>, Stall> {
     let n = w.tasks();
+    if let Some(p) = &opts.progress {
+        p.begin(n);
+    }
     let ranks = w.ranks as usize;
     let counters = s.threshold.len();
     let cores = s.queues.len();
@@ -428,7 +487,13 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
         },
     };
     sim.push(w.start_time, KICK, 0, 0);
-    sim.run();
+    let ended = sim.run(limit);
+    if let Some(p) = &sim.opts.progress {
+        p.set(sim.done);
+    }
+    if !ended {
+        return Ok(None);
+    }
     if sim.done < n {
         return Err(sim.stall());
     }
@@ -459,7 +524,7 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
     r.hbm_writeback = (0..ranks).map(|d| sim.hbm.writeback_bytes(d)).collect();
     r.hbm_busy = (0..ranks).map(|d| sim.hbm.busy(d)).collect();
     r.events = sim.events;
-    Ok(r)
+    Ok(Some(r))
 }
 
 impl Sim<'_> {
@@ -468,11 +533,23 @@ impl Sim<'_> {
         self.queue.push(time, kind, id, gen);
     }
 
-    fn run(&mut self) {
+    /// Runs the event loop to its end (`true`) or to the first event later than `limit`
+    /// while tasks are left (`false`).
+    fn run(&mut self, limit: f64) -> bool {
         while let Some(ev) = self.queue.pop() {
             self.now = f64::from_bits(ev.time);
+            // Past the limit with tasks left: the makespan is later still. (With every task
+            // ended, later events are stale ones of the link model and change nothing.)
+            if self.now > limit && self.done < self.ts.len() {
+                return false;
+            }
             self.events += 1;
             hpmoe_dsl::cancel::check_every(self.events as usize);
+            if self.events % 4096 == 0 {
+                if let Some(p) = &self.opts.progress {
+                    p.set(self.done);
+                }
+            }
             match ev.kind() {
                 KICK => {
                     for c in 0..self.s.queues.len() {
@@ -513,6 +590,7 @@ impl Sim<'_> {
                 _ => {}
             }
         }
+        true
     }
 
     fn try_start(&mut self, c: usize) {

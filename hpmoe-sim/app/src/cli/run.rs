@@ -205,7 +205,8 @@ fn one(
     let p: &Program = checked;
     let tf = job.tf;
     let policy = job.policy;
-    let bar = progress.map(|m| stage_bar(m, &format!("{} ({})", tf.name, job.spec.policy.name())));
+    let simulated = hpmoe_sim::sim::Progress::new();
+    let bar = progress.map(|m| stage_bar(m, &format!("{} ({})", tf.name, job.spec.policy.name()), &simulated));
     let mut clock = match &bar {
         Some(b) => {
             let b = b.clone();
@@ -227,6 +228,7 @@ fn one(
     };
     let opts = SimOptions {
         record_bandwidth: outputs.is_some() && o.trace.is_some(),
+        progress: bar.is_some().then_some(simulated),
     };
     let hpmoe_sim::pipeline::Ran {
         compiled: c,
@@ -685,11 +687,25 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     0
 }
 
-/// A spinner for one job: its name, the stage it is in and the time so far.
-fn stage_bar(m: &indicatif::MultiProgress, name: &str) -> indicatif::ProgressBar {
+/// A spinner for one job: its name, the stages done, the tasks simulated once the
+/// simulation has begun, and the time so far.
+fn stage_bar(m: &indicatif::MultiProgress, name: &str, simulated: &hpmoe_sim::sim::Progress) -> indicatif::ProgressBar {
     let b = m.add(indicatif::ProgressBar::new_spinner());
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {prefix}: {msg} [{elapsed}]") {
-        b.set_style(style);
+    let simulated = simulated.clone();
+    let tasks = move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+        let (done, total) = simulated.tasks();
+        match simulated.candidates() {
+            _ if total == 0 => {}
+            0 => {
+                let _ = write!(w, "; simulated {done} of {total} tasks");
+            }
+            k => {
+                let _ = write!(w, "; candidate schedule {k}: simulated {done} of {total} tasks");
+            }
+        }
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {prefix}: {msg}{tasks} [{elapsed}]") {
+        b.set_style(style.with_key("tasks", tasks));
     }
     b.set_prefix(name.to_string());
     b.set_message("lowering");

@@ -311,7 +311,16 @@ impl Session {
             }
             None => {
                 let t0 = Instant::now();
-                let result = sim::simulate_compiled(&p, tf, comp, SimOptions { record_bandwidth }).map(|sim| {
+                let result = sim::simulate_compiled(
+                    &p,
+                    tf,
+                    comp,
+                    SimOptions {
+                        record_bandwidth,
+                        ..SimOptions::default()
+                    },
+                )
+                .map(|sim| {
                     let report = Report::new(
                         &p,
                         tf,

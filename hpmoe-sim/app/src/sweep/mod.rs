@@ -413,14 +413,7 @@ impl Sweep {
         };
         let c = hpmoe_sim::pipeline::compile(p, tf, &spec, &opts, &mut hpmoe_dsl::timing::Clock::new())
             .map_err(|ds| first_message(&ds))?;
-        let simd = match sim::simulate_compiled(
-            p,
-            tf,
-            &c,
-            SimOptions {
-                record_bandwidth: false,
-            },
-        ) {
+        let simd = match sim::simulate_compiled(p, tf, &c, SimOptions::default()) {
             Ok(x) => x,
             Err(SimError::Model(msg)) => return Err(msg),
             Err(SimError::Stall(st)) => {

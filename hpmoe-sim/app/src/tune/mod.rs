@@ -594,9 +594,7 @@ impl Tuner {
             tf,
             &spec,
             &opts,
-            SimOptions {
-                record_bandwidth: false,
-            },
+            SimOptions::default(),
             &mut hpmoe_dsl::timing::Clock::new(),
         )
         .map_err(|ds| first_message(&ds))?;

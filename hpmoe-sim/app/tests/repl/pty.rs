@@ -1,6 +1,6 @@
 //! Interactive REPL sessions through a pseudo-terminal (expectrl): Tab completion, a
 //! multi-line definition, history recall across sessions, Ctrl-C on a line and during a
-//! command, and Ctrl-D to leave.
+//! command, and Ctrl-D to leave; and `hpmoe run`'s progress display on a terminal.
 //!
 //! Robustness: the line editor asks the terminal where its cursor is (`ESC [ 6 n`); the
 //! harness answers every such query as a terminal would. Output is matched after stripping
@@ -59,9 +59,13 @@ struct Term {
 
 impl Term {
     fn spawn(args: &[&str], history: &Path) -> Term {
+        Term::spawn_command(&[&["repl"], args].concat(), history)
+    }
+
+    /// `hpmoe ARGS` in a pseudo-terminal of 120 x 40.
+    fn spawn_command(args: &[&str], history: &Path) -> Term {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hpmoe"));
-        cmd.arg("repl")
-            .args(args)
+        cmd.args(args)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env("HPMOE_HISTORY", history)
             .env("HPMOE_REPL_NO_TIMINGS", "1")
@@ -310,4 +314,36 @@ fn ctrl_c_cancels_a_running_command_and_the_session_goes_on() {
     t.wait_then_prompt("ranks   = 256  (set)");
     t.send("\x04");
     assert_eq!(t.wait_exit(), 0);
+}
+
+#[test]
+fn run_on_a_terminal_shows_the_stages_done_and_the_tasks_simulated() {
+    let hist = history_file("run.txt");
+    // Under `interleaved`, several candidate schedules are simulated: the display names them.
+    let mut t = Term::spawn_command(&["run", "../../examples/deepseek_v3_ep8_fwd.hpm", "--jobs", "1"], &hist);
+    t.mark = 0;
+    let out = t.wait_for("Dispatch-to-Combine latency");
+    assert_eq!(t.wait_exit(), 0);
+    let out = format!("{out}{}", t.since_mark());
+    assert!(
+        out.contains("moe_ffn (interleaved): done: lower, verify graph, schedule"),
+        "{out}"
+    );
+    let simulated = out
+        .split("candidate schedule ")
+        .skip(1)
+        .filter_map(|s| {
+            let s = s.split_once(": simulated ")?.1;
+            let (done, rest) = s.split_once(" of ")?;
+            let total = rest.split_once(" tasks")?.0;
+            Some((done.parse::<u64>().ok()?, total.parse::<u64>().ok()?))
+        })
+        .collect::<Vec<_>>();
+    assert!(!simulated.is_empty(), "no candidate's progress was shown:\n{out}");
+    assert!(simulated.iter().all(|&(d, n)| d <= n && n > 0), "{simulated:?}");
+    // One of the candidates is the schedule kept: its task count is the report's.
+    assert!(
+        simulated.iter().any(|&(_, n)| out.contains(&format!("{n} tasks\n"))),
+        "{simulated:?}\n{out}"
+    );
 }
