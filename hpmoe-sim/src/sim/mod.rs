@@ -545,7 +545,7 @@ impl Sim<'_> {
             }
             self.events += 1;
             hpmoe_dsl::cancel::check_every(self.events as usize);
-            if self.events % 4096 == 0 {
+            if self.events.is_multiple_of(4096) {
                 if let Some(p) = &self.opts.progress {
                     p.set(self.done);
                 }
