@@ -154,23 +154,7 @@ fn other_tilings(
     }
 }
 
-/// The simulated latency of a schedule of `c`'s graph (`None` if it stalls).
-fn latency(
-    program: &Program,
-    tf: &Taskflow,
-    c: &Compiled,
-    s: &Schedule,
-    model: &DeviceModel,
-    progress: Option<&Progress>,
-) -> Option<f64> {
-    latency_below(program, tf, c, s, model, f64::INFINITY, progress)
-}
-
-/// [`latency`] if it is strictly below `best`, else `None`: without simulating when the
-/// schedule's lower bound ([`crate::report::bounds`]) shows it cannot be (the bound relaxed
-/// by a relative `1e-9` against rounding, so a schedule is skipped only when it is slower by
-/// more than that), and with the simulation stopped once it passes `best`
-/// ([`sim::makespan_below`]). `progress` hears of the simulation.
+/// [`latency_of`] of a schedule of `c`'s graph, prepared here.
 fn latency_below(
     program: &Program,
     tf: &Taskflow,
@@ -181,8 +165,25 @@ fn latency_below(
     progress: Option<&Progress>,
 ) -> Option<f64> {
     let w = Workload::new(program, tf, &c.graph, s, model);
+    latency_of(&w, c, s, model, best, progress)
+}
+
+/// The simulated latency of the workload `w` of schedule `s` of `c`'s graph if it is strictly
+/// below `best`, else `None` (also when it stalls): without simulating when the schedule's
+/// lower bound ([`crate::report::bounds`]) shows it cannot be (the bound relaxed by a
+/// relative `1e-9` against rounding, so a schedule is skipped only when it is slower by more
+/// than that), and with the simulation stopped once it passes `best`
+/// ([`sim::makespan_below`]). `progress` hears of the simulation.
+fn latency_of(
+    w: &Workload,
+    c: &Compiled,
+    s: &Schedule,
+    model: &DeviceModel,
+    best: f64,
+    progress: Option<&Progress>,
+) -> Option<f64> {
     if best.is_finite() {
-        let (lb, _) = crate::report::bounds(&w, s, model, &c.graph.rank).max();
+        let (lb, _) = crate::report::bounds(w, s, model, &c.graph.rank).max();
         if lb * (1.0 - 1e-9) >= best {
             return None;
         }
@@ -191,7 +192,7 @@ fn latency_below(
         progress: progress.cloned(),
         ..SimOptions::default()
     };
-    sim::makespan_below(&w, s, model, opts, best)
+    sim::makespan_below(w, s, model, opts, best)
 }
 
 /// Replaces `c.schedule` by the fastest of the candidates of its policy (none unless the
@@ -219,7 +220,9 @@ fn choose_observed(
     if let Some(p) = progress {
         p.candidate(1);
     }
-    let mut best = latency(program, tf, c, &c.schedule, &model, progress).unwrap_or(f64::INFINITY);
+    // One workload for every schedule of the graph: the region work is done once.
+    let mut w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
+    let mut best = latency_of(&w, c, &c.schedule, &model, f64::INFINITY, progress).unwrap_or(f64::INFINITY);
     let mut tried = 0;
     for k in 0..CANDIDATES {
         let Some((s, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, &spec, k) else {
@@ -232,7 +235,8 @@ fn choose_observed(
         if let Some(p) = progress {
             p.candidate(tried + 1);
         }
-        if let Some(l) = latency_below(program, tf, c, &s, &model, best, progress) {
+        w.reschedule(&c.graph, &s, &model);
+        if let Some(l) = latency_of(&w, c, &s, &model, best, progress) {
             if l < best {
                 best = l;
                 c.schedule = s;

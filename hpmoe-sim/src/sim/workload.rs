@@ -639,15 +639,56 @@ impl Workload {
             };
             w.min_duration.push(m.task_overhead + w.compute[t].max(mem).max(link));
         }
-        // Counters: kernel launches after barriers; waiters.
+        w.set_schedule(g, s, m, &run_off, (run_first, run_count, run_bytes));
+        w
+    }
+
+    /// The workload of the same task graph under another schedule `s`, in place: what
+    /// depends on the schedule (core counts, counters and their delays, the event loop's
+    /// plan) is rebuilt; the per-task work, flows and blocks, which depend on the graph
+    /// alone, are kept. Equal to [`Workload::new`] with `s`, without its region work.
+    pub fn reschedule(&mut self, g: &TaskGraph, s: &Schedule, m: &DeviceModel) {
+        // The read runs back in task order, from the plan's queue order.
+        let n = self.plan.info.len();
+        let mut run_off: Vec<u32> = Vec::with_capacity(n + 1);
+        run_off.push(0);
+        let mut runs = (
+            Vec::with_capacity(self.plan.runs.len()),
+            Vec::with_capacity(self.plan.runs.len()),
+            Vec::with_capacity(self.plan.runs.len()),
+        );
+        for t in 0..n {
+            let info = &self.plan.info[self.plan.pos[t] as usize];
+            for r in &self.plan.runs[info.reads as usize..info.read_end as usize] {
+                runs.0.push(r.first);
+                runs.1.push(r.count);
+                runs.2.push(r.bytes);
+            }
+            run_off.push(runs.0.len() as u32);
+        }
+        self.plan = Plan::default();
+        self.set_schedule(g, s, m, &run_off, runs);
+    }
+
+    /// Sets what depends on the schedule: core counts, counters (kernel launches after
+    /// barriers; waiters) and the plan.
+    fn set_schedule(
+        &mut self,
+        g: &TaskGraph,
+        s: &Schedule,
+        m: &DeviceModel,
+        run_off: &[u32],
+        runs: (Vec<u32>, Vec<u32>, Vec<f64>),
+    ) {
+        self.cores_per_rank = s.cores_per_rank();
+        self.aic_cores = s.aic_cores;
         let total = s.threshold.len();
         let gc = total - s.barriers as usize;
         let launch = if s.policy.launch_overhead { m.kernel_launch } else { 0.0 };
-        w.start_time = launch;
-        w.delay = (0..total).map(|c| if c >= gc { launch } else { 0.0 }).collect();
-        w.waiters = s.waits.transpose_into(total);
-        w.plan = w.build_plan(g, s, &m.topology, &run_off, (run_first, run_count, run_bytes));
-        w
+        self.start_time = launch;
+        self.delay = (0..total).map(|c| if c >= gc { launch } else { 0.0 }).collect();
+        self.waiters = s.waits.transpose_into(total);
+        self.plan = self.build_plan(g, s, &m.topology, run_off, runs);
     }
 
     /// Renumbers the tasks in queue order and gathers what a task start needs.

@@ -205,3 +205,27 @@ pub(crate) fn interactive(opts: &ReplOptions) -> i32 {
     drop(ed);
     0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn styles(color: bool) -> Vec<Style> {
+        let h = ReplHighlighter {
+            names: Arc::new(Mutex::new(Names::default())),
+            color,
+        };
+        h.highlight(":run moe_ffn # a comment", 0)
+            .buffer
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect()
+    }
+
+    #[test]
+    fn highlighting_is_plain_without_colour() {
+        assert!(styles(false).iter().all(|s| *s == Style::new()));
+        // The same line has coloured pieces when colours are on.
+        assert!(styles(true).iter().any(|s| *s != Style::new()));
+    }
+}
