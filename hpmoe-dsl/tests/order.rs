@@ -68,7 +68,10 @@ fn dest(g: &TaskGraph, t: usize) -> u32 {
         DimKind::Send { .. } => c[0].group / 4,
         DimKind::Recv(route) => {
             let l = g.layouts[route.0 as usize].as_ref().unwrap();
-            l.recv[g.rank[t] as usize][c[0].lo as usize].src_rank
+            l.recv[g.rank[t] as usize]
+                .get(c[0].lo as usize)
+                .expect("a window row")
+                .src_rank
         }
         k => panic!("not a communication dimension: {k:?}"),
     }

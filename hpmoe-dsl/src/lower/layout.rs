@@ -27,6 +27,52 @@ pub struct RecvEntry {
     pub src_choice: u32,
 }
 
+/// The rows of one rank's receive window: where each comes from ([`RecvEntry`], with
+/// `NO_SOURCE` in every field for padding). Stored with the source rank shifted by one so
+/// that padding is all zeros: the window is allocated zeroed, and the pages of a large
+/// static-capacity window that only padding occupies are never touched.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecvRows(Vec<[u32; 3]>);
+
+impl RecvRows {
+    /// `rows` rows of padding.
+    pub fn padding(rows: usize) -> RecvRows {
+        RecvRows(vec![[0; 3]; rows])
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// Row `row` (`None` past the window).
+    pub fn get(&self, row: usize) -> Option<RecvEntry> {
+        self.0.get(row).map(|&[r, token, choice]| match r {
+            0 => RecvEntry {
+                src_rank: NO_SOURCE,
+                src_token: NO_SOURCE,
+                src_choice: NO_SOURCE,
+            },
+            r => RecvEntry {
+                src_rank: r - 1,
+                src_token: token,
+                src_choice: choice,
+            },
+        })
+    }
+    /// The source rank of row `row` (`NO_SOURCE` for padding); panics past the window.
+    fn src_rank(&self, row: usize) -> u32 {
+        self.0[row][0].wrapping_sub(1)
+    }
+    /// Sets row `row` (inside the window) to come from `e`.
+    pub fn set(&mut self, row: usize, e: RecvEntry) {
+        self.0[row] = [e.src_rank.wrapping_add(1), e.src_token, e.src_choice];
+    }
+    pub fn iter(&self) -> impl Iterator<Item = RecvEntry> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+}
+
 /// Rows `lo..hi` of a window, all from source rank `src`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SourceSegment {
@@ -99,7 +145,7 @@ pub struct RouteLayout {
     /// `[rank][local expert + 1]`: first window row of each local expert (exclusive end last).
     pub group_off: Vec<Vec<u32>>,
     /// `[rank][row]`: where each window row comes from.
-    pub recv: Vec<Vec<RecvEntry>>,
+    pub recv: Vec<RecvRows>,
     /// `[rank]`: rows sent, sorted by (destination expert, token, choice).
     pub send: Vec<Vec<SendEntry>>,
     /// `[rank][expert + 1]`: offsets into `send` by destination expert.
@@ -118,7 +164,7 @@ impl RouteLayout {
             + self
                 .recv
                 .iter()
-                .map(|x| x.len() * std::mem::size_of::<RecvEntry>())
+                .map(|x| x.len() * std::mem::size_of::<[u32; 3]>())
                 .sum::<usize>()
             + self
                 .send
@@ -160,17 +206,8 @@ impl RouteLayout {
             }
             group_off[d][local] = at;
         }
-        let mut recv: Vec<Vec<RecvEntry>> = (0..ranks)
-            .map(|d| {
-                vec![
-                    RecvEntry {
-                        src_rank: NO_SOURCE,
-                        src_token: NO_SOURCE,
-                        src_choice: NO_SOURCE,
-                    };
-                    group_off[d][local] as usize
-                ]
-            })
+        let mut recv: Vec<RecvRows> = (0..ranks)
+            .map(|d| RecvRows::padding(group_off[d][local] as usize))
             .collect();
         let mut send = Vec::with_capacity(ranks);
         let mut send_off = Vec::with_capacity(ranks);
@@ -204,11 +241,14 @@ impl RouteLayout {
                     };
                     fill[e] += 1;
                     let d = e / local;
-                    recv[d][slot as usize] = RecvEntry {
-                        src_rank: s as u32,
-                        src_token: t as u32,
-                        src_choice: j as u32,
-                    };
+                    recv[d].set(
+                        slot as usize,
+                        RecvEntry {
+                            src_rank: s as u32,
+                            src_token: t as u32,
+                            src_choice: j as u32,
+                        },
+                    );
                 }
             }
             send.push(list);
@@ -271,9 +311,9 @@ impl RouteLayout {
         let rows = &self.recv[rank];
         let mut a = lo;
         while a < hi {
-            let src = rows[a as usize].src_rank;
+            let src = rows.src_rank(a as usize);
             let mut b = a + 1;
-            while b < hi && rows[b as usize].src_rank == src {
+            while b < hi && rows.src_rank(b as usize) == src {
                 b += 1;
             }
             out.push(SourceSegment { lo: a, hi: b, src });
@@ -355,7 +395,7 @@ mod tests {
         for s in 0..4 {
             for e in &l.send[s] {
                 let d = l.rank_of_expert(l.routing.expert_of(s, e.token as usize, e.choice as usize));
-                let r = l.recv[d][e.slot as usize];
+                let r = l.recv[d].get(e.slot as usize).expect("a window row");
                 assert_eq!((r.src_rank, r.src_token, r.src_choice), (s as u32, e.token, e.choice));
                 seen += 1;
             }

@@ -13,7 +13,7 @@
 pub mod layout;
 pub mod regions;
 
-pub use layout::{RecvEntry, RouteLayout, SendEntry, SourceSegment, NO_SOURCE};
+pub use layout::{RecvEntry, RecvRows, RouteLayout, SendEntry, SourceSegment, NO_SOURCE};
 pub use regions::{Access, Region, MAX_DIMS};
 
 use crate::diag::{Code, Diagnostic};

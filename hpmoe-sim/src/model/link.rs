@@ -342,6 +342,9 @@ pub struct Links {
     res_rem: Vec<f64>,
     res_w: Vec<f64>,
     res_ver: Vec<u32>,
+    /// Resources that lost shares since the last [`Links::requeue`].
+    touched: Vec<u32>,
+    touched_mark: Vec<bool>,
     comp: Vec<u32>,
     comp_res: Vec<u32>,
     heap: BinaryHeap<Reverse<(u64, u8, u32, u32)>>,
@@ -417,6 +420,8 @@ impl Links {
             res_rem: vec![0.0; nres],
             res_w: vec![0.0; nres],
             res_ver: vec![0; nres],
+            touched: Vec::new(),
+            touched_mark: vec![false; nres],
             comp: Vec::new(),
             comp_res: Vec::new(),
             heap: BinaryHeap::new(),
@@ -799,6 +804,7 @@ impl Links {
                     left -= 1;
                 }
             }
+            self.requeue(level);
         }
         self.own = own;
         for &p in &comp {
@@ -940,8 +946,8 @@ impl Links {
         ok
     }
 
-    /// Pair `p` freezes at `level` per flow: its resources lose its share and re-enter the
-    /// heap at their new saturation level (never below `level`).
+    /// Pair `p` freezes at `level` per flow: its resources lose its share (and are queued
+    /// for [`Links::requeue`]).
     fn freeze(&mut self, p: usize, level: f64, key: Key) {
         let pr = &mut self.pairs[p];
         pr.frozen = true;
@@ -953,6 +959,21 @@ impl Links {
             let r = r as usize;
             self.res_rem[r] -= n * level;
             self.res_w[r] -= n;
+            if !self.touched_mark[r] {
+                self.touched_mark[r] = true;
+                self.touched.push(r as u32);
+            }
+        }
+    }
+
+    /// The resources that lost shares in the freezes at `level` re-enter the heap at their
+    /// new saturation level (never below `level`), once each: the entry a resource would
+    /// have had after its last freeze of the batch, so the solve pops the same entries in
+    /// the same order as with one entry per freeze (the earlier ones would be stale).
+    fn requeue(&mut self, level: f64) {
+        for k in 0..self.touched.len() {
+            let r = self.touched[k] as usize;
+            self.touched_mark[r] = false;
             self.res_ver[r] = self.res_ver[r].wrapping_add(1);
             if self.res_w[r] > 0.5 {
                 let l = (self.res_rem[r] / self.res_w[r]).max(level);
@@ -961,6 +982,7 @@ impl Links {
                 self.res_w[r] = 0.0;
             }
         }
+        self.touched.clear();
     }
 
     pub fn src(&self, p: u32) -> u32 {
