@@ -341,13 +341,12 @@ pub struct Links {
     res_mark: Vec<u32>,
     res_rem: Vec<f64>,
     res_w: Vec<f64>,
-    res_ver: Vec<u32>,
     /// Resources that lost shares since the last [`Links::requeue`].
     touched: Vec<u32>,
     touched_mark: Vec<bool>,
     comp: Vec<u32>,
     comp_res: Vec<u32>,
-    heap: BinaryHeap<Reverse<(u64, u8, u32, u32)>>,
+    heap: LevelHeap,
     /// Per rank: active flows leaving and entering it.
     n_out: Vec<u32>,
     n_in: Vec<u32>,
@@ -419,12 +418,11 @@ impl Links {
             res_mark: vec![0; nres],
             res_rem: vec![0.0; nres],
             res_w: vec![0.0; nres],
-            res_ver: vec![0; nres],
             touched: Vec::new(),
             touched_mark: vec![false; nres],
             comp: Vec::new(),
             comp_res: Vec::new(),
-            heap: BinaryHeap::new(),
+            heap: LevelHeap::new(nres),
             n_out: vec![0; ranks],
             n_in: vec![0; ranks],
             out_rate: vec![0.0; ranks],
@@ -748,10 +746,8 @@ impl Links {
             let w: f64 = self.users[r].iter().map(|&q| self.pairs[q as usize].n as f64).sum();
             self.res_rem[r] = self.cap[r];
             self.res_w[r] = w;
-            self.res_ver[r] = self.res_ver[r].wrapping_add(1);
             if w > 0.0 {
-                self.heap
-                    .push(Reverse(((self.cap[r] / w).to_bits(), 0, r as u32, self.res_ver[r])));
+                self.heap.set(r, (self.cap[r] / w).to_bits());
             }
         }
         // The pairs' own caps never move during the solve: a sorted list, merged with the
@@ -768,24 +764,24 @@ impl Links {
         let mut left = comp.len();
         while left > 0 {
             let from_own = match (self.heap.peek(), own.get(next_own)) {
-                (Some(&Reverse((l, k, id, _))), Some(&(ol, op))) => (ol, 1, op) < (l, k, id),
+                (Some((l, id)), Some(&(ol, op))) => (ol, 1, op) < (l, 0, id),
                 (None, Some(_)) => true,
                 (_, None) => false,
             };
-            let (lvl, kind, id, ver) = if from_own {
+            let (lvl, kind, id, _) = if from_own {
                 let (ol, op) = own[next_own];
                 next_own += 1;
                 (ol, 1, op, 0)
             } else {
                 match self.heap.pop() {
-                    Some(Reverse(e)) => e,
+                    Some((l, id)) => (l, 0, id, 0),
                     None => break,
                 }
             };
             let level = f64::from_bits(lvl);
             if kind == 0 {
                 let r = id as usize;
-                if ver != self.res_ver[r] || self.res_w[r] <= 0.0 {
+                if self.res_w[r] <= 0.0 {
                     continue;
                 }
                 let mut j = 0;
@@ -966,20 +962,18 @@ impl Links {
         }
     }
 
-    /// The resources that lost shares in the freezes at `level` re-enter the heap at their
-    /// new saturation level (never below `level`), once each: the entry a resource would
-    /// have had after its last freeze of the batch, so the solve pops the same entries in
-    /// the same order as with one entry per freeze (the earlier ones would be stale).
+    /// The resources that lost shares in the freezes at `level` take their new saturation
+    /// level in the heap (never below `level`), or leave it when no unfrozen user is left.
     fn requeue(&mut self, level: f64) {
         for k in 0..self.touched.len() {
             let r = self.touched[k] as usize;
             self.touched_mark[r] = false;
-            self.res_ver[r] = self.res_ver[r].wrapping_add(1);
             if self.res_w[r] > 0.5 {
                 let l = (self.res_rem[r] / self.res_w[r]).max(level);
-                self.heap.push(Reverse((l.to_bits(), 0, r as u32, self.res_ver[r])));
+                self.heap.set(r, l.to_bits());
             } else {
                 self.res_w[r] = 0.0;
+                self.heap.remove(r);
             }
         }
         self.touched.clear();
@@ -1029,6 +1023,46 @@ impl Links {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The level heap pops what a sorted set of (level, resource) holds, after any
+        /// sequence of inserts, moves and removals.
+        #[test]
+        fn the_level_heap_orders_as_a_sorted_set(ops in proptest::collection::vec((0usize..12, 0u64..6, 0u8..4), 0..200)) {
+            let mut h = LevelHeap::new(12);
+            let mut set = std::collections::BTreeSet::new();
+            let mut key = [None::<u64>; 12];
+            for (r, k, op) in ops {
+                match op {
+                    0 | 1 => {
+                        if let Some(old) = key[r] {
+                            set.remove(&(old, r as u32));
+                        }
+                        h.set(r, k);
+                        set.insert((k, r as u32));
+                        key[r] = Some(k);
+                    }
+                    2 => {
+                        if let Some(old) = key[r].take() {
+                            set.remove(&(old, r as u32));
+                        }
+                        h.remove(r);
+                    }
+                    _ => {
+                        let want = set.iter().next().copied();
+                        proptest::prop_assert_eq!(h.pop(), want);
+                        if let Some((_, r)) = want {
+                            set.remove(&want.expect("an entry"));
+                            key[r as usize] = None;
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(h.peek(), set.iter().next().copied());
+            }
+            h.clear();
+            proptest::prop_assert_eq!(h.peek(), None);
+        }
+    }
 
     /// A topology of `ranks` dies, `per_node` per node, one die per package; port rate
     /// `port`, pair rates `pair` (in a node) and `cross` (across); no fixed costs.
@@ -1358,5 +1392,105 @@ mod tests {
             proptest::prop_assert_eq!(lb.stats().local, 0);
             proptest::prop_assert!(la.stats().solves <= lb.stats().solves);
         }
+    }
+}
+
+/// The progressive filling's resources by saturation level: a binary min-heap of resource
+/// ids ordered by (level bits, id), with each resource's position, so that a level is
+/// updated in place (one entry per resource, never a stale one).
+#[derive(Clone, Debug)]
+struct LevelHeap {
+    heap: Vec<u32>,
+    key: Vec<u64>,
+    pos: Vec<u32>,
+}
+
+impl LevelHeap {
+    fn new(resources: usize) -> LevelHeap {
+        LevelHeap {
+            heap: Vec::new(),
+            key: vec![0; resources],
+            pos: vec![NONE; resources],
+        }
+    }
+    fn clear(&mut self) {
+        for &r in &self.heap {
+            self.pos[r as usize] = NONE;
+        }
+        self.heap.clear();
+    }
+    fn less(&self, a: u32, b: u32) -> bool {
+        (self.key[a as usize], a) < (self.key[b as usize], b)
+    }
+    /// The least (level bits, resource).
+    fn peek(&self) -> Option<(u64, u32)> {
+        self.heap.first().map(|&r| (self.key[r as usize], r))
+    }
+    fn pop(&mut self) -> Option<(u64, u32)> {
+        let top = self.peek()?;
+        self.remove(top.1 as usize);
+        Some(top)
+    }
+    /// Inserts resource `r` at `key`, or moves it there.
+    fn set(&mut self, r: usize, key: u64) {
+        self.key[r] = key;
+        let i = match self.pos[r] {
+            NONE => {
+                self.heap.push(r as u32);
+                self.heap.len() - 1
+            }
+            i => i as usize,
+        };
+        self.pos[r] = i as u32;
+        let i = self.up(i);
+        self.down(i);
+    }
+    fn remove(&mut self, r: usize) {
+        let i = self.pos[r];
+        if i == NONE {
+            return;
+        }
+        let i = i as usize;
+        self.pos[r] = NONE;
+        let last = self.heap.pop().expect("a resource in the heap");
+        if i < self.heap.len() {
+            self.heap[i] = last;
+            self.pos[last as usize] = i as u32;
+            let i = self.up(i);
+            self.down(i);
+        }
+    }
+    fn up(&mut self, mut i: usize) -> usize {
+        while i > 0 {
+            let p = (i - 1) / 2;
+            if !self.less(self.heap[i], self.heap[p]) {
+                break;
+            }
+            self.swap(i, p);
+            i = p;
+        }
+        i
+    }
+    fn down(&mut self, mut i: usize) -> usize {
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut m = i;
+            if l < self.heap.len() && self.less(self.heap[l], self.heap[m]) {
+                m = l;
+            }
+            if r < self.heap.len() && self.less(self.heap[r], self.heap[m]) {
+                m = r;
+            }
+            if m == i {
+                return i;
+            }
+            self.swap(i, m);
+            i = m;
+        }
+    }
+    fn swap(&mut self, a: usize, b: usize) {
+        self.heap.swap(a, b);
+        self.pos[self.heap[a] as usize] = a as u32;
+        self.pos[self.heap[b] as usize] = b as u32;
     }
 }
