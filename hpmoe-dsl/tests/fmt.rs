@@ -175,6 +175,22 @@ fn a_long_call_of_max_keeps_its_parentheses() {
     assert_eq!(format_source(&out).ok(), Some(out.clone()));
 }
 
+/// A comment between a taskflow's named results and its body goes inside the broken
+/// results list; the first formatting breaks that list (only), as the second does.
+#[test]
+fn a_comment_before_a_taskflow_body_formats_the_same_twice() {
+    for results in [
+        "(a: bf16[8], b: bf16[8])",
+        "(a: bf16[r.recv, hidden], b: bf16[r.recv, hidden], c: bf16[r.recv, 2 * hidden], d: bf16[r.recv, hidden])",
+    ] {
+        let src = format!("taskflow f(x: bf16[8]) -> {results}\n\n// c0\n\n {{\n    return (x, x);\n}}\n");
+        let out = format_source(&src).unwrap();
+        assert!(out.starts_with("taskflow f(x: bf16[8]) -> (\n"), "{out}");
+        assert!(out.contains("    // c0\n) {\n"), "{out}");
+        assert_eq!(format_source(&out).ok(), Some(out.clone()));
+    }
+}
+
 #[test]
 fn exact_expressions() {
     let cases = [

@@ -170,10 +170,13 @@ fn ratr_on_combine_orders_its_tiles_by_rotated_destination() {
         &p,
         &spec(&p, Policy::ExpertLevel, &[exact.clone(), ("ratr", Value::Bool(false))]),
     );
+    // With ratr, expert_level sends expert by expert (local expert 0's rows to every rank in
+    // rotated order, then local expert 1's, ...): 4 rounds of one tile per destination.
     let (dis_off, com_off) = (dests(&off, DISPATCH), dests(&off, COMBINE));
     for r in 0..RANKS {
-        assert_eq!(dests(&on, DISPATCH)[r as usize], rotated(r, 4), "dispatch rank {r}");
-        assert_eq!(dests(&on, COMBINE)[r as usize], rotated(r, 4), "combine rank {r}");
+        let by_expert: Vec<u32> = (0..4).flat_map(|_| rotated(r, 1)).collect();
+        assert_eq!(dests(&on, DISPATCH)[r as usize], by_expert, "dispatch rank {r}");
+        assert_eq!(dests(&on, COMBINE)[r as usize], by_expert, "combine rank {r}");
         assert_eq!(dis_off[r as usize], unrotated(4));
         assert_eq!(com_off[r as usize], [0, 2, 0, 2, 0, 2, 0, 2]);
     }

@@ -5,6 +5,8 @@
 //! Rank-aware order: a sending task of rank `i` to rank `d` has step `(d - i) mod ranks`; a
 //! call's tasks on a rank run by step, so rank `i` starts with its own rows, then rank `i+1`,
 //! and at any moment the ranks write to different destinations instead of all to rank 0.
+//! Under `expert_level` and `interleaved` they run by ([`ratr_key`]) local-expert round,
+//! then step: the rotation is repeated once per local expert.
 //! The destination of a task is that of its chunk: a put through `r.rank(t, j)` is chunked
 //! per destination expert, a put back through `r.src_rank(m)` per local expert and, when
 //! ordered, also where the rows' source rank changes (`lower::DestTiles`), so every task of
@@ -54,6 +56,39 @@ pub fn ratr_step(g: &TaskGraph, t: usize) -> u32 {
         Some(d) => (d + g.ranks - g.rank[t] % g.ranks) % g.ranks,
         None => 0,
     }
+}
+
+/// The position of a communication task in rank-aware order: (round, step). The round is
+/// the local expert its rows belong to (at the destination for a put through `r.rank(t, j)`,
+/// at the sender for a put back through `r.src_rank(m)`); the step is [`ratr_step`]. A rank
+/// sends local expert 0's rows to every destination in rotated order, then local expert
+/// 1's, and so on: every rank receives the rows of its first expert from every source early
+/// (the expert's products can start) and sends back each expert's outputs as soon as they
+/// are made, while at any moment the ranks still write to different destinations.
+pub fn ratr_key(g: &TaskGraph, t: usize) -> (u32, u32) {
+    (send_round(g, t).unwrap_or(0), ratr_step(g, t))
+}
+
+/// The local expert a communication task's rows belong to (see [`ratr_key`]).
+fn send_round(g: &TaskGraph, t: usize) -> Option<u32> {
+    let nt = &g.nodes[*g.node.get(t)? as usize];
+    let chunks = g.chunks(t);
+    for (d, dim) in nt.dims.iter().enumerate() {
+        match &dim.kind {
+            DimKind::Send { route, .. } => {
+                let l = g.layouts.get(route.0 as usize)?.as_ref()?;
+                let local = l.local_experts().max(1);
+                return Some((chunks.get(d)?.group as usize % local) as u32);
+            }
+            DimKind::Recv(route) => {
+                let l = g.layouts.get(route.0 as usize)?.as_ref()?;
+                let c = chunks.get(d)?;
+                return Some(l.group_of_row(g.rank[t] as usize, u32::try_from(c.lo).ok()?) as u32);
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Whether a call's tasks on a rank run by rank-aware step under `expert_level` and

@@ -22,7 +22,8 @@
 //! the same graph in other orders and keeps the fastest. The scheduler itself cannot run the
 //! simulator; it only builds the candidates.
 
-use super::{critical_path, is_comm, ratr_step, schedule, Schedule};
+use super::collective::ratr_key;
+use super::{critical_path, is_comm, schedule, Schedule};
 use crate::ir::{Engine, Program, Taskflow};
 use crate::lower::{Csr, TaskGraph, NO_COUNTER};
 use crate::policy::{Policy, PolicySpec, Priority};
@@ -67,7 +68,7 @@ pub(super) fn place(
             let (base, count) = (nt.base[r], nt.per_rank[r].count);
             let mut ts: Vec<u32> = (base..base + count).collect();
             if ratr_node[ni] {
-                ts.sort_by_key(|&t| (ratr_step(g, t as usize), t));
+                ts.sort_by_key(|&t| (ratr_key(g, t as usize), t));
             }
             for (k, &t) in ts.iter().enumerate() {
                 within[t as usize] = (k as u32, count.max(1));
@@ -81,7 +82,11 @@ pub(super) fn place(
             let node = g.node[t] as usize;
             let prio = tf.nodes[node].priority;
             let (main, step) = if ratr_node[node] {
-                (node_cp[node * g.ranks as usize + g.rank[t] as usize], ratr_step(g, t))
+                let (round, step) = ratr_key(g, t);
+                (
+                    node_cp[node * g.ranks as usize + g.rank[t] as usize],
+                    (round as u64 * g.ranks as u64 + step as u64).min(u32::MAX as u64) as u32,
+                )
             } else {
                 (cp[t], 0)
             };

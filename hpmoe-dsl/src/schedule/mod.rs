@@ -10,7 +10,8 @@
 //! `interleaved` (tile-level list scheduling by priority, all vector cores; see
 //! `interleaved.rs`, which also builds the candidate schedules the simulator compares with
 //! it). Transforms: `ratr` (rank-aware reordering of communication:
-//! each source rank starts at a different destination) and the interleaving of independent
+//! each source rank starts at a different destination; under `expert_level` and
+//! `interleaved` round by round of local experts, `collective::ratr_key`) and the interleaving of independent
 //! backward GMM branches on the cube queues.
 
 pub mod collective;
@@ -177,7 +178,8 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
         Policy::ExpertLevel | Policy::KernelByKernel => {
             // Per (rank, engine): tasks in op order; within a call, by expert (the tile order
             // already groups rows by expert) and, for communication with ratr, by rotated
-            // destination; independent backward GMM calls are interleaved on the cube queue.
+            // destination (under expert_level, expert round by expert round); independent
+            // backward GMM calls are interleaved on the cube queue.
             let mut lists: Vec<Vec<u32>> = vec![Vec::new(); g.ranks as usize * 2];
             let interleave = spec.policy == Policy::ExpertLevel && spec.interleave_backward;
             let groups = node_groups(tf, interleave);
@@ -193,7 +195,13 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
                             let base = nt.base[r as usize];
                             let mut ts: Vec<u32> = (base..base + nt.per_rank[r as usize].count).collect();
                             if collective::by_step(spec, tf, ni) {
-                                ts.sort_by_key(|&t| (ratr_step(g, t as usize), t));
+                                if spec.policy == Policy::KernelByKernel {
+                                    // A collective's order: step by step (its products wait
+                                    // for the whole exchange anyway).
+                                    ts.sort_by_key(|&t| (ratr_step(g, t as usize), t));
+                                } else {
+                                    ts.sort_by_key(|&t| (collective::ratr_key(g, t as usize), t));
+                                }
                             }
                             per_node.push(ts);
                         }

@@ -671,6 +671,14 @@ impl<'a> Printer<'a> {
             .collect()
     }
 
+    /// Whether a line comment not yet printed starts in `a..b`.
+    fn line_comment_between(&self, a: usize, b: usize) -> bool {
+        (self.first..self.comments.len()).any(|i| {
+            let c = &self.comments[i];
+            !self.done[i] && is_line_comment(c) && lo(c.span) >= a && lo(c.span) < b
+        })
+    }
+
     fn comment_inside(&self, delims: Option<(Span, Span)>) -> bool {
         let Some((o, c)) = delims else {
             return false;
@@ -1301,12 +1309,18 @@ impl<'a> Printer<'a> {
             TaskflowRet::Single(ty) => segs.push(Seg::Text(format!(" -> {}{open}", tensor_text(ty)))),
             TaskflowRet::Named(outs) => {
                 let from = params_delims.map_or(hi(t.name.span), |(_, c)| hi(c));
+                let delims = self.delims(from, lo(t.body_span), Delim::Paren);
+                // A line comment between the results and the body is printed on its own line
+                // inside the broken results list (before its `)`), where the next formatting
+                // finds it: break the list now, so that the layout is the same both times.
+                // (A block comment there ends the line of the `{`.)
+                let trailing = delims.is_some_and(|(_, c)| self.line_comment_between(hi(c), lo(t.body_span)));
                 segs.push(Seg::Text(" -> ".into()));
                 segs.push(Seg::List(List {
                     open: "(",
                     close: ")",
                     spaced: false,
-                    delims: self.delims(from, lo(t.body_span), Delim::Paren),
+                    delims,
                     elems: outs
                         .iter()
                         .map(|(n, ty)| Elem {
@@ -1316,7 +1330,7 @@ impl<'a> Printer<'a> {
                             text: format!("{}: {}", n.name, tensor_text(ty)),
                         })
                         .collect(),
-                    force: false,
+                    force: trailing,
                 }));
                 segs.push(Seg::Text(open.into()));
             }
