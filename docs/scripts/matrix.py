@@ -2,7 +2,9 @@
 expert_level and kernel_by_kernel, as a Markdown table (docs/REPRODUCTION.md, section 9).
 
 Usage: python3 docs/scripts/matrix.py HPMOE_BINARY [NAME=VALUE ...]   (the values go to --set)
+JOBS=N runs N cases side by side (default: the number of CPUs).
 """
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -25,12 +27,17 @@ def run(e,rt,pol):
     except Exception: print(out.stderr[:500]); raise
     d=d['runs'][0]
     return d
+def case(arg):
+    e, (name, rt) = arg
+    return e, name, run(e, rt, "interleaved"), run(e, rt, "expert_level"), run(e, rt, "kernel_by_kernel")
+
 bad=0
 print("| example | routing | interleaved us | expert_level us | kbk us | bound us (kind) | interleaved schedule | eff |")
 print("|---|---|---|---|---|---|---|---|")
-for e in ex:
-    for name,rt in routes:
-        i=run(e,rt,"interleaved"); el=run(e,rt,"expert_level"); k=run(e,rt,"kernel_by_kernel")
+# The cases run side by side (each `hpmoe run` is single-threaded), printed in order.
+jobs = int(os.environ.get("JOBS", os.cpu_count() or 1))
+with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+    for e, name, i, el, k in pool.map(case, [(e, r) for e in ex for r in routes]):
         li,le,lk=i['latency_us'],el['latency_us'],k['latency_us']
         ok = li <= min(le,lk)+1e-9
         bad += not ok

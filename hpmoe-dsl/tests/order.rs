@@ -149,10 +149,12 @@ fn ratr_on_combine_orders_its_tiles_by_rotated_destination() {
             &[unordered.clone(), ("ratr", Value::Bool(false))],
         ),
     );
+    // With ratr, the rotation runs once per local expert (4), 2 tiles per (expert, pair).
     for node in [DISPATCH, COMBINE] {
         let (d_on, d_off) = (dests(&on, node), dests(&off, node));
         for r in 0..RANKS {
-            assert_eq!(d_on[r as usize], rotated(r, 8), "call {node} rank {r} with ratr");
+            let by_expert: Vec<u32> = (0..4).flat_map(|_| rotated(r, 2)).collect();
+            assert_eq!(d_on[r as usize], by_expert, "call {node} rank {r} with ratr");
             assert_eq!(
                 d_off[r as usize],
                 unrotated_of(node, 8),

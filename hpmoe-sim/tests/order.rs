@@ -129,10 +129,11 @@ fn ratr_on_combine_changes_the_order_tiles_run_in() {
         let e_off = events(&p, &off, call);
         assert_eq!(e_on.len(), 4 * 32);
         for ((rank, core), d) in per_core(&on.graph, &e_on) {
-            // Each core runs every other tile of its rank's rotated list: 4 to the rank
-            // itself, then 4 to the next rank, ...
-            let want: Vec<u32> = (0..RANKS)
-                .flat_map(|k| std::iter::repeat_n((rank + k) % RANKS, 4))
+            // Each core runs every other tile of its rank's rotated list, which rotates once
+            // per local expert (4) with 2 tiles per (expert, pair): per expert, one tile to
+            // the rank itself, then one to the next rank, ...
+            let want: Vec<u32> = (0..4)
+                .flat_map(|_| (0..RANKS).map(move |k| (rank + k) % RANKS))
                 .collect();
             assert_eq!(d, want, "{call} with ratr, rank {rank} core {core}");
         }

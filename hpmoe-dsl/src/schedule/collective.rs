@@ -5,7 +5,7 @@
 //! Rank-aware order: a sending task of rank `i` to rank `d` has step `(d - i) mod ranks`; a
 //! call's tasks on a rank run by step, so rank `i` starts with its own rows, then rank `i+1`,
 //! and at any moment the ranks write to different destinations instead of all to rank 0.
-//! Under `expert_level` and `interleaved` they run by ([`ratr_key`]) local-expert round,
+//! Except in the pairwise AllToAllV below they run by ([`ratr_key`]) local-expert round,
 //! then step: the rotation is repeated once per local expert.
 //! The destination of a task is that of its chunk: a put through `r.rank(t, j)` is chunked
 //! per destination expert, a put back through `r.src_rank(m)` per local expert and, when

@@ -178,7 +178,8 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
         Policy::ExpertLevel | Policy::KernelByKernel => {
             // Per (rank, engine): tasks in op order; within a call, by expert (the tile order
             // already groups rows by expert) and, for communication with ratr, by rotated
-            // destination (under expert_level, expert round by expert round); independent
+            // destination (expert round by expert round, but for the pairwise AllToAllV's
+            // steps); independent
             // backward GMM calls are interleaved on the cube queue.
             let mut lists: Vec<Vec<u32>> = vec![Vec::new(); g.ranks as usize * 2];
             let interleave = spec.policy == Policy::ExpertLevel && spec.interleave_backward;
@@ -195,9 +196,8 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
                             let base = nt.base[r as usize];
                             let mut ts: Vec<u32> = (base..base + nt.per_rank[r as usize].count).collect();
                             if collective::by_step(spec, tf, ni) {
-                                if spec.policy == Policy::KernelByKernel {
-                                    // A collective's order: step by step (its products wait
-                                    // for the whole exchange anyway).
+                                if collective::pairwise(spec) {
+                                    // A collective's order: step by step.
                                     ts.sort_by_key(|&t| (ratr_step(g, t as usize), t));
                                 } else {
                                     ts.sort_by_key(|&t| (collective::ratr_key(g, t as usize), t));
