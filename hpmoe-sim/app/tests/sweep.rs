@@ -175,7 +175,7 @@ fn charts_are_well_formed_with_one_bar_per_point() {
     assert_eq!(code, 0);
     let points = 2 * 2 * 3;
     let want: Vec<String> = (0..points).map(|i| i.to_string()).collect();
-    for chart in ["latency.svg", "phases.svg"] {
+    for chart in ["latency.svg", "phases.svg", "l2.svg"] {
         let text = std::fs::read_to_string(dir.join(chart)).unwrap();
         let doc = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{chart}: {e}"));
         assert!(doc.root_element().has_tag_name("svg"));
@@ -195,6 +195,24 @@ fn charts_are_well_formed_with_one_bar_per_point() {
         lat.contains("latency (us)") && lat.contains("x</text>"),
         "axis label and speedup annotations"
     );
+    // The L2 chart's bars carry each point's hit rate from sweep.csv, in percent.
+    let l2 = std::fs::read_to_string(dir.join("l2.svg")).unwrap();
+    assert!(
+        l2.contains("L2 hit rate (%)") && !l2.contains("x</text>"),
+        "axis, no speedups"
+    );
+    let csv = std::fs::read_to_string(dir.join("sweep.csv")).unwrap();
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = head
+        .iter()
+        .position(|h| *h == "l2_hit_rate")
+        .expect("an l2_hit_rate column");
+    for line in lines {
+        let rate: f64 = line.split(',').nth(col).unwrap().parse().unwrap();
+        let shown = format!(": {:.1}%</title>", rate * 100.0);
+        assert!(l2.contains(&shown), "{shown} missing from l2.svg");
+    }
 }
 
 #[test]
@@ -215,7 +233,14 @@ fn outputs_do_not_depend_on_the_thread_count() {
     b_args.extend(["--threads", "2"]);
     assert_eq!(sweep(&a, &a_args), 0);
     assert_eq!(sweep(&b, &b_args), 0);
-    for f in ["sweep.csv", "sweep.json", "latency.svg", "phases.svg", "speedup.svg"] {
+    for f in [
+        "sweep.csv",
+        "sweep.json",
+        "latency.svg",
+        "phases.svg",
+        "speedup.svg",
+        "l2.svg",
+    ] {
         let x = std::fs::read(a.join(f)).unwrap();
         let y = std::fs::read(b.join(f)).unwrap();
         assert!(x == y, "{f} differs between 1 and 2 threads");

@@ -217,6 +217,10 @@ fn outputs(sw: &Sweep, rows: &[sweep::Row], out: &Path, format: Format) -> i32 {
             "phases.svg".to_string(),
             svg::phases_chart(&format!("{name}: per-phase active time"), &sw.axes, rows),
         ),
+        (
+            "l2.svg".to_string(),
+            svg::l2_chart(&format!("{name}: L2 hit rate per policy"), &sw.axes, rows),
+        ),
     ];
     if let Some(s) = svg::speedup_chart(&format!("{name}: speedup over kernel_by_kernel"), &sw.axes, rows) {
         files.push(("speedup.svg".to_string(), s));

@@ -202,17 +202,63 @@ fn frame(groups: usize, per_group: usize, labels: &[String], legend_w: f64) -> (
 /// Grouped bars: latency per configuration and policy, with the speedup over
 /// `kernel_by_kernel` above each bar (the paper's Figure 7 kind).
 pub fn latency_chart(title: &str, axes: &[Axis], rows: &[Row]) -> String {
+    bar_chart(
+        title,
+        axes,
+        rows,
+        &Bars {
+            value: |m| m.latency_us,
+            axis: "latency (us)",
+            unit: " us",
+            scale: 1.0,
+            speedups: true,
+            x_title: "configuration (above a bar: speedup over kernel_by_kernel)",
+        },
+    )
+}
+
+/// Grouped bars: the L2 hit rate (share of the bytes read that hit) per configuration and
+/// policy; the cache effect of tile-level interleaving shows here.
+pub fn l2_chart(title: &str, axes: &[Axis], rows: &[Row]) -> String {
+    bar_chart(
+        title,
+        axes,
+        rows,
+        &Bars {
+            value: |m| m.l2_hit_rate,
+            axis: "L2 hit rate (%)",
+            unit: "%",
+            scale: 100.0,
+            speedups: false,
+            x_title: "configuration",
+        },
+    )
+}
+
+/// What a grouped bar chart shows: a metric of each point (times `scale` on the axis), its
+/// unit in the tooltips, and whether each bar carries its speedup.
+struct Bars {
+    value: fn(&super::Metrics) -> f64,
+    axis: &'static str,
+    unit: &'static str,
+    scale: f64,
+    speedups: bool,
+    x_title: &'static str,
+}
+
+fn bar_chart(title: &str, axes: &[Axis], rows: &[Row], bars: &Bars) -> String {
     let (labels, policies) = groups(axes, rows);
     let (f, group_w) = frame(labels.len(), policies.len(), &labels, 150.0);
+    let value = |m: &super::Metrics| (bars.value)(m) * bars.scale;
     let ymax_raw = rows
         .iter()
         .filter_map(|r| r.outcome.as_ref().ok())
-        .map(|m| m.latency_us)
+        .map(value)
         .fold(0.0, f64::max);
     let (ymax, step) = nice(ymax_raw * 1.08);
     let mut o = String::new();
     header(&mut o, &f, title);
-    y_axis(&mut o, &f, ymax, step, "latency (us)");
+    y_axis(&mut o, &f, ymax, step, bars.axis);
     let bar_w = (group_w - 20.0) / policies.len().max(1) as f64;
     let bar_w = bar_w.min(22.0);
     let mut ci = 0usize;
@@ -228,19 +274,20 @@ pub fn latency_chart(title: &str, axes: &[Axis], rows: &[Row]) -> String {
         let base = f.top + f.plot_h;
         match &r.outcome {
             Ok(m) => {
-                let h = m.latency_us / ymax * f.plot_h;
+                let v = value(m);
+                let h = if ymax > 0.0 { v / ymax * f.plot_h } else { 0.0 };
                 let _ = writeln!(
                     o,
-                    r#"<rect data-point="{i}" x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="{c}"><title>{lab} / {p}: {lat:.1} us</title></rect>"#,
+                    r#"<rect data-point="{i}" x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="{c}"><title>{lab} / {p}: {v:.1}{u}</title></rect>"#,
                     i = r.index,
                     y = base - h,
                     w = bar_w - 2.0,
                     c = policy_colour(&r.policy, pi),
                     lab = esc(&config_label(axes, &r.values)),
                     p = esc(&r.policy),
-                    lat = m.latency_us
+                    u = bars.unit,
                 );
-                if let Some(s) = r.speedup {
+                if let Some(s) = r.speedup.filter(|_| bars.speedups) {
                     let tx = x + (bar_w - 2.0) / 2.0;
                     let ty = base - h - 4.0;
                     let _ = writeln!(
@@ -265,7 +312,7 @@ pub fn latency_chart(title: &str, axes: &[Axis], rows: &[Row]) -> String {
         }
     }
     group_labels(&mut o, &f, &labels, group_w);
-    x_title(&mut o, &f, "configuration (above a bar: speedup over kernel_by_kernel)");
+    x_title(&mut o, &f, bars.x_title);
     let items: Vec<(String, &str)> = policies
         .iter()
         .enumerate()
