@@ -136,7 +136,8 @@ fn other_tilings(
         if let Some(p) = progress {
             p.candidate(p.candidates() + 1);
         }
-        if let Some(l) = latency_below(program, tf, &other, &other.schedule, &model, best, progress) {
+        let w = Workload::new(program, tf, &other.graph, &other.schedule, &model);
+        if let Some(l) = latency_of(&w, &other, &other.schedule, &model, best, progress) {
             if l < best {
                 best = l;
                 other.schedule.policy = PolicySpec {
@@ -152,20 +153,6 @@ fn other_tilings(
             }
         }
     }
-}
-
-/// [`latency_of`] of a schedule of `c`'s graph, prepared here.
-fn latency_below(
-    program: &Program,
-    tf: &Taskflow,
-    c: &Compiled,
-    s: &Schedule,
-    model: &DeviceModel,
-    best: f64,
-    progress: Option<&Progress>,
-) -> Option<f64> {
-    let w = Workload::new(program, tf, &c.graph, s, model);
-    latency_of(&w, c, s, model, best, progress)
 }
 
 /// The simulated latency of the workload `w` of schedule `s` of `c`'s graph if it is strictly

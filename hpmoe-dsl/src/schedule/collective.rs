@@ -31,28 +31,52 @@ use crate::policy::{AllToAll, Policy, PolicySpec};
 /// end at source changes, the source rank of its rows. `None` for other tasks (and for a
 /// put back whose chunks may span several source ranks).
 pub fn send_dest(g: &TaskGraph, t: usize) -> Option<u32> {
-    let nt = &g.nodes[*g.node.get(t)? as usize];
+    comm_place(g, t).0
+}
+
+/// A communication task's destination rank ([`send_dest`]) and the local expert its rows
+/// belong to (at the destination for a put through `r.rank(t, j)`, at the sender for a put
+/// back through `r.src_rank(m)`), from its chunk of the first send or receive dimension
+/// (the destination of a put back from the first one split by source).
+fn comm_place(g: &TaskGraph, t: usize) -> (Option<u32>, Option<u32>) {
+    let Some(nt) = g.node.get(t).map(|&n| &g.nodes[n as usize]) else {
+        return (None, None);
+    };
     let chunks = g.chunks(t);
+    let rank = g.rank[t] as usize;
+    let mut round = None;
     for (d, dim) in nt.dims.iter().enumerate() {
-        match &dim.kind {
-            DimKind::Send { route, .. } => {
-                let l = g.layouts.get(route.0 as usize)?.as_ref()?;
-                return Some(l.rank_of_expert(chunks.get(d)?.group as usize) as u32);
-            }
-            DimKind::Recv(route) if dim.by_source => {
-                let l = g.layouts.get(route.0 as usize)?.as_ref()?;
-                let c = chunks.get(d)?;
-                return l.source_of_row(g.rank[t] as usize, u32::try_from(c.lo).ok()?);
-            }
-            _ => {}
+        let (route, send) = match &dim.kind {
+            DimKind::Send { route, .. } => (route, true),
+            DimKind::Recv(route) => (route, false),
+            _ => continue,
+        };
+        let (Some(l), Some(c)) = (g.layouts.get(route.0 as usize).and_then(Option::as_ref), chunks.get(d)) else {
+            return (None, round);
+        };
+        if send {
+            let e = c.group as usize;
+            let local = (e % l.local_experts().max(1)) as u32;
+            return (Some(l.rank_of_expert(e) as u32), round.or(Some(local)));
+        }
+        let Ok(row) = u32::try_from(c.lo) else {
+            return (None, round);
+        };
+        round = round.or(Some(l.group_of_row(rank, row) as u32));
+        if dim.by_source {
+            return (l.source_of_row(rank, row), round);
         }
     }
-    None
+    (None, round)
 }
 
 /// The rank-aware step of a communication task: `(dest - src) mod ranks` (0 for others).
 pub fn ratr_step(g: &TaskGraph, t: usize) -> u32 {
-    match send_dest(g, t) {
+    step_to(g, t, send_dest(g, t))
+}
+
+fn step_to(g: &TaskGraph, t: usize, dest: Option<u32>) -> u32 {
+    match dest {
         Some(d) => (d + g.ranks - g.rank[t] % g.ranks) % g.ranks,
         None => 0,
     }
@@ -66,29 +90,8 @@ pub fn ratr_step(g: &TaskGraph, t: usize) -> u32 {
 /// (the expert's products can start) and sends back each expert's outputs as soon as they
 /// are made, while at any moment the ranks still write to different destinations.
 pub fn ratr_key(g: &TaskGraph, t: usize) -> (u32, u32) {
-    (send_round(g, t).unwrap_or(0), ratr_step(g, t))
-}
-
-/// The local expert a communication task's rows belong to (see [`ratr_key`]).
-fn send_round(g: &TaskGraph, t: usize) -> Option<u32> {
-    let nt = &g.nodes[*g.node.get(t)? as usize];
-    let chunks = g.chunks(t);
-    for (d, dim) in nt.dims.iter().enumerate() {
-        match &dim.kind {
-            DimKind::Send { route, .. } => {
-                let l = g.layouts.get(route.0 as usize)?.as_ref()?;
-                let local = l.local_experts().max(1);
-                return Some((chunks.get(d)?.group as usize % local) as u32);
-            }
-            DimKind::Recv(route) => {
-                let l = g.layouts.get(route.0 as usize)?.as_ref()?;
-                let c = chunks.get(d)?;
-                return Some(l.group_of_row(g.rank[t] as usize, u32::try_from(c.lo).ok()?) as u32);
-            }
-            _ => {}
-        }
-    }
-    None
+    let (dest, round) = comm_place(g, t);
+    (round.unwrap_or(0), step_to(g, t, dest))
 }
 
 /// Whether a call's tasks on a rank run by rank-aware step under `expert_level` and

@@ -68,7 +68,7 @@ pub(super) fn place(
             let (base, count) = (nt.base[r], nt.per_rank[r].count);
             let mut ts: Vec<u32> = (base..base + count).collect();
             if ratr_node[ni] {
-                ts.sort_by_key(|&t| (ratr_key(g, t as usize), t));
+                ts.sort_by_cached_key(|&t| (ratr_key(g, t as usize), t));
             }
             for (k, &t) in ts.iter().enumerate() {
                 within[t as usize] = (k as u32, count.max(1));

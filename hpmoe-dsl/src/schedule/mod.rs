@@ -200,7 +200,7 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
                                     // A collective's order: step by step.
                                     ts.sort_by_key(|&t| (ratr_step(g, t as usize), t));
                                 } else {
-                                    ts.sort_by_key(|&t| (collective::ratr_key(g, t as usize), t));
+                                    ts.sort_by_cached_key(|&t| (collective::ratr_key(g, t as usize), t));
                                 }
                             }
                             per_node.push(ts);

@@ -7,3 +7,13 @@ mod repl;
 mod robust;
 mod sweep;
 mod tune;
+
+/// Every file a sweep writes (an unsharded run, or the merge of its shards).
+const SWEEP_FILES: [&str; 6] = [
+    "sweep.csv",
+    "sweep.json",
+    "latency.svg",
+    "phases.svg",
+    "speedup.svg",
+    "l2.svg",
+];

@@ -233,14 +233,7 @@ fn outputs_do_not_depend_on_the_thread_count() {
     b_args.extend(["--threads", "2"]);
     assert_eq!(sweep(&a, &a_args), 0);
     assert_eq!(sweep(&b, &b_args), 0);
-    for f in [
-        "sweep.csv",
-        "sweep.json",
-        "latency.svg",
-        "phases.svg",
-        "speedup.svg",
-        "l2.svg",
-    ] {
+    for f in crate::SWEEP_FILES {
         let x = std::fs::read(a.join(f)).unwrap();
         let y = std::fs::read(b.join(f)).unwrap();
         assert!(x == y, "{f} differs between 1 and 2 threads");

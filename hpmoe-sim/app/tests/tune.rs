@@ -341,14 +341,7 @@ fn sharded_sweep_merged_equals_unsharded() {
         let args: Vec<&str> = a.iter().map(String::as_str).collect();
         let m = run(&args);
         assert_eq!(m.code, 0, "{}", m.stderr);
-        for f in [
-            "sweep.csv",
-            "sweep.json",
-            "latency.svg",
-            "phases.svg",
-            "speedup.svg",
-            "l2.svg",
-        ] {
+        for f in crate::SWEEP_FILES {
             assert_eq!(
                 std::fs::read(full.join(f)).unwrap(),
                 std::fs::read(merged.join(f)).unwrap(),
