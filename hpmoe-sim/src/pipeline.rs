@@ -98,9 +98,8 @@ pub fn compile_observed(
     progress: Option<&Progress>,
 ) -> Result<Compiled, Vec<Diagnostic>> {
     let mut c = checked.compile_timed(tf, spec, opts, clock)?;
-    let (tried, best) = choose_observed(checked.program(), tf, &mut c, opts.verify, progress);
-    if tried > 0 {
-        other_tilings(checked, tf, &mut c, opts, best, progress);
+    if let Some((_, best, seen)) = choose_observed(checked.program(), tf, &mut c, opts.verify, progress) {
+        other_tilings(checked, tf, &mut c, opts, best, &seen, progress);
         clock.lap("candidates");
     }
     if let Some(p) = progress {
@@ -119,6 +118,7 @@ fn other_tilings(
     c: &mut Compiled,
     opts: &CompileOptions,
     mut best: f64,
+    seen: &[u64],
     progress: Option<&Progress>,
 ) {
     let program = checked.program();
@@ -133,6 +133,13 @@ fn other_tilings(
         let Ok(mut other) = checked.compile(tf, &el, opts) else {
             continue;
         };
+        // The same tasks in queues simulated among the candidates before: nothing new.
+        if other.graph.same_tasks(&c.graph)
+            && other.schedule.policy.launch_overhead == spec.launch_overhead
+            && seen.contains(&other.schedule.fingerprint())
+        {
+            continue;
+        }
         if let Some(p) = progress {
             p.candidate(p.candidates() + 1);
         }
@@ -186,24 +193,23 @@ fn latency_of(
 /// policy is `interleaved` with `candidates`); returns how many candidates were tried
 /// (simulated, or skipped by their lower bound) and the latency of the schedule kept.
 pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) -> (usize, f64) {
-    choose_observed(program, tf, c, verify, None)
+    choose_observed(program, tf, c, verify, None).map_or((0, f64::INFINITY), |(tried, best, _)| (tried, best))
 }
 
-/// [`choose`]; `progress` hears of each candidate's simulation.
+/// [`choose`]; `progress` hears of each candidate's simulation. `None` when the policy has
+/// no candidates; else also the fingerprints of the schedules simulated.
 fn choose_observed(
     program: &Program,
     tf: &Taskflow,
     c: &mut Compiled,
     verify: bool,
     progress: Option<&Progress>,
-) -> (usize, f64) {
+) -> Option<(usize, f64, Vec<u64>)> {
     let spec = c.schedule.policy.clone();
     if spec.policy != hpmoe_dsl::policy::Policy::Interleaved || !spec.candidates {
-        return (0, f64::INFINITY);
+        return None;
     }
-    let Ok(model) = DeviceModel::new(&program.device) else {
-        return (0, f64::INFINITY);
-    };
+    let model = DeviceModel::new(&program.device).ok()?;
     if let Some(p) = progress {
         p.candidate(1);
     }
@@ -211,10 +217,17 @@ fn choose_observed(
     let mut w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
     let mut best = latency_of(&w, c, &c.schedule, &model, f64::INFINITY, progress).unwrap_or(f64::INFINITY);
     let mut tried = 0;
+    // A candidate that builds the same queues as one simulated before would run the same.
+    let mut seen = vec![c.schedule.fingerprint()];
     for k in 0..CANDIDATES {
         let Some((s, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, &spec, k) else {
             continue;
         };
+        let print = s.fingerprint();
+        if seen.contains(&print) {
+            continue;
+        }
+        seen.push(print);
         if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &s).is_empty() {
             continue;
         }
@@ -230,5 +243,5 @@ fn choose_observed(
             }
         }
     }
-    (tried, best)
+    Some((tried, best, seen))
 }

@@ -238,6 +238,25 @@ pub type Layouts = std::sync::Arc<Vec<Option<RouteLayout>>>;
 pub const NO_COUNTER: u32 = u32::MAX;
 
 impl TaskGraph {
+    /// Whether `other` has the same tasks, costs and dependencies over the same routing
+    /// layouts (the same shared layouts, not equal copies): a schedule runs on both alike.
+    pub fn same_tasks(&self, other: &TaskGraph) -> bool {
+        let bits =
+            |v: &[f32], w: &[f32]| v.len() == w.len() && v.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+        std::sync::Arc::ptr_eq(&self.layouts, &other.layouts)
+            && self.ranks == other.ranks
+            && self.nodes == other.nodes
+            && self.rank == other.rank
+            && self.node == other.node
+            && self.tile == other.tile
+            && bits(&self.flops, &other.flops)
+            && bits(&self.bytes_in, &other.bytes_in)
+            && bits(&self.bytes_out, &other.bytes_out)
+            && bits(&self.remote, &other.remote)
+            && self.wait == other.wait
+            && self.counters == other.counters
+            && self.counter_rank == other.counter_rank
+    }
     pub fn len(&self) -> usize {
         self.rank.len()
     }

@@ -78,6 +78,24 @@ impl Schedule {
     pub fn core_rank(&self, core: u32) -> u32 {
         core / self.cores_per_rank()
     }
+    /// A digest of everything that decides how the schedule runs (cores, queues, counters,
+    /// kernels; not its policy, origin or estimate): two schedules of one graph and policy
+    /// with the same fingerprint simulate alike, so a candidate equal to one already
+    /// simulated need not run again.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (self.aic_cores, self.aiv_cores, self.barriers).hash(&mut h);
+        self.core.hash(&mut h);
+        for c in [&self.queues, &self.waits, &self.signals] {
+            c.off.hash(&mut h);
+            c.idx.hash(&mut h);
+        }
+        self.threshold.hash(&mut h);
+        self.counter_rank.hash(&mut h);
+        self.kernel.hash(&mut h);
+        h.finish()
+    }
     /// `aic3` / `aiv17`.
     pub fn core_name(&self, core: u32) -> String {
         let l = core % self.cores_per_rank();

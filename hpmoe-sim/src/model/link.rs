@@ -685,13 +685,18 @@ impl Links {
         }
         self.res_mark[r] = ep;
         comp_res.push(r as u32);
+        let mut w = 0.0;
         for &q in &self.users[r] {
             let qp = &mut self.pairs[q as usize];
+            w += qp.n as f64;
             if qp.mark != ep {
                 qp.mark = ep;
                 comp.push(q);
             }
         }
+        // The solve's starting point for this resource: all its capacity, every flow unfrozen.
+        self.res_rem[r] = self.cap[r];
+        self.res_w[r] = w;
     }
 
     /// Solves the max-min rates of every component touched since the last call; pairs whose
@@ -743,9 +748,7 @@ impl Links {
         self.heap.clear();
         for &r in &comp_res {
             let r = r as usize;
-            let w: f64 = self.users[r].iter().map(|&q| self.pairs[q as usize].n as f64).sum();
-            self.res_rem[r] = self.cap[r];
-            self.res_w[r] = w;
+            let w = self.res_w[r];
             if w > 0.0 {
                 self.heap.set(r, (self.cap[r] / w).to_bits());
             }
