@@ -115,6 +115,43 @@ fn expert_level_reproduces_the_reference_task_counts() {
     assert_eq!(per_rank_counts(&c.graph)[0], vec![32, 32]);
 }
 
+/// `expert_level` cuts a cube op one task per cube core per expert: the expert dimension of a
+/// weight gradient one expert per task, and a dense product (a shared expert, one "expert")
+/// into one task per cube core over its widest column dimension, whole rows each.
+#[test]
+fn expert_level_tiles_a_dense_product_one_task_per_cube_core() {
+    let p = program(
+        "import std::moe::*;\nimport std::device::ascend_a3;\n\
+         device = ascend_a3 { ranks: 2 };\n\
+         route r = balanced(experts: 4, topk: 2);\n\
+         taskflow f(x: bf16[512, 256], w: bf16[2, 256, 512], ws: bf16[256, 1024], dy: bf16[512, 512])\n\
+           -> (y: bf16[r.recv, 512], ys: bf16[512, 1024], dw: bf16[2, 256, 512], dws: bf16[256, 1024]) {\n\
+             let xd = dispatch(x, r);\n\
+             let y = gmm(xd, w);\n\
+             let ys = mm(x, ws);\n\
+             let dyd = dispatch(dy, r);\n\
+             let dw = gmm_grad_w(xd, dyd, r);\n\
+             let dws = mm_grad_w(x, ys);\n\
+             return (y, ys, dw, dws);\n\
+         }\n",
+    );
+    let c = compile(&p, 0, Policy::ExpertLevel);
+    let aic = p.program().device.aic_cores();
+    let counts = per_rank_counts(&c.graph);
+    let call = |name: &str| {
+        let tf = &p.taskflows[0];
+        tf.nodes.iter().position(|n| tf.tensor(n.output).name == name).unwrap()
+    };
+    for rank in 0..2 {
+        // 1024 columns = 64 units of 16 over 24 cube cores; all 512 rows in each task.
+        assert_eq!(counts[call("ys")][rank], aic, "rank {rank}: mm");
+        // 1024 columns of the weight gradient likewise, all 256 rows of k.
+        assert_eq!(counts[call("dws")][rank], aic, "rank {rank}: mm_grad_w");
+        // Two local experts, each cut into one task per cube core over its 512 columns.
+        assert_eq!(counts[call("dw")][rank], 2 * aic, "rank {rank}: gmm_grad_w");
+    }
+}
+
 /// Each rank's dispatch tasks in the order the static schedule issues them.
 fn issue_order(g: &TaskGraph, s: &Schedule, node: usize, rank: u32) -> Vec<u32> {
     let nt = &g.nodes[node];

@@ -441,11 +441,18 @@ fn task_dims(node: &ir::Node, opts: &LowerOptions, tf: &Taskflow) -> Vec<TileDim
                     _ => None,
                 })
                 .max_by_key(|&(i, w)| (w, std::cmp::Reverse(i)));
+            // A leading dimension over experts (the `g` of `out[g, ..] = sum(m in group(g))`)
+            // is cut one expert per task; a dense product (a shared expert) is one "expert".
+            let by_expert = |name: &str| {
+                body.vars
+                    .iter()
+                    .any(|v| matches!(v.range, VarRange::GroupRows { group, .. } if body.vars[group].name == name))
+            };
             for (i, d) in dims.iter_mut().enumerate() {
                 d.tile = u64::MAX;
                 if widest.is_some_and(|(w, _)| w == i) {
                     d.parts = aic_cores.max(1);
-                } else if i == 0 && matches!(d.kind, DimKind::Range { .. }) {
+                } else if i == 0 && matches!(d.kind, DimKind::Range { .. }) && by_expert(&d.name) {
                     d.tile = 1;
                 }
             }
