@@ -164,7 +164,8 @@ fn other_tilings(
 
 /// The simulated latency of the workload `w` of schedule `s` of `c`'s graph if it is strictly
 /// below `best`, else `None` (also when it stalls): without simulating when the schedule's
-/// lower bound ([`crate::report::bounds`]) shows it cannot be (the bound relaxed by a
+/// lower bound ([`crate::report::bounds`], and for a schedule with kernel barriers
+/// [`crate::report::kernel_bound`]) shows it cannot be (the bound relaxed by a
 /// relative `1e-9` against rounding, so a schedule is skipped only when it is slower by more
 /// than that), and with the simulation stopped once it passes `best`
 /// ([`sim::makespan_below`]). `progress` hears of the simulation.
@@ -178,6 +179,7 @@ fn latency_of(
 ) -> Option<f64> {
     if best.is_finite() {
         let (lb, _) = crate::report::bounds(w, s, model, &c.graph.rank).max();
+        let lb = lb.max(crate::report::kernel_bound(w, s, model, &c.graph.rank));
         if lb * (1.0 - 1e-9) >= best {
             return None;
         }

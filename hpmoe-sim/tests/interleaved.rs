@@ -301,6 +301,17 @@ proptest! {
             let res = res.unwrap_or_else(|st| panic!("candidate {name} stalls: {st:?}"));
             let r = Report::new(&p, tf, &c.graph, &sched, &w, &model, &res);
             bound_holds(&r, name);
+            let kb = hpmoe_sim::report::kernel_bound(&w, &sched, &model, &c.graph.rank);
+            prop_assert!(kb <= r.latency * (1.0 + 1e-9), "candidate {name}: kernel bound {kb} above {}", r.latency);
+            prop_assert_eq!(kb > 0.0, sched.barriers > 0, "candidate {}: kernel bound {}", name, kb);
         }
+        // The kernel-by-kernel policy's own schedule (barriers and launches).
+        let sp = spec(&p, 0, Policy::KernelByKernel);
+        let c = p.compile(tf, &sp, &CompileOptions::default()).expect("compiles");
+        let model = hpmoe_sim::model::DeviceModel::new(&p.device).expect("a model");
+        let w = sim::Workload::new(&p, tf, &c.graph, &c.schedule, &model);
+        let res = sim::simulate(&w, &c.schedule, &model, SimOptions::default()).expect("runs");
+        let kb = hpmoe_sim::report::kernel_bound(&w, &c.schedule, &model, &c.graph.rank);
+        prop_assert!(kb <= res.makespan * (1.0 + 1e-9), "kernel_by_kernel: kernel bound {kb} above {}", res.makespan);
     }
 }

@@ -197,6 +197,45 @@ fn for_each_share(w: &Workload, mut f: impl FnMut(usize, usize, f64)) {
     }
 }
 
+/// A lower bound on the makespan of a schedule with kernel barriers (`kernel_by_kernel`):
+/// on a rank, kernel k starts after kernel k - 1 finished there, so a rank's kernels never
+/// overlap and the rank needs at least the sum over its kernels of each kernel's least span:
+/// its shortest task, and its work per engine over that engine's cores. 0 without barriers.
+pub fn kernel_bound(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -> f64 {
+    if s.barriers == 0 {
+        return 0.0;
+    }
+    let du = durations(w, m, rank);
+    let ranks = w.ranks as usize;
+    let kernels = s
+        .kernel
+        .iter()
+        .filter(|&&k| k != u32::MAX)
+        .max()
+        .map_or(0, |&k| k as usize + 1);
+    // Per (rank, kernel): work per engine class and the longest task.
+    let mut work = vec![[0.0f64; 3]; ranks * kernels];
+    for t in 0..w.tasks() {
+        let k = s.kernel[t];
+        if k == u32::MAX {
+            return 0.0;
+        }
+        let e = &mut work[rank[t] as usize * kernels + k as usize];
+        e[w.class[t] as usize] += du.d[t];
+        e[2] = e[2].max(du.d[t]);
+    }
+    let cores = [m.aic_cores as f64, m.aiv_cores as f64];
+    (0..ranks)
+        .map(|r| {
+            work[r * kernels..(r + 1) * kernels]
+                .iter()
+                .map(|e| (e[AIC] / cores[AIC]).max(e[AIV] / cores[AIV]).max(e[2]))
+                .sum::<f64>()
+        })
+        .fold(0.0, f64::max)
+        + w.start_time
+}
+
 /// The shortest duration of every task (see the module doc), and its parts.
 pub fn durations(w: &Workload, m: &DeviceModel, rank: &[u32]) -> Durations {
     let n = w.tasks();
