@@ -109,9 +109,10 @@ pub fn compile_observed(
 }
 
 /// The last candidates: the taskflow compiled as `expert_level` compiles it (its GMM tiling
-/// for the cube cores, its order), with the capacity mode the program gives that policy and
-/// with the other; one that is faster replaces `c` (graph and schedule), its schedule
-/// relabelled `interleaved` (with the capacity it used). `best`: the latency of `c`.
+/// for the cube cores), in that policy's order and in the order of the policy's own list
+/// scheduler, with the capacity mode the program gives `expert_level` and with the other;
+/// one that is faster replaces `c` (graph and schedule), its schedule relabelled
+/// `interleaved` (with the capacity it used). `best`: the latency of `c`.
 fn other_tilings(
     checked: &Checked,
     tf: &Taskflow,
@@ -143,21 +144,52 @@ fn other_tilings(
         if let Some(p) = progress {
             p.candidate(p.candidates() + 1);
         }
-        let w = Workload::new(program, tf, &other.graph, &other.schedule, &model);
+        let mut w = Workload::new(program, tf, &other.graph, &other.schedule, &model);
+        let mut won = None;
         if let Some(l) = latency_of(&w, &other, &other.schedule, &model, best, progress) {
             if l < best {
                 best = l;
-                other.schedule.policy = PolicySpec {
-                    static_capacity,
-                    ..spec.clone()
-                };
-                other.schedule.origin = if static_capacity {
+                won = Some(other.schedule.clone());
+            }
+        }
+        // The policy's own list scheduler on the expert-level tiling.
+        let mut list_spec = spec.clone();
+        list_spec.candidates = false;
+        list_spec.static_capacity = static_capacity;
+        let list = hpmoe_dsl::schedule::schedule(program, tf, &other.graph, &list_spec);
+        if !opts.verify || hpmoe_dsl::verify::verify_schedule(program, tf, &other.graph, &list).is_empty() {
+            if let Some(p) = progress {
+                p.candidate(p.candidates() + 1);
+            }
+            w.reschedule(&other.graph, &list, &model);
+            if let Some(l) = latency_of(&w, &other, &list, &model, best, progress) {
+                if l < best {
+                    best = l;
+                    let mut list = list;
+                    list.origin = if static_capacity {
+                        "list on expert-level tiling (static capacity)"
+                    } else {
+                        "list on expert-level tiling"
+                    };
+                    won = Some(list);
+                }
+            }
+        }
+        if let Some(mut s) = won {
+            s.policy = PolicySpec {
+                static_capacity,
+                ..spec.clone()
+            };
+            if s.origin == "policy" {
+                s.origin = if static_capacity {
                     "expert-level tiling and order (static capacity)"
                 } else {
                     "expert-level tiling and order"
                 };
-                *c = other;
             }
+            s.estimate = 0.0;
+            other.schedule = s;
+            *c = other;
         }
     }
 }
