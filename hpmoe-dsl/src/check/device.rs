@@ -31,6 +31,16 @@ struct WrittenField {
     span: Span,
 }
 
+/// A number for a message: as written for ordinary magnitudes, in exponent form (`1e-300`)
+/// for the extreme ones, which would otherwise print hundreds of digits.
+fn shown_number(x: f64) -> String {
+    if x != 0.0 && !(1e-6..1e15).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        x.to_string()
+    }
+}
+
 impl WrittenField {
     fn base(&self) -> f64 {
         self.number * self.unit.factor
@@ -281,7 +291,11 @@ impl Checker<'_> {
         self.err(
             Diagnostic::error(
                 Code::InvalidValue,
-                format!("device field `{name}` = {} {} is out of range", w.number, w.unit.name),
+                format!(
+                    "device field `{name}` = {} {} is out of range",
+                    shown_number(w.number),
+                    w.unit.name
+                ),
             )
             .primary(w.span, "invalid value")
             .note(why),

@@ -307,7 +307,21 @@ struct Ctx {
     scope: Vec<(String, Local)>,
     ret_rank: usize,
     failed: bool,
+    /// The depth of the scalar expression being built and the nodes it has so far, `let`s
+    /// inlined (bounded: [`MAX_INLINED_DEPTH`], [`MAX_INLINED_NODES`]).
+    scalar_depth: u32,
+    scalar_nodes: u32,
+    /// Whether the statement being built went past a bound (reported once).
+    scalar_too_large: bool,
 }
+
+/// The depth of a statement's value once its `let`s are inlined: twice the parser's bound on
+/// one expression, so that a few lets may build on each other, and far below what the
+/// recursive passes over a body (costs, numerics, printing) can take.
+const MAX_INLINED_DEPTH: u32 = 2 * crate::syntax::parser::MAX_DEPTH;
+/// The nodes of a statement's value once its `let`s are inlined: a `let` used twice doubles
+/// its nodes, so a chain of them would otherwise grow exponentially.
+const MAX_INLINED_NODES: u32 = 1 << 16;
 
 #[derive(Clone, Debug)]
 enum Local {
@@ -343,6 +357,9 @@ impl Checker<'_> {
             scope: Vec::new(),
             ret_rank: def.ret.dims.len(),
             failed: false,
+            scalar_depth: 0,
+            scalar_nodes: 0,
+            scalar_too_large: false,
         };
         for g in &def.generics {
             if DType::parse(&g.name).is_some() || cx.generics.contains(&g.name) {
@@ -621,6 +638,8 @@ impl Checker<'_> {
     /// A symbolic integer from an expression of a signature or an index offset.
     fn sym(&mut self, cx: &mut Ctx, e: &Expr) -> Option<Sym> {
         match &e.kind {
+            // Already reported where it was parsed.
+            ExprKind::Error => None,
             ExprKind::Int(v) => match i64::try_from(*v) {
                 Ok(i) => Some(Sym::Int(i)),
                 Err(_) => {
@@ -784,7 +803,7 @@ impl Checker<'_> {
                         // only report them as unknown.
                         continue;
                     }
-                    let v = self.scalar(cx, value);
+                    let v = self.statement_value(cx, value);
                     let vars: Vec<usize> = (first_var..cx.vars.len())
                         .filter(|&v| cx.vars[v].kind == VarKind::Out)
                         .collect();
@@ -865,7 +884,7 @@ impl Checker<'_> {
                             None => cx.failed = true,
                         }
                     }
-                    let v = self.scalar(cx, value);
+                    let v = self.statement_value(cx, value);
                     let vars: Vec<usize> = (first_var..cx.vars.len())
                         .filter(|&v| cx.vars[v].kind == VarKind::Iter)
                         .collect();
@@ -929,6 +948,7 @@ impl Checker<'_> {
     /// An index of `out` on the left of `=`: a new variable, optionally with an offset.
     fn lhs_index(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SymIndex> {
         let (name, nspan, offset) = match &e.kind {
+            ExprKind::Error => return None,
             ExprKind::Name(n) => (n.clone(), e.span, Sym::Int(0)),
             ExprKind::Binary(op @ (BinOp::Add | BinOp::Sub), a, b)
                 if a.name().is_some_and(|n| !self.is_const_name(cx, n)) =>
@@ -1024,6 +1044,7 @@ impl Checker<'_> {
             None
         };
         match &e.kind {
+            ExprKind::Error => None,
             ExprKind::Name(n) => {
                 if let Some(v) = self.var_use(cx, n, e.span) {
                     return Some(SymIndex::Affine {
@@ -1246,8 +1267,49 @@ impl Checker<'_> {
         Some((param, func, vars))
     }
 
-    /// A scalar expression of a body.
+    /// The scalar value of a statement, its `let`s inlined, within the bounds on its depth
+    /// and size.
+    fn statement_value(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SymScalar> {
+        cx.scalar_depth = 0;
+        cx.scalar_nodes = 0;
+        cx.scalar_too_large = false;
+        self.scalar(cx, e)
+    }
+
+    /// A scalar expression of a body, counted against the bounds of its statement.
     fn scalar(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SymScalar> {
+        if cx.scalar_too_large {
+            return None;
+        }
+        cx.scalar_nodes += 1;
+        if cx.scalar_depth >= MAX_INLINED_DEPTH || cx.scalar_nodes > MAX_INLINED_NODES {
+            cx.scalar_too_large = true;
+            cx.failed = true;
+            let what = if cx.scalar_depth >= MAX_INLINED_DEPTH {
+                format!("nested deeper than {MAX_INLINED_DEPTH} levels")
+            } else {
+                format!("more than {MAX_INLINED_NODES} terms")
+            };
+            self.err(
+                Diagnostic::error(
+                    Code::NestingTooDeep,
+                    format!("this value, with its `let`s substituted, is {what}"),
+                )
+                .primary(e.span, "the bound is reached here")
+                .help("each use of a `let` repeats its expression: use fewer, shorter `let` chains"),
+            );
+            return None;
+        }
+        // A name adds no level: it is a leaf or stands for its `let`'s expression.
+        let level = u32::from(!matches!(e.kind, ExprKind::Name(_)));
+        cx.scalar_depth += level;
+        let r = self.scalar_expr(cx, e);
+        cx.scalar_depth -= level;
+        r
+    }
+
+    /// A scalar expression of a body.
+    fn scalar_expr(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SymScalar> {
         match &e.kind {
             ExprKind::Int(v) => Some(SymScalar::Const(*v as f64)),
             ExprKind::Float(f) => Some(SymScalar::Const(*f)),

@@ -88,8 +88,11 @@ left open, or at the closer that does not match.
 "Integer literals must fit in an unsigned 64-bit integer (at most 18446744073709551615) and
 float literals must be finite.";
     NestingTooDeep = 106, "nesting-too-deep", "expressions or brackets are nested too deeply",
-"To keep checking fast and safe, nesting of brackets and expressions is limited (256 levels).
-Split the expression with `let` bindings or parameters.";
+"To keep checking fast and safe, nesting of brackets and expressions is limited (128 levels).
+Split the expression with `let` bindings or parameters. In an op body, a statement's value
+with its `let`s substituted is limited too (256 levels, 65536 terms): each use of a `let`
+repeats its expression, so a long chain of lets that use each other twice grows
+exponentially.";
     InvalidLiteral = 107, "invalid-literal", "a literal of the wrong kind or with a suffix",
 "Number literals may not carry a type suffix (`4096u32`) and strings are only used for file
 names. Write plain numbers; dtypes are given by tensor types.";
@@ -144,7 +147,10 @@ among the declared ones. The help lists them and suggests the closest.
 "Each named argument, option, field or tile key may appear once.";
     InvalidValue = 305, "invalid-value", "an argument or option has a value of the wrong kind or out of range",
 "For example `topk: 0`, `priority: fastest` (not one of the allowed values), or a string
-where a number is expected. The message names the accepted values.";
+where a number is expected. The message names the accepted values. Device fields are
+bounded by their kind: ratios in (0, 1], counts whole and at least 1, sizes from 1 B to
+1 PiB, frequencies from 1 kHz to 1000 GHz, times positive and at most 1 s, bandwidths from
+1 KB/s to 1000000 TB/s and per-cycle rates from 0.001 to 2^30.";
 
     // ---- dtypes: 04xx ----
     DtypeMismatch = 401, "dtype-mismatch", "tensors of different dtypes where one dtype is required",

@@ -112,6 +112,11 @@ pub const MAX_RANKS: u32 = 4096;
 /// The largest number of cores of one kind per rank.
 pub const MAX_CORES: u32 = 1024;
 
+/// The largest size a device field may give: 1 PiB.
+const MAX_BYTES: f64 = (1u64 << 50) as f64;
+/// The largest per-cycle rate a device field may give.
+const MAX_PER_CYCLE: f64 = (1u64 << 30) as f64;
+
 /// The declaration of one device field.
 #[derive(Debug, PartialEq)]
 pub struct DeviceFieldSpec {
@@ -150,6 +155,26 @@ impl DeviceFieldSpec {
                 }
             }
             _ if value <= 0.0 => Some("rates, sizes and times must be positive".to_string()),
+            // Past these bounds a value describes no device, and the times it gives (a latency
+            // of 1e300 s, a rate of 1e-300 B/s) leave the simulator's clock range.
+            Quantity::Bytes if !(1.0..=MAX_BYTES).contains(&value) => {
+                Some("a size must be at least 1 B and at most 1 PiB".to_string())
+            }
+            Quantity::Frequency if !(1e3..=1e12).contains(&value) => {
+                Some("a frequency must be between 1 kHz and 1000 GHz".to_string())
+            }
+            Quantity::Time if value > 1.0 => Some("a time must be at most 1 s".to_string()),
+            Quantity::Bandwidth if !(1e3..=1e18).contains(&value) => {
+                Some("a bandwidth must be between 1 KB/s and 1000000 TB/s".to_string())
+            }
+            Quantity::BytesPerCycle | Quantity::FlopsPerCycle | Quantity::Cycles
+                if !(1e-3..=MAX_PER_CYCLE).contains(&value) =>
+            {
+                Some(format!(
+                    "{} must be between 0.001 and {MAX_PER_CYCLE}",
+                    self.quantity.word()
+                ))
+            }
             _ => None,
         }
     }
@@ -389,7 +414,13 @@ mod tests {
         let mut values = [0.0; DEVICE_FIELD_COUNT];
         let mut units = [&UNITS[0]; DEVICE_FIELD_COUNT];
         for (i, f) in DEVICE_FIELDS.iter().enumerate() {
-            values[i] = if f.quantity == Quantity::Ratio { 0.5 } else { 8.0 };
+            values[i] = match f.quantity {
+                Quantity::Ratio => 0.5,
+                Quantity::Frequency => 1e9,
+                Quantity::Time => 1e-6,
+                Quantity::Bandwidth => 1e11,
+                _ => 8.0,
+            };
             units[i] = UNITS
                 .iter()
                 .find(|u| u.quantity == f.quantity)
@@ -437,6 +468,14 @@ mod tests {
             ("ranks", 2.5),
             ("aic_cores", 1025.0),
             ("link_efficiency", 1.5),
+            // Finite and positive, but no device: each kind of field is bounded.
+            ("l2_size", 1e30),
+            ("ub_size", 0.5),
+            ("aic_clock", 1e-300),
+            ("kernel_launch", 1e300),
+            ("link_bandwidth", 1e-300),
+            ("core_hbm_rate", 1e-300),
+            ("cube_flops_per_cycle", 1e300),
         ] {
             let (mut values, units) = a3_like();
             values[at(name)] = bad;

@@ -1167,7 +1167,8 @@ impl Parser {
         }
         let t = self.bump();
         let kind = match t.kind {
-            TokenKind::Int(v) => ExprKind::Int(v.unwrap_or(0)),
+            // A literal past 64 bits was reported by the lexer: an error node, not a value.
+            TokenKind::Int(v) => v.map_or(ExprKind::Error, ExprKind::Int),
             TokenKind::Float(v) => ExprKind::Float(v),
             TokenKind::Str(s) => ExprKind::Str(s),
             TokenKind::Ident(name) => ExprKind::Name(name),

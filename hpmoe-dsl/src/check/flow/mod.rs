@@ -443,6 +443,8 @@ impl Checker<'_> {
         is_let: bool,
     ) -> Option<TensorId> {
         match &e.kind {
+            // Already reported where it was parsed.
+            ExprKind::Error => None,
             ExprKind::Name(n) => {
                 if let Some((t, _, used)) = fl.names.get_mut(n) {
                     *used = true;
