@@ -180,7 +180,9 @@ pub fn read_parts(dirs: &[PathBuf], kind: &str) -> Result<Vec<J>, String> {
     }
     let mut parts: Vec<(usize, PathBuf, J)> = Vec::new();
     for f in &files {
-        let text = std::fs::read_to_string(f).map_err(|e| format!("cannot read `{}`: {e}", f.display()))?;
+        // A regular file of bounded size: a FIFO or a device named like a part would block or
+        // never end.
+        let text = hpmoe_dsl::check::read_source(f).map_err(|e| format!("cannot read `{}`: {e}", f.display()))?;
         let doc: J = serde_json::from_str(&text).map_err(|e| format!("`{}` is not JSON: {e}", f.display()))?;
         if doc["kind"].as_str() != Some(kind) {
             return Err(format!("`{}` is not a {kind} part file", f.display()));

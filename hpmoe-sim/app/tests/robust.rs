@@ -327,3 +327,114 @@ fn out_of_bound_counts_and_repeated_options_are_usage_errors() {
         );
     }
 }
+
+/// Options that would be ignored, outputs written over the program or over each other, and
+/// option values that name nothing are usage errors (exit 2) before any work; the program
+/// file is left as it was.
+#[test]
+fn ignored_conflicting_and_self_overwriting_options_are_usage_errors() {
+    let dir = tmp("conflicts");
+    let file = dir.join("prog.hpm");
+    let text = std::fs::read_to_string(root().join("examples/swiglu_add.hpm")).unwrap();
+    std::fs::write(&file, &text).unwrap();
+    let f = file.display().to_string();
+    let same = dir.join("same.out").display().to_string();
+    let same_again = format!("{}/./same.out", dir.display());
+    let tuned_over_program = format!("{}/./prog.hpm", dir.display());
+    let not_a_dir = f.clone();
+    let missing = dir.join("no/such/dir").display().to_string();
+    let d = dir.display().to_string();
+    let d_slash = format!("{d}/");
+    for (args, says) in [
+        (vec!["run", &f, "--trace", &f], "is the program itself"),
+        (vec!["run", &f, "--gantt", &tuned_over_program], "is the program itself"),
+        (
+            vec!["run", &f, "--trace", &same, "--gantt", &same_again],
+            "is also the file of --trace",
+        ),
+        (
+            vec!["tune", &f, "--budget", "1", "-o", &tuned_over_program],
+            "is the program itself",
+        ),
+        (
+            vec!["run", &f, "--policy", "interleaved", "--compare", "interleaved"],
+            "compare two different",
+        ),
+        (vec!["run", &f, "--seed", "3"], "--numerics"),
+        (vec!["run", &f, "--numerics-memory", "64"], "--numerics"),
+        (vec!["run", &f, "--trace-window", "0..1"], "--trace"),
+        (vec!["run", &f, "--trace-ranks", "0"], "--trace"),
+        (
+            vec!["lower", &f, "--policy", "interleaved"],
+            "applies to `--emit tasks`",
+        ),
+        (
+            vec!["lower", &f, "--emit", "routing", "--taskflow", "nosuch"],
+            "applies to `--emit tasks`",
+        ),
+        (vec!["lower", &f, "--no-verify"], "applies to `--emit tasks`"),
+        (vec!["fmt", "--check", "--stdout", &f], "cannot be used with"),
+        (vec!["explain", "--list", "E0501"], "cannot be used with"),
+        (vec!["scale", &f, "--param", "rows", "--values", "64,64"], "twice"),
+        (vec!["check", &f, "--allow-path", &not_a_dir], "is not a directory"),
+        (vec!["check", &f, "--allow-path", &missing], "does not exist"),
+        (
+            vec!["run", &f, "--allow-path", &d, "--allow-path", &d_slash],
+            "given twice",
+        ),
+        (vec!["repl", &f, "--allow-path", &missing], "does not exist"),
+    ] {
+        let (status, err) = run_bounded(&args, "");
+        let what = args.join(" ");
+        assert_eq!(status.code(), Some(2), "{what}: {err}");
+        assert!(err.contains(says), "{what}: {err}");
+    }
+    // `:trace` in the REPL over the loaded program is refused too.
+    let (status, err) = run_bounded(&["repl", &f, "--no-timings"], &format!(":run\n:trace {f}\n"));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("is the program itself"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        text,
+        "the program is unchanged"
+    );
+    assert!(!dir.join("same.out").exists());
+}
+
+/// A sweep grid and a scaling study are sized from their options before anything is
+/// listed or run: past their bounds they are usage errors that name the factors.
+#[test]
+fn sweep_grids_and_scale_runs_are_bounded_before_they_start() {
+    let file = root().join("examples/swiglu_add.hpm").display().to_string();
+    let out = tmp("grid").join("out").display().to_string();
+    let values = |n: usize| (0..n).map(|i| (64 + i).to_string()).collect::<Vec<_>>().join(",");
+    let (rows, inter) = (format!("rows={}", values(1000)), format!("inter={}", values(1000)));
+    let (status, err) = run_bounded(&["sweep", &file, "--vary", &rows, "--vary", &inter, "--out", &out], "");
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("more than 1048576 points (1000 values of `rows` x 1000 values of `inter` x 3 policies)"),
+        "{err}"
+    );
+    let many = values(300);
+    let (status, err) = run_bounded(&["scale", &file, "--param", "rows", "--values", &many], "");
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("300 values x --repeat 1 is 300 runs, more than 256"),
+        "{err}"
+    );
+}
+
+/// A part file that is not a regular file (a FIFO named like one) is refused, not read
+/// forever.
+#[test]
+fn merging_a_part_that_is_not_a_regular_file_is_an_error() {
+    let dir = tmp("merge-fifo");
+    let fifo = dir.join("tune-part-0-of-1.json");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let file = root().join("examples/swiglu_add.hpm").display().to_string();
+    let d = dir.display().to_string();
+    let o = dir.join("t.hpm").display().to_string();
+    let (status, err) = run_bounded(&["tune", &file, "--merge", &d, "-o", &o], "");
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("not a regular file"), "{err}");
+}

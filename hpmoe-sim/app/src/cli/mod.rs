@@ -12,7 +12,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 mod lower;
-mod paths;
+pub(crate) mod paths;
 mod run;
 mod scale;
 mod sweep;
@@ -138,6 +138,9 @@ enum Command {
     /// Simulate a program on the device model: latency, phases, utilisation, exposed
     /// communication, L2 hit rate, lower bound; optionally compare two policies and write a
     /// Chrome trace and a Gantt chart.
+    #[command(group(clap::ArgGroup::new("numerics_on").multiple(true)
+        .args(["numerics", "bf16_storage", "inputs", "dump"])))]
+    #[command(group(clap::ArgGroup::new("trace_out").multiple(true).args(["trace", "gantt"])))]
     Run {
         /// The program: a `.hpm` file.
         file: PathBuf,
@@ -160,10 +163,10 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         gantt: Option<PathBuf>,
         /// Ranks in the trace and chart (`0,3` or `0-3`; the chart defaults to rank 0).
-        #[arg(long, value_name = "LIST")]
+        #[arg(long, value_name = "LIST", requires = "trace_out")]
         trace_ranks: Option<String>,
         /// Time window of the trace and chart in microseconds (`START..END`).
-        #[arg(long, value_name = "A..B")]
+        #[arg(long, value_name = "A..B", requires = "trace_out")]
         trace_window: Option<String>,
         /// Refuse to lower to more tasks than this.
         #[arg(long, default_value_t = hpmoe_dsl::lower::DEFAULT_MAX_TASKS)]
@@ -188,10 +191,10 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         dump: Option<PathBuf>,
         /// Seed of the random inputs.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, requires = "numerics_on")]
         seed: u64,
         /// Memory the numerics may use, in MiB.
-        #[arg(long, value_name = "MIB", default_value_t = 2048)]
+        #[arg(long, value_name = "MIB", default_value_t = 2048, requires = "numerics_on")]
         numerics_memory: u64,
         /// Print each stage's wall-clock time, the graph's size and the peak memory (to
         /// stderr, or under `timings` in JSON).
@@ -338,7 +341,7 @@ enum Command {
         #[arg(long)]
         check: bool,
         /// Print the formatted text instead of writing the file.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "check")]
         stdout: bool,
     },
     /// An interactive session: set parameters, run, compare, inspect tasks, explain waits.
@@ -371,7 +374,7 @@ enum Command {
         /// The code (`E0501`, `0501` or the code's name, `shape-mismatch`).
         code: Option<String>,
         /// List every code with its one-line summary.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "code")]
         list: bool,
     },
     /// Print a shell completion script (`hpmoe completions bash > ~/.local/share/bash-completion/completions/hpmoe`).
@@ -503,7 +506,75 @@ pub(crate) fn checked(
     }
 }
 
+/// `lower`'s options that only the task graph uses are refused with `--emit ops` and
+/// `--emit routing`, which would otherwise ignore them.
+fn lower_options_apply(
+    emit: Emit,
+    policy: Option<&str>,
+    taskflow: Option<&str>,
+    max_tasks: u64,
+    no_verify: bool,
+) -> Result<(), String> {
+    if matches!(emit, Emit::Tasks | Emit::Schedule) {
+        return Ok(());
+    }
+    let kind = if emit == Emit::Ops { "ops" } else { "routing" };
+    let given = [
+        ("--policy", policy.is_some()),
+        ("--taskflow", taskflow.is_some()),
+        ("--max-tasks", max_tasks != hpmoe_dsl::lower::DEFAULT_MAX_TASKS),
+        ("--no-verify", no_verify),
+    ];
+    match given.iter().find(|(_, g)| *g) {
+        Some((name, _)) => Err(format!(
+            "{name} applies to `--emit tasks` and `--emit schedule`, not to `--emit {kind}`"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The program options of a command, if it has them.
+fn program_args(cmd: &Command) -> Option<&ProgramArgs> {
+    match cmd {
+        Command::Check { prog, .. }
+        | Command::Lower { prog, .. }
+        | Command::Run { prog, .. }
+        | Command::Sweep { prog, .. }
+        | Command::Tune { prog, .. }
+        | Command::Scale { prog, .. }
+        | Command::Repl { prog, .. } => Some(prog),
+        _ => None,
+    }
+}
+
+/// Each `--allow-path` must be an existing directory, given once: a file, a missing path or
+/// a repetition would otherwise be accepted and allow nothing (or allow it twice).
+fn check_allow_paths(paths: &[PathBuf]) -> Result<(), String> {
+    let mut seen: Vec<PathBuf> = Vec::new();
+    for p in paths {
+        let shown = p.display();
+        let meta = std::fs::metadata(p).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => format!("--allow-path `{shown}` does not exist"),
+            _ => format!("--allow-path `{shown}`: {e}"),
+        })?;
+        if !meta.is_dir() {
+            return Err(format!("--allow-path `{shown}` is not a directory"));
+        }
+        let canonical = std::fs::canonicalize(p).map_err(|e| format!("--allow-path `{shown}`: {e}"))?;
+        if seen.contains(&canonical) {
+            return Err(format!("--allow-path `{shown}` is given twice"));
+        }
+        seen.push(canonical);
+    }
+    Ok(())
+}
+
 fn run(cmd: Command) -> i32 {
+    if let Some(prog) = program_args(&cmd) {
+        if let Err(e) = check_allow_paths(&prog.allow_path) {
+            return usage(e);
+        }
+    }
     match cmd {
         Command::Check { file, prog, format } => match checked(&file, &prog, format) {
             Ok((p, sources, warnings)) => {
@@ -537,36 +608,41 @@ fn run(cmd: Command) -> i32 {
             taskflow,
             max_tasks,
             no_verify,
-        } => match checked(&file, &prog, format) {
-            Ok((p, sources, warnings)) => {
-                if format == Format::Json && !warnings.is_empty() {
-                    // The JSON on stdout is the lowered program alone: warnings go to stderr.
-                    errout!("{}", diag::render_all(&warnings, 0, &sources, style()));
-                }
-                let opts = LowerCli {
-                    format,
-                    policy: policy.as_deref(),
-                    taskflow: taskflow.as_deref(),
-                    max_tasks,
-                    verify: !no_verify,
-                };
-                match emit {
-                    Emit::Ops => {
-                        match format {
-                            Format::Human => out!("{}", hpmoe_dsl::ir::program_text(&p)),
-                            Format::Json => outln!(
-                                "{}",
-                                serde_json::to_string_pretty(&hpmoe_dsl::ir::program_json(&p)).unwrap_or_default()
-                            ),
-                        }
-                        0
-                    }
-                    Emit::Routing => lower::routing(&p, &opts, &sources),
-                    Emit::Tasks | Emit::Schedule => lower::tasks(&p, &opts, &sources, emit == Emit::Schedule),
-                }
+        } => {
+            if let Err(e) = lower_options_apply(emit, policy.as_deref(), taskflow.as_deref(), max_tasks, no_verify) {
+                return usage(e);
             }
-            Err(code) => code,
-        },
+            match checked(&file, &prog, format) {
+                Ok((p, sources, warnings)) => {
+                    if format == Format::Json && !warnings.is_empty() {
+                        // The JSON on stdout is the lowered program alone: warnings go to stderr.
+                        errout!("{}", diag::render_all(&warnings, 0, &sources, style()));
+                    }
+                    let opts = LowerCli {
+                        format,
+                        policy: policy.as_deref(),
+                        taskflow: taskflow.as_deref(),
+                        max_tasks,
+                        verify: !no_verify,
+                    };
+                    match emit {
+                        Emit::Ops => {
+                            match format {
+                                Format::Human => out!("{}", hpmoe_dsl::ir::program_text(&p)),
+                                Format::Json => outln!(
+                                    "{}",
+                                    serde_json::to_string_pretty(&hpmoe_dsl::ir::program_json(&p)).unwrap_or_default()
+                                ),
+                            }
+                            0
+                        }
+                        Emit::Routing => lower::routing(&p, &opts, &sources),
+                        Emit::Tasks | Emit::Schedule => lower::tasks(&p, &opts, &sources, emit == Emit::Schedule),
+                    }
+                }
+                Err(code) => code,
+            }
+        }
         Command::Run {
             file,
             policy,

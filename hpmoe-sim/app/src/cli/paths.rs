@@ -52,6 +52,41 @@ pub(crate) fn output_file(what: &str, path: &Path) -> Result<(), String> {
     }
 }
 
+/// A path as the file it names: the canonical form of an existing path, else of its
+/// directory joined with its name (so `./a.json` and `a.json` are one file).
+fn resolved(path: &Path) -> Option<std::path::PathBuf> {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return Some(p);
+    }
+    let dir = std::fs::canonicalize(parent_of(path)).ok()?;
+    Some(dir.join(path.file_name()?))
+}
+
+/// Checks that the files a command writes are not its program and not each other: a trace
+/// written over the `.hpm` file it came from, or a chart over the trace, would silently lose
+/// one of them. `outputs` are (option, path) pairs.
+pub(crate) fn distinct_outputs(program: &Path, outputs: &[(&str, &Path)]) -> Result<(), String> {
+    let program = resolved(program);
+    let mut seen: Vec<(&str, std::path::PathBuf)> = Vec::new();
+    for &(what, path) in outputs {
+        let Some(r) = resolved(path) else { continue };
+        if program.as_ref() == Some(&r) {
+            return Err(format!(
+                "{what} `{}` is the program itself; give another file name",
+                path.display()
+            ));
+        }
+        if let Some((other, _)) = seen.iter().find(|(_, p)| *p == r) {
+            return Err(format!(
+                "{what} `{}` is also the file of {other}; give each output its own file",
+                path.display()
+            ));
+        }
+        seen.push((what, r));
+    }
+    Ok(())
+}
+
 /// Checks that `path` is, or can be created as, a directory the command writes files into.
 pub(crate) fn output_dir(what: &str, path: &Path) -> Result<(), String> {
     let shown = path.display();

@@ -427,12 +427,24 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             return usage(format!("unknown policy `{name}`: {hint}"));
         }
     }
-    for (what, path) in [("--trace", o.trace), ("--gantt", o.gantt)] {
-        if let Some(path) = path {
-            if let Err(e) = super::paths::output_file(what, path) {
-                return usage(e);
-            }
+    if let (Some(c), Some(p)) = (o.compare, o.policy) {
+        if c == p {
+            return usage(format!(
+                "--compare `{c}` is the policy of --policy: compare two different policies"
+            ));
         }
+    }
+    let files: Vec<(&str, &std::path::Path)> = [("--trace", o.trace), ("--gantt", o.gantt)]
+        .into_iter()
+        .filter_map(|(what, path)| Some((what, path?)))
+        .collect();
+    for &(what, path) in &files {
+        if let Err(e) = super::paths::output_file(what, path) {
+            return usage(e);
+        }
+    }
+    if let Err(e) = super::paths::distinct_outputs(o.file, &files) {
+        return usage(e);
     }
     if let Some(dir) = o.numerics.as_ref().and_then(|n| n.dump.as_deref()) {
         if let Err(e) = super::paths::output_dir("--dump", dir) {

@@ -379,6 +379,9 @@ fn measure(o: &ScaleCli, exe: &Path, value: &str) -> Result<Point, i32> {
     })
 }
 
+/// The most runs (values times `--repeat`) one `hpmoe scale` makes.
+const MAX_RUNS: u64 = 256;
+
 pub(crate) fn scale(o: &ScaleCli) -> i32 {
     let param = o.param.trim();
     if param.is_empty() || !param.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
@@ -387,6 +390,14 @@ pub(crate) fn scale(o: &ScaleCli) -> i32 {
     let values: Vec<String> = o.values.split(',').map(|v| v.trim().to_string()).collect();
     if values.iter().any(|v| v.is_empty()) {
         return usage(format!("--values `{}` has an empty value", o.values));
+    }
+    // A value listed twice would measure the same point twice (as `sweep --vary` refuses).
+    if let Some(v) = values
+        .iter()
+        .enumerate()
+        .find_map(|(i, v)| values[..i].contains(v).then_some(v))
+    {
+        return usage(format!("--values lists `{v}` twice"));
     }
     if o.prog
         .set
@@ -397,6 +408,15 @@ pub(crate) fn scale(o: &ScaleCli) -> i32 {
     }
     if o.repeat == 0 {
         return usage("--repeat must be at least 1".into());
+    }
+    // Every point is a fresh process: the runs are bounded before the first one starts.
+    let runs = (values.len() as u64).saturating_mul(u64::from(o.repeat));
+    if runs > MAX_RUNS {
+        return usage(format!(
+            "{} values x --repeat {} is {runs} runs, more than {MAX_RUNS}; scale fewer values",
+            values.len(),
+            o.repeat
+        ));
     }
     if !o.file.is_file() {
         errln!("error: cannot read `{}`", o.file.display());

@@ -101,10 +101,11 @@ pub(crate) fn tune(o: &TuneCli) -> i32 {
         }
     }
     let checked_path = if shard.is_some() {
-        super::paths::output_dir("--out", o.out_dir)
+        super::paths::output_dir("--out-dir", o.out_dir)
     } else {
         let written = o.output.map_or_else(|| default_output(o.file), Path::to_path_buf);
         super::paths::output_file("--output", &written)
+            .and_then(|()| super::paths::distinct_outputs(o.file, &[("--output", &written)]))
     };
     if let Err(e) = checked_path {
         return usage(e);
@@ -186,7 +187,9 @@ pub(crate) fn merge(
         return usage("--top must be at least 1".into());
     }
     let written = output.map_or_else(|| default_output(file), Path::to_path_buf);
-    if let Err(e) = super::paths::output_file("--output", &written) {
+    if let Err(e) = super::paths::output_file("--output", &written)
+        .and_then(|()| super::paths::distinct_outputs(file, &[("--output", &written)]))
+    {
         return usage(e);
     }
     let parts = match shard::read_parts(dirs, "tune") {

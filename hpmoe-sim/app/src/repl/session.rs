@@ -805,6 +805,12 @@ impl Session {
             self.error(&usage(cmd));
             return Err(());
         };
+        if let Some(program) = &self.file {
+            if let Err(e) = crate::cli::paths::distinct_outputs(program, &[(&format!(":{cmd}"), &path)]) {
+                self.error(&e);
+                return Err(());
+            }
+        }
         let v = self.view(true, trace)?;
         let g = &v.compiled().graph;
         if let Some(max) = filter.ranks.as_ref().and_then(|r| r.last()) {
