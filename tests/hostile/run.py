@@ -49,10 +49,15 @@ def comm(puts, out="T[r.recv, H]"):
 
 
 CASES = []
+SECRET = "hostile_secret_7f3a9c"
 
 
-def case(name, text=None, args=("check",), expect="fail", files=None, stdin=None):
-    CASES.append(dict(name=name, text=text, args=list(args), expect=expect, files=files or {}, stdin=stdin))
+def case(name, text=None, args=("check",), expect="fail", files=None, stdin=None, stdout=None, twice=False):
+    """`files`: extra files in the case's directory (`@DIR/NAME`), by name: text, bytes,
+    ("symlink", TARGET), ("fifo",) or ("dir",). `stdout`: "full" (/dev/full) or "closed" (a
+    pipe closed at once). `twice`: run it again and require the same stdout and stderr."""
+    CASES.append(dict(name=name, text=text, args=list(args), expect=expect, files=files or {}, stdin=stdin,
+                      stdout=stdout, twice=twice))
 
 
 # Arithmetic in constant evaluation and index analysis.
@@ -139,6 +144,210 @@ case("ok_moe", moe(), args=("run",), expect="ok")
 case("ok_zipf", moe(route="zipf", extra=", s: 1.2, seed: 3"), args=("run",), expect="ok")
 
 
+# ---- Second round: variants of every class in other operators, positions and subcommands.
+
+def lsp(*texts):
+    """An LSP session opening each text as a document, then shutting down."""
+    import json
+    msgs = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}},
+            {"jsonrpc": "2.0", "method": "initialized", "params": {}}]
+    for i, t in enumerate(texts):
+        msgs.append({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": f"file:///tmp/hostile-lsp-{i}.hpm", "languageId": "hpm", "version": 1, "text": t}}})
+        msgs.append({"jsonrpc": "2.0", "id": 10 + i, "method": "textDocument/formatting", "params": {
+            "textDocument": {"uri": f"file:///tmp/hostile-lsp-{i}.hpm"}, "options": {"tabSize": 4, "insertSpaces": True}}})
+    msgs += [{"jsonrpc": "2.0", "id": 2, "method": "shutdown"}, {"jsonrpc": "2.0", "method": "exit"}]
+    out = ""
+    for m in msgs:
+        b = json.dumps(m)
+        out += f"Content-Length: {len(b.encode())}\r\n\r\n{b}"
+    return out
+
+
+def npy(descr, shape, data=b""):
+    """A .npy file (format 2.0, so any header length) with this dtype and shape text."""
+    h = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    h += " " * ((64 - (len(h) + 13) % 64) % 64) + "\n"
+    return b"\x93NUMPY\x02\x00" + len(h).to_bytes(4, "little") + h.encode() + data
+
+
+def let_chain(n, op="+ 1.0", double=False):
+    """An op body whose `let`s build on each other n times (each used twice when `double`)."""
+    lets = "".join(f"let t{i + 1} = t{i} * t{i};" if double else f"let t{i + 1} = t{i} {op};" for i in range(n))
+    return lets.replace("t0", "x[m, n]") + f" out[m, n] = t{n};"
+
+
+SMALL = ("import std::moe::{swiglu, add};\nimport std::device::ascend_a3;\nparam rows = 256;\nparam inter = 128;\n"
+         "device = ascend_a3 { ranks: 1 };\n"
+         "taskflow sa(h: bf16[rows, 2 * inter], res: bf16[rows, inter]) -> bf16[rows, inter] {\n"
+         "    let a = swiglu(h) tile(m: 64);\n    return add(a, res) tile(m: 64);\n}\n")
+DEV = "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1%s };\n"
+
+# Arithmetic: float overflow and float-to-int conversions in every position.
+case("arith2_float_overflow_dim", "param a = 1e300 * 1e300;\n" + DEV % "" +
+     "taskflow f(x: f32[a, 4]) -> f32[a, 4] { return x; }\n")
+case("arith2_float_dim", "param a = 1e20;\n" + DEV % "" + "taskflow f(x: f32[a, 4]) -> f32[a, 4] { return x; }\n", args=("run",))
+case("arith2_float_tile", elementwise("out[m, n] = x[m, n];", tile=" tile(m: 1e30)"), args=("run",))
+case("arith2_min_minus", "param a = -9223372036854775807 - 2;\n")
+case("arith2_ceil_div_min", "param a = ceil_div(-9223372036854775807 - 1, -1);\n")
+case("arith2_mod_float_zero", "param a = 1.5 % 0.0;\n")
+case("arith2_index_min", elementwise("out[m, n] = x[m - 9223372036854775807 - 1, n];"), args=("run",))
+case("arith2_index_coef_product", elementwise("out[m, n] = x[m * 4611686018427387904 * 2, n];"), args=("lower", "--emit", "tasks"))
+case("arith2_shape_product_run", elementwise("out[m, n] = x[m, n];", "[2147483648, 2147483648]"), args=("run",))
+case("arith2_shape_expr", elementwise("out[m, n] = x[m, n];", "[4294967296 * 4294967296, 1]"))
+case("arith2_dev_bandwidth_huge", moe(dev=", hbm_bandwidth: 1e308 TB/s"), args=("run",))
+case("arith2_dev_l2_huge", moe(dev=", l2_size: 1e30 GiB"), args=("run",))
+case("arith2_dev_launch_huge", moe(dev=", kernel_launch: 1e300 s"), args=("run",))
+case("arith2_dev_ranks_float", moe().replace("ranks: 4", "ranks: 1e30"))
+case("arith2_dev_cores_negative", moe(dev=", aic_cores: -1"))
+case("arith2_set_dev_overflow", moe(), args=("run", "--set", "device.hbm_bandwidth=1e400"))
+case("arith2_set_l2_int_overflow", moe(), args=("run", "--set", "device.l2_size=99999999999999999999 GiB"))
+case("arith2_capacity_huge", moe(extra=", capacity_factor: 1e308"), args=("run",))
+case("arith2_route_tokens_max", moe(extra=", tokens: 9223372036854775807"), args=("run",))
+case("arith2_zipf_s_huge", moe(route="zipf", extra=", s: 1e308"), args=("run",), expect="any")
+case("arith2_zipf_s_negative", moe(route="zipf", extra=", s: -1.0"), args=("run",))
+case("arith2_hotspot_huge", moe(route="hotspot", extra=", max_over_mean: 1e308"), args=("run",))
+case("arith2_set_negative_tokens", moe(), args=("run", "--set", "tokens=-1"))
+case("arith2_set_max_tokens", moe(), args=("run", "--set", "tokens=9223372036854775807"))
+case("arith2_experts_huge", moe(experts=4611686018427387904), args=("run",))
+case("arith2_constant_past_f32", elementwise("out[m, n] = x[m, n] * 1e39;"), args=("run", "--numerics"), expect="any")
+# Output errors: every output option and subcommand on a full disk or a closed pipe.
+case("out2_trace_full", SMALL, args=("run", "--trace", "/dev/full"))
+case("out2_gantt_full", SMALL, args=("run", "--gantt", "/dev/full"))
+case("out2_tune_output_full", SMALL, args=("tune", "--budget", "2", "-o", "/dev/full"))
+case("out2_dump_full", SMALL, args=("run", "--dump", "/dev/full"))
+case("out2_lower_schedule_json_full", SMALL, args=("lower", "--emit", "schedule", "--format", "json"), stdout="full")
+case("out2_lower_routing_full", moe(), args=("lower", "--emit", "routing"), stdout="full")
+case("out2_run_numerics_full", SMALL, args=("run", "--numerics"), stdout="full")
+case("out2_run_compare_json_full", SMALL, args=("run", "--compare", "kernel_by_kernel", "--format", "json"), stdout="full")
+case("out2_tune_full", SMALL, args=("tune", "--budget", "2", "-o", "@DIR/out2_tune_full.tuned.hpm"), stdout="full")
+case("out2_scale_markdown_full", SMALL, args=("scale", "--param", "rows", "--values", "64", "--format", "markdown"), stdout="full")
+case("out2_explain_list_full", None, args=("explain", "--list"), stdout="full")
+case("out2_man_full", None, args=("man",), stdout="full")
+case("out2_completions_full", None, args=("completions", "zsh"), stdout="full")
+case("out2_repl_full", SMALL, args=("repl",), stdin=":run\n:show tasks\n", stdout="full")
+case("out2_lsp_full", None, args=("lsp",), stdin=lsp(SMALL), stdout="full")
+case("out2_check_errors_json_full", "param a = ;\n", args=("check", "--format", "json"), stdout="full")
+case("out2_lower_tasks_closed", SMALL, args=("lower", "--emit", "tasks"), stdout="closed", expect="any")
+case("out2_tune_closed", SMALL, args=("tune", "--budget", "2", "-o", "@DIR/out2_tune_closed.tuned.hpm", "--format", "json"), stdout="closed", expect="any")
+case("out2_lsp_closed", None, args=("lsp",), stdin=lsp(SMALL), stdout="closed", expect="any")
+case("out2_repl_closed", SMALL, args=("repl",), stdin=":run\n:show tasks\n" * 50, stdout="closed", expect="any")
+case("out2_sweep_json_closed", SMALL, args=("sweep", "--vary", "rows=64,128", "--format", "json", "--threads", "1"), stdout="closed", expect="any")
+# Recursion depth: `let` chains inside op bodies, nested calls and brackets in other positions.
+case("depth2_body_let_chain_check", elementwise(let_chain(50000)))
+case("depth2_body_let_chain_run", elementwise(let_chain(50000)), args=("run",))
+case("depth2_body_let_chain_numerics", elementwise(let_chain(20000)), args=("run", "--numerics"))
+case("depth2_body_let_chain_tasks", elementwise(let_chain(20000, "* 0.5")), args=("lower", "--emit", "tasks"))
+case("depth2_body_let_doubling", elementwise(let_chain(40, double=True)))
+case("depth2_body_let_doubling_run", elementwise(let_chain(30, double=True)), args=("run", "--numerics"))
+case("depth2_body_let_chain_ok", elementwise(let_chain(100)), args=("run", "--numerics"), expect="ok")
+case("depth2_body_let_chain_fmt", elementwise(let_chain(20000)), args=("fmt", "--stdout"), expect="any")
+case("depth2_comm_let_chain", comm("".join(f"let v{i + 1} = v{i} + 1.0;" for i in range(20000)).replace("v0", "x[t, h]")
+                                   + " put out @ r.rank(t, j) [r.slot(t, j), h] = v20000;"))
+case("depth2_body_let_chain_lsp", None, args=("lsp",), stdin=lsp(elementwise(let_chain(50000))), expect="any")
+case("depth2_nested_calls", elementwise("out[m, n] = x[m, n];").replace("return e(x)", "return " + "e(" * 20000 + "x" + ")" * 20000))
+case("depth2_dim_parens", elementwise("out[m, n] = x[m, n];", "[" + "(" * 50000 + "64" + ")" * 50000 + ", 64]"))
+case("depth2_tile_parens", elementwise("out[m, n] = x[m, n];", tile=" tile(m: " + "(" * 50000 + "8" + ")" * 50000 + ")"))
+case("depth2_device_parens", DEV % (", hbm_bandwidth: " + "(" * 50000 + "1" + ")" * 50000 + " TB/s"))
+case("depth2_route_parens", "route r = balanced(experts: " + "(" * 50000 + "8" + ")" * 50000 + ", topk: 2);\n")
+case("depth2_schedule_parens", "schedule = interleaved { aiv_fraction: " + "(" * 50000 + "0.5" + ")" * 50000 + " };\n")
+case("depth2_index_flat", elementwise("out[m, n] = x[" + " + ".join(["m"] * 50000) + ", n];"))
+case("depth2_sum_nested", elementwise("out[m, n] = " + "sum(k) " * 20000 + "x[m, n];"))
+case("depth2_max_call_nested", elementwise("out[m, n] = " + "max(" * 20000 + "x[m, n]" + ", 1.0)" * 20000 + ";"))
+case("depth2_import_braces", "import std::moe::" + "{" * 50000 + "gmm" + "}" * 50000 + ";\n")
+case("depth2_set_value_parens", moe(), args=("check", "--set", "tokens=" + "(" * 50000 + "64" + ")" * 50000))
+case("depth2_routing_parens", moe(), args=("check", "--routing", "zipf(s: " + "(" * 50000 + "1.0" + ")" * 50000 + ")"))
+case("depth2_vary_parens", SMALL, args=("sweep", "--vary", "rows=" + "(" * 50000 + "64" + ")" * 50000))
+case("depth2_repl_set_parens", SMALL, args=("repl",), stdin=":set rows = " + "(" * 50000 + "64" + ")" * 50000 + "\n")
+case("depth2_repl_item_brackets", None, args=("repl",), stdin="op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = " + "(" * 100000 + "\n:quit\n")
+case("depth2_repl_let_chain", SMALL, args=("repl",), stdin=elementwise(let_chain(50000)).replace("\n", " ") + "\n:run\n")
+case("depth2_lsp_parens", None, args=("lsp",), stdin=lsp("param p = " + "(" * 100000 + "1" + ")" * 100000 + ";\n"), expect="any")
+# Limits before allocation.
+A100 = ",".join(str(64 * (i + 1)) for i in range(100))
+E100 = ",".join(str((i + 1) / 100) for i in range(100))
+case("limit2_sweep_grid", SMALL, args=("sweep", "--vary", "rows=" + A100, "--vary", "inter=" + A100, "--vary",
+                                       "device.link_efficiency=" + E100, "--vary", "device.cube_efficiency=" + E100))
+case("limit2_sweep_two_axes", SMALL, args=("sweep", "--vary", "rows=" + ",".join(str(64 + i) for i in range(1000)),
+                                           "--vary", "inter=" + ",".join(str(64 + i) for i in range(1000))))
+case("limit2_input_huge_shape", elementwise("out[m, n] = x[m, n];"), args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy("<f4", "(1000000000, 1000000000, 1000000000)")})
+case("limit2_input_many_dims", elementwise("out[m, n] = x[m, n];"), args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy("<f4", "(" + "1, " * 100000 + ")")})
+case("limit2_route_file_huge", moe().replace("balanced(experts: experts, topk: 2)", 'file(path: "r.npy", experts: experts)'), args=("run",),
+     files={"r.npy": npy("<i4", "(4, 1000000000000, 8)")})
+case("limit2_many_imports", "".join("import std::moe::gmm;\n" for _ in range(200000)), expect="any")
+case("limit2_import_many_names", "import std::moe::{" + ", ".join(f"n{i}" for i in range(200000)) + "};\n")
+case("limit2_many_taskflows", "".join(f"taskflow f{i}(x: f32[4, 4]) -> f32[4, 4] {{ return x; }}\n" for i in range(100000)), args=("run",), expect="any")
+case("limit2_scale_many_values", SMALL, args=("scale", "--param", "rows", "--values", ",".join(str(64 * (i + 1)) for i in range(15000))))
+case("limit2_trace_ranks_range", SMALL, args=("run", "--trace", "@DIR/limit2.json", "--trace-ranks", "0-4294967295"))
+case("limit2_ranks_vs_tokens", moe(ranks=65536, experts=65536, tokens=65536, hidden=16), args=("run",))
+# Non-regular files given as other path arguments.
+case("file2_allow_path_file", moe(), args=("check", "--allow-path", "@DIR/a.npy"))
+case("file2_allow_path_missing", moe(), args=("check", "--allow-path", "@DIR/no/such/dir"))
+case("file2_allow_path_fifo", moe(), args=("check", "--allow-path", "@FIFO"))
+case("file2_allow_path_twice", moe(), args=("check", "--allow-path", "@DIR", "--allow-path", "@DIR/"))
+case("file2_import_fifo", 'import "f.hpm";\n', files={"f.hpm": ("fifo",)})
+case("file2_import_dir", 'import "d.hpm";\n', files={"d.hpm": ("dir",)})
+case("file2_import_devzero_allowed", 'import "/dev/zero";\n', args=("check", "--allow-path", "/dev"))
+case("file2_route_weights_fifo", moe().replace("balanced(experts: experts, topk: 2)", 'file(path: "r.npy", experts: experts, weights: "w.npy")'),
+     files={"r.npy": npy("<i4", "(4, 64, 2)", bytes(4 * 64 * 2 * 4)), "w.npy": ("fifo",)})
+case("file2_input_fifo", elementwise("out[m, n] = x[m, n];"), args=("run", "--input", "x=@FIFO"))
+case("file2_input_dir", elementwise("out[m, n] = x[m, n];"), args=("run", "--input", "x=@DIR"))
+case("file2_repl_load_fifo", None, args=("repl",), stdin=":load @DIR/fifo.hpm\n")
+case("file2_repl_load_dir", None, args=("repl",), stdin=":load @DIR\n")
+case("file2_merge_fifo", None, args=("sweep", "--merge", "@FIFO", "--out", "@DIR/merge-out"))
+case("file2_tune_merge_dir_of_fifo", SMALL, args=("tune", "--merge", "@CDIR/parts"), files={"parts/tune-part-0-of-1.json": ("fifo",)})
+case("file2_many_unknown_names", "".join(f"param q{i} = nosuch{i};\n" for i in range(100000)))
+case("file2_long_line", "param p = 1;" + " " * (30 << 20) + "param q = ;\n")
+# Bad input accepted: options that would be ignored, outputs over the program or each other.
+case("accept2_trace_is_program", SMALL, args=("run", "--trace", "@DIR/accept2_trace_is_program.hpm"))
+case("accept2_trace_and_gantt_same", SMALL, args=("run", "--trace", "@DIR/same.out", "--gantt", "@DIR/./same.out"))
+case("accept2_tune_output_is_program", SMALL, args=("tune", "--budget", "2", "-o", "@DIR/accept2_tune_output_is_program.hpm"))
+case("accept2_repl_trace_is_program", SMALL, args=("repl",), stdin=":run\n:trace @DIR/accept2_repl_trace_is_program.hpm\n")
+case("accept2_compare_same_policy", SMALL, args=("run", "--policy", "interleaved", "--compare", "interleaved"))
+case("accept2_seed_without_numerics", SMALL, args=("run", "--seed", "5"))
+case("accept2_numerics_memory_without_numerics", SMALL, args=("run", "--numerics-memory", "5"))
+case("accept2_trace_window_without_trace", SMALL, args=("run", "--trace-window", "0..1"))
+case("accept2_trace_ranks_without_trace", SMALL, args=("run", "--trace-ranks", "0"))
+case("accept2_lower_ops_policy", SMALL, args=("lower", "--emit", "ops", "--policy", "nosuch"))
+case("accept2_lower_ops_taskflow", SMALL, args=("lower", "--taskflow", "nosuch"))
+case("accept2_lower_routing_no_verify", moe(), args=("lower", "--emit", "routing", "--no-verify"))
+case("accept2_lower_ops_max_tasks", SMALL, args=("lower", "--max-tasks", "5"))
+case("accept2_fmt_check_stdout", SMALL, args=("fmt", "--check", "--stdout"))
+case("accept2_explain_list_code", None, args=("explain", "--list", "E0501"))
+case("accept2_scale_values_twice", SMALL, args=("scale", "--param", "rows", "--values", "64,64"))
+case("accept2_policy_option_unknown", SMALL + "schedule sa = interleaved { nosuch: 1 };\n")
+case("accept2_policy_option_nan", SMALL, args=("run", "--set", "device.link_efficiency=NaN"))
+case("accept2_device_field_twice", DEV % ", ranks: 2")
+case("accept2_route_arg_twice", moe(extra=", topk: 2"))
+case("accept2_tile_unknown_dim", SMALL.replace("swiglu(h) tile(m: 64)", "swiglu(h) tile(m: 64, q: 4)"))
+case("accept2_tile_twice", SMALL.replace("swiglu(h) tile(m: 64)", "swiglu(h) tile(m: 64, m: 32)"))
+case("accept2_comm_unwritten_rows", comm("put out @ r.rank(t, j) [r.slot(t, j), h] = x[t, h];", out="T[r.recv + 1, H]"))
+case("accept2_body_partial_write", elementwise("out[m, n] = x[m, n];").replace("out[m, n] = x[m, n];", "out[m, 0] = x[m, 0];"))
+case("accept2_body_overlap_offset", elementwise("out[m, n] = x[m, n]; out[m, n + 1] = x[m, n];"))
+# Reading outside the program's directory.
+case("outside2_import_secret_abs", 'import "@SECRET/secret.hpm";\n')
+case("outside2_import_symlink", 'import "s.hpm";\n', files={"s.hpm": ("symlink", "@SECRET/secret.hpm")})
+case("outside2_import_dir_symlink", 'import "d/secret.hpm";\n', files={"d": ("symlink", "@SECRET")})
+case("outside2_import_dotdot", 'import "' + "../" * 30 + '@SECRET/secret.hpm";\n')
+case("outside2_route_file_symlink", moe().replace("balanced(experts: experts, topk: 2)", 'file(path: "r.npy", experts: experts)'),
+     files={"r.npy": ("symlink", "@SECRET/secret.npy")})
+case("outside2_route_weights_abs", moe().replace("balanced(experts: experts, topk: 2)", 'file(path: "r.npy", experts: experts, weights: "@SECRET/secret.npy")'),
+     files={"r.npy": npy("<i4", "(4, 64, 2)", bytes(4 * 64 * 2 * 4))})
+case("outside2_router_logits_abs", moe().replace("balanced(experts: experts, topk: 2)", 'router(experts: experts, topk: 2, logits: "@SECRET/secret.npy")'))
+case("outside2_router_bias_symlink", moe().replace("balanced(experts: experts, topk: 2)", 'router(experts: experts, topk: 2, bias: "b.npy")'),
+     files={"b.npy": ("symlink", "@SECRET/secret.npy")})
+case("outside2_routing_flag_file", moe(), args=("check", "--routing", 'file(path: "@SECRET/secret.npy")'))
+case("outside2_repl_import", None, args=("repl",), stdin='import "@SECRET/secret.hpm";\n:show params\n')
+case("outside2_import_proc_symlink", 'import "p.hpm";\n', files={"p.hpm": ("symlink", "/proc/self/environ")})
+# Messages: positions and units for invalid UTF-8 and odd bytes.
+case("msg2_nul_in_source", "param a = 1;\0param b = 2;\n", twice=True)
+case("msg2_bom_and_cr", "\ufeffparam a = 1;\r\nparam b = ;\r\n", twice=True)
+case("msg2_invalid_utf8_string", None, args=("check", "@CDIR/main.hpm"), files={"main.hpm": b'import "\xff\xfe.hpm";\n'})
+case("msg2_determinism_many_errors", "".join(f"param p{i} = q{i} / 0;\n" for i in range(500)), twice=True)
+case("msg2_determinism_limit", elementwise("out[m, n] = x[m, n];", "[32768, 32768]", " tile(m: 1, n: 1)"), args=("run",), twice=True)
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
@@ -168,29 +377,93 @@ def main():
         os.mkfifo(fifo)
     sub = os.path.join(work, "dir.hpm")
     os.makedirs(sub, exist_ok=True)
+    # A file outside every case's directory: no case may print its contents.
+    secret_dir = tempfile.mkdtemp(prefix="hostile-secret-")
+    open(os.path.join(secret_dir, "secret.hpm"), "w").write(f"param {SECRET} = 1;\n// {SECRET}\n")
+    open(os.path.join(secret_dir, "secret.npy"), "w").write(SECRET + "\n")
+    os.environ["HOSTILE_SECRET_DIR"] = secret_dir
     for n in ("a.npy", "b.npy"):
         open(os.path.join(work, n), "wb").write(b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (4, 64, 64), }" + b" " * 49 + b"\n" + b"\0" * (4 * 64 * 64 * 4))
     counts = {}
     for c in CASES:
-        args = [a.replace("@DIR", work).replace("@FIFO", fifo) for a in c["args"]]
+        args = [a.replace("@DIR", work).replace("@FIFO", fifo).replace("@SECRET", secret_dir) for a in c["args"]]
+        c["files"] = {k: (tuple(x.replace("@SECRET", secret_dir) for x in v) if isinstance(v, tuple) else v)
+                      for k, v in c["files"].items()}
         if c["text"] is not None:
             path = os.path.join(work, c["name"] + ".hpm")
-            open(path, "w").write(c["text"])
+            open(path, "w").write(c["text"].replace("@SECRET", secret_dir))
             # The file goes right after the subcommand (before its options).
             args = args[:1] + [path] + args[1:]
         if args[0] == "sweep":
             args += ["--out", os.path.join(work, c["name"] + "-out")]
+        cdir = os.path.join(work, c["name"] + ".d")
+        for fname, content in c["files"].items():
+            os.makedirs(cdir, exist_ok=True)
+            fpath = os.path.join(cdir, fname)
+            os.makedirs(os.path.dirname(fpath), exist_ok=True)
+            if os.path.lexists(fpath):
+                continue
+            if isinstance(content, tuple):
+                if content[0] == "symlink":
+                    os.symlink(content[1].replace("@DIR", cdir).replace("@WORK", work), fpath)
+                elif content[0] == "fifo":
+                    os.mkfifo(fpath)
+                else:
+                    os.makedirs(fpath, exist_ok=True)
+            else:
+                data = content.encode() if isinstance(content, str) else content
+                open(fpath, "wb").write(data)
+        args = [a.replace("@CDIR", cdir) for a in args]
+        if c["files"] and c["text"] is not None:
+            # The program lives beside its files.
+            src = os.path.join(cdir, "main.hpm")
+            shutil.copy(args[1], src)
+            args[1] = src
+        stdin = (c["stdin"] or "").replace("@CDIR", cdir).replace("@DIR", work)
+        stdin = stdin.encode() if isinstance(stdin, str) else stdin
         cmd = ["prlimit", "--as=4000000000", "--", "timeout", "20", BIN] + args
-        p = subprocess.run(cmd, input=(c["stdin"] or "").encode(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=work)
-        err = p.stderr.decode("utf-8", "replace")
+        env = dict(os.environ, NO_COLOR="1", HPMOE_REPL_NO_TIMINGS="1")
+
+        def once():
+            if c["stdout"] == "full":
+                with open("/dev/full", "wb") as full:
+                    q = subprocess.run(cmd, input=stdin, stdout=full, stderr=subprocess.PIPE, cwd=work, env=env)
+                return q.returncode, b"", q.stderr
+            if c["stdout"] == "closed":
+                q = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work, env=env)
+                q.stdout.close()
+                try:
+                    q.stdin.write(stdin)
+                    q.stdin.close()
+                except BrokenPipeError:
+                    pass
+                e = q.stderr.read()
+                return q.wait(), b"", e
+            q = subprocess.run(cmd, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work, env=env)
+            return q.returncode, q.stdout, q.stderr
+
+        rc, out, errb = once()
+        err = errb.decode("utf-8", "replace")
         expect = c["expect"]
-        kind = classify(p.returncode, err, expect)
+        kind = classify(rc, err, expect)
+        if kind == "ok" and expect == "fail" and c["stdout"] != "full" and not err.strip() and not out.strip():
+            kind = "silent-failure"
+        if kind == "ok" and c["stdout"] == "full" and "cannot write" not in err:
+            kind = "full-disk-unreported"
+        if kind == "ok" and c["stdout"] == "closed" and ("cannot write" in err or rc not in (0, 1)):
+            kind = "closed-pipe-noise"
+        if kind == "ok" and c["twice"]:
+            if once() != (rc, out, errb):
+                kind = "nondeterministic"
+        if kind == "ok" and SECRET.encode() in out + errb:
+            kind = "read-outside"
         counts[kind] = counts.get(kind, 0) + 1
         if kind != "ok" or "-v" in sys.argv:
             first = next((l for l in err.splitlines() if l.strip()), "")
-            print(f"{kind:17} {c['name']:28} rc={p.returncode} {first[:150]}")
+            print(f"{kind:17} {c['name']:28} rc={rc} {first[:150]}")
     total = len(CASES)
     print(f"{total} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    shutil.rmtree(secret_dir, ignore_errors=True)
     if not keep:
         shutil.rmtree(work, ignore_errors=True)
     bad = sum(v for k, v in counts.items() if k != "ok")
