@@ -230,6 +230,11 @@ pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) 
     choose_observed(program, tf, c, verify, None).map_or((0, f64::INFINITY), |(tried, best, _)| (tried, best))
 }
 
+/// The largest graph whose candidate schedules are compared: each candidate is one more
+/// simulation of the whole graph, so above this size `interleaved` keeps its own schedule
+/// (a run stays within minutes instead of hours).
+pub const CANDIDATE_MAX_TASKS: usize = 1 << 21;
+
 /// [`choose`]; `progress` hears of each candidate's simulation. `None` when the policy has
 /// no candidates; else also the fingerprints of the schedules simulated.
 fn choose_observed(
@@ -241,6 +246,10 @@ fn choose_observed(
 ) -> Option<(usize, f64, Vec<u64>)> {
     let spec = c.schedule.policy.clone();
     if spec.policy != hpmoe_dsl::policy::Policy::Interleaved || !spec.candidates {
+        return None;
+    }
+    if c.graph.len() > CANDIDATE_MAX_TASKS {
+        c.schedule.origin = "policy (no candidates above 2097152 tasks)";
         return None;
     }
     let model = DeviceModel::new(&program.device).ok()?;

@@ -315,3 +315,38 @@ proptest! {
         prop_assert!(kb <= res.makespan * (1.0 + 1e-9), "kernel_by_kernel: kernel bound {kb} above {}", res.makespan);
     }
 }
+
+/// Above `CANDIDATE_MAX_TASKS` tasks `interleaved` keeps its own list schedule and says so.
+#[test]
+fn a_graph_above_the_candidate_limit_keeps_its_own_schedule() {
+    let rows = (pipeline::CANDIDATE_MAX_TASKS / 1024 + 1) as u64;
+    let text = format!(
+        "import std::device::ascend_a3;\ndevice = ascend_a3 {{ ranks: 1 }};\n\
+         op e<T>(x: T[M, N]) -> T[M, N] on aiv {{ out[m, n] = x[m, n] + 1.0; }}\n\
+         taskflow f(x: f32[{rows}, 1024]) -> f32[{rows}, 1024] {{ return e(x) tile(m: 1, n: 1); }}\n"
+    );
+    let out = check_text("big.hpm", &text, None, &Options::default(), &mut SourceMap::new());
+    let p = out
+        .checked
+        .unwrap_or_else(|| panic!("does not check: {:?}", out.diagnostics));
+    let mut clock = hpmoe_dsl::timing::Clock::new();
+    let opts = CompileOptions {
+        max_tasks: 4 << 20,
+        ..CompileOptions::default()
+    };
+    let c = pipeline::compile(
+        &p,
+        &p.taskflows[0],
+        &spec(&p, 0, Policy::Interleaved),
+        &opts,
+        &mut clock,
+    )
+    .unwrap_or_else(|ds| panic!("does not compile: {ds:?}"));
+    assert!(c.graph.len() > pipeline::CANDIDATE_MAX_TASKS);
+    assert_eq!(c.schedule.origin, "policy (no candidates above 2097152 tasks)");
+    assert_eq!(
+        pipeline::CANDIDATE_MAX_TASKS,
+        2097152,
+        "the origin and the docs quote this number"
+    );
+}
