@@ -878,3 +878,30 @@ fn a_piped_run_prints_no_progress_display() {
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("Dispatch-to-Combine latency"));
 }
+
+/// Numerics outside their tolerance are exit 1 with an error on stderr naming the output and
+/// its error, and a note when a value overflowed f32.
+#[test]
+fn failed_numerics_say_why_on_stderr() {
+    let dir = std::env::temp_dir().join(format!("hpmoe-numerics-fail-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("overflow.hpm");
+    std::fs::write(
+        &f,
+        "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n\
+         op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n] * 1e39; }\n\
+         taskflow f(x: f32[64, 64]) -> f32[64, 64] { return e(x); }\n",
+    )
+    .unwrap();
+    let out = hpmoe()
+        .args(["run", f.to_str().unwrap(), "--numerics"])
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error: numerics of taskflow `f`: `out`"), "{err}");
+    assert!(err.contains("overflowed f32"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

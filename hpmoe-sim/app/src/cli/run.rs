@@ -693,7 +693,37 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             outln!("{}", serde_json::to_string_pretty(&j).unwrap_or_default());
         }
     }
-    if num_reports.iter().any(|(_, n)| !n.passed()) {
+    let mut failed = false;
+    for (name, n) in &num_reports {
+        let bad: Vec<String> = n
+            .checks
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| {
+                format!(
+                    "`{}` ({} against {}: rel L2 {:.3e}, max |err| {:.3e}, tolerance {:e})",
+                    c.output, c.computed, c.reference, c.rel_l2, c.max_abs, c.tolerance
+                )
+            })
+            .collect();
+        if !bad.is_empty() {
+            errln!(
+                "error: numerics of taskflow `{name}`: {} outside the tolerance",
+                bad.join(", ")
+            );
+            if n.checks
+                .iter()
+                .any(|c| !c.ok && !(c.rel_l2.is_finite() && c.max_abs.is_finite()))
+            {
+                errln!("  note: a value overflowed f32 (the numerics run in f32; a constant or a product beyond 3.4e38 is infinite)");
+            }
+        }
+        if !n.races.is_empty() {
+            errln!("error: numerics of taskflow `{name}`: {} race(s) found", n.races.len());
+        }
+        failed |= !n.passed();
+    }
+    if failed {
         return 1;
     }
     0
