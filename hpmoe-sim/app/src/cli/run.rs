@@ -713,7 +713,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             );
             if n.checks
                 .iter()
-                .any(|c| !c.ok && !(c.rel_l2.is_finite() && c.max_abs.is_finite()))
+                .any(|c| !c.ok && (!c.rel_l2.is_finite() || !c.max_abs.is_finite()))
             {
                 errln!("  note: a value overflowed f32 (the numerics run in f32; a constant or a product beyond 3.4e38 is infinite)");
             }
