@@ -230,10 +230,47 @@ pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) 
     choose_observed(program, tf, c, verify, None).map_or((0, f64::INFINITY), |(tried, best, _)| (tried, best))
 }
 
-/// The largest graph whose candidate schedules are compared: each candidate is one more
-/// simulation of the whole graph, so above this size `interleaved` keeps its own schedule
-/// (a run stays within minutes instead of hours).
+/// The largest graph whose candidate schedules are all compared: each candidate is one more
+/// simulation of the whole graph, so above this size `interleaved` compares only its own
+/// schedule and the expert-level order (a run stays within minutes instead of hours).
 pub const CANDIDATE_MAX_TASKS: usize = 1 << 21;
+
+/// The choice on a graph above [`CANDIDATE_MAX_TASKS`]: the expert-level order of the same
+/// graph (the candidate that wins most often) is simulated, then the policy's own schedule,
+/// stopped once it passes it; the faster is kept, its origin saying that only two were
+/// compared.
+fn two_candidates(
+    program: &Program,
+    tf: &Taskflow,
+    c: &mut Compiled,
+    spec: &PolicySpec,
+    model: &DeviceModel,
+    verify: bool,
+    progress: Option<&Progress>,
+) {
+    c.schedule.origin = "policy (of two candidates: above 2097152 tasks)";
+    let Some((mut other, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, spec, 2) else {
+        return;
+    };
+    if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &other).is_empty() {
+        return;
+    }
+    if let Some(p) = progress {
+        p.candidate(1);
+    }
+    let mut w = Workload::new(program, tf, &c.graph, &other, model);
+    let Some(first) = latency_of(&w, c, &other, model, f64::INFINITY, progress) else {
+        return;
+    };
+    if let Some(p) = progress {
+        p.candidate(2);
+    }
+    w.reschedule(&c.graph, &c.schedule, model);
+    if latency_of(&w, c, &c.schedule, model, first, progress).is_none() {
+        other.origin = "expert-level order (of two candidates: above 2097152 tasks)";
+        c.schedule = other;
+    }
+}
 
 /// [`choose`]; `progress` hears of each candidate's simulation. `None` when the policy has
 /// no candidates; else also the fingerprints of the schedules simulated.
@@ -248,11 +285,11 @@ fn choose_observed(
     if spec.policy != hpmoe_dsl::policy::Policy::Interleaved || !spec.candidates {
         return None;
     }
+    let model = DeviceModel::new(&program.device).ok()?;
     if c.graph.len() > CANDIDATE_MAX_TASKS {
-        c.schedule.origin = "policy (no candidates above 2097152 tasks)";
+        two_candidates(program, tf, c, &spec, &model, verify, progress);
         return None;
     }
-    let model = DeviceModel::new(&program.device).ok()?;
     if let Some(p) = progress {
         p.candidate(1);
     }
