@@ -98,8 +98,11 @@ pub fn compile_observed(
     progress: Option<&Progress>,
 ) -> Result<Compiled, Vec<Diagnostic>> {
     let mut c = checked.compile_timed(tf, spec, opts, clock)?;
+    let all = c.graph.len() <= CANDIDATE_MAX_TASKS;
     if let Some((_, best, seen)) = choose_observed(checked.program(), tf, &mut c, opts.verify, progress) {
-        other_tilings(checked, tf, &mut c, opts, best, &seen, progress);
+        if all {
+            other_tilings(checked, tf, &mut c, opts, best, &seen, progress);
+        }
         clock.lap("candidates");
     }
     if let Some(p) = progress {
@@ -247,28 +250,32 @@ fn two_candidates(
     model: &DeviceModel,
     verify: bool,
     progress: Option<&Progress>,
-) {
+) -> f64 {
     c.schedule.origin = "policy (of two candidates: above 2097152 tasks)";
     let Some((mut other, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, spec, 2) else {
-        return;
+        return f64::INFINITY;
     };
     if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &other).is_empty() {
-        return;
+        return f64::INFINITY;
     }
     if let Some(p) = progress {
         p.candidate(1);
     }
     let mut w = Workload::new(program, tf, &c.graph, &other, model);
     let Some(first) = latency_of(&w, c, &other, model, f64::INFINITY, progress) else {
-        return;
+        return f64::INFINITY;
     };
     if let Some(p) = progress {
         p.candidate(2);
     }
     w.reschedule(&c.graph, &c.schedule, model);
-    if latency_of(&w, c, &c.schedule, model, first, progress).is_none() {
-        other.origin = "expert-level order (of two candidates: above 2097152 tasks)";
-        c.schedule = other;
+    match latency_of(&w, c, &c.schedule, model, first, progress) {
+        Some(own) => own,
+        None => {
+            other.origin = "expert-level order (of two candidates: above 2097152 tasks)";
+            c.schedule = other;
+            first
+        }
     }
 }
 
@@ -287,8 +294,8 @@ fn choose_observed(
     }
     let model = DeviceModel::new(&program.device).ok()?;
     if c.graph.len() > CANDIDATE_MAX_TASKS {
-        two_candidates(program, tf, c, &spec, &model, verify, progress);
-        return None;
+        let best = two_candidates(program, tf, c, &spec, &model, verify, progress);
+        return Some((1, best, Vec::new()));
     }
     if let Some(p) = progress {
         p.candidate(1);
