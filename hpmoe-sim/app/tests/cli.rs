@@ -905,3 +905,30 @@ fn failed_numerics_say_why_on_stderr() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A rank named twice in `--trace-ranks` is a usage error; a `--trace-window` that starts
+/// after the run is a warning (the trace is written, empty of tasks).
+#[test]
+fn trace_filters_that_select_nothing_new_are_reported() {
+    let dir = std::env::temp_dir().join(format!("hpmoe-trace-filters-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tr = dir.join("t.json");
+    let tr = tr.to_str().unwrap();
+    let out = hpmoe()
+        .args(["run", "examples/geglu.hpm", "--trace", tr, "--trace-ranks", "0,0-1"])
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("names rank 0 twice"));
+    let out = hpmoe()
+        .args(["run", "examples/geglu.hpm", "--trace", tr, "--trace-window", "1e12.."])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("warning: --trace-window starts at"), "{err}");
+    assert!(std::path::Path::new(tr).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

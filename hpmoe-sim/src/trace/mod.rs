@@ -29,7 +29,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// Parses `0,3` or `0-3,8` into ranks.
+    /// Parses `0,3` or `0-3,8` into ranks (sorted; a rank named twice is an error).
     pub fn parse_ranks(s: &str) -> Result<Vec<u32>, String> {
         let mut out = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -56,7 +56,9 @@ impl Filter {
             return Err(format!("`{s}` names no rank"));
         }
         out.sort_unstable();
-        out.dedup();
+        if let Some(w) = out.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("`{s}` names rank {} twice", w[0]));
+        }
         Ok(out)
     }
 

@@ -289,6 +289,17 @@ fn one(
                 }
             })
         };
+        if let Some((lo, _)) = filter.window {
+            let end = simd.result.makespan;
+            if lo > end {
+                errln!(
+                    "warning: --trace-window starts at {:.1} us, after the end of `{}` ({:.1} us): the trace and chart show no tasks",
+                    lo * 1e6,
+                    tf.name,
+                    end * 1e6
+                );
+            }
+        }
         if let Some(path) = o.trace {
             write(path, &|w| trace::write(w, &run, filter))?;
         }
