@@ -152,7 +152,13 @@ fn other_tilings(
         if let Some(l) = latency_of(&w, &other, &other.schedule, &model, best, progress) {
             if l < best {
                 best = l;
-                won = Some(other.schedule.clone());
+                let mut s = other.schedule.clone();
+                s.origin = if static_capacity {
+                    "expert-level tiling and order (static capacity)"
+                } else {
+                    "expert-level tiling and order"
+                };
+                won = Some(s);
             }
         }
         // The policy's own list scheduler on the expert-level tiling.
@@ -183,13 +189,6 @@ fn other_tilings(
                 static_capacity,
                 ..spec.clone()
             };
-            if s.origin == "policy" {
-                s.origin = if static_capacity {
-                    "expert-level tiling and order (static capacity)"
-                } else {
-                    "expert-level tiling and order"
-                };
-            }
             s.estimate = 0.0;
             other.schedule = s;
             *c = other;

@@ -198,9 +198,11 @@ fn for_each_share(w: &Workload, mut f: impl FnMut(usize, usize, f64)) {
 }
 
 /// A lower bound on the makespan of a schedule with kernel barriers (`kernel_by_kernel`):
-/// on a rank, kernel k starts after kernel k - 1 finished there, so a rank's kernels never
-/// overlap and the rank needs at least the sum over its kernels of each kernel's least span:
-/// its shortest task, and its work per engine over that engine's cores. 0 without barriers.
+/// on a rank, kernel k starts after kernel k - 1 finished there, so a run of kernels that
+/// all have tasks on the rank never overlaps and needs at least the sum of each kernel's
+/// least span: its longest task, and its work per engine over that engine's cores. A kernel
+/// with no task on the rank releases the next one at once, so it ends the run. The bound is
+/// the longest run over all ranks; 0 without barriers.
 pub fn kernel_bound(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -> f64 {
     if s.barriers == 0 {
         return 0.0;
@@ -213,8 +215,8 @@ pub fn kernel_bound(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -
         .filter(|&&k| k != u32::MAX)
         .max()
         .map_or(0, |&k| k as usize + 1);
-    // Per (rank, kernel): work per engine class and the longest task.
-    let mut work = vec![[0.0f64; 3]; ranks * kernels];
+    // Per (rank, kernel): work per engine class, the longest task and the task count.
+    let mut work = vec![[0.0f64; 4]; ranks * kernels];
     for t in 0..w.tasks() {
         let k = s.kernel[t];
         if k == u32::MAX {
@@ -223,17 +225,22 @@ pub fn kernel_bound(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -
         let e = &mut work[rank[t] as usize * kernels + k as usize];
         e[w.class[t] as usize] += du.d[t];
         e[2] = e[2].max(du.d[t]);
+        e[3] += 1.0;
     }
     let cores = [m.aic_cores as f64, m.aiv_cores as f64];
-    (0..ranks)
-        .map(|r| {
-            work[r * kernels..(r + 1) * kernels]
-                .iter()
-                .map(|e| (e[AIC] / cores[AIC]).max(e[AIV] / cores[AIV]).max(e[2]))
-                .sum::<f64>()
-        })
-        .fold(0.0, f64::max)
-        + w.start_time
+    let mut longest = 0.0f64;
+    for r in 0..ranks {
+        let mut run = 0.0;
+        for e in &work[r * kernels..(r + 1) * kernels] {
+            run = if e[3] == 0.0 {
+                0.0
+            } else {
+                run + (e[AIC] / cores[AIC]).max(e[AIV] / cores[AIV]).max(e[2])
+            };
+            longest = longest.max(run);
+        }
+    }
+    longest + w.start_time
 }
 
 /// The shortest duration of every task (see the module doc), and its parts.
