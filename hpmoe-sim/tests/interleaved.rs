@@ -364,7 +364,9 @@ fn the_kernel_bound_holds_with_empty_kernels() {
         let route = format!("uniform(experts: experts, topk: topk, seed: {seed})");
         let text = moe(1, 4, 1, 4, &route, (4, 16, 8), seed % 2 == 1);
         let out = check_text("test.hpm", &text, None, &Options::default(), &mut SourceMap::new());
-        let p = out.checked.unwrap_or_else(|| panic!("does not check: {:?}", out.diagnostics));
+        let p = out
+            .checked
+            .unwrap_or_else(|| panic!("does not check: {:?}", out.diagnostics));
         let tf = &p.taskflows[0];
         let c = p
             .compile(tf, &spec(&p, 0, Policy::KernelByKernel), &CompileOptions::default())
@@ -373,6 +375,10 @@ fn the_kernel_bound_holds_with_empty_kernels() {
         let w = sim::Workload::new(&p, tf, &c.graph, &c.schedule, &model);
         let res = sim::simulate(&w, &c.schedule, &model, SimOptions::default()).expect("runs");
         let kb = hpmoe_sim::report::kernel_bound(&w, &c.schedule, &model, &c.graph.rank);
-        assert!(kb > 0.0 && kb <= res.makespan * (1.0 + 1e-9), "seed {seed}: {kb} against {}", res.makespan);
+        assert!(
+            kb > 0.0 && kb <= res.makespan * (1.0 + 1e-9),
+            "seed {seed}: {kb} against {}",
+            res.makespan
+        );
     }
 }
