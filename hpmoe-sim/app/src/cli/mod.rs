@@ -114,6 +114,8 @@ enum Command {
     Lower {
         /// The program: a `.hpm` file.
         file: PathBuf,
+        /// What to print: the op graph, the routing's receive counts, the tile tasks or the
+        /// schedule.
         #[arg(long, value_enum, default_value_t = Emit::Ops)]
         emit: Emit,
         #[command(flatten)]
@@ -148,7 +150,8 @@ enum Command {
         /// program's `schedule`, else interleaved).
         #[arg(long)]
         policy: Option<String>,
-        /// Also run this policy and print the speedup of `--policy` over it.
+        /// Also run this policy (`kernel_by_kernel`, `expert_level` or `interleaved`) and print
+        /// the speedup of `--policy` over it.
         #[arg(long, value_name = "POLICY")]
         compare: Option<String>,
         #[command(flatten)]
@@ -221,7 +224,8 @@ enum Command {
         /// (`routing=zipf(s: 0.5);zipf(s: 1.2)`). Repeat for a cartesian grid.
         #[arg(long, value_name = "NAME=V1,V2,...")]
         vary: Vec<String>,
-        /// Policies, comma-separated.
+        /// Scheduling policies, comma-separated: any of `kernel_by_kernel`, `expert_level` and
+        /// `interleaved`.
         #[arg(long, default_value = "kernel_by_kernel,expert_level,interleaved")]
         policy: String,
         #[command(flatten)]
@@ -330,6 +334,8 @@ enum Command {
         /// Refuse to lower to more tasks than this.
         #[arg(long, default_value_t = hpmoe_dsl::lower::DEFAULT_MAX_TASKS)]
         max_tasks: u64,
+        /// Output: a table for people, a Markdown table, or one JSON document on stdout
+        /// (docs/FORMATS.md).
         #[arg(long, value_enum, default_value_t = scale::ScaleFormat::Human)]
         format: scale::ScaleFormat,
     },
@@ -914,5 +920,86 @@ fn explain(code: Option<&str>, list: bool) -> i32 {
             errln!("error: `{code}` is not an hpmoe error code; `hpmoe explain --list` lists them");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument of every subcommand says what it is in `--help`, and so does each
+    /// value of an option with a fixed list of values (`--format`, `--emit`, `--color`).
+    #[test]
+    fn every_argument_and_value_is_described() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+                // Switches have the values true and false; the shells of `completions` are
+                // their own names.
+                if !a.get_action().takes_values() || id == "shell" {
+                    continue;
+                }
+                for v in a.get_possible_values() {
+                    if !v.is_hide_set() && v.get_help().is_none() && !a.is_hide_possible_values_set() {
+                        missing.push(format!("{path} {id}={}", v.get_name()));
+                    }
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "hpmoe", &mut missing);
+        assert!(missing.is_empty(), "undescribed in --help: {missing:?}");
+    }
+
+    /// Every `--policy` and `--compare` names the three policies; every `--device` names each
+    /// device profile of the stdlib (read from `stdlib/device.hpm` itself).
+    #[test]
+    fn policy_and_device_options_list_their_values() {
+        let device_hpm = hpmoe_dsl::stdlib::MODULES
+            .iter()
+            .find(|(m, _)| *m == "device")
+            .map(|(_, text)| *text)
+            .expect("the stdlib's device module");
+        let profiles: Vec<&str> = device_hpm
+            .lines()
+            .filter_map(|l| l.strip_prefix("profile "))
+            .filter_map(|l| l.split([' ', ':', '{', '(']).next())
+            .collect();
+        assert!(profiles.len() >= 3, "{profiles:?}");
+        let mut seen = 0;
+        for sub in Cli::command().get_subcommands() {
+            for a in sub.get_arguments() {
+                let help = a
+                    .get_long_help()
+                    .or(a.get_help())
+                    .map(|h| h.to_string())
+                    .unwrap_or_default();
+                let want: Vec<&str> = match a.get_id().as_str() {
+                    "policy" | "compare" => vec!["kernel_by_kernel", "expert_level", "interleaved"],
+                    "device" => profiles.clone(),
+                    _ => continue,
+                };
+                seen += 1;
+                for w in want {
+                    assert!(
+                        help.contains(&format!("`{w}`")),
+                        "`hpmoe {} --{}` does not name `{w}`: {help}",
+                        sub.get_name(),
+                        a.get_id()
+                    );
+                }
+            }
+        }
+        assert!(seen >= 10, "only {seen} options checked");
     }
 }

@@ -26,8 +26,11 @@ pub(crate) struct ScaleCli<'a> {
 /// How `hpmoe scale` prints its table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum ScaleFormat {
+    /// A table for people.
     Human,
+    /// A Markdown table (as in the README).
     Markdown,
+    /// One JSON document on stdout.
     Json,
 }
 
