@@ -386,6 +386,134 @@ fn a_session_of_an_editor() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// A program with a routing and a schedule (0-based lines are used below).
+const ROUTED: &str = "\
+import std::moe::{dispatch, combine};
+import std::device::ascend_a3;
+
+param tokens = 64;
+param hidden = 256;
+param experts = 8;
+param topk = 2;
+
+device = ascend_a3 { ranks: 2 };
+route r = balanced(experts: experts, topk: topk);
+
+taskflow g(x: bf16[tokens, hidden]) -> bf16[tokens, hidden] {
+    let xd = dispatch(x, r) tile(t: 16);
+    return combine(xd, r) tile(m: 16);
+}
+
+schedule g = interleaved;
+";
+
+/// The text a location names, and the whole line it is on.
+fn located(loc: &Value) -> (String, String) {
+    let path = loc["uri"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("file://")
+        .unwrap()
+        .to_string();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = text
+        .lines()
+        .nth(loc["range"]["start"]["line"].as_u64().unwrap() as usize)
+        .unwrap_or_default()
+        .to_string();
+    let a = loc["range"]["start"]["character"].as_u64().unwrap() as usize;
+    let b = loc["range"]["end"]["character"].as_u64().unwrap() as usize;
+    (line[a..b].to_string(), line)
+}
+
+fn labels_of(r: &Value, kind: Option<u64>) -> Vec<String> {
+    let mut v: Vec<String> = r["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| kind.is_none_or(|k| c["kind"] == k))
+        .map(|c| c["label"].as_str().unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn definitions_of_routes_and_imports_completion_of_fields_and_policies() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let file = scratch("lsp-routed").join("routed.hpm");
+    std::fs::write(&file, ROUTED).unwrap();
+    let uri = uri_of(&file);
+    let mut s = Lsp::start();
+    s.request("initialize", json!({"capabilities": {}}));
+    s.notify("initialized", json!({}));
+    s.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "hpm", "version": 1, "text": ROUTED}}),
+    );
+    let d = s.diagnostics(&uri);
+    assert!(d["diagnostics"].as_array().unwrap().is_empty(), "{d}");
+    let at = |l: u32, c: u32| json!({"textDocument": {"uri": uri}, "position": pos(l, c)});
+
+    // The routing a call names: its `route` line.
+    let r = s.request("textDocument/definition", at(12, 25));
+    assert_eq!(r["result"]["uri"], uri);
+    assert_eq!(r["result"]["range"]["start"], pos(9, 6));
+    // The modules of `import std::...`: the stdlib's own files.
+    for (l, c, module, defines) in [(0, 12, "moe.hpm", "op gmm"), (1, 12, "device.hpm", "profile ascend_a3")] {
+        let r = s.request("textDocument/definition", at(l, c));
+        let path = r["result"]["uri"].as_str().unwrap().strip_prefix("file://").unwrap();
+        assert!(path.ends_with(module), "{r}");
+        assert!(std::fs::read_to_string(path).unwrap().contains(defines), "{path}");
+    }
+    // An imported profile: its declaration in the stdlib.
+    let r = s.request("textDocument/definition", at(8, 9));
+    let (name, line) = located(&r["result"]);
+    assert_eq!(name, "ascend_a3");
+    assert!(line.starts_with("profile ascend_a3"), "{line}");
+
+    // Inside a device declaration: the device fields are exactly the fields the stdlib's root
+    // profile defines (every profile derives from it).
+    let device_hpm = std::fs::read_to_string(root.join("stdlib/device.hpm")).unwrap();
+    let mut fields: Vec<String> = device_hpm
+        .split("profile ascend_910b {")
+        .nth(1)
+        .unwrap()
+        .split("\n}")
+        .next()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("    ")?.split_once(": "))
+        .filter(|(name, _)| {
+            name.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        })
+        .map(|(name, _)| name.to_string())
+        .collect();
+    fields.sort();
+    assert!(fields.len() > 30 && fields.contains(&"ranks".to_string()), "{fields:?}");
+    // Kind 5 is `Field` in the protocol.
+    let r = s.request("textDocument/completion", at(8, 21));
+    assert_eq!(labels_of(&r, Some(5)), fields);
+    // After `schedule g =`: the policies the stdlib declares, and nothing else.
+    let schedule_hpm = std::fs::read_to_string(root.join("stdlib/schedule.hpm")).unwrap();
+    let mut policies: Vec<String> = schedule_hpm
+        .lines()
+        .filter_map(|l| l.strip_prefix("policy ")?.split('(').next())
+        .map(str::to_string)
+        .collect();
+    policies.sort();
+    assert_eq!(policies.len(), 3, "{policies:?}");
+    let r = s.request("textDocument/completion", at(16, 13));
+    assert_eq!(labels_of(&r, None), policies);
+
+    let r = s.request("shutdown", Value::Null);
+    assert!(r.get("error").is_none(), "{r}");
+    s.notify("exit", Value::Null);
+    let (code, err) = s.finish();
+    assert_eq!(code, Some(0), "{err}");
+}
+
 #[test]
 fn hostile_clients_get_errors_not_crashes() {
     let mut s = Lsp::start();
