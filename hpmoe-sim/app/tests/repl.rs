@@ -307,6 +307,32 @@ taskflow broken(x: bf16[tokens, hidden]) -> bf16[tokens, hidden] {{ return nope(
     insta::assert_snapshot!(out.replace(&d, "[TMP]"));
 }
 
+/// A setting the checker refuses is quoted as the REPL command that was typed, and the help
+/// suggests a REPL command: never the command line's `--set`, `--device` or `--routing`.
+#[test]
+fn refused_settings_are_worded_as_repl_commands() {
+    let (out, code) = session(
+        Some(SMALL),
+        ":set tokens = abc\n:set device = ascend_a9\n:set device.hbm_bandwidth = fast\n:show params\n",
+    );
+    assert_eq!(code, 1, "{out}");
+    for want in [
+        "`:set tokens = abc`: a param takes a number",
+        "write e.g. `:set tokens = 1024`",
+        "`:set device = ascend_a9`: no such device profile",
+        "`:set device.hbm_bandwidth = fast`: expected a number",
+    ] {
+        assert!(out.contains(want), "{want:?} not in:\n{out}");
+    }
+    assert!(
+        !out.contains("`--set") && !out.contains("`--device"),
+        "command-line syntax in:\n{out}"
+    );
+    assert_eq!(out.matches("note: the setting was not applied").count(), 3, "{out}");
+    // Nothing was applied: the params are the file's.
+    assert!(out.contains("tokens  = 64\n") && !out.contains("(set)"), "{out}");
+}
+
 #[test]
 fn numerics_memory_limit_is_an_error_not_a_crash() {
     let dir = tmp("repl-big");

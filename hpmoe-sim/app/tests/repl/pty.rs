@@ -1,6 +1,7 @@
 //! Interactive REPL sessions through a pseudo-terminal (expectrl): Tab completion, a
 //! multi-line definition, history recall across sessions, Ctrl-C on a line and during a
-//! command, and Ctrl-D to leave; and `hpmoe run`'s progress display on a terminal.
+//! command, Ctrl-D to leave, input highlighting under `NO_COLOR` and `--color`; and `hpmoe
+//! run`'s progress display on a terminal.
 //!
 //! Robustness: the line editor asks the terminal where its cursor is (`ESC [ 6 n`); the
 //! harness answers every such query as a terminal would. Output is matched after stripping
@@ -62,16 +63,25 @@ impl Term {
         Term::spawn_command(&[&["repl"], args].concat(), history)
     }
 
-    /// `hpmoe ARGS` in a pseudo-terminal of 120 x 40.
+    /// `hpmoe ARGS` in a pseudo-terminal of 120 x 40, with `NO_COLOR=1`.
     fn spawn_command(args: &[&str], history: &Path) -> Term {
+        Term::spawn_command_colour(args, history, false)
+    }
+
+    /// `hpmoe ARGS` in a pseudo-terminal of 120 x 40; `NO_COLOR` unset if `colour`.
+    fn spawn_command_colour(args: &[&str], history: &Path, colour: bool) -> Term {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hpmoe"));
         cmd.args(args)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env("HPMOE_HISTORY", history)
             .env("HPMOE_REPL_NO_TIMINGS", "1")
-            .env("NO_COLOR", "1")
             .env("TERM", "xterm-256color")
             .env_remove("HPMOE_REPL_ECHO");
+        if colour {
+            cmd.env_remove("NO_COLOR");
+        } else {
+            cmd.env("NO_COLOR", "1");
+        }
         let mut s = expectrl::Session::spawn(cmd).expect("spawn hpmoe repl in a pty");
         let _ = s.get_process_mut().set_window_size(120, 40);
         Term {
@@ -250,6 +260,50 @@ fn completion_multi_line_ctrl_c_and_ctrl_d() {
         "multi-line entries are kept whole: {saved}"
     );
     assert!(!saved.contains("this is not run"), "{saved}");
+}
+
+/// The SGR sequences that set a colour or an attribute (every `ESC [ ... m` but a reset).
+fn styling(raw: &[u8]) -> Vec<String> {
+    let s = String::from_utf8_lossy(raw);
+    let mut out = Vec::new();
+    for part in s.split("\x1b[").skip(1) {
+        let params: String = part.chars().take_while(|c| c.is_ascii_digit() || *c == ';').collect();
+        if part[params.len()..].starts_with('m') && params.split(';').any(|p| !p.is_empty() && p != "0") {
+            out.push(params);
+        }
+    }
+    out
+}
+
+#[test]
+fn input_highlighting_follows_no_color_and_the_color_option() {
+    // (NO_COLOR unset, extra arguments, colours expected in the echo of the typed line)
+    for (i, (colour_env, extra, coloured)) in [
+        (false, &[][..], false),
+        (true, &[][..], true),
+        (true, &["--color", "never"][..], false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let hist = history_file(&format!("colour-{i}.txt"));
+        let args = [&["repl", SMALL], extra].concat();
+        let mut t = Term::spawn_command_colour(&args, &hist, colour_env);
+        t.wait_then_prompt("loaded");
+        // A command, a param name and a number: each has its own colour when colours are on.
+        t.send(":show params 7");
+        t.wait_for(":show params 7");
+        let typed = styling(&t.raw[t.mark..]);
+        assert_eq!(
+            !typed.is_empty(),
+            coloured,
+            "case {i} (NO_COLOR unset: {colour_env}, {extra:?}): styles {typed:?}"
+        );
+        t.type_more("\x03");
+        t.wait_then_prompt(":show params 7");
+        t.send("\x04");
+        assert_eq!(t.wait_exit(), 0);
+    }
 }
 
 #[test]
