@@ -530,7 +530,7 @@ fn bad_output_paths_and_axes_fail_before_any_work() {
             &out.display().to_string(),
         ],
         2,
-        "no param `rankz`",
+        "--vary rankz=4: E1106: the program has no param `rankz`",
     );
     assert!(!out.exists(), "a refused sweep writes nothing");
     refused(

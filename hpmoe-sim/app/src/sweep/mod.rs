@@ -332,7 +332,14 @@ impl Sweep {
                 ) || d.message.starts_with("`--")
             });
             if let Some(d) = bad {
-                return Err(format!("--vary {}={v}: {}: {}", a.name, d.code, d.message));
+                // The checker quotes the override as `--set NAME=V`; the user wrote `--vary`,
+                // which this message names already.
+                let message = d
+                    .message
+                    .strip_prefix("`--")
+                    .and_then(|m| m.split_once("`: "))
+                    .map_or(d.message.as_str(), |(_, rest)| rest);
+                return Err(format!("--vary {}={v}: {}: {message}", a.name, d.code));
             }
         }
         Ok(())
