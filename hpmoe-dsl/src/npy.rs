@@ -14,6 +14,9 @@ pub enum NpyType {
     F16,
     F32,
     F64,
+    /// bfloat16, as `ml_dtypes` saves it: NumPy has no name for it, so the header says `|V2`
+    /// (two bytes of "void"); a two-byte void array is read as bfloat16.
+    Bf16,
 }
 
 impl NpyType {
@@ -26,12 +29,13 @@ impl NpyType {
             NpyType::I64 => "<i8",
             NpyType::F32 => "<f4",
             NpyType::F64 => "<f8",
+            NpyType::Bf16 => "|V2",
         }
     }
     fn size(self) -> usize {
         match self {
             NpyType::I8 | NpyType::U8 => 1,
-            NpyType::F16 => 2,
+            NpyType::F16 | NpyType::Bf16 => 2,
             NpyType::I32 | NpyType::F32 => 4,
             NpyType::I64 | NpyType::F64 => 8,
         }
@@ -81,15 +85,16 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
         "<f2" => NpyType::F16,
         "<f4" => NpyType::F32,
         "<f8" => NpyType::F64,
+        "|V2" | "<V2" => NpyType::Bf16,
         other => {
             let help = if other.contains('V') {
-                " (a bfloat16 or fp8 array from ml_dtypes has no NumPy type name: save it as float32, \
-                 which is rounded to the tensor's dtype on load)"
+                " (an fp8 array from ml_dtypes has no NumPy type name, and one byte does not say \
+                 which fp8 it is: save it as float32, which is rounded to the tensor's dtype on load)"
             } else {
                 ""
             };
             return Err(format!(
-                "unsupported dtype '{other}' (expected |i1, |u1, <i4, <i8, <f2, <f4 or <f8){help}"
+                "unsupported dtype '{other}' (expected |i1, |u1, <i4, <i8, <f2, <f4, <f8 or |V2 for bfloat16){help}"
             ));
         }
     };
@@ -130,6 +135,7 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
             NpyType::I8 => c[0] as i8 as f64,
             NpyType::U8 => c[0] as f64,
             NpyType::F16 => f16_decode(u16::from_le_bytes([c[0], c[1]])),
+            NpyType::Bf16 => bf16_decode(u16::from_le_bytes([c[0], c[1]])),
             NpyType::I32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
             NpyType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
             NpyType::I64 => i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64,
@@ -140,6 +146,21 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
 }
 
 /// The value of an IEEE half-precision bit pattern.
+/// A bfloat16 value: the upper half of an f32.
+pub fn bf16_decode(bits: u16) -> f64 {
+    f64::from(f32::from_bits(u32::from(bits) << 16))
+}
+
+/// The bfloat16 nearest `x` (via f32; ties to even; NaN stays a quiet NaN).
+pub fn bf16_encode(x: f64) -> u16 {
+    let b = (x as f32).to_bits();
+    if (x as f32).is_nan() {
+        return ((b >> 16) as u16) | 0x0040;
+    }
+    let round = 0x7fff + ((b >> 16) & 1);
+    (b.wrapping_add(round) >> 16) as u16
+}
+
 pub fn f16_decode(bits: u16) -> f64 {
     let sign = if bits & 0x8000 != 0 { -1.0 } else { 1.0 };
     let e = (bits >> 10) & 0x1f;
@@ -234,6 +255,7 @@ pub fn encode(dtype: NpyType, shape: &[usize], data: &[f64]) -> Vec<u8> {
             NpyType::I8 => out.push(v as i8 as u8),
             NpyType::U8 => out.push(v as u8),
             NpyType::F16 => out.extend_from_slice(&f16_encode(v).to_le_bytes()),
+            NpyType::Bf16 => out.extend_from_slice(&bf16_encode(v).to_le_bytes()),
             NpyType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
             NpyType::I64 => out.extend_from_slice(&(v as i64).to_le_bytes()),
             NpyType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
@@ -267,6 +289,56 @@ mod tests {
             assert_eq!(a.shape, vec![2, 3, 4]);
             assert_eq!(a.dtype, t);
             assert_eq!(a.data, data);
+        }
+    }
+
+    /// A bfloat16 array as `ml_dtypes` saves it (`np.save` of `np.array([1, -2, 3.140625],
+    /// dtype=ml_dtypes.bfloat16)`: descr `|V2`, the raw 16-bit patterns), written byte by byte.
+    #[test]
+    fn reads_ml_dtypes_bfloat16() {
+        let header = "{'descr': '|V2', 'fortran_order': False, 'shape': (3,), }";
+        let mut h = header.to_string();
+        while (10 + h.len() + 1) % 64 != 0 {
+            h.push(' ');
+        }
+        h.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        b.extend_from_slice(h.as_bytes());
+        for bits in [0x3f80u16, 0xc000, 0x4049] {
+            b.extend_from_slice(&bits.to_le_bytes());
+        }
+        let a = parse(&b).unwrap();
+        assert_eq!(a.dtype, NpyType::Bf16);
+        assert_eq!(a.data, vec![1.0, -2.0, 3.140625]);
+        // Written back, the same bytes.
+        assert_eq!(encode(NpyType::Bf16, &[3], &a.data), b);
+        // One byte of void says nothing about which fp8 it holds.
+        let mut fp8 = encode(NpyType::U8, &[1], &[1.0]);
+        let at = fp8.windows(3).position(|w| w == b"|u1").unwrap();
+        fp8[at + 1] = b'V';
+        assert!(parse(&fp8).unwrap_err().contains("fp8"));
+    }
+
+    /// bfloat16 rounding: to nearest, ties to even, the same value as a bf16 store.
+    #[test]
+    fn bfloat16_rounds_to_nearest_even() {
+        // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: even is 1. 1 + 3 * 2^-8 is halfway
+        // between 1 + 2^-7 (0x3f81) and 1 + 2^-6 (0x3f82): even is 0x3f82.
+        let cases = [
+            (1.0, 0x3f80u16),
+            (1.00390625, 0x3f80),
+            (1.01171875, 0x3f82),
+            (-0.0, 0x8000),
+            (65280.0, 0x477f),
+        ];
+        for (x, bits) in cases {
+            assert_eq!(bf16_encode(x), bits, "{x}");
+        }
+        assert!(bf16_decode(bf16_encode(f64::NAN)).is_nan());
+        assert_eq!(bf16_decode(bf16_encode(f64::INFINITY)), f64::INFINITY);
+        for x in [0.1, -3.7, 1e-30, 12345.678, 3.0e38] {
+            assert_eq!(bf16_decode(bf16_encode(x)), crate::ir::DType::Bf16.cast(x), "{x}");
         }
     }
 

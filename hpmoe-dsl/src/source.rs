@@ -89,6 +89,14 @@ impl SourceMap {
         id
     }
 
+    /// Gives a file another name in diagnostics (a front end that spells an option its own
+    /// way, as the REPL's `:set routing = ...` for `--routing`).
+    pub fn rename(&mut self, id: FileId, name: impl Into<String>) {
+        if let Some(f) = self.files.get_mut(id.0 as usize) {
+            f.name = name.into();
+        }
+    }
+
     pub fn get(&self, id: FileId) -> Option<&SourceFile> {
         self.files.get(id.0 as usize)
     }

@@ -437,3 +437,73 @@ fn dropping_routings_match_a_per_token_recomputation() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// The MoE layer of [`moe`] with rank-deduplicated dispatch and combine (`by_rank`, then
+/// `fanout`), forward and backward.
+fn moe_views(ranks: u64, route: &str) -> String {
+    moe(ranks, route)
+        .replace(
+            "route r = ",
+            "route rr = by_rank(r);\nroute rl = fanout(rr);\nroute r = ",
+        )
+        .replace(
+            "let xd = dispatch(x, r) tile(t: 4) order(ratr);",
+            "let xr = dispatch(x, rr) tile(t: 4) order(ratr);\n  let xd = dispatch(xr, rl) tile(t: 4);",
+        )
+        .replace(
+            "return combine(y, r) tile(m: 4) order(ratr);",
+            "let yr = combine(y, rl) tile(m: 4);\n  return combine(yr, rr) tile(m: 4) order(ratr);",
+        )
+        .replace(
+            "let dyd = combine_grad(dy, r) tile(t: 4) order(ratr);",
+            "let dyr = combine_grad(dy, rr) tile(t: 4) order(ratr);\n  let dyd = combine_grad(dyr, rl) tile(t: 4);",
+        )
+        .replace(
+            "let dx = dispatch_grad(dxd, r) tile(m: 4) order(ratr);",
+            "let dxr = dispatch_grad(dxd, rl) tile(m: 4);\n  let dx = dispatch_grad(dxr, rr) tile(m: 4) order(ratr);",
+        )
+        .replace("gmm_grad_w(a, dyd, r)", "gmm_grad_w(a, dyd, rl)")
+        .replace("gmm_grad_w(xd, dh, r)", "gmm_grad_w(xd, dh, rl)")
+        .replace(
+            "xd: bf16[r.recv, hidden], h: bf16[r.recv, 2 * inter]",
+            "xd: bf16[rl.recv, hidden], h: bf16[rl.recv, 2 * inter]",
+        )
+}
+
+#[test]
+fn rank_deduplicated_layers_match_the_per_token_reference() {
+    let routes = [
+        ROUTES[1],
+        ROUTES[2],
+        "router(experts: experts, topk: topk, score: sigmoid, n_group: 2, topk_group: 1, skew: 0.5, seed: 2)",
+        "zipf(experts: experts, topk: topk, s: 1.5, seed: 4, capacity_factor: 1.0, drop: true)",
+    ];
+    for ranks in [2u64, 4] {
+        for route in routes {
+            let text = moe_views(ranks, route);
+            assert!(
+                text.contains("by_rank") && !text.contains("dispatch(x, r)") && !text.contains(", r)"),
+                "{text}"
+            );
+            let p = program(&text, &[]);
+            for tf in 0..2 {
+                for policy in Policy::all() {
+                    let c = compile(&p, tf, policy, true);
+                    let r = run(&p, tf, &c, false);
+                    let per_token = r.checks.iter().filter(|c| c.reference == "per-token").count();
+                    assert!(
+                        per_token > 0,
+                        "EP{ranks} {route}: the per-token reference applies to {}",
+                        p.taskflows[tf].name
+                    );
+                    assert!(
+                        r.passed(),
+                        "EP{ranks} {route} {policy:?} {}:\n{}",
+                        p.taskflows[tf].name,
+                        r.text()
+                    );
+                }
+            }
+        }
+    }
+}

@@ -912,3 +912,73 @@ fn a_rescheduled_workload_simulates_as_a_fresh_one() {
     // The kernel-by-kernel candidate has barriers and launches: its counters differ.
     assert!(compared >= 4, "{compared}");
 }
+
+/// A routing of 2 ranks x 4 tokens x top-2 over 4 experts (2 per rank), written by hand:
+/// expert e lives on rank e / 2.
+const VIEW_IDS: [[[i32; 2]; 4]; 2] = [
+    // rank 0: t0 both on rank 0; t1 ranks 0 and 1; t2 both on rank 1; t3 ranks 1 and 0
+    [[0, 1], [0, 2], [2, 3], [3, 1]],
+    // rank 1: t0 both on rank 0; t1 both local; t2 ranks 0 and 1; t3 ranks 0 and 1
+    [[0, 1], [2, 3], [1, 2], [0, 3]],
+];
+
+fn view_program(dir: &Path, body: &str, out: &str) -> Checked {
+    let ids: Vec<f64> = VIEW_IDS.iter().flatten().flatten().map(|&e| f64::from(e)).collect();
+    hpmoe_dsl::npy::write(&dir.join("ids.npy"), hpmoe_dsl::npy::NpyType::I32, &[2, 4, 2], &ids).expect("ids.npy");
+    let text = format!(
+        r#"import std::moe::{{dispatch, combine}};
+import std::device::ascend_a3;
+device = ascend_a3 {{ ranks: 2 }};
+route r = file(path: "ids.npy", experts: 4);
+route rr = by_rank(r);
+route rl = fanout(rr);
+taskflow t(x: bf16[4, 512]) -> bf16[{out}, 512] {{
+    {body}
+}}
+"#
+    );
+    program_text(&text, Some(dir))
+}
+
+#[test]
+fn by_rank_dispatch_sends_each_token_once_per_destination_rank() {
+    let dir = std::env::temp_dir().join(format!("hpmoe-sim-views-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let row = 512.0 * 2.0;
+    // Counted by hand from VIEW_IDS: per token, the ranks other than its own it sends to.
+    // Per (token, choice): rank 0 sends t1 once, t2 twice, t3 once; rank 1 sends t0 twice,
+    // t2 once, t3 once. Per (token, rank): rank 0 sends t1, t2, t3 once each; rank 1 t0, t2,
+    // t3 once each.
+    let cases = [
+        ("return dispatch(x, r) tile(t: 4);", "r.recv", 8.0),
+        (
+            "let xr = dispatch(x, rr) tile(t: 4);\n    return dispatch(xr, rl) tile(t: 4);",
+            "rl.recv",
+            6.0,
+        ),
+        ("return dispatch(x, rr) tile(t: 4);", "rr.recv", 6.0),
+    ];
+    for (body, out, rows) in cases {
+        let p = view_program(&dir, body, out);
+        let c = compile(&p, Some(Policy::Interleaved));
+        let (s, _) = simulated(&p, &c, false);
+        let remote: f64 = (0..c.graph.len()).map(|t| s.workload.remote_bytes(t)).sum();
+        assert_eq!(remote, rows * row, "{body}");
+    }
+    // Each rank's windows, also by hand: rank 0 receives (by_rank) its own t0, t1, t3 and
+    // rank 1's t0, t2, t3; rank 1 its own t1, t2, t3 and rank 0's t1, t2, t3.
+    let p = view_program(
+        &dir,
+        "let xr = dispatch(x, rr) tile(t: 4);\n    return dispatch(xr, rl) tile(t: 4);",
+        "rl.recv",
+    );
+    let c = compile(&p, Some(Policy::Interleaved));
+    let layouts = &c.graph.layouts;
+    let rr = layouts[1].as_ref().expect("rr is used");
+    let rl = layouts[2].as_ref().expect("rl is used");
+    assert_eq!((rr.rows(0), rr.rows(1)), (6, 6));
+    // The fanout window holds r's rows: each rank receives 4 (token, choice) rows of r from
+    // itself and 4 from the other.
+    assert_eq!((rl.rows(0), rl.rows(1)), (8, 8));
+    let _ = std::fs::remove_dir_all(&dir);
+}

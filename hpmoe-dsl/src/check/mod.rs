@@ -224,6 +224,8 @@ pub(crate) struct Checker<'a> {
     pub device: Option<ir::Device>,
     pub routes: Vec<routes::RouteState>,
     pub route_of: FxHashMap<ItemRef, Option<ir::RouteId>>,
+    /// The routings being checked, innermost last (a derived routing checks its parent).
+    pub routes_in_progress: Vec<ItemRef>,
     pub ops: Vec<ir::OpDef>,
     pub op_sigs: FxHashMap<ItemRef, Option<Rc<ops::OpSig>>>,
     /// Concrete bodies by (op, argument dtypes and shapes, routings).
@@ -255,6 +257,7 @@ impl<'a> Checker<'a> {
             device: None,
             routes: Vec::new(),
             route_of: FxHashMap::default(),
+            routes_in_progress: Vec::new(),
             ops: Vec::new(),
             op_sigs: FxHashMap::default(),
             bodies: Default::default(),

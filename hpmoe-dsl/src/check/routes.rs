@@ -25,6 +25,8 @@ enum SigType {
     Float,
     Bool,
     Str,
+    /// Another routing, by name (`by_rank(r)`).
+    Route,
     OneOf(Vec<String>),
 }
 
@@ -35,6 +37,7 @@ fn sig_type(p: &SigParam) -> SigType {
             "float" => return SigType::Float,
             "bool" => return SigType::Bool,
             "str" => return SigType::Str,
+            "route" => return SigType::Route,
             _ => {}
         }
     }
@@ -47,6 +50,7 @@ fn describe(t: &SigType) -> String {
         SigType::Float => "a number".into(),
         SigType::Bool => "`true` or `false`".into(),
         SigType::Str => "a string".into(),
+        SigType::Route => "a routing".into(),
         SigType::OneOf(v) => format!(
             "one of {}",
             v.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
@@ -136,7 +140,7 @@ impl Checker<'_> {
                 continue;
             }
             let ty = sig_type(p);
-            let bare = if matches!(ty, SigType::OneOf(_)) {
+            let bare = if matches!(ty, SigType::OneOf(_) | SigType::Route) {
                 BareNames::Accept
             } else {
                 BareNames::Reject
@@ -203,6 +207,7 @@ impl Checker<'_> {
             (SigType::Bool, Value::Bool(_)) => Some(v.clone()),
             (SigType::Str, Value::Str(_)) => Some(v.clone()),
             (SigType::OneOf(list), Value::Name(n)) if list.contains(n) => Some(v.clone()),
+            (SigType::Route, Value::Name(_)) => Some(v.clone()),
             _ => None,
         };
         if r.is_none() {
@@ -263,7 +268,11 @@ impl Checker<'_> {
         if let Some(id) = self.route_of.get(&r) {
             return *id;
         }
+        // Marked first: a routing derived from itself (directly or not) finds it unresolved.
+        self.route_of.insert(r, None);
+        self.routes_in_progress.push(r);
         let id = self.check_route(r);
+        self.routes_in_progress.pop();
         self.route_of.insert(r, id);
         id
     }
@@ -305,6 +314,9 @@ impl Checker<'_> {
             }
         };
         let args = self.match_sig(sig, &decl.args, decl.args_span, "routing")?;
+        if matches!(decl.kind.name.as_str(), "by_rank" | "fanout") {
+            return self.derived_route(r, &decl, &args);
+        }
         let int = |k: &str| match args.get(k) {
             Some((Value::Int(i), s)) => Some((*i, *s)),
             _ => None,
@@ -595,6 +607,167 @@ impl Checker<'_> {
         Some(id)
     }
 
+    /// `by_rank(r)` or `fanout(rr)`: a view of another routing of the same module.
+    fn derived_route(
+        &mut self,
+        r: ItemRef,
+        decl: &RouteDecl,
+        args: &BTreeMap<String, (Value, Span)>,
+    ) -> Option<RouteId> {
+        let by_rank = decl.kind.name == "by_rank";
+        let Some((Value::Name(pn), psp)) = args.get("of").cloned() else {
+            return None;
+        };
+        let target = self
+            .lookup(r.module, &pn)
+            .filter(|t| matches!(self.item(*t).kind, ItemKind::Route(_)));
+        let Some(pr) = target else {
+            let mut names = self.names_where(r.module, |k| matches!(k, ItemKind::Route(_)));
+            names.retain(|n| *n != decl.name.name);
+            let mut d = Diagnostic::error(Code::UnknownName, format!("no routing `{pn}`"))
+                .primary(psp, "not a routing of this program");
+            d = match crate::suggest::closest(&pn, names.iter().map(|s| s.as_str())) {
+                Some(b) => d.help(format!("did you mean `{b}`?")),
+                None if names.is_empty() => d.help("declare the routing it views first: `route r = balanced(...);`"),
+                None => d.help(format!("the routings are: {}", names.join(", "))),
+            };
+            self.err(d);
+            return None;
+        };
+        if self.routes_in_progress.contains(&pr) {
+            self.err(
+                Diagnostic::error(
+                    Code::BadRouting,
+                    format!("routing `{}` is derived from itself", decl.name.name),
+                )
+                .primary(psp, format!("`{pn}` depends on `{}`", decl.name.name)),
+            );
+            return None;
+        }
+        // The routing viewed is checked (and reported) on its own.
+        let pid = self.route_id(pr)?;
+        let parent = self.routes[pid.0 as usize].spec.clone();
+        let item_span = self.item(r).span;
+        let spec = if by_rank {
+            if parent.kind.derived_from().is_some() {
+                let mut base = pid;
+                while let Some(b) = self.routes[base.0 as usize].spec.kind.derived_from() {
+                    base = b;
+                }
+                let base = self.routes[base.0 as usize].spec.name.clone();
+                self.err(
+                    Diagnostic::error(
+                        Code::BadRouting,
+                        format!("`by_rank` views a routing of tokens to experts; `{pn}` is derived"),
+                    )
+                    .primary(psp, "a derived routing")
+                    .help(format!("`{pn}` views `{base}`: write `by_rank({base})`")),
+                );
+                return None;
+            }
+            RouteSpec {
+                name: decl.name.name.clone(),
+                kind: RouteKind::ByRank { of: pid },
+                experts: parent.ranks,
+                topk: parent.topk,
+                ranks: parent.ranks,
+                tokens: parent.tokens,
+                capacity: 0,
+                drop: None,
+                span: item_span,
+            }
+        } else {
+            let RouteKind::ByRank { of: base } = parent.kind else {
+                self.err(
+                    Diagnostic::error(
+                        Code::BadRouting,
+                        format!("`fanout` views a `by_rank` routing; `{pn}` is not one"),
+                    )
+                    .primary(psp, "not declared `by_rank(..)`")
+                    .help(format!(
+                        "declare `route {pn}_ranks = by_rank({pn});` and write `fanout({pn}_ranks)`"
+                    )),
+                );
+                return None;
+            };
+            let base = self.routes[base.0 as usize].spec.clone();
+            RouteSpec {
+                name: decl.name.name.clone(),
+                kind: RouteKind::Fanout { of: pid },
+                experts: base.experts,
+                topk: base.topk.min(base.local_experts()).max(1),
+                ranks: base.ranks,
+                tokens: 0,
+                capacity: 0,
+                drop: None,
+                span: item_span,
+            }
+        };
+        let id = RouteId(self.routes.len() as u32);
+        let tokens_bound = self.routes[pid.0 as usize].tokens_bound.filter(|_| by_rank);
+        self.routes.push(RouteState {
+            spec,
+            tokens_bound,
+            capacity_factor: 0.0,
+        });
+        Some(id)
+    }
+
+    /// Makes the view `i` of routing `of` from the routings made before it (`None` when the
+    /// routing it views was not made: unused, or already reported).
+    fn derived_routing(
+        &mut self,
+        i: usize,
+        made: &[Option<crate::route::Routing>],
+        of: RouteId,
+    ) -> Option<crate::route::Routing> {
+        let parent = made.get(of.0 as usize)?.as_ref()?;
+        let spec = self.routes[i].spec.clone();
+        match spec.kind {
+            RouteKind::ByRank { .. } => Some(parent.by_rank()),
+            _ => {
+                let base = self.routes[of.0 as usize].spec.kind.derived_from()?;
+                let base = made.get(base.0 as usize)?.as_ref()?;
+                let window = crate::lower::layout::RouteLayout::new(parent.clone(), false);
+                let rows = (0..window.ranks())
+                    .map(|d| u64::from(window.rows(d)))
+                    .max()
+                    .unwrap_or(0);
+                if let Err(e) = crate::lower::layout::check_size(spec.ranks, rows, spec.topk, spec.experts, false) {
+                    self.err(
+                        Diagnostic::error(Code::LimitExceeded, format!("routing `{}`: {e}", spec.name))
+                            .primary(spec.span, "too large to materialise")
+                            .help("use fewer tokens, ranks or experts"),
+                    );
+                    return None;
+                }
+                Some(window.fanout(base))
+            }
+        }
+    }
+
+    /// The routing whose token count a routing shares: a `by_rank` view has the tokens of
+    /// the routing it views.
+    pub(crate) fn token_route(&self, id: RouteId) -> RouteId {
+        match self.routes.get(id.0 as usize).map(|s| &s.spec.kind) {
+            Some(RouteKind::ByRank { of }) => *of,
+            _ => id,
+        }
+    }
+
+    /// Binds the tokens per rank of a routing and of every `by_rank` view sharing them.
+    pub(crate) fn bind_tokens(&mut self, id: RouteId, n: u64, span: Span) {
+        let owner = self.token_route(id);
+        for i in 0..self.routes.len() {
+            let rid = RouteId(i as u32);
+            if rid == owner || self.token_route(rid) == owner {
+                let st = &mut self.routes[i];
+                st.spec.tokens = n;
+                st.tokens_bound = Some(span);
+            }
+        }
+    }
+
     /// The capacity-limited dropping a routing asks for (`Ok(None)`: none; `Err`: reported).
     fn drop_spec(
         &mut self,
@@ -770,8 +943,21 @@ impl Checker<'_> {
     /// Materialises every routing whose token count is known and checks its windows.
     pub(super) fn finish_routes(&mut self) {
         self.check_routing_target();
+        // The routings made so far, for the views derived from them.
+        let mut made: Vec<Option<crate::route::Routing>> = Vec::with_capacity(self.routes.len());
         for i in 0..self.routes.len() {
             let st = self.routes[i].clone();
+            if let Some(of) = st.spec.kind.derived_from() {
+                let routing = self.derived_routing(i, &made, of);
+                if let Some(r) = &routing {
+                    let max = r.recv_counts().into_iter().max().unwrap_or(0);
+                    self.routes[i].spec.capacity = max;
+                    self.routes[i].spec.tokens = r.tokens as u64;
+                }
+                made.push(routing);
+                continue;
+            }
+            made.push(None);
             if st.tokens_bound.is_none() {
                 // A call that routes through it although no tensor gave its tokens (an op
                 // sized by a param instead of `r.tokens`) would lower to no tasks.
@@ -821,6 +1007,14 @@ impl Checker<'_> {
                     continue;
                 }
             };
+            // Kept only when a view is derived from it.
+            if self
+                .routes
+                .iter()
+                .any(|r| r.spec.kind.derived_from() == Some(RouteId(i as u32)))
+            {
+                made[i] = Some(routing.clone());
+            }
             let counts = routing.recv_counts();
             let max = counts.iter().copied().max().unwrap_or(0);
             let capacity = if let Some(d) = &st.spec.drop {

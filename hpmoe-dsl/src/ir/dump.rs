@@ -71,7 +71,7 @@ pub fn program_text(p: &Program) -> String {
             s,
             "route {} = {} (experts {}, topk {}, ranks {}, tokens {}, window {} rows{})",
             r.name,
-            route_kind_text(&r.kind),
+            route_kind_text(p, &r.kind),
             r.experts,
             r.topk,
             r.ranks,
@@ -213,8 +213,10 @@ fn target_text(t: &Target, b: &ConcreteBody) -> String {
     }
 }
 
-fn route_kind_text(k: &RouteKind) -> String {
+fn route_kind_text(p: &Program, k: &RouteKind) -> String {
     match k {
+        RouteKind::ByRank { of } => format!("by_rank({})", p.route(*of).name),
+        RouteKind::Fanout { of } => format!("fanout({})", p.route(*of).name),
         RouteKind::Balanced => "balanced".into(),
         RouteKind::Uniform { seed } => format!("uniform(seed {seed})"),
         RouteKind::Zipf { s, seed } => format!("zipf(s {s}, seed {seed})"),

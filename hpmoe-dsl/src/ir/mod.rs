@@ -318,6 +318,28 @@ pub enum RouteKind {
     /// scores by softmax or sigmoid, a (group-limited) top-k on the scores plus `bias`, and
     /// the chosen scores as gate weights (normalised and scaled as asked).
     Router(RouterSpec),
+    /// `by_rank(r)`: routing `r` seen by destination rank. Each token goes once to every
+    /// rank that holds at least one of its (kept) experts: choice j is kept when it is the
+    /// first kept choice of its token on its rank. One "expert" per rank, weight 1.
+    ByRank {
+        of: RouteId,
+    },
+    /// `fanout(rr)` of `rr = by_rank(r)`: on every rank, from the rows of `rr`'s window
+    /// (one per (source rank, token)) to `r`'s experts on that rank. Its tokens are `rr`'s
+    /// window rows; its choices and weights are `r`'s, kept where the expert is local.
+    Fanout {
+        of: RouteId,
+    },
+}
+
+impl RouteKind {
+    /// The routing this one is derived from.
+    pub fn derived_from(&self) -> Option<RouteId> {
+        match self {
+            RouteKind::ByRank { of } | RouteKind::Fanout { of } => Some(*of),
+            _ => None,
+        }
+    }
 }
 
 /// How a router turns logits into scores.

@@ -267,6 +267,57 @@ impl RouteLayout {
     pub fn ranks(&self) -> usize {
         self.routing.ranks
     }
+
+    /// `fanout(rr)`, with `self` the (exact) layout of `rr = by_rank(r)` and `of` the routing
+    /// `r`: on every rank, a "token" per row of `rr`'s window (rows past a rank's window, as
+    /// many as the busiest rank has, are empty) whose choices are the experts of this rank
+    /// that `r` chose for that row's (source rank, token) and kept, in `r`'s choice order,
+    /// with `r`'s gate weights. A token has at most `min(topk, local experts)` of them: that
+    /// is the fan-out's `topk`; unused choices name other local experts and are not kept.
+    pub fn fanout(&self, of: &Routing) -> Routing {
+        let ranks = self.ranks();
+        let tokens = (0..ranks).map(|d| self.rows(d) as usize).max().unwrap_or(0);
+        let local = of.local_experts().max(1);
+        let topk = of.topk.min(local).max(1);
+        let n = ranks * tokens * topk;
+        let mut r = Routing {
+            ranks,
+            tokens,
+            topk,
+            experts: of.experts,
+            expert: vec![0; n],
+            weight: vec![0.0; n],
+            kept: vec![false; n],
+        };
+        for d in 0..ranks {
+            for q in 0..tokens {
+                let at = (d * tokens + q) * topk;
+                let mut used = 0;
+                if let Some(e) = self.recv[d].get(q).filter(|e| e.src_rank != NO_SOURCE) {
+                    let (s, t) = (e.src_rank as usize, e.src_token as usize);
+                    for j in 0..of.topk {
+                        let i = of.idx(s, t, j);
+                        if of.kept[i] && of.expert[i] as usize / local == d && used < topk {
+                            r.expert[at + used] = of.expert[i];
+                            r.weight[at + used] = of.weight[i];
+                            r.kept[at + used] = true;
+                            used += 1;
+                        }
+                    }
+                }
+                // The unused choices: the local experts not chosen, in order, not kept.
+                let mut el = 0;
+                for k in used..topk {
+                    while (0..used).any(|u| r.expert[at + u] as usize == d * local + el) {
+                        el += 1;
+                    }
+                    r.expert[at + k] = (d * local + el) as u32;
+                    el += 1;
+                }
+            }
+        }
+        r
+    }
     pub fn local_experts(&self) -> usize {
         self.routing.local_experts()
     }

@@ -335,8 +335,31 @@ impl TaskGraph {
 
 /// Materialises the routings a taskflow uses.
 pub fn layouts(program: &Program, static_capacity: bool) -> Result<Layouts, Diagnostic> {
-    let mut out = Vec::new();
+    let mut out: Vec<Option<RouteLayout>> = Vec::new();
     for spec in &program.routes {
+        // A view is made from the routing it views, with an exact window under every
+        // policy (its rows are the routing's own, never padded).
+        if let Some(of) = spec.kind.derived_from() {
+            let made = match (&spec.kind, out.get(of.0 as usize).and_then(|l| l.as_ref())) {
+                (_, None) => None,
+                (ir::RouteKind::ByRank { .. }, Some(p)) => Some(p.routing.by_rank()),
+                (_, Some(p)) => {
+                    let base = program.routes[of.0 as usize]
+                        .kind
+                        .derived_from()
+                        .and_then(|b| out.get(b.0 as usize).and_then(|l| l.as_ref()));
+                    let rows = (0..p.ranks()).map(|d| u64::from(p.rows(d))).max().unwrap_or(0);
+                    layout::check_size(spec.ranks, rows, spec.topk, spec.experts, false).map_err(|e| {
+                        Diagnostic::error(Code::LimitExceeded, format!("routing `{}`: {e}", spec.name))
+                            .primary(spec.span, "too large to materialise")
+                            .help("use fewer tokens, ranks or experts")
+                    })?;
+                    base.map(|b| p.fanout(&b.routing))
+                }
+            };
+            out.push(made.map(|r| RouteLayout::new(r, false)));
+            continue;
+        }
         if spec.tokens == 0 {
             out.push(None);
             continue;

@@ -197,6 +197,9 @@ impl Routing {
             RouteKind::Balanced => 0,
             RouteKind::Uniform { seed } | RouteKind::Zipf { seed, .. } | RouteKind::Hotspot { seed, .. } => *seed,
             RouteKind::File { .. } | RouteKind::Router(_) => 0,
+            RouteKind::ByRank { .. } | RouteKind::Fanout { .. } => {
+                return Err("a derived routing is made from the routing it views".into());
+            }
         };
         match &spec.kind {
             RouteKind::Balanced => r.fill_balanced(|_, _| true),
@@ -252,6 +255,9 @@ impl Routing {
                 r.fill_file(path, resolved, weights.as_deref().zip(resolved_weights.as_deref()))?;
             }
             RouteKind::Router(rs) => router::fill(&mut r, rs)?,
+            RouteKind::ByRank { .. } | RouteKind::Fanout { .. } => {
+                return Err("a derived routing is made from the routing it views".into());
+            }
         }
         let own_weights = matches!(
             &spec.kind,
@@ -264,6 +270,35 @@ impl Routing {
             r.apply_drops(d);
         }
         Ok(r)
+    }
+
+    /// `by_rank(self)`: every token goes once to each rank holding one of its kept experts.
+    /// One "expert" per rank; choice j is kept when it is the first kept choice of its token
+    /// on its rank; a kept choice weighs 1 (the gate weights are applied on the rank).
+    pub fn by_rank(&self) -> Routing {
+        let local = self.local_experts().max(1);
+        let n = self.expert.len();
+        let mut r = Routing {
+            ranks: self.ranks,
+            tokens: self.tokens,
+            topk: self.topk,
+            experts: self.ranks,
+            expert: vec![0; n],
+            weight: vec![0.0; n],
+            kept: vec![false; n],
+        };
+        for i in (0..n).step_by(self.topk.max(1)) {
+            for j in 0..self.topk {
+                let d = self.expert[i + j] as usize / local;
+                r.expert[i + j] = d as u32;
+                let first = (0..j).all(|k| !(self.kept[i + k] && self.expert[i + k] as usize / local == d));
+                if self.kept[i + j] && first {
+                    r.kept[i + j] = true;
+                    r.weight[i + j] = 1.0;
+                }
+            }
+        }
+        r
     }
 
     /// Balanced choices for the tokens where `pick` holds: token g = s * tokens + t (counted

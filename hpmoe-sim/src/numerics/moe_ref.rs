@@ -10,7 +10,7 @@
 
 use super::eval::{eval, Env};
 use super::store::TensorStore;
-use hpmoe_dsl::ir::{Func, NodeId, Program, Taskflow, TensorId};
+use hpmoe_dsl::ir::{Func, NodeId, Program, RouteKind, Taskflow, TensorId};
 use hpmoe_dsl::lower::TaskGraph;
 
 /// The reference outputs, by tensor.
@@ -121,22 +121,41 @@ fn weight_block(w: &TensorStore<f64>, rank: usize, el: usize) -> (&[f64], usize,
     (&w.data[rank][el * k * n..(el + 1) * k * n], k, n)
 }
 
-/// The forward reference, when the taskflow is dispatch → gmm → activation → gmm → combine.
+/// The forward reference, when the taskflow is dispatch → gmm → activation → gmm → combine
+/// (each comm op one call, or the rank-deduplicated pair of calls).
 pub fn forward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore<f64>]) -> Option<Outputs> {
     let (_, out) = tf.outputs.first()?;
     let comb = producer(p, tf, *out, "combine")?;
-    let g2 = producer(p, tf, comb.inputs[0], "gmm")?;
+    // Rank-deduplicated: `combine(combine(y, fanout(rr)), rr)` with `rr = by_rank(r)` (and the
+    // dispatches likewise) computes the layer of `r`.
+    let (comb_in, route) = match p.route(*comb.routes.first()?).kind {
+        RouteKind::ByRank { of } => {
+            let inner = producer(p, tf, comb.inputs[0], "combine")?;
+            let fan = *inner.routes.first()?;
+            (matches!(p.route(fan).kind, RouteKind::Fanout { of: v } if v == *comb.routes.first()?)).then_some(())?;
+            (inner.inputs[0], of)
+        }
+        RouteKind::Fanout { .. } => return None,
+        _ => (comb.inputs[0], *comb.routes.first()?),
+    };
+    let g2 = producer(p, tf, comb_in, "gmm")?;
     let act = tf.node(tf.tensor(g2.inputs[0]).producer?);
     if act.inputs.len() != 1 || act.engine != hpmoe_dsl::ir::Engine::Aiv {
         return None;
     }
     let g1 = producer(p, tf, act.inputs[0], "gmm")?;
-    let disp = producer(p, tf, g1.inputs[0], "dispatch")?;
+    let mut disp = producer(p, tf, g1.inputs[0], "dispatch")?;
+    if let RouteKind::Fanout { of } = p.route(*disp.routes.first()?).kind {
+        disp = producer(p, tf, disp.inputs[0], "dispatch")?;
+        (disp.routes.first() == Some(&of) && matches!(p.route(of).kind, RouteKind::ByRank { of: b } if b == route))
+            .then_some(())?;
+    } else if *disp.routes.first()? != route {
+        return None;
+    }
     let (x, w1, w2) = (disp.inputs[0], g1.inputs[1], g2.inputs[1]);
     if !(is_input(tf, x) && is_input(tf, w1) && is_input(tf, w2)) || tf.outputs.len() != 1 {
         return None;
     }
-    let route = *comb.routes.first()?;
     let l = g.layouts.get(route.0 as usize)?.as_ref()?;
     let r = &l.routing;
     let (xs, w1s, w2s) = (&inputs[x.0 as usize], &inputs[w1.0 as usize], &inputs[w2.0 as usize]);
@@ -182,12 +201,36 @@ pub fn backward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore
             .map(|(i, _)| NodeId(i as u32))
             .collect()
     };
-    let dgrad = tf.node(*find("dispatch_grad").first()?);
-    let gx_up = producer(p, tf, dgrad.inputs[0], "gmm_grad_x")?;
+    let fanout = |n: &hpmoe_dsl::ir::Node| {
+        n.routes.first().and_then(|r| match p.route(*r).kind {
+            RouteKind::Fanout { of } => Some(of),
+            _ => None,
+        })
+    };
+    // The last dispatch_grad; in the rank-deduplicated form it follows one of the fanout.
+    let dgrad = tf.node(*find("dispatch_grad").iter().find(|n| fanout(tf.node(**n)).is_none())?);
+    let mut gx_in = dgrad.inputs[0];
+    let mut views = None;
+    if let RouteKind::ByRank { of } = p.route(*dgrad.routes.first()?).kind {
+        let inner = producer(p, tf, gx_in, "dispatch_grad")?;
+        (fanout(inner)? == *dgrad.routes.first()?).then_some(())?;
+        gx_in = inner.inputs[0];
+        views = Some((of, *dgrad.routes.first()?, *inner.routes.first()?));
+    }
+    let gx_up = producer(p, tf, gx_in, "gmm_grad_x")?;
     let sg = producer(p, tf, gx_up.inputs[0], "swiglu_grad")?;
     let gx_down = producer(p, tf, sg.inputs[0], "gmm_grad_x")?;
     let cg = producer(p, tf, gx_down.inputs[0], "combine_grad")?;
-    let (dy, w_down, w_up, h) = (cg.inputs[0], gx_down.inputs[1], gx_up.inputs[1], sg.inputs[1]);
+    let mut dy = cg.inputs[0];
+    if let Some((_, rr, rl)) = views {
+        (fanout(cg)? == rr && *cg.routes.first()? == rl).then_some(())?;
+        let outer = producer(p, tf, dy, "combine_grad")?;
+        (*outer.routes.first()? == rr).then_some(())?;
+        dy = outer.inputs[0];
+    } else if fanout(cg).is_some() {
+        return None;
+    }
+    let (w_down, w_up, h) = (gx_down.inputs[1], gx_up.inputs[1], sg.inputs[1]);
     let gw: Vec<&hpmoe_dsl::ir::Node> = find("gmm_grad_w").into_iter().map(|i| tf.node(i)).collect();
     let gw_down = gw.iter().find(|n| n.inputs[1] == cg.output)?;
     let gw_up = gw.iter().find(|n| n.inputs[1] == sg.output)?;
@@ -201,7 +244,7 @@ pub fn backward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore
             return None;
         }
     }
-    let route = *cg.routes.first()?;
+    let route = views.map_or(*cg.routes.first()?, |v| v.0);
     let l = g.layouts.get(route.0 as usize)?.as_ref()?;
     let r = &l.routing;
     let (dys, wds, wus, hs, xds) = (
@@ -223,9 +266,44 @@ pub fn backward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore
     let mut dwu = mk(&wus.shape);
     let mut dwd = mk(&wds.shape);
     let mut slot = vec![0u32; r.ranks * r.tokens * r.topk];
-    for s in 0..r.ranks {
-        for e in &l.send[s] {
-            slot[(s * r.tokens + e.token as usize) * r.topk + e.choice as usize] = e.slot;
+    match views {
+        None => {
+            for s in 0..r.ranks {
+                for e in &l.send[s] {
+                    slot[(s * r.tokens + e.token as usize) * r.topk + e.choice as usize] = e.slot;
+                }
+            }
+        }
+        Some((_, rr, rl)) => {
+            // A choice's row: its token's row on the expert's rank (by_rank), then that row's
+            // row for the expert (fanout).
+            let (lr, ll) = (
+                g.layouts.get(rr.0 as usize)?.as_ref()?,
+                g.layouts.get(rl.0 as usize)?.as_ref()?,
+            );
+            let mut by_rank = std::collections::HashMap::new();
+            for s in 0..r.ranks {
+                for e in &lr.send[s] {
+                    let d = lr.routing.expert_of(s, e.token as usize, e.choice as usize);
+                    by_rank.insert((s, e.token as usize, d), e.slot as usize);
+                }
+            }
+            let mut local = std::collections::HashMap::new();
+            for d in 0..r.ranks {
+                for e in &ll.send[d] {
+                    let x = ll.routing.expert_of(d, e.token as usize, e.choice as usize);
+                    local.insert((d, e.token as usize, x), e.slot);
+                }
+            }
+            for s in 0..r.ranks {
+                for t in 0..r.tokens {
+                    for j in (0..r.topk).filter(|&j| r.is_kept(s, t, j)) {
+                        let e = r.expert_of(s, t, j);
+                        let row = *by_rank.get(&(s, t, l.rank_of_expert(e)))?;
+                        slot[(s * r.tokens + t) * r.topk + j] = *local.get(&(l.rank_of_expert(e), row, e))?;
+                    }
+                }
+            }
         }
     }
     for s in 0..r.ranks {

@@ -186,19 +186,16 @@ impl Checker<'_> {
                         let id = routes.get(*param).copied().flatten()?;
                         let st = ck.routes[id.0 as usize].spec.clone();
                         if func.arity() == 2 {
-                            let tokens = if ck.routes[id.0 as usize].tokens_bound.is_some() {
-                                st.tokens as i64
-                            } else {
-                                i64::MAX
+                            let owner = ck.token_route(id);
+                            let tokens = match st.kind {
+                                // A fan-out's tokens are the rows of the rank window it fans out.
+                                crate::ir::RouteKind::Fanout { of } => RangeDraft::Recv(of),
+                                _ if ck.routes[owner.0 as usize].tokens_bound.is_some() => {
+                                    RangeDraft::Fixed(0, ck.routes[owner.0 as usize].spec.tokens as i64)
+                                }
+                                _ => RangeDraft::Fixed(0, i64::MAX),
                             };
-                            if !constrain(
-                                ck,
-                                ranges,
-                                args[0],
-                                RangeDraft::Fixed(0, tokens),
-                                *span,
-                                "a token of the routing",
-                            ) {
+                            if !constrain(ck, ranges, args[0], tokens, *span, "a token of the routing") {
                                 return None;
                             }
                             if !constrain(

@@ -170,17 +170,29 @@ impl Checker<'_> {
                         Dim::Recv(_),
                     ) if args.len() == 2 => {
                         let spec = &self.routes[route.0 as usize].spec;
-                        if args[0] == args[1] || !full_var(args[0], spec.tokens) || !full_var(args[1], spec.topk) {
+                        // A fanout's tokens are the rows of the window it fans out.
+                        let all_tokens = match spec.kind {
+                            crate::ir::RouteKind::Fanout { of } => {
+                                matches!(body.vars.get(args[0]).map(|x| x.range), Some(VarRange::Recv(r)) if r == of)
+                            }
+                            _ => full_var(args[0], spec.tokens),
+                        };
+                        if args[0] == args[1] || !all_tokens || !full_var(args[1], spec.topk) {
                             let show = |v: usize| match body.vars[v].range {
                                 VarRange::Fixed { lo, hi } => format!("`{}` in {lo}..{hi}", body.vars[v].name),
                                 _ => format!("`{}`", body.vars[v].name),
                             };
+                            let tokens = match spec.kind {
+                                crate::ir::RouteKind::Fanout { of } => {
+                                    format!("{}.recv", self.routes[of.0 as usize].spec.name)
+                                }
+                                _ => format!("0..{}", spec.tokens),
+                            };
                             partial.get_or_insert(format!(
-                                "dimension {k} is written through `{}.slot` for {} and {} only, not every token (0..{}) and choice (0..{})",
+                                "dimension {k} is written through `{}.slot` for {} and {} only, not every token ({tokens}) and choice (0..{})",
                                 spec.name,
                                 show(args[0]),
                                 show(args[1]),
-                                spec.tokens,
                                 spec.topk
                             ));
                         }

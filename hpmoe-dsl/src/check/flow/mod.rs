@@ -100,9 +100,13 @@ impl Checker<'_> {
                 Some(RouteDim::Experts) => Some(Dim::Fixed(spec.experts)),
                 Some(RouteDim::LocalExperts) => Some(Dim::Fixed(spec.local_experts())),
                 Some(RouteDim::Ranks) => Some(Dim::Fixed(spec.ranks)),
+                Some(RouteDim::Tokens) if matches!(spec.kind, crate::ir::RouteKind::Fanout { .. }) => {
+                    spec.kind.derived_from().map(Dim::Recv)
+                }
                 Some(RouteDim::Tokens) => {
-                    match self.routes[id.0 as usize].tokens_bound {
-                        Some(_) => Some(Dim::Fixed(spec.tokens)),
+                    let owner = self.token_route(id);
+                    match self.routes[owner.0 as usize].tokens_bound {
+                        Some(_) => Some(Dim::Fixed(self.routes[owner.0 as usize].spec.tokens)),
                         None => {
                             self.err(
                             Diagnostic::error(Code::UnboundShapeSymbol, format!("`{rn}.tokens` is not known here"))

@@ -25,9 +25,14 @@ impl Checker<'_> {
                     return Ok(None);
                 };
                 let st = &self.routes[id.0 as usize];
+                let owner = &self.routes[self.token_route(id).0 as usize];
                 Ok(match d {
                     RouteDim::Recv => Some(Dim::Recv(id)),
-                    RouteDim::Tokens => st.tokens_bound.map(|_| Dim::Fixed(st.spec.tokens)),
+                    // A fan-out's tokens are the rows of the rank window it fans out.
+                    RouteDim::Tokens => match st.spec.kind {
+                        crate::ir::RouteKind::Fanout { of } => Some(Dim::Recv(of)),
+                        _ => owner.tokens_bound.map(|_| Dim::Fixed(owner.spec.tokens)),
+                    },
                     RouteDim::Topk => Some(Dim::Fixed(st.spec.topk)),
                     RouteDim::Experts => Some(Dim::Fixed(st.spec.experts)),
                     RouteDim::LocalExperts => Some(Dim::Fixed(st.spec.local_experts())),
@@ -306,6 +311,7 @@ impl Checker<'_> {
                             if let Sym::Route(p, rd) = &c.sym {
                                 if let Some(id) = routes[*p] {
                                     if *rd == RouteDim::Tokens {
+                                        let id = self.token_route(id);
                                         if let Some(bs) = self.routes[id.0 as usize].tokens_bound {
                                             diag = diag.secondary(
                                                 bs,
@@ -334,9 +340,7 @@ impl Checker<'_> {
                             progress = true;
                         } else if let (Sym::Route(p, RouteDim::Tokens), Dim::Fixed(n)) = (&c.sym, c.actual) {
                             if let Some(id) = routes[*p] {
-                                let st = &mut self.routes[id.0 as usize];
-                                st.spec.tokens = n;
-                                st.tokens_bound = Some(c.span);
+                                self.bind_tokens(id, n, c.span);
                                 progress = true;
                             }
                         } else if let Some((v, val)) = self.solve_linear(c.sym, c.actual, &binds, &routes, c.span) {

@@ -3,6 +3,7 @@
 use super::{style, Format, LowerCli};
 use hpmoe_dsl::diag::{self, Diagnostic};
 use hpmoe_dsl::driver::{Checked, CompileOptions};
+use hpmoe_dsl::ir::RouteKind;
 use hpmoe_dsl::schedule;
 use hpmoe_dsl::SourceMap;
 
@@ -39,16 +40,39 @@ pub(crate) fn routing(p: &Checked, o: &LowerCli, sources: &SourceMap) -> i32 {
         let (emin, emax, emean) = stats(&experts);
         match o.format {
             Format::Human => {
+                let tokens = match spec.kind {
+                    RouteKind::Fanout { of } => {
+                        format!("up to {} rows of `{}`'s window", spec.tokens, p.route(of).name)
+                    }
+                    _ => format!("{} tokens", spec.tokens),
+                };
                 outln!(
-                    "route {}: {} ranks x {} tokens x top-{} over {} experts ({} per rank); window {} rows",
+                    "route {}: {} ranks x {tokens} x top-{} over {} experts ({} per rank); window {} rows",
                     spec.name,
                     spec.ranks,
-                    spec.tokens,
                     spec.topk,
                     spec.experts,
                     spec.local_experts(),
                     spec.capacity
                 );
+                match spec.kind {
+                    RouteKind::ByRank { of } => {
+                        let base = layouts.get(of.0 as usize).and_then(|b| b.as_ref());
+                        let sent = l.routing.kept.iter().filter(|k| **k).count();
+                        let per_token = base.map_or(0, |b| b.routing.kept.iter().filter(|k| **k).count());
+                        outln!(
+                            "  a view of `{}`: each token once per rank holding any of its experts; {sent} rows sent where `{}` sends {per_token} ({:.1}% fewer)",
+                            p.route(of).name,
+                            p.route(of).name,
+                            100.0 * (1.0 - sent as f64 / per_token.max(1) as f64)
+                        );
+                    }
+                    RouteKind::Fanout { of } => outln!(
+                        "  a view of `{}`: each row it received, to the experts of its rank its token chose; every row stays on its rank",
+                        p.route(of).name
+                    ),
+                    _ => {}
+                }
                 outln!(
                     "  rows received per rank: min {rmin}, max {rmax}, mean {rmean:.1}, max/mean {:.3}",
                     rmax as f64 / rmean.max(1e-9)
@@ -76,6 +100,7 @@ pub(crate) fn routing(p: &Checked, o: &LowerCli, sources: &SourceMap) -> i32 {
                 let mut j = serde_json::json!({
                     "route": spec.name, "ranks": spec.ranks, "tokens": spec.tokens, "topk": spec.topk,
                     "experts": spec.experts, "capacity": spec.capacity,
+                    "view_of": spec.kind.derived_from().map(|v| p.route(v).name.clone()),
                     "recv_per_rank": recv, "rows_per_expert": experts,
                     "recv_max_over_mean": rmax as f64 / rmean.max(1e-9),
                 });

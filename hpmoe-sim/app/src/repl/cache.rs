@@ -372,7 +372,8 @@ impl Session {
         }
         // Overrides come from `:set` here: say so in the REPL's syntax, not the CLI's.
         let ds: Vec<Diagnostic> = ds.iter().map(repl_wording).collect();
-        let text = diag::render_all(&ds, dropped, sources, self.cfg.style);
+        let renamed = repl_source_names(sources);
+        let text = diag::render_all(&ds, dropped, renamed.as_ref().unwrap_or(sources), self.cfg.style);
         let _ = self.err.write_all(text.as_bytes());
         let _ = self.err.flush();
     }
@@ -411,6 +412,25 @@ fn repl_wording(d: &Diagnostic) -> Diagnostic {
     d.help = d.help.as_deref().map(reword);
     d.notes = d.notes.iter().map(|n| reword(n)).collect();
     d
+}
+
+/// The sources with the files the checker makes from CLI options (`<--routing>`) named after
+/// the REPL command that set them; `None` when there is none.
+fn repl_source_names(sources: &SourceMap) -> Option<SourceMap> {
+    let ids: Vec<_> = sources
+        .files()
+        .filter(|(_, f)| f.path.is_none() && f.name.starts_with("<--"))
+        .map(|(id, f)| (id, f.name.clone()))
+        .collect();
+    if ids.is_empty() {
+        return None;
+    }
+    let mut s = sources.clone();
+    for (id, name) in ids {
+        let opt = name.trim_start_matches("<--").trim_end_matches('>');
+        s.rename(id, format!("<:set {opt}>"));
+    }
+    Some(s)
 }
 
 fn reword(text: &str) -> String {

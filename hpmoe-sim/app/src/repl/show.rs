@@ -294,7 +294,7 @@ impl Session {
                 s,
                 "route {} = {}: {} ranks x {} tokens x top-{} over {} experts ({} per rank); window {} rows",
                 spec.name,
-                kind_text(&spec.kind),
+                kind_text(&v.program, &spec.kind),
                 spec.ranks,
                 spec.tokens,
                 spec.topk,
@@ -573,9 +573,11 @@ impl Session {
     }
 }
 
-fn kind_text(k: &hpmoe_dsl::ir::RouteKind) -> String {
+fn kind_text(p: &hpmoe_dsl::ir::Program, k: &hpmoe_dsl::ir::RouteKind) -> String {
     use hpmoe_dsl::ir::RouteKind as K;
     match k {
+        K::ByRank { of } => format!("by_rank({})", p.route(*of).name),
+        K::Fanout { of } => format!("fanout({})", p.route(*of).name),
         K::Balanced => "balanced".to_string(),
         K::Uniform { seed } => format!("uniform(seed: {seed})"),
         K::Zipf { s, seed } => format!("zipf(s: {s}, seed: {seed})"),
