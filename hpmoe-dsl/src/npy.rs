@@ -298,7 +298,7 @@ mod tests {
     fn reads_ml_dtypes_bfloat16() {
         let header = "{'descr': '|V2', 'fortran_order': False, 'shape': (3,), }";
         let mut h = header.to_string();
-        while (10 + h.len() + 1) % 64 != 0 {
+        while !(10 + h.len() + 1).is_multiple_of(64) {
             h.push(' ');
         }
         h.push('\n');
