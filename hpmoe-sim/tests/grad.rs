@@ -315,3 +315,29 @@ taskflow fwd_bwd = grad(fwd, wrt: [x, b]);\n";
     eprintln!("reductions and broadcasts: rel L2 {rel:.3e}, max |diff| {max_abs:.3e}");
     assert!(rel < 1e-6, "{rel}");
 }
+
+/// The adjoints derived for `dispatch` and `combine` are the stdlib's `dispatch_grad` and
+/// `combine_grad` (the same analysed body), and `gmm`'s input gradient is `gmm_grad_x`.
+#[test]
+fn derived_adjoints_are_the_stdlib_backward_ops() {
+    let p = program(MOE);
+    let (wt, dt) = (
+        p.taskflow("moe_ffn_bwd").unwrap(),
+        p.taskflow("moe_ffn_derived").unwrap(),
+    );
+    let body = |tf: &Taskflow, op: &str| {
+        tf.nodes
+            .iter()
+            .find(|n| p.op(n.op).name == op)
+            .unwrap_or_else(|| panic!("no call of {op}"))
+            .body
+            .clone()
+    };
+    for (derived, written) in [
+        ("dispatch_vjp_x", "dispatch_grad"),
+        ("combine_vjp_y", "combine_grad"),
+        ("gmm_vjp_x", "gmm_grad_x"),
+    ] {
+        assert_eq!(body(dt, derived), body(wt, written), "{derived} vs {written}");
+    }
+}
