@@ -458,7 +458,7 @@ pub(crate) fn item_kind_word(k: &ItemKind) -> &'static str {
         ItemKind::Route(_) => "a routing",
         ItemKind::Op(o) if o.kind == crate::syntax::ast::OpKind::Comm => "a comm op",
         ItemKind::Op(_) => "an op",
-        ItemKind::Taskflow(_) => "a taskflow",
+        ItemKind::Taskflow(_) | ItemKind::Grad(_) => "a taskflow",
         ItemKind::Schedule(_) => "a schedule",
         ItemKind::Profile(_) => "a device profile",
         ItemKind::Signature(s) if s.kind == crate::syntax::ast::SignatureKind::Routing => "a routing kind",

@@ -9,6 +9,7 @@
 mod consts;
 mod device;
 mod flow;
+mod grad;
 mod load;
 pub use load::{read_source, MAX_SOURCE_BYTES};
 mod ops;
@@ -358,6 +359,7 @@ impl<'a> Checker<'a> {
                 self.check_taskflow(r);
             }
         }
+        self.expand_grads();
         self.check_layer_pairs();
         let policies = self.check_policies();
         self.check_schedules();

@@ -216,6 +216,30 @@ Declare the input with the forward's type, or give it another name if it is not 
 forward's tensor.";
 
     // ---- engines: 06xx ----
+    NotDifferentiable = 521, "not-differentiable", "an op on the path of a `grad` has no derived gradient",
+"`taskflow B = grad(F, wrt: [..]);` derives the gradient of every op call between the `wrt`
+inputs and the outputs of `F` from the op's body. An op cannot be differentiated when the
+differentiated input passes through a function without a derivative (`max`, `min`, `relu`,
+`abs`, `clamp`, `round`, `%`, a `max(k)` reduction, a cast to an integer type, `gelu_erf`),
+when one of its reads has an index the gradient cannot invert (a constant, a strided
+`2 * i`, the same variable in two dimensions: `x[m, m]`), or when a comm op's puts are not
+one of the two routing patterns (`r.rank(t, j)`/`r.slot(t, j)` and
+`r.src_rank(m)`/`r.src_token(m)`).
+
+    op top<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = max(x[m, n], 0); }
+    taskflow f(x: f32[8, 8]) -> f32[8, 8] { return top(x); }
+    taskflow f_bwd = grad(f, wrt: [x]);   // error: `max` is not differentiable
+
+Write the backward of such an op by hand (a taskflow `F_bwd` with its own ops), or drop the
+input from `wrt` if its gradient is not needed.";
+    BadGrad = 522, "bad-grad", "a `grad` declaration names something it cannot differentiate",
+"In `taskflow B = grad(F, wrt: [a, b], save: [c]);` `F` must be a taskflow, each `wrt`
+name one of its inputs (once) on which an output depends, and each `save` name a tensor of
+`F` (a `let` or an output; its inputs are always available to the backward).
+
+    taskflow f_bwd = grad(f, wrt: [xd]);   // error: `xd` is a `let` of `f`, not an input
+
+";
     WrongEngine = 601, "wrong-engine", "an op placed on an engine that cannot run it",
 "The cube engine (`aic`) only runs contractions (`sum(k) a[..] * b[..]`); elementwise and
 communication work runs on the vector engine (`aiv`). An `on` override at a call must name

@@ -149,6 +149,12 @@ impl Diagnostics {
     pub fn len(&self) -> usize {
         self.list.len()
     }
+    /// Adds a note to every diagnostic pushed since there were `from`.
+    pub fn note_since(&mut self, from: usize, note: &str) {
+        for d in self.list.iter_mut().skip(from) {
+            d.notes.push(note.to_string());
+        }
+    }
     /// Sorts by file and position, keeping the order of equal positions; stable output.
     pub fn sort(&mut self) {
         self.list

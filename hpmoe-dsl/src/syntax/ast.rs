@@ -39,6 +39,8 @@ pub enum ItemKind {
     Route(RouteDecl),
     Op(OpDef),
     Taskflow(Taskflow),
+    /// `taskflow NAME = grad(FORWARD, wrt: [..], save: [..]);`: a derived backward.
+    Grad(GradDecl),
     Schedule(ScheduleDecl),
     Profile(Profile),
     /// `routing NAME(params);` or `policy NAME(params);`: the signature of a builtin.
@@ -54,6 +56,7 @@ impl ItemKind {
             ItemKind::Route(r) => Some(&r.name),
             ItemKind::Op(o) => Some(&o.name),
             ItemKind::Taskflow(t) => Some(&t.name),
+            ItemKind::Grad(g) => Some(&g.name),
             ItemKind::Schedule(s) => s.taskflow.as_ref(),
             ItemKind::Profile(p) => Some(&p.name),
             ItemKind::Signature(s) => Some(&s.name),
@@ -274,6 +277,19 @@ pub enum TaskflowRet {
     Single(TensorType),
     /// `-> (dx: bf16[..], dw: bf16[..])`.
     Named(Vec<(Ident, TensorType)>),
+}
+
+/// `taskflow NAME = grad(FORWARD, wrt: [a, b], save: [c]);`: the backward of taskflow
+/// `FORWARD`, derived by the checker (the gradients of the inputs `wrt`, keeping the
+/// forward's tensors `save` and recomputing the others it needs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GradDecl {
+    pub name: Ident,
+    pub forward: Ident,
+    pub wrt: Vec<Ident>,
+    pub save: Vec<Ident>,
+    /// The span of `grad(...)`.
+    pub call_span: Span,
 }
 
 /// A statement of a taskflow.
@@ -629,6 +645,13 @@ pub fn erase_spans(file: &mut File) {
                     s.span = Span::default();
                 }
                 t.body_span = Span::default();
+            }
+            ItemKind::Grad(g) => {
+                ident(&mut g.name);
+                ident(&mut g.forward);
+                g.wrt.iter_mut().for_each(ident);
+                g.save.iter_mut().for_each(ident);
+                g.call_span = Span::default();
             }
             ItemKind::Schedule(s) => {
                 if let Some(t) = &mut s.taskflow {

@@ -556,7 +556,7 @@ fn item_group(k: &ItemKind) -> u8 {
         ItemKind::Device(_) => 2,
         ItemKind::Route(_) => 3,
         ItemKind::Op(_) => 4,
-        ItemKind::Taskflow(_) => 5,
+        ItemKind::Taskflow(_) | ItemKind::Grad(_) => 5,
         ItemKind::Schedule(_) => 6,
         ItemKind::Profile(_) => 7,
         ItemKind::Signature(_) => 8,
@@ -1074,6 +1074,20 @@ impl<'a> Printer<'a> {
             ItemKind::Param(p) => {
                 let lines = break_expr(&p.value, 0, &format!("param {} = ", p.name.name), ";");
                 self.unit(0, lo_, hi_, docs, policy, lines);
+            }
+            ItemKind::Grad(g) => {
+                let list = |names: &[Ident]| names.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ");
+                let mut line = format!(
+                    "taskflow {} = grad({}, wrt: [{}]",
+                    g.name.name,
+                    g.forward.name,
+                    list(&g.wrt)
+                );
+                if !g.save.is_empty() {
+                    let _ = write!(line, ", save: [{}]", list(&g.save));
+                }
+                line.push_str(");");
+                self.unit(0, lo_, hi_, docs, policy, vec![line]);
             }
             ItemKind::Device(d) => {
                 let head = format!("device = {}", d.profile.name);

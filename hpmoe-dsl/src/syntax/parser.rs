@@ -441,7 +441,7 @@ impl Parser {
             Some("device") => self.device().map(ItemKind::Device),
             Some("route") => self.route().map(ItemKind::Route),
             Some("op" | "comm") => self.op_def().map(ItemKind::Op),
-            Some("taskflow") => self.taskflow().map(ItemKind::Taskflow),
+            Some("taskflow") => self.taskflow(),
             Some("schedule") => self.schedule().map(ItemKind::Schedule),
             Some("profile") => self.profile().map(ItemKind::Profile),
             Some("routing" | "policy") => self.signature().map(ItemKind::Signature),
@@ -919,9 +919,12 @@ impl Parser {
         }
     }
 
-    fn taskflow(&mut self) -> PResult<Taskflow> {
+    fn taskflow(&mut self) -> PResult<ItemKind> {
         self.expect_kw("taskflow")?;
         let name = self.expect_ident("a taskflow name")?;
+        if self.eat_punct(Punct::Eq) {
+            return self.grad(name).map(ItemKind::Grad);
+        }
         let params = self.op_params()?;
         self.expect_punct(Punct::Arrow)?;
         let ret = if self.at_open(Delim::Paren) {
@@ -938,12 +941,98 @@ impl Parser {
             return Err(self.error_expected("`{` and the taskflow body"));
         }
         let (body, body_span) = self.block(|p| p.flow_stmt())?;
-        Ok(Taskflow {
+        Ok(ItemKind::Taskflow(Taskflow {
             name,
             params,
             ret,
             body,
             body_span,
+        }))
+    }
+
+    /// `grad(FORWARD, wrt: [a, b], save: [c]);` after `taskflow NAME =`.
+    fn grad(&mut self, name: Ident) -> PResult<GradDecl> {
+        let start = self.expect_kw("grad")?;
+        if !self.at_open(Delim::Paren) {
+            return Err(self.error_expected("`(` and the forward taskflow"));
+        }
+        let mut forward = None;
+        let mut wrt: Option<Vec<Ident>> = None;
+        let mut save: Option<Vec<Ident>> = None;
+        let (parts, _) = self.delimited(Delim::Paren, Punct::Comma, "an argument of `grad`", |p| {
+            let first = p.expect_ident("the forward taskflow, `wrt:` or `save:`")?;
+            if !p.eat_punct(Punct::Colon) {
+                return Ok((first, None));
+            }
+            if !p.at_open(Delim::Bracket) {
+                return Err(p.error_expected("`[` and a list of tensor names"));
+            }
+            let (names, _) = p.delimited(Delim::Bracket, Punct::Comma, "a tensor name", |p| {
+                p.expect_ident("a tensor name")
+            })?;
+            Ok((first, Some(names)))
+        })?;
+        for (key, names) in parts {
+            let slot = match (&names, key.name.as_str()) {
+                (None, _) if forward.is_none() && wrt.is_none() && save.is_none() => {
+                    forward = Some(key);
+                    continue;
+                }
+                (Some(_), "wrt") => &mut wrt,
+                (Some(_), "save") => &mut save,
+                (None, _) => {
+                    self.push(
+                        Diagnostic::error(
+                            Code::UnexpectedToken,
+                            "`grad` takes the forward taskflow first, then `wrt: [..]` and `save: [..]`",
+                        )
+                        .primary(key.span, "expected `wrt:` or `save:` here"),
+                    );
+                    return Err(Reported);
+                }
+                (Some(_), _) => {
+                    self.push(
+                        Diagnostic::error(Code::UnknownArgument, format!("`grad` has no argument `{}`", key.name))
+                            .primary(key.span, "unknown argument")
+                            .help("its arguments are the forward taskflow, `wrt: [..]` and `save: [..]`"),
+                    );
+                    return Err(Reported);
+                }
+            };
+            if slot.is_some() {
+                self.push(
+                    Diagnostic::error(Code::DuplicateArgument, format!("`{}` is given twice", key.name))
+                        .primary(key.span, "again here"),
+                );
+                return Err(Reported);
+            }
+            *slot = names;
+        }
+        let call_span = start.to(self.prev_span());
+        let Some(forward) = forward else {
+            self.push(
+                Diagnostic::error(Code::MissingArgument, "`grad` needs the forward taskflow")
+                    .primary(call_span, "e.g. `grad(moe_ffn, wrt: [x])`"),
+            );
+            return Err(Reported);
+        };
+        let Some(wrt) = wrt else {
+            self.push(
+                Diagnostic::error(
+                    Code::MissingArgument,
+                    "`grad` needs `wrt: [..]`, the inputs to differentiate",
+                )
+                .primary(call_span, "e.g. `grad(moe_ffn, wrt: [x])`"),
+            );
+            return Err(Reported);
+        };
+        self.expect_punct(Punct::Semi)?;
+        Ok(GradDecl {
+            name,
+            forward,
+            wrt,
+            save: save.unwrap_or_default(),
+            call_span,
         })
     }
 

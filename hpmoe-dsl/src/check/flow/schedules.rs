@@ -36,7 +36,7 @@ impl Checker<'_> {
             if let Some(t) = &d.taskflow {
                 let is_tf = self
                     .lookup(root, &t.name)
-                    .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Taskflow(_)));
+                    .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Taskflow(_) | ItemKind::Grad(_)));
                 if !is_tf && self.modules[root].poisoned.contains(&t.name) {
                     continue; // the taskflow did not parse
                 }

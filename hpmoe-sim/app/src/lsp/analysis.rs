@@ -117,6 +117,7 @@ pub(super) fn collect_defs(file: &ast::File, out: &mut Vec<Def>) {
                 &o.name,
             ),
             ItemKind::Taskflow(t) => (DefKind::Taskflow, &t.name),
+            ItemKind::Grad(g) => (DefKind::Taskflow, &g.name),
             ItemKind::Profile(p) => (DefKind::Profile, &p.name),
             ItemKind::Signature(s) => (
                 match s.kind {

@@ -1,0 +1,1195 @@
+//! `taskflow NAME = grad(FORWARD, wrt: [..], save: [..]);`: the backward of a checked
+//! taskflow, derived into ordinary syntax and checked like a written one.
+//!
+//! In: the forward's checked op graph (its tensors' concrete types, calls, tiles) and the
+//! syntax of the ops it calls. Out: derived op items (the vector-Jacobian product of each
+//! op with respect to each differentiated input, see [`body`]) appended to the module of
+//! the op they derive from, so that their names mean what the forward op's names mean, and
+//! the `grad` item replaced by the derived taskflow. The checker then checks the derived
+//! ops and the taskflow as it checks written ones: every later stage sees ordinary items.
+//!
+//! The taskflow: the inputs are the output gradients (`dy` for a single output, `dNAME`
+//! for named ones), then the forward's inputs and saved tensors the backward reads (named
+//! as in the forward, so a layer's backward `F_bwd` is fed by the forward's memories); the
+//! forward calls whose results are read but not saved are recomputed first; then, in
+//! reverse order, each call's products; a tensor with several consumers gets the sum of
+//! their gradients. The outputs are `dNAME` for each `wrt` input.
+
+mod body;
+
+use super::{Checker, ItemRef, ModId};
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{self, Dim, TensorId};
+use crate::syntax::ast::{
+    self, Annot, Arg, Expr, ExprKind, Field, FlowStmt, FlowStmtKind, GradDecl, Ident, Item, ItemKind, OpDef, OpKind,
+    OpParam, ParamType, Stmt, Taskflow, TaskflowRet, TensorType,
+};
+use crate::syntax::token::Span;
+use body::{ident, int, name, Names, NonDiff};
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+/// A derived op: its item and the module it belongs to.
+struct NewOp {
+    module: ModId,
+    def: OpDef,
+    docs: Vec<String>,
+    span: Span,
+}
+
+/// A call of the backward: `let NAME = OP(ARGS) ANNOTS;`.
+struct Call {
+    name: String,
+    op: String,
+    args: Vec<String>,
+    annots: Vec<Annot>,
+    span: Span,
+}
+
+/// The state of one derivation.
+struct Derivation<'f> {
+    fwd: &'f ir::Taskflow,
+    /// Names used in the backward (inputs and lets).
+    used: BTreeSet<String>,
+    /// The backward name of each forward tensor that is available (input, saved, recomputed).
+    primal: BTreeMap<TensorId, String>,
+    /// Inputs of the backward: (name, forward tensor or output gradient type).
+    inputs: Vec<(String, TensorId)>,
+    recompute: Vec<Call>,
+    calls: Vec<Call>,
+    /// Gradient contributions still to be summed, per forward tensor.
+    pending: BTreeMap<TensorId, Vec<String>>,
+    /// How many contributions each tensor gets.
+    expected: BTreeMap<TensorId, usize>,
+    /// The final gradient name of each tensor.
+    grads: BTreeMap<TensorId, String>,
+    new_ops: Vec<NewOp>,
+    saved: BTreeSet<TensorId>,
+    span: Span,
+}
+
+fn sanitize(n: &str) -> String {
+    n.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .collect()
+}
+
+fn fresh(base: &str, used: &mut BTreeSet<String>) -> String {
+    let base = sanitize(base);
+    let mut n = base.clone();
+    let mut k = 2;
+    while used.contains(&n) {
+        n = format!("{base}_{k}");
+        k += 1;
+    }
+    used.insert(n.clone());
+    n
+}
+
+impl Checker<'_> {
+    /// Expands every `grad` item of the root, in order, once the written taskflows are
+    /// checked.
+    pub(super) fn expand_grads(&mut self) {
+        let root = self.root;
+        for i in 0..self.modules[root].ast.items.len() {
+            let r = ItemRef { module: root, item: i };
+            let item = self.item(r);
+            let ItemKind::Grad(g) = &item.kind else { continue };
+            let (g, span, docs) = (g.clone(), item.span, item.docs.clone());
+            let Some((ops, tf)) = self.derive(&g, span) else {
+                continue;
+            };
+            // The derived ops, in the modules of the ops they derive from.
+            let mut refs = Vec::new();
+            for op in ops {
+                let m = op.module;
+                let mut file = (*self.modules[m].ast).clone();
+                let k = file.items.len();
+                let name = op.def.name.name.clone();
+                file.items.push(Item {
+                    docs: op.docs,
+                    kind: ItemKind::Op(op.def),
+                    span: op.span,
+                });
+                self.modules[m].ast = Rc::new(file);
+                let at = ItemRef { module: m, item: k };
+                self.modules[root].scope.insert(name, (at, op.span));
+                refs.push(at);
+            }
+            let mut file = (*self.modules[root].ast).clone();
+            file.items[i] = Item {
+                docs,
+                kind: ItemKind::Taskflow(tf),
+                span,
+            };
+            self.modules[root].ast = Rc::new(file);
+            let from = self.diags.len();
+            for at in refs {
+                self.op_sig(at);
+            }
+            self.check_taskflow(r);
+            self.diags.note_since(
+                from,
+                &format!("in the backward that `grad` derives from `{}`", g.forward.name),
+            );
+        }
+        // Taskflows in the order of the source.
+        self.taskflows.sort_by_key(|t| (t.span.file, t.span.lo));
+    }
+
+    fn grad_error(&mut self, span: Span, msg: String, label: &str) -> Diagnostic {
+        let _ = self;
+        Diagnostic::error(Code::BadGrad, msg).primary(span, label.to_string())
+    }
+
+    /// The derived op items and taskflow of one `grad`, or `None` after reporting.
+    fn derive(&mut self, g: &GradDecl, span: Span) -> Option<(Vec<NewOp>, Taskflow)> {
+        let root = self.root;
+        let fname = &g.forward.name;
+        let is_tf = self
+            .lookup(root, fname)
+            .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Taskflow(_) | ItemKind::Grad(_)));
+        let Some(fwd) = self.taskflows.iter().find(|t| &t.name == fname).cloned() else {
+            if !is_tf {
+                let names = self.names_where(root, |k| matches!(k, ItemKind::Taskflow(_)));
+                let mut d = self.grad_error(
+                    g.forward.span,
+                    format!("`grad` of `{fname}`, which is not a taskflow"),
+                    "not a taskflow",
+                );
+                if let Some(b) = crate::suggest::closest(fname, names.iter().map(|s| s.as_str())) {
+                    d = d.help(format!("did you mean `{b}`?"));
+                }
+                self.err(d);
+            }
+            let later = self
+                .lookup(root, fname)
+                .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Grad(_)));
+            if later {
+                let d = self
+                    .grad_error(
+                        g.forward.span,
+                        format!("`{fname}` is derived by a `grad` declared later"),
+                        "not derived yet",
+                    )
+                    .help(format!("declare `{fname}` before the `grad` that differentiates it"));
+                self.err(d);
+            }
+            // Otherwise the forward has errors, already reported.
+            return None;
+        };
+        let mut ok = true;
+        // wrt: inputs of the forward.
+        let mut wrt: Vec<(TensorId, Ident)> = Vec::new();
+        for w in &g.wrt {
+            match fwd.inputs.iter().find(|&&t| fwd.tensor(t).name == w.name) {
+                Some(&t) => {
+                    if wrt.iter().any(|(x, _)| *x == t) {
+                        self.err(self_dup(w));
+                        ok = false;
+                    } else {
+                        wrt.push((t, w.clone()));
+                    }
+                }
+                None => {
+                    let inputs: Vec<String> = fwd.inputs.iter().map(|&t| fwd.tensor(t).name.clone()).collect();
+                    let msg = if fwd.named(&w.name).is_some() {
+                        format!(
+                            "`wrt` names `{}`, which `{fname}` computes: only its inputs are differentiated",
+                            w.name
+                        )
+                    } else {
+                        format!("`{fname}` has no input `{}` to differentiate", w.name)
+                    };
+                    let mut d = self
+                        .grad_error(w.span, msg, "not an input of the forward")
+                        .note(format!("the inputs of `{fname}` are {}", inputs.join(", ")));
+                    if let Some(b) = crate::suggest::closest(&w.name, inputs.iter().map(|s| s.as_str())) {
+                        d = d.help(format!("did you mean `{b}`?"));
+                    }
+                    self.err(d);
+                    ok = false;
+                }
+            }
+        }
+        if g.wrt.is_empty() {
+            let d = self.grad_error(
+                g.call_span,
+                "`wrt: []` names no input to differentiate".into(),
+                "nothing to derive",
+            );
+            self.err(d);
+            ok = false;
+        }
+        let mut saved = BTreeSet::new();
+        for s in &g.save {
+            match fwd.named(&s.name) {
+                Some(t) if fwd.tensor(t).producer.is_some() => {
+                    saved.insert(t);
+                }
+                Some(_) => {
+                    self.err(
+                        Diagnostic::warning(
+                            Code::UnusedValue,
+                            format!("`{}` is an input of `{fname}`: the backward always has it", s.name),
+                        )
+                        .primary(s.span, "no need to save it"),
+                    );
+                }
+                None => {
+                    let names: Vec<String> = fwd.tensors.iter().map(|t| t.name.clone()).collect();
+                    let mut d = self.grad_error(
+                        s.span,
+                        format!("`save` names `{}`, which is not a tensor of `{fname}`", s.name),
+                        "not a tensor of the forward",
+                    );
+                    if let Some(b) = crate::suggest::closest(&s.name, names.iter().map(|s| s.as_str())) {
+                        d = d.help(format!("did you mean `{b}`?"));
+                    }
+                    self.err(d);
+                    ok = false;
+                }
+            }
+        }
+        if !ok {
+            return None;
+        }
+        // Activity: tensors that depend on a wrt input; gradients: active tensors on a path
+        // to an output.
+        let n = fwd.tensors.len();
+        let mut active = vec![false; n];
+        for (t, _) in &wrt {
+            active[t.0 as usize] = true;
+        }
+        for node in &fwd.nodes {
+            if node.inputs.iter().any(|t| active[t.0 as usize]) {
+                active[node.output.0 as usize] = true;
+            }
+        }
+        let mut expected: BTreeMap<TensorId, usize> = BTreeMap::new();
+        let mut has_grad = vec![false; n];
+        for (_, t) in &fwd.outputs {
+            if active[t.0 as usize] {
+                has_grad[t.0 as usize] = true;
+                *expected.entry(*t).or_default() += 1;
+            }
+        }
+        for node in fwd.nodes.iter().rev() {
+            if !has_grad[node.output.0 as usize] {
+                continue;
+            }
+            for t in &node.inputs {
+                if active[t.0 as usize] {
+                    has_grad[t.0 as usize] = true;
+                    *expected.entry(*t).or_default() += 1;
+                }
+            }
+        }
+        for (t, w) in &wrt {
+            if !has_grad[t.0 as usize] {
+                let d = self
+                    .grad_error(
+                        w.span,
+                        format!("no output of `{fname}` depends on `{}`", w.name),
+                        "its gradient is zero",
+                    )
+                    .help("remove it from `wrt`");
+                self.err(d);
+                ok = false;
+            }
+        }
+        if !ok {
+            return None;
+        }
+        let errors_before = self.diags.error_count();
+        let mut dv = Derivation {
+            fwd: &fwd,
+            // Gradients are never named like a forward tensor, which keeps its name here.
+            used: fwd.tensors.iter().map(|t| t.name.clone()).collect(),
+            primal: BTreeMap::new(),
+            inputs: Vec::new(),
+            recompute: Vec::new(),
+            calls: Vec::new(),
+            pending: BTreeMap::new(),
+            expected,
+            grads: BTreeMap::new(),
+            new_ops: Vec::new(),
+            saved,
+            span,
+        };
+        // Output gradients.
+        let single = fwd.outputs.len() == 1 && fwd.outputs[0].0 == "out";
+        let mut out_grads = Vec::new();
+        for (oname, t) in &fwd.outputs {
+            if !active[t.0 as usize] {
+                continue;
+            }
+            let gname = if single { "dy".to_string() } else { format!("d{oname}") };
+            let gname = fresh(&gname, &mut dv.used);
+            out_grads.push((gname.clone(), *t));
+            dv.pending.entry(*t).or_default().push(gname);
+        }
+        // The calls, in reverse.
+        // Every call is derived, so that each op without a gradient is reported.
+        let mut failed = false;
+        for (k, node) in fwd.nodes.iter().enumerate().rev() {
+            if !has_grad[node.output.0 as usize] {
+                continue;
+            }
+            let Some(dout) = dv.grad_of(node.output, self) else {
+                failed = true;
+                continue;
+            };
+            for (pos, t) in node.inputs.iter().enumerate() {
+                if !active[t.0 as usize] {
+                    continue;
+                }
+                match self.vjp_call(&mut dv, k, pos, &dout) {
+                    Some(c) => dv.pending.entry(*t).or_default().push(c),
+                    None => failed = true,
+                }
+            }
+        }
+        if failed {
+            if self.diags.error_count() == errors_before {
+                let d = Diagnostic::error(
+                    Code::NotDifferentiable,
+                    format!("the backward of `{fname}` cannot be derived"),
+                )
+                .primary(g.call_span, "here");
+                self.err(d);
+            }
+            return None;
+        }
+        let mut results = Vec::new();
+        for (t, w) in &wrt {
+            let Some(gname) = dv.grad_of(*t, self) else {
+                let d = Diagnostic::error(
+                    Code::NotDifferentiable,
+                    format!("the gradient of `{}` cannot be derived", w.name),
+                )
+                .primary(w.span, "here");
+                self.err(d);
+                return None;
+            };
+            // A gradient that is an output gradient unchanged (the forward passes the input
+            // on) is copied: an output is computed.
+            let gname = if out_grads.iter().any(|(n, _)| *n == gname) {
+                let rank = fwd.tensor(*t).shape.len();
+                let op = self.copy_op(&mut dv, rank);
+                let n = fresh(&format!("d{}", w.name), &mut dv.used);
+                dv.calls.push(Call {
+                    name: n.clone(),
+                    op,
+                    args: vec![gname],
+                    annots: Vec::new(),
+                    span,
+                });
+                n
+            } else {
+                gname
+            };
+            results.push((format!("d{}", w.name), gname, *t));
+        }
+        // The taskflow's syntax.
+        let sp = span;
+        let ty = |c: &Checker, t: TensorId| -> TensorType { c.type_syntax(fwd.tensor(t), sp) };
+        let mut params = Vec::new();
+        for (gname, t) in &out_grads {
+            params.push(OpParam {
+                name: ident(gname, sp),
+                ty: ParamType::Tensor(ty(self, *t)),
+                span: sp,
+            });
+        }
+        let mut ins = dv.inputs.clone();
+        ins.sort_by_key(|(_, t)| *t);
+        for (pname, t) in &ins {
+            params.push(OpParam {
+                name: ident(pname, sp),
+                ty: ParamType::Tensor(ty(self, *t)),
+                span: sp,
+            });
+        }
+        let mut outs_used = BTreeSet::new();
+        let ret = TaskflowRet::Named(
+            results
+                .iter()
+                .map(|(o, _, t)| (ident(&fresh(o, &mut outs_used), sp), ty(self, *t)))
+                .collect(),
+        );
+        let mut body = Vec::new();
+        for c in dv.recompute.iter().chain(&dv.calls) {
+            body.push(FlowStmt {
+                kind: FlowStmtKind::Let {
+                    name: ident(&c.name, c.span),
+                    value: call_expr(&c.op, &c.args, c.span),
+                },
+                annots: c.annots.clone(),
+                span: c.span,
+            });
+        }
+        body.push(FlowStmt {
+            kind: FlowStmtKind::Return {
+                value: Expr {
+                    kind: ExprKind::Tuple(results.iter().map(|(_, g, _)| name(g, sp)).collect()),
+                    span: sp,
+                },
+            },
+            annots: Vec::new(),
+            span: sp,
+        });
+        for s in &g.save {
+            if let Some(t) = fwd.named(&s.name) {
+                if dv.saved.contains(&t) && !dv.inputs.iter().any(|(_, x)| *x == t) {
+                    self.err(
+                        Diagnostic::warning(
+                            Code::UnusedValue,
+                            format!("the backward does not read the saved `{}`", s.name),
+                        )
+                        .primary(s.span, "not needed by the gradient"),
+                    );
+                }
+            }
+        }
+        let new_ops = std::mem::take(&mut dv.new_ops);
+        Some((
+            new_ops,
+            Taskflow {
+                name: g.name.clone(),
+                params,
+                ret,
+                body,
+                body_span: sp,
+            },
+        ))
+    }
+
+    /// The syntax of a concrete tensor type (`bf16[4096, r.recv]`).
+    fn type_syntax(&self, t: &ir::Tensor, sp: Span) -> TensorType {
+        TensorType {
+            dtype: ident(t.dtype.name(), sp),
+            dims: t.shape.iter().map(|d| self.dim_syntax(*d, None, sp)).collect(),
+            span: sp,
+        }
+    }
+
+    /// The syntax of a concrete dimension; a receive window as `ROUTE.recv`, with `route`
+    /// naming the routing (default: its declared name).
+    fn dim_syntax(&self, d: Dim, route: Option<&str>, sp: Span) -> Expr {
+        match d {
+            Dim::Fixed(n) => int(n, sp),
+            Dim::Recv(r) => {
+                let rn = route.map_or_else(|| self.routes[r.0 as usize].spec.name.clone(), str::to_string);
+                Expr {
+                    kind: ExprKind::Field {
+                        base: Box::new(name(&rn, sp)),
+                        field: ident("recv", sp),
+                    },
+                    span: sp,
+                }
+            }
+        }
+    }
+
+    /// The op item a call of the forward calls.
+    fn op_item(&self, op: ir::OpId) -> Option<ItemRef> {
+        self.op_sigs
+            .iter()
+            .filter_map(|(r, s)| s.as_ref().filter(|s| s.id == op).map(|_| *r))
+            .min()
+    }
+
+    /// Adds the product of call `k` of the forward with respect to its tensor input `pos`,
+    /// returning the name of the contribution.
+    fn vjp_call(&mut self, dv: &mut Derivation, k: usize, pos: usize, dout: &str) -> Option<String> {
+        let fwd = dv.fwd;
+        let node = &fwd.nodes[k];
+        let opr = self.op_item(node.op)?;
+        let sig = self.op_sigs.get(&opr).cloned().flatten()?;
+        let file = self.file_of(opr);
+        let ItemKind::Op(def) = &file.items[opr.item].kind else {
+            return None;
+        };
+        // The AST parameter of tensor input `pos`.
+        let tensor_params: Vec<usize> = def
+            .params
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| matches!(p.ty, ParamType::Tensor(_)))
+            .map(|(i, _)| i)
+            .collect();
+        let pi = *tensor_params.get(pos)?;
+        let input = def.params[pi].name.name.clone();
+        // Constants of the body: shape symbols, params in scope, parameters.
+        let mut constants: BTreeSet<String> = sig.syms.iter().cloned().collect();
+        constants.extend(def.params.iter().map(|p| p.name.name.clone()));
+        let mut all = BTreeSet::new();
+        body::body_names(&def.body, &mut all);
+        for n in &all {
+            if let Some(r) = self.lookup(opr.module, n) {
+                if matches!(self.item(r).kind, ItemKind::Param(_)) {
+                    constants.insert(n.clone());
+                }
+            }
+        }
+        let names = Names { constants: &constants };
+        let mut used = all.clone();
+        used.extend(constants.iter().cloned());
+        let dparam = fresh("dout", &mut used);
+        let route_names: Vec<String> = def
+            .params
+            .iter()
+            .filter(|p| matches!(p.ty, ParamType::Route(_)))
+            .map(|p| p.name.name.clone())
+            .collect();
+        let err = |c: &mut Checker, e: NonDiff| {
+            let mut d = Diagnostic::error(
+                Code::NotDifferentiable,
+                format!(
+                    "`{}` cannot be differentiated with respect to `{input}`: {}",
+                    def.name.name, e.message
+                ),
+            )
+            .primary(e.span, e.label)
+            .secondary(
+                node.span,
+                format!("this call of `{}` is on the path to the output", def.name.name),
+            );
+            if let Some(h) = e.help {
+                d = d.help(h);
+            }
+            c.err(d);
+        };
+        type Derived<'e> = (Vec<Stmt>, Option<&'e str>, Vec<(String, u64)>, Vec<String>);
+        let (stmts, engine, tile, order): Derived = match def.kind {
+            OpKind::Compute => {
+                let unit: Vec<bool> = fwd
+                    .tensor(node.inputs[pos])
+                    .shape
+                    .iter()
+                    .map(|d| *d == Dim::Fixed(1))
+                    .collect();
+                let derived = match body::compute_vjp(&def.body, &input, &dparam, &names, &mut used, &unit) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        err(self, e);
+                        return None;
+                    }
+                };
+                if derived.is_empty() {
+                    err(
+                        self,
+                        NonDiff {
+                            span: def.body_span,
+                            message: "the body never reads it".into(),
+                            label: "no read of the input in this body".into(),
+                            help: None,
+                        },
+                    );
+                    return None;
+                }
+                // `out[I] = dout[I]` over the same shape: the gradient is the output's.
+                if let ParamType::Tensor(pt) = &def.params[pi].ty {
+                    if body::is_identity(&derived, &dparam, &names) && same_type(pt, &def.ret) {
+                        return Some(dout.to_string());
+                    }
+                }
+                let aic = body::is_contraction(&derived);
+                let tile = derived_tile(&sig, node, &derived, &names);
+                let stmts = derived
+                    .into_iter()
+                    .map(|s| Stmt::Assign {
+                        target: ident("out", s.value.span),
+                        index: s.index,
+                        accumulate: false,
+                        span: s.value.span,
+                        value: s.value,
+                    })
+                    .collect();
+                (stmts, Some(if aic { "aic" } else { "aiv" }), tile, Vec::new())
+            }
+            OpKind::Comm => {
+                let adj = match body::comm_adjoint(&def.body, &input, &dparam, &names, &mut used) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        err(self, e);
+                        return None;
+                    }
+                };
+                // The row variable of one direction takes the tile of the other's.
+                let size = |v: &str| node.tile.iter().find(|(n, _)| n == v).map(|(_, s)| *s);
+                let mut tile = Vec::new();
+                let (from, to) = match adj.forward {
+                    body::PutDir::Send => ("t", "m"),
+                    body::PutDir::Return => ("m", "t"),
+                };
+                let row_from = row_var(&def.body, adj.forward).unwrap_or_else(|| from.to_string());
+                let row_to =
+                    row_var(std::slice::from_ref(&adj.stmt), other(adj.forward)).unwrap_or_else(|| to.to_string());
+                if let Some(s) = size(&row_from) {
+                    tile.push((row_to, s));
+                }
+                (vec![adj.stmt], None, tile, node.order.clone())
+            }
+        };
+        // The signature: the output gradient, the inputs the body reads, the routings.
+        let mut read = BTreeSet::new();
+        for s in &stmts {
+            match s {
+                Stmt::Assign { value, .. } | Stmt::Put { value, .. } => body::tensors_read(value, &mut read),
+                Stmt::Let { .. } => {}
+            }
+        }
+        let mut params = vec![OpParam {
+            name: ident(&dparam, def.ret.span),
+            ty: ParamType::Tensor(def.ret.clone()),
+            span: def.ret.span,
+        }];
+        let mut args = vec![dout.to_string()];
+        let mut bound: BTreeSet<String> = BTreeSet::new();
+        sym_names(&def.ret, &sig.syms, &mut bound);
+        let mut tpos = 0usize;
+        let mut rpos = 0usize;
+        for p in &def.params {
+            match &p.ty {
+                ParamType::Tensor(t) => {
+                    let here = tpos;
+                    tpos += 1;
+                    if !read.contains(&p.name.name) {
+                        continue;
+                    }
+                    sym_names(t, &sig.syms, &mut bound);
+                    params.push(p.clone());
+                    let ft = node.inputs[here];
+                    args.push(self.primal(dv, ft)?);
+                }
+                ParamType::Route(_) => {
+                    params.push(p.clone());
+                    let rid = *node.routes.get(rpos)?;
+                    rpos += 1;
+                    args.push(self.routes[rid.0 as usize].spec.name.clone());
+                }
+            }
+        }
+        let ParamType::Tensor(pty) = &def.params[pi].ty else {
+            return None;
+        };
+        let mut ret = pty.clone();
+        // Dimensions no parameter binds take the call's concrete size.
+        let concrete = &fwd.tensor(node.inputs[pos]).shape;
+        for (d, dim) in ret.dims.iter_mut().enumerate() {
+            let mut ns = BTreeSet::new();
+            sym_names_expr(dim, &sig.syms, &mut ns);
+            if ns.iter().all(|s| bound.contains(s)) {
+                continue;
+            }
+            let c = concrete.get(d)?;
+            let route = match c {
+                Dim::Recv(rid) => {
+                    let i = node.routes.iter().position(|r| r == rid);
+                    match i.and_then(|i| route_names.get(i)) {
+                        Some(n) => Some(n.clone()),
+                        None => {
+                            err(
+                                self,
+                                NonDiff {
+                                    span: dim.span,
+                                    message:
+                                        "the size of this dimension of the gradient is not known to the derived op"
+                                            .into(),
+                                    label: "a receive window of a routing the op does not take".into(),
+                                    help: None,
+                                },
+                            );
+                            return None;
+                        }
+                    }
+                }
+                Dim::Fixed(_) => None,
+            };
+            *dim = self.dim_syntax(*c, route.as_deref(), dim.span);
+        }
+        let base = format!("{}_vjp_{}", def.name.name, input);
+        let def_new = OpDef {
+            kind: def.kind,
+            name: ident(&base, def.name.span),
+            generics: def.generics.clone(),
+            params,
+            ret,
+            engine: engine.map(|e| ident(e, def.name.span)),
+            tile: Vec::new(),
+            body: stmts,
+            body_span: def.body_span,
+        };
+        let opname = self.add_derived_op(
+            dv,
+            opr.module,
+            def_new,
+            &def.name.name,
+            &input,
+            file.items[opr.item].span,
+        );
+        let gname = format!("d{}", fwd.tensor(node.inputs[pos]).name);
+        let cname = if dv.expected.get(&node.inputs[pos]).copied().unwrap_or(0) > 1 {
+            fresh(&format!("{gname}_{}", node.name), &mut dv.used)
+        } else {
+            fresh(&gname, &mut dv.used)
+        };
+        let mut annots = Vec::new();
+        let sp = node.span;
+        let tile: Vec<(String, u64)> = tile.into_iter().filter(|(_, s)| *s != u64::MAX).collect();
+        if !tile.is_empty() {
+            annots.push(tile_annot(&tile, sp));
+        }
+        if !order.is_empty() {
+            annots.push(Annot::Order {
+                hints: order.iter().map(|h| ident(h, sp)).collect(),
+                span: sp,
+            });
+        }
+        if node.priority != 0 {
+            annots.push(Annot::Priority {
+                value: int(node.priority.unsigned_abs(), sp),
+                span: sp,
+            });
+        }
+        dv.calls.push(Call {
+            name: cname.clone(),
+            op: opname,
+            args,
+            annots,
+            span: sp,
+        });
+        Some(cname)
+    }
+
+    /// Registers a derived op (one per distinct body), returning the name to call.
+    fn add_derived_op(
+        &mut self,
+        dv: &mut Derivation,
+        module: ModId,
+        mut def: OpDef,
+        op: &str,
+        input: &str,
+        span: Span,
+    ) -> String {
+        let base = def.name.name.clone();
+        for (k, o) in dv.new_ops.iter().enumerate() {
+            let mut a = o.def.clone();
+            a.name = def.name.clone();
+            if a == def && o.module == module {
+                return dv.new_ops[k].def.name.name.clone();
+            }
+        }
+        let mut n = base.clone();
+        let mut k = 2;
+        while self.lookup(self.root, &n).is_some() || dv.new_ops.iter().any(|o| o.def.name.name == n) {
+            n = format!("{base}_{k}");
+            k += 1;
+        }
+        def.name.name = n.clone();
+        dv.new_ops.push(NewOp {
+            module,
+            def,
+            docs: vec![format!(
+                " Derived by `grad`: the vector-Jacobian product of `{op}` with respect to `{input}`."
+            )],
+            span,
+        });
+        n
+    }
+
+    /// The backward name of a forward tensor the backward reads: an input, a saved tensor,
+    /// or a recomputed one.
+    fn primal(&mut self, dv: &mut Derivation, t: TensorId) -> Option<String> {
+        if let Some(n) = dv.primal.get(&t) {
+            return Some(n.clone());
+        }
+        let fwd = dv.fwd;
+        let tensor = fwd.tensor(t);
+        let Some(p) = tensor.producer.filter(|_| !dv.saved.contains(&t)) else {
+            // An input of the forward or a saved tensor: an input of the backward, by name.
+            let n = tensor.name.clone();
+            dv.inputs.push((n.clone(), t));
+            dv.primal.insert(t, n.clone());
+            return Some(n);
+        };
+        // Recompute the call.
+        let fwd = dv.fwd;
+        let node = &fwd.nodes[p.0 as usize];
+        let mut args = Vec::new();
+        let (mut ti, mut ri) = (0usize, 0usize);
+        let opr = self.op_item(node.op)?;
+        let file = self.file_of(opr);
+        let ItemKind::Op(def) = &file.items[opr.item].kind else {
+            return None;
+        };
+        for prm in &def.params {
+            match prm.ty {
+                ParamType::Tensor(_) => {
+                    let a = *node.inputs.get(ti)?;
+                    ti += 1;
+                    args.push(self.primal(dv, a)?);
+                }
+                ParamType::Route(_) => {
+                    let rid = *node.routes.get(ri)?;
+                    ri += 1;
+                    args.push(self.routes[rid.0 as usize].spec.name.clone());
+                }
+            }
+        }
+        // A `let` of the forward keeps its name; a nested call's result (`op#N`) gets one.
+        let n = if sanitize(&tensor.name) == tensor.name {
+            tensor.name.clone()
+        } else {
+            fresh(&tensor.name, &mut dv.used)
+        };
+        let sp = node.span;
+        let mut annots = vec![tile_annot(
+            &node
+                .tile
+                .iter()
+                .filter(|(_, s)| *s != u64::MAX)
+                .cloned()
+                .collect::<Vec<_>>(),
+            sp,
+        )];
+        annots.push(Annot::On {
+            engine: ident(node.engine.name(), sp),
+            span: sp,
+        });
+        if !node.order.is_empty() {
+            annots.push(Annot::Order {
+                hints: node.order.iter().map(|h| ident(h, sp)).collect(),
+                span: sp,
+            });
+        }
+        dv.recompute.push(Call {
+            name: n.clone(),
+            op: def.name.name.clone(),
+            args,
+            annots,
+            span: sp,
+        });
+        dv.primal.insert(t, n.clone());
+        Some(n)
+    }
+}
+
+fn self_dup(w: &Ident) -> Diagnostic {
+    Diagnostic::error(Code::BadGrad, format!("`{}` is named twice in `wrt`", w.name)).primary(w.span, "again here")
+}
+
+impl Derivation<'_> {
+    /// The final gradient of a tensor: its one contribution, or their sum.
+    fn grad_of(&mut self, t: TensorId, ck: &mut Checker) -> Option<String> {
+        if let Some(g) = self.grads.get(&t) {
+            return Some(g.clone());
+        }
+        let parts = self.pending.remove(&t).unwrap_or_default();
+        let g = match parts.as_slice() {
+            [] => return None,
+            [one] => one.clone(),
+            _ => {
+                let tensor = self.fwd.tensor(t).clone();
+                let rank = tensor.shape.len();
+                let op = ck.accumulate_op(self, rank, tensor.span);
+                let mut acc = parts[0].clone();
+                for (i, p) in parts[1..].iter().enumerate() {
+                    let n = if i + 2 == parts.len() {
+                        fresh(&format!("d{}", tensor.name), &mut self.used)
+                    } else {
+                        fresh(&format!("d{}_sum", tensor.name), &mut self.used)
+                    };
+                    let mut tile = Vec::new();
+                    for d in 0..rank.saturating_sub(1) {
+                        tile.push((format!("i{d}"), if d + 2 == rank { 64 } else { 1 }));
+                    }
+                    self.calls.push(Call {
+                        name: n.clone(),
+                        op: op.clone(),
+                        args: vec![acc, p.clone()],
+                        annots: if tile.is_empty() {
+                            Vec::new()
+                        } else {
+                            vec![tile_annot(&tile, self.span)]
+                        },
+                        span: self.span,
+                    });
+                    acc = n;
+                }
+                acc
+            }
+        };
+        self.grads.insert(t, g.clone());
+        Some(g)
+    }
+}
+
+impl Checker<'_> {
+    /// The elementwise sum of two gradients of rank `rank` (an op in the root module).
+    fn accumulate_op(&mut self, dv: &mut Derivation, rank: usize, _span: Span) -> String {
+        self.elementwise_op(dv, rank, 2)
+    }
+
+    /// A copy of a gradient of rank `rank`.
+    fn copy_op(&mut self, dv: &mut Derivation, rank: usize) -> String {
+        self.elementwise_op(dv, rank, 1)
+    }
+
+    /// `grad_sumN` (`out = a + b`) or, with one operand, `grad_copyN` (`out = a`).
+    fn elementwise_op(&mut self, dv: &mut Derivation, rank: usize, operands: usize) -> String {
+        let sp = dv.span;
+        let vars: Vec<String> = (0..rank).map(|d| format!("i{d}")).collect();
+        let syms: Vec<String> = (0..rank).map(|d| format!("N{d}")).collect();
+        let ty = TensorType {
+            dtype: ident("T", sp),
+            dims: syms.iter().map(|s| name(s, sp)).collect(),
+            span: sp,
+        };
+        let ix: Vec<Expr> = vars.iter().map(|v| name(v, sp)).collect();
+        let def = OpDef {
+            kind: OpKind::Compute,
+            name: ident(
+                &format!("{}{rank}", if operands == 2 { "grad_sum" } else { "grad_copy" }),
+                sp,
+            ),
+            generics: vec![ident("T", sp)],
+            params: ["a", "b"][..operands]
+                .iter()
+                .map(|p| OpParam {
+                    name: ident(p, sp),
+                    ty: ParamType::Tensor(ty.clone()),
+                    span: sp,
+                })
+                .collect(),
+            ret: ty.clone(),
+            engine: Some(ident("aiv", sp)),
+            tile: Vec::new(),
+            body: vec![Stmt::Assign {
+                target: ident("out", sp),
+                index: ix.clone(),
+                accumulate: false,
+                value: if operands == 2 {
+                    body::add(body::index("a", ix.clone(), sp), body::index("b", ix, sp))
+                } else {
+                    body::index("a", ix, sp)
+                },
+                span: sp,
+            }],
+            body_span: sp,
+        };
+        let root = self.root;
+        let n = self.add_derived_op(dv, root, def, "+", "both terms", sp);
+        if let Some(o) = dv.new_ops.iter_mut().find(|o| o.def.name.name == n) {
+            o.docs = vec![if operands == 2 {
+                " Derived by `grad`: the sum of two gradients of one tensor.".to_string()
+            } else {
+                " Derived by `grad`: a copy of an output gradient.".to_string()
+            }];
+        }
+        n
+    }
+}
+
+fn other(d: body::PutDir) -> body::PutDir {
+    match d {
+        body::PutDir::Send => body::PutDir::Return,
+        body::PutDir::Return => body::PutDir::Send,
+    }
+}
+
+/// The row variable of a put: `t` of `r.rank(t, j)`, `m` of `r.src_rank(m)`.
+fn row_var(body: &[Stmt], _dir: body::PutDir) -> Option<String> {
+    body.iter().find_map(|s| match s {
+        Stmt::Put { rank, .. } => match &rank.kind {
+            ExprKind::Call { args, .. } => args.first().and_then(|a| a.value.name()).map(str::to_string),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+fn call_expr(op: &str, args: &[String], sp: Span) -> Expr {
+    Expr {
+        kind: ExprKind::Call {
+            callee: Box::new(name(op, sp)),
+            args: args
+                .iter()
+                .map(|a| Arg {
+                    name: None,
+                    value: name(a, sp),
+                })
+                .collect(),
+        },
+        span: sp,
+    }
+}
+
+fn tile_annot(tile: &[(String, u64)], sp: Span) -> Annot {
+    Annot::Tile {
+        fields: tile
+            .iter()
+            .map(|(n, s)| Field {
+                docs: Vec::new(),
+                name: ident(n, sp),
+                value: int(*s, sp),
+                unit: None,
+                span: sp,
+            })
+            .collect(),
+        span: sp,
+    }
+}
+
+/// Whether two types of a signature are written alike.
+fn same_type(a: &TensorType, b: &TensorType) -> bool {
+    let show = |t: &TensorType| {
+        let mut t = t.clone();
+        let mut f = ast::File {
+            docs: Vec::new(),
+            items: vec![Item {
+                docs: Vec::new(),
+                kind: ItemKind::Op(OpDef {
+                    kind: OpKind::Compute,
+                    name: ident("", Span::default()),
+                    generics: Vec::new(),
+                    params: Vec::new(),
+                    ret: std::mem::replace(
+                        &mut t,
+                        TensorType {
+                            dtype: ident("", Span::default()),
+                            dims: Vec::new(),
+                            span: Span::default(),
+                        },
+                    ),
+                    engine: None,
+                    tile: Vec::new(),
+                    body: Vec::new(),
+                    body_span: Span::default(),
+                }),
+                span: Span::default(),
+            }],
+        };
+        ast::erase_spans(&mut f);
+        match f.items.remove(0).kind {
+            ItemKind::Op(o) => o.ret,
+            _ => unreachable!("built as an op"),
+        }
+    };
+    show(a) == show(b)
+}
+
+fn sym_names_expr(e: &Expr, syms: &[String], out: &mut BTreeSet<String>) {
+    match &e.kind {
+        ExprKind::Name(n) if syms.contains(n) => {
+            out.insert(n.clone());
+        }
+        ExprKind::Neg(a) => sym_names_expr(a, syms, out),
+        ExprKind::Binary(_, a, b) => {
+            sym_names_expr(a, syms, out);
+            sym_names_expr(b, syms, out);
+        }
+        ExprKind::Call { args, .. } => args.iter().for_each(|a| sym_names_expr(&a.value, syms, out)),
+        _ => {}
+    }
+}
+
+fn sym_names(t: &TensorType, syms: &[String], out: &mut BTreeSet<String>) {
+    for d in &t.dims {
+        sym_names_expr(d, syms, out);
+    }
+}
+
+/// The tile of a derived compute op from the forward call's tile: a variable that keeps its
+/// role keeps its size; a forward output variable that the gradient sums and a forward
+/// reduction variable that it writes exchange their sizes (so `gmm`'s `m: 128, n: 256,
+/// k: 64` gives the input gradient `m: 128, k: 256, n: 64`); a new group variable is one
+/// group per tile; a reduction copied from the forward into the derivative is untiled.
+fn derived_tile(
+    sig: &super::ops::OpSig,
+    node: &ir::Node,
+    derived: &[body::DerivedStmt],
+    names: &Names,
+) -> Vec<(String, u64)> {
+    let fsize = |v: &str| node.tile.iter().find(|(n, _)| n == v).map(|(_, s)| *s);
+    let is_fwd_out = |v: &str| sig.body.vars.iter().any(|x| x.name == v && x.kind == ir::VarKind::Out);
+    let is_fwd_var = |v: &str| sig.body.vars.iter().any(|x| x.name == v);
+    // The derived statements' output and reduction variables.
+    let mut outs: Vec<String> = Vec::new();
+    let mut reds: Vec<String> = Vec::new();
+    for s in derived {
+        for ix in &s.index {
+            let mut ns = BTreeSet::new();
+            names_in(ix, &mut ns);
+            for n in ns {
+                if names.constants.contains(&n) {
+                    continue;
+                }
+                if !outs.contains(&n) {
+                    outs.push(n);
+                }
+            }
+        }
+        binder_vars(&s.value, &mut reds);
+    }
+    reds.retain(|v| !outs.contains(v));
+    let to_red: Vec<&String> = reds.iter().filter(|v| is_fwd_out(v)).collect();
+    let to_out: Vec<&String> = outs.iter().filter(|v| is_fwd_var(v) && !is_fwd_out(v)).collect();
+    let mut tile = Vec::new();
+    for v in outs.iter().chain(&reds) {
+        let size = if let Some(i) = to_red.iter().position(|x| *x == v) {
+            to_out.get(i).and_then(|w| fsize(w)).or_else(|| fsize(v))
+        } else if let Some(i) = to_out.iter().position(|x| *x == v) {
+            to_red.get(i).and_then(|w| fsize(w)).or_else(|| fsize(v))
+        } else if is_fwd_var(v) {
+            fsize(v)
+        } else if outs.contains(v) {
+            // A new group variable: one group per task.
+            Some(1)
+        } else {
+            // A reduction copied from the forward: its whole range.
+            None
+        };
+        if let Some(s) = size {
+            tile.push((v.clone(), s));
+        }
+    }
+    tile
+}
+
+fn names_in(e: &Expr, out: &mut BTreeSet<String>) {
+    match &e.kind {
+        ExprKind::Name(n) => {
+            out.insert(n.clone());
+        }
+        ExprKind::Neg(a) => names_in(a, out),
+        ExprKind::Binary(_, a, b) => {
+            names_in(a, out);
+            names_in(b, out);
+        }
+        ExprKind::Call { args, .. } => args.iter().for_each(|a| names_in(&a.value, out)),
+        _ => {}
+    }
+}
+
+fn binder_vars(e: &Expr, out: &mut Vec<String>) {
+    match &e.kind {
+        ExprKind::Sum { binders, body, .. } => {
+            for b in binders {
+                if !out.contains(&b.var().name) {
+                    out.push(b.var().name.clone());
+                }
+            }
+            binder_vars(body, out);
+        }
+        ExprKind::Neg(a) | ExprKind::Cast { arg: a, .. } => binder_vars(a, out),
+        ExprKind::Binary(_, a, b) => {
+            binder_vars(a, out);
+            binder_vars(b, out);
+        }
+        ExprKind::Call { args, .. } => args.iter().for_each(|a| binder_vars(&a.value, out)),
+        _ => {}
+    }
+}

@@ -1,0 +1,343 @@
+//! Backwards derived by `grad`: their numerics are the gradient of the forward (central
+//! finite differences of the forward evaluated densely in f64), and the derived backward of
+//! the MoE FFN computes what the stdlib's written backward computes, to f32 rounding.
+
+use hpmoe_dsl::check::Options;
+use hpmoe_dsl::driver::{check_text, Checked, CompileOptions, Compiled};
+use hpmoe_dsl::ir::Taskflow;
+use hpmoe_dsl::lower::TaskGraph;
+use hpmoe_dsl::schedule::{Policy, PolicySpec};
+use hpmoe_dsl::SourceMap;
+use hpmoe_sim::numerics::{self, eval::RouteIndex, exec, store, store::TensorStore, Memories, NumericsOptions};
+
+const HEAD: &str = "import std::moe::*;\nimport std::device::ascend_a3;\n\
+param tokens = 6;\nparam hidden = 8;\nparam inter = 4;\nparam experts = 4;\nparam ranks = 2;\nparam local = experts / ranks;\n\
+device = ascend_a3 { ranks: ranks };\n\
+route r = uniform(experts: experts, topk: 2, seed: 3);\n";
+
+/// A layer with routed experts behind an activation that exercises every derivable scalar
+/// function (and a cast, whose f32 rounding in the forward limits the finite differences to
+/// about 1e-4), a shared expert (so `x` has two consumers) and a sum of the two.
+const LAYER: &str = "\
+op act<T>(h: T[M, N]) -> T[M, N] on aiv {\n\
+    let s = sigmoid(h[m, n]);\n\
+    out[m, n] = exp(h[m, n] * 0.5) * s + tanh(h[m, n]) / (1.0 + s * s) + gelu(h[m, n])\n\
+        - sqrt(1.0 + h[m, n] * h[m, n]) + log(2.0 + silu(h[m, n])) + cast<T>(rsqrt(2.0 + dsilu(h[m, n])));\n\
+}\n\
+taskflow fwd(x: f32[tokens, hidden], w_up: f32[local, hidden, 2 * inter], w_down: f32[local, inter, hidden],\n\
+             ws_up: f32[hidden, 2 * inter], ws_down: f32[inter, hidden]) -> f32[tokens, hidden] {\n\
+  let xd = dispatch(x, r) tile(t: 2);\n\
+  let hs = mm(x, ws_up) tile(m: 4, n: 8);\n\
+  let sa = swiglu(hs) tile(m: 2);\n\
+  let ys = mm(sa, ws_down) tile(m: 4, n: 8);\n\
+  let h = gmm(xd, w_up) tile(m: 4, n: 8);\n\
+  let a = swiglu(act(h)) tile(m: 2);\n\
+  let y = gmm(a, w_down) tile(m: 4, n: 8);\n\
+  let yr = combine(y, r) tile(m: 2);\n\
+  return add(yr, ys) tile(m: 2);\n}\n\
+taskflow fwd_bwd = grad(fwd, wrt: [x, w_up, w_down, ws_up, ws_down], save: [xd]);\n";
+
+/// The MoE FFN with the stdlib's written backward and a derived one.
+const MOE: &str = "\
+taskflow moe_ffn(x: f32[tokens, hidden], w_up: f32[local, hidden, 2 * inter], w_down: f32[local, inter, hidden])\n\
+    -> f32[tokens, hidden] {\n\
+  let xd = dispatch(x, r) tile(t: 2);\n\
+  let h = gmm(xd, w_up) tile(m: 4, n: 8);\n\
+  let a = swiglu(h) tile(m: 2);\n\
+  let y = gmm(a, w_down) tile(m: 4, n: 8);\n\
+  return combine(y, r) tile(m: 2);\n}\n\
+taskflow moe_ffn_bwd(dy: f32[tokens, hidden], xd: f32[r.recv, hidden], h: f32[r.recv, 2 * inter],\n\
+    w_up: f32[local, hidden, 2 * inter], w_down: f32[local, inter, hidden])\n\
+    -> (dx: f32[tokens, hidden], dw_up: f32[local, hidden, 2 * inter], dw_down: f32[local, inter, hidden]) {\n\
+  let dyd = combine_grad(dy, r) tile(t: 2);\n\
+  let a = swiglu(h) tile(m: 2);\n\
+  let da = gmm_grad_x(dyd, w_down) tile(m: 4, k: 4);\n\
+  let dw_down = gmm_grad_w(a, dyd, r) tile(k: 4, n: 8);\n\
+  let dh = swiglu_grad(da, h) tile(m: 2);\n\
+  let dxd = gmm_grad_x(dh, w_up) tile(m: 4, k: 8);\n\
+  let dw_up = gmm_grad_w(xd, dh, r) tile(k: 8, n: 8);\n\
+  let dx = dispatch_grad(dxd, r) tile(m: 2);\n\
+  return (dx, dw_up, dw_down);\n}\n\
+taskflow moe_ffn_derived = grad(moe_ffn, wrt: [x, w_up, w_down], save: [xd, h]);\n";
+
+fn program(body: &str) -> Checked {
+    let text = format!("{HEAD}{body}");
+    let mut sm = SourceMap::new();
+    let out = check_text("grad.hpm", &text, None, &Options::default(), &mut sm);
+    out.checked.unwrap_or_else(|| {
+        panic!(
+            "{}",
+            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+        )
+    })
+}
+
+fn compile(p: &Checked, name: &str, policy: Policy) -> Compiled {
+    let spec = PolicySpec::defaults(p, policy);
+    p.compile(p.taskflow(name).unwrap(), &spec, &CompileOptions::default())
+        .unwrap()
+}
+
+fn numerics_of(
+    p: &Checked,
+    name: &str,
+    c: &Compiled,
+    saved: Option<&Memories>,
+) -> (numerics::NumericsReport, Memories) {
+    let order = numerics::schedule_order(&c.graph, &c.schedule);
+    let opts = NumericsOptions {
+        seed: 5,
+        ..Default::default()
+    };
+    let (r, m) = numerics::run_bound(
+        p,
+        p.taskflow(name).unwrap(),
+        &c.graph,
+        &c.schedule,
+        &order,
+        &opts,
+        saved,
+        true,
+    )
+    .unwrap();
+    (r, m.unwrap())
+}
+
+/// The loss `sum(dy * y)` of the forward on `inputs` (by name), evaluated densely in f64.
+fn loss(tf: &Taskflow, g: &TaskGraph, inputs: &Memories, dy: &TensorStore<f64>) -> f64 {
+    let routes: Vec<Option<RouteIndex>> = g.layouts.iter().map(|l| l.as_ref().map(RouteIndex::new)).collect();
+    let mut st: Vec<TensorStore<f64>> = store::allocate(tf, g, false);
+    for &i in &tf.inputs {
+        st[i.0 as usize] = inputs.get(&tf.tensor(i).name).unwrap().clone();
+    }
+    exec::execute_dense(tf, g, &mut st, &routes);
+    let y = &st[tf.outputs[0].1 .0 as usize];
+    y.data
+        .iter()
+        .flatten()
+        .zip(dy.data.iter().flatten())
+        .map(|(a, b)| a * b)
+        .sum()
+}
+
+/// Relative L2 distance and largest absolute difference between the backward's gradients
+/// and central finite differences of the forward's loss, over every element.
+fn gradient_error(
+    p: &Checked,
+    fwd: &str,
+    fc: &Compiled,
+    fmem: &Memories,
+    bmem: &Memories,
+    pairs: &[(&str, &str)],
+) -> (f64, f64) {
+    let tf = p.taskflow(fwd).unwrap();
+    let dy = bmem.get("dy").unwrap();
+    let eps = 1e-4;
+    let (mut num, mut den, mut max_abs) = (0.0f64, 0.0f64, 0.0f64);
+    for (input, grad) in pairs {
+        let g = bmem.get(grad).unwrap();
+        for rank in 0..g.data.len() {
+            for k in 0..g.data[rank].len() {
+                let mut plus = fmem.clone();
+                let mut minus = fmem.clone();
+                for (m, d) in [(&mut plus, eps), (&mut minus, -eps)] {
+                    let t = m.tensors.iter_mut().find(|(nm, _)| nm == input).unwrap();
+                    t.1.data[rank][k] += d;
+                }
+                let fd = (loss(tf, &fc.graph, &plus, dy) - loss(tf, &fc.graph, &minus, dy)) / (2.0 * eps);
+                let got = g.data[rank][k];
+                num += (fd - got) * (fd - got);
+                den += fd * fd;
+                max_abs = max_abs.max((fd - got).abs());
+            }
+        }
+    }
+    assert!(den > 0.0, "the gradient is not identically zero");
+    ((num / den).sqrt(), max_abs)
+}
+
+#[test]
+fn derived_backward_is_the_finite_difference_gradient() {
+    let p = program(LAYER);
+    for policy in [Policy::Interleaved, Policy::KernelByKernel, Policy::ExpertLevel] {
+        let (fc, bc) = (compile(&p, "fwd", policy), compile(&p, "fwd_bwd", policy));
+        let (fr, fmem) = numerics_of(&p, "fwd", &fc, None);
+        assert!(fr.passed(), "{}", fr.text());
+        let (br, bmem) = numerics_of(&p, "fwd_bwd", &bc, Some(&fmem));
+        assert!(br.passed(), "{}", br.text());
+        let (f, names) = br.saved_from.clone().unwrap();
+        assert_eq!(f, "fwd");
+        assert_eq!(names, ["x", "w_up", "w_down", "ws_up", "ws_down", "xd"]);
+        let pairs = [
+            ("x", "dx"),
+            ("w_up", "dw_up"),
+            ("w_down", "dw_down"),
+            ("ws_up", "dws_up"),
+            ("ws_down", "dws_down"),
+        ];
+        let (rel, max_abs) = gradient_error(&p, "fwd", &fc, &fmem, &bmem, &pairs);
+        eprintln!("{policy:?}: derived gradient vs finite differences: rel L2 {rel:.3e}, max |diff| {max_abs:.3e}");
+        assert!(
+            rel < 1e-4,
+            "relative L2 error of the derived gradient vs finite differences: {rel}"
+        );
+    }
+}
+
+#[test]
+fn derived_moe_ffn_backward_equals_the_written_one() {
+    let p = program(MOE);
+    let fc = compile(&p, "moe_ffn", Policy::Interleaved);
+    let (_, fmem) = numerics_of(&p, "moe_ffn", &fc, None);
+    let written = compile(&p, "moe_ffn_bwd", Policy::Interleaved);
+    let derived = compile(&p, "moe_ffn_derived", Policy::Interleaved);
+    // The same calls: the recomputed activation, two products per `gmm`, the two adjoints.
+    let (wt, dt) = (
+        p.taskflow("moe_ffn_bwd").unwrap(),
+        p.taskflow("moe_ffn_derived").unwrap(),
+    );
+    assert_eq!(wt.nodes.len(), dt.nodes.len());
+    let (wr, wmem) = numerics_of(&p, "moe_ffn_bwd", &written, Some(&fmem));
+    let (dr, dmem) = numerics_of(&p, "moe_ffn_derived", &derived, Some(&fmem));
+    assert!(wr.passed() && dr.passed(), "{}\n{}", wr.text(), dr.text());
+    for g in ["dx", "dw_up", "dw_down"] {
+        let (a, b) = (wmem.get(g).unwrap(), dmem.get(g).unwrap());
+        let (mut max_abs, mut scale) = (0.0f64, 0.0f64);
+        for (x, y) in a.data.iter().flatten().zip(b.data.iter().flatten()) {
+            max_abs = max_abs.max((x - y).abs());
+            scale = scale.max(x.abs());
+        }
+        eprintln!("{g}: derived vs written backward: max |diff| {max_abs:.3e} (largest |value| {scale:.3e})");
+        assert!(
+            max_abs <= 4.0 * f32::EPSILON as f64 * scale,
+            "{g}: {max_abs} vs scale {scale}"
+        );
+    }
+    // Both are the gradient.
+    let pairs = [("x", "dx"), ("w_up", "dw_up"), ("w_down", "dw_down")];
+    let (rel, max_abs) = gradient_error(&p, "moe_ffn", &fc, &fmem, &dmem, &pairs);
+    eprintln!("MoE FFN derived gradient vs finite differences: rel L2 {rel:.3e}, max |diff| {max_abs:.3e}");
+    assert!(rel < 1e-4);
+}
+
+#[test]
+fn derived_ops_reuse_the_forward_tiles() {
+    let p = program(MOE);
+    let tf = p.taskflow("moe_ffn_derived").unwrap();
+    let tiles: Vec<(String, Vec<(String, u64)>)> = tf
+        .nodes
+        .iter()
+        .map(|n| (p.op(n.op).name.clone(), n.tile.clone()))
+        .collect();
+    let find = |op: &str| tiles.iter().rev().find(|(o, _)| o == op).unwrap().1.clone();
+    let t = |v: &[(&str, u64)]| v.iter().map(|(n, s)| (n.to_string(), *s)).collect::<Vec<_>>();
+    // The first gmm's m: 4, n: 8, k: 8 (its k-step 64 clamped to hidden): the input gradient
+    // `dxd` writes m (4) and k (n's 8) and sums n in steps of k's 8.
+    assert_eq!(find("gmm_vjp_x"), t(&[("m", 4), ("k", 8), ("n", 8)]));
+    assert_eq!(find("gmm_vjp_w")[0], ("g".to_string(), 1));
+    assert_eq!(find("dispatch_vjp_x")[0], ("m".to_string(), 2));
+    assert_eq!(find("combine_vjp_y")[0], ("t".to_string(), 2));
+}
+
+/// One scalar function's derived gradient against finite differences.
+fn function_error(body: &str) -> f64 {
+    let text = format!(
+        "op f<T>(h: T[M, N]) -> T[M, N] on aiv {{\n    out[m, n] = {body};\n}}\n\
+         taskflow fwd(x: f32[tokens, hidden]) -> f32[tokens, hidden] {{\n  return f(x) tile(m: 2);\n}}\n\
+         taskflow fwd_bwd = grad(fwd, wrt: [x]);\n"
+    );
+    let p = program(&text);
+    let (fc, bc) = (
+        compile(&p, "fwd", Policy::Interleaved),
+        compile(&p, "fwd_bwd", Policy::Interleaved),
+    );
+    let (_, fmem) = numerics_of(&p, "fwd", &fc, None);
+    let (br, bmem) = numerics_of(&p, "fwd_bwd", &bc, Some(&fmem));
+    assert!(br.passed(), "{}", br.text());
+    gradient_error(&p, "fwd", &fc, &fmem, &bmem, &[("x", "dx")]).0
+}
+
+#[test]
+fn each_derivable_function_matches_finite_differences() {
+    for body in [
+        "exp(h[m, n])",
+        "log(2.0 + h[m, n])",
+        "sqrt(2.0 + h[m, n])",
+        "rsqrt(2.0 + h[m, n])",
+        "tanh(h[m, n])",
+        "sigmoid(h[m, n])",
+        "silu(h[m, n])",
+        "dsilu(h[m, n])",
+        "gelu(h[m, n])",
+        "gelu_tanh(h[m, n])",
+        "cast<T>(h[m, n] * h[m, n])",
+        "h[m, n] / (2.0 + h[m, n] * h[m, n])",
+        "-h[m, n] * 3.0 - 1.0",
+    ] {
+        let e = function_error(body);
+        eprintln!("{body}: rel L2 vs finite differences {e:.3e}");
+        // The forward's cast rounds to f32: its finite differences carry that rounding
+        // (a step of 2^-24 relative over 2e-4), the derived gradient (the cast's identity
+        // derivative) does not.
+        let tol = if body.starts_with("cast") { 1e-3 } else { 1e-6 };
+        assert!(e < tol, "{body}: {e}");
+    }
+}
+
+/// A reduction inside the body (an RMS-norm-like scale), a broadcast of a vector and a
+/// reduction to a column: their gradients are broadcasts and reductions.
+#[test]
+fn reductions_and_broadcasts_match_finite_differences() {
+    let text = "\
+op rms<T>(x: T[M, N], b: T[N]) -> T[M, N] on aiv {\n\
+    out[m, n] = x[m, n] * b[n] * rsqrt(1.0 + sum(k) x[m, k] * x[m, k]);\n\
+}\n\
+op rowsum<T>(x: T[M, N]) -> T[M, 1] on aiv {\n\
+    out[m, j] = sum(n) exp(x[m, n]);\n\
+}\n\
+op scale<T>(x: T[M, N], s: T[M, 1]) -> T[M, N] on aiv {\n\
+    out[m, n] = x[m, n] / s[m, 0];\n\
+}\n\
+taskflow fwd(x: f32[tokens, hidden], b: f32[hidden]) -> f32[tokens, hidden] {\n\
+  let y = rms(x, b) tile(m: 2);\n\
+  let s = rowsum(y) tile(m: 2);\n\
+  return scale(y, s) tile(m: 2);\n}\n\
+taskflow fwd_bwd = grad(fwd, wrt: [x, b]);\n";
+    let p = program(text);
+    let (fc, bc) = (
+        compile(&p, "fwd", Policy::Interleaved),
+        compile(&p, "fwd_bwd", Policy::Interleaved),
+    );
+    let (_, fmem) = numerics_of(&p, "fwd", &fc, None);
+    let (br, bmem) = numerics_of(&p, "fwd_bwd", &bc, Some(&fmem));
+    assert!(br.passed(), "{}", br.text());
+    let (rel, max_abs) = gradient_error(&p, "fwd", &fc, &fmem, &bmem, &[("x", "dx"), ("b", "db")]);
+    eprintln!("reductions and broadcasts: rel L2 {rel:.3e}, max |diff| {max_abs:.3e}");
+    assert!(rel < 1e-6, "{rel}");
+}
+
+/// The adjoints derived for `dispatch` and `combine` are the stdlib's `dispatch_grad` and
+/// `combine_grad` (the same analysed body), and `gmm`'s input gradient is `gmm_grad_x`.
+#[test]
+fn derived_adjoints_are_the_stdlib_backward_ops() {
+    let p = program(MOE);
+    let (wt, dt) = (
+        p.taskflow("moe_ffn_bwd").unwrap(),
+        p.taskflow("moe_ffn_derived").unwrap(),
+    );
+    let body = |tf: &Taskflow, op: &str| {
+        tf.nodes
+            .iter()
+            .find(|n| p.op(n.op).name == op)
+            .unwrap_or_else(|| panic!("no call of {op}"))
+            .body
+            .clone()
+    };
+    for (derived, written) in [
+        ("dispatch_vjp_x", "dispatch_grad"),
+        ("combine_vjp_y", "combine_grad"),
+        ("gmm_vjp_x", "gmm_grad_x"),
+    ] {
+        assert_eq!(body(dt, derived), body(wt, written), "{derived} vs {written}");
+    }
+}
