@@ -227,6 +227,8 @@ pub(crate) struct Checker<'a> {
     pub route_of: FxHashMap<ItemRef, Option<ir::RouteId>>,
     /// The routings being checked, innermost last (a derived routing checks its parent).
     pub routes_in_progress: Vec<ItemRef>,
+    /// What each `grad` derived keeps and recomputes.
+    pub grads: Vec<ir::GradInfo>,
     pub ops: Vec<ir::OpDef>,
     pub op_sigs: FxHashMap<ItemRef, Option<Rc<ops::OpSig>>>,
     /// Concrete bodies by (op, argument dtypes and shapes, routings).
@@ -259,6 +261,7 @@ impl<'a> Checker<'a> {
             routes: Vec::new(),
             route_of: FxHashMap::default(),
             routes_in_progress: Vec::new(),
+            grads: Vec::new(),
             ops: Vec::new(),
             op_sigs: FxHashMap::default(),
             bodies: Default::default(),
@@ -375,6 +378,7 @@ impl<'a> Checker<'a> {
             taskflows: std::mem::take(&mut self.taskflows),
             schedules: std::mem::take(&mut self.schedules),
             policies,
+            grads: std::mem::take(&mut self.grads),
         })
     }
 }

@@ -444,6 +444,18 @@ pub struct Program {
     pub schedules: Vec<ScheduleSpec>,
     /// The policies in scope (`std::schedule`), with their declared defaults.
     pub policies: Vec<PolicyDecl>,
+    /// The taskflows derived by `grad`, with what each keeps from its forward.
+    pub grads: Vec<GradInfo>,
+}
+
+/// A backward derived by `grad`: the forward's tensors (`let`s and outputs, by the forward's
+/// [`TensorId`]s) it reads as saved activations, and those it recomputes instead.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GradInfo {
+    pub taskflow: String,
+    pub forward: String,
+    pub saved: Vec<TensorId>,
+    pub recomputed: Vec<TensorId>,
 }
 
 impl Program {
@@ -456,6 +468,16 @@ impl Program {
     }
     pub fn op(&self, id: OpId) -> &OpDef {
         &self.ops[id.0 as usize]
+    }
+    /// Bytes of one rank's share of a tensor (a receive window counts its capacity rows).
+    pub fn tensor_bytes(&self, t: &Tensor) -> u64 {
+        t.shape
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => *n,
+                Dim::Recv(r) => self.route(*r).capacity,
+            })
+            .fold(t.dtype.size(), u64::saturating_mul)
     }
     pub fn taskflow(&self, name: &str) -> Option<&Taskflow> {
         self.taskflows.iter().find(|t| t.name == name)

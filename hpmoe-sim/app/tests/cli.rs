@@ -932,3 +932,28 @@ fn trace_filters_that_select_nothing_new_are_reported() {
     assert!(std::path::Path::new(tr).exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `check` reports the memory a derived backward's `save` costs. The figures by hand: the
+/// balanced routing sends 4096 tokens x top-8 = 32768 rows to each rank; `xd` is bf16
+/// [32768, 7168] = 448 MiB, `h` [32768, 4096] = 256 MiB, the recomputed `a` [32768, 2048] =
+/// 128 MiB.
+#[test]
+fn check_reports_what_a_grad_keeps_and_recomputes() {
+    let out = hpmoe()
+        .args(["check", "examples/deepseek_v3_grad.hpm"])
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert!(
+        text.contains("grad moe_ffn_bwd of moe_ffn: keeps xd 448.0 MiB, h 256.0 MiB (704.0 MiB per rank); recomputes a 128.0 MiB (128.0 MiB per rank not kept)"),
+        "{text}"
+    );
+    let out = hpmoe()
+        .args(["check", "examples/deepseek_v3_grad.hpm", "--format", "json"])
+        .assert()
+        .success();
+    let j: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let g = &j["grads"][0];
+    assert_eq!(g["saved"][0]["bytes_per_rank"], 32768u64 * 7168 * 2);
+    assert_eq!(g["recomputed"][0]["tensor"], "a");
+}

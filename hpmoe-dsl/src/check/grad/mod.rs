@@ -453,6 +453,20 @@ impl Checker<'_> {
             }
         }
         let new_ops = std::mem::take(&mut dv.new_ops);
+        let mut info = ir::GradInfo {
+            taskflow: g.name.name.clone(),
+            forward: fwd.name.clone(),
+            saved: Vec::new(),
+            recomputed: Vec::new(),
+        };
+        for (t, n) in &dv.primal {
+            if dv.recompute.iter().any(|c| c.name == *n) {
+                info.recomputed.push(*t);
+            } else if fwd.tensor(*t).producer.is_some() {
+                info.saved.push(*t);
+            }
+        }
+        self.grads.push(info);
         Some((
             new_ops,
             Taskflow {

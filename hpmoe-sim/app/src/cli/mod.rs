@@ -588,7 +588,7 @@ fn run(cmd: Command) -> i32 {
                     let warnings: Vec<_> = warnings.iter().map(|d| diag::to_json(d, &sources)).collect();
                     outln!(
                         "{}",
-                        serde_json::json!({ "ok": true, "diagnostics": warnings, "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>() })
+                        serde_json::json!({ "ok": true, "diagnostics": warnings, "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>(), "grads": grad_memory_json(&p) })
                     );
                 } else {
                     let nodes: usize = p.taskflows.iter().map(|t| t.nodes.len()).sum();
@@ -600,6 +600,9 @@ fn run(cmd: Command) -> i32 {
                         p.device.profile,
                         p.device.ranks()
                     );
+                    for line in grad_memory_text(&p) {
+                        outln!("{line}");
+                    }
                 }
                 0
             }
@@ -921,6 +924,67 @@ fn explain(code: Option<&str>, list: bool) -> i32 {
             1
         }
     }
+}
+
+/// The forward tensors a `grad` keeps or recomputes, each with its bytes per rank.
+fn grad_tensors(p: &hpmoe_dsl::ir::Program, g: &hpmoe_dsl::ir::GradInfo) -> [Vec<(String, u64)>; 2] {
+    let Some(f) = p.taskflow(&g.forward) else {
+        return [Vec::new(), Vec::new()];
+    };
+    let list = |ts: &[hpmoe_dsl::ir::TensorId]| -> Vec<(String, u64)> {
+        ts.iter()
+            .map(|t| (f.tensor(*t).name.clone(), p.tensor_bytes(f.tensor(*t))))
+            .collect()
+    };
+    [list(&g.saved), list(&g.recomputed)]
+}
+
+/// Per derived backward, the memory its choice of saved tensors costs: what it keeps from
+/// the forward, and what it recomputes instead of keeping (bytes per rank; a receive window
+/// at its capacity).
+fn grad_memory_text(p: &hpmoe_dsl::ir::Program) -> Vec<String> {
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / 1048576.0);
+    let names = |v: &[(String, u64)]| {
+        if v.is_empty() {
+            "nothing".to_string()
+        } else {
+            v.iter()
+                .map(|(n, b)| format!("{n} {}", mib(*b)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    p.grads
+        .iter()
+        .map(|g| {
+            let [saved, recomputed] = grad_tensors(p, g);
+            let total = |v: &[(String, u64)]| v.iter().map(|x| x.1).fold(0u64, u64::saturating_add);
+            format!(
+                "grad {} of {}: keeps {} ({} per rank); recomputes {} ({} per rank not kept)",
+                g.taskflow,
+                g.forward,
+                names(&saved),
+                mib(total(&saved)),
+                names(&recomputed),
+                mib(total(&recomputed))
+            )
+        })
+        .collect()
+}
+
+fn grad_memory_json(p: &hpmoe_dsl::ir::Program) -> serde_json::Value {
+    let side = |v: Vec<(String, u64)>| -> serde_json::Value {
+        v.into_iter()
+            .map(|(n, b)| serde_json::json!({ "tensor": n, "bytes_per_rank": b }))
+            .collect()
+    };
+    p.grads
+        .iter()
+        .map(|g| {
+            let [saved, recomputed] = grad_tensors(p, g);
+            serde_json::json!({ "taskflow": g.taskflow, "forward": g.forward, "saved": side(saved), "recomputed": side(recomputed) })
+        })
+        .collect()
 }
 
 #[cfg(test)]
