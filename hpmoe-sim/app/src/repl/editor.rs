@@ -181,8 +181,19 @@ pub(crate) fn interactive(opts: &ReplOptions) -> i32 {
         s.note(&n);
     }
     let prompt = ReplPrompt;
+    // A terminal query can time out on a loaded machine: the editor tries again before it
+    // gives up on the terminal.
+    let mut failures = 0;
     loop {
-        match ed.read_line(&prompt) {
+        let line = ed.read_line(&prompt);
+        if line.is_ok() {
+            failures = 0;
+        }
+        match line {
+            Err(_) if failures < EDITOR_RETRIES => {
+                failures += 1;
+                continue;
+            }
             Ok(Signal::Success(buf)) => {
                 let _ = ed.sync_history();
                 if exec(&mut s, &buf) == super::Flow::Quit {
@@ -205,6 +216,10 @@ pub(crate) fn interactive(opts: &ReplOptions) -> i32 {
     drop(ed);
     0
 }
+
+/// How many times in a row the line editor may fail (a terminal query timing out) before
+/// the REPL reads plain lines.
+const EDITOR_RETRIES: u32 = 3;
 
 #[cfg(test)]
 mod tests {
