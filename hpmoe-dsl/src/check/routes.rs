@@ -729,19 +729,17 @@ impl Checker<'_> {
                 let base = self.routes[of.0 as usize].spec.kind.derived_from()?;
                 let base = made.get(base.0 as usize)?.as_ref()?;
                 let window = crate::lower::layout::RouteLayout::new(parent.clone(), false);
-                let rows = (0..window.ranks())
-                    .map(|d| u64::from(window.rows(d)))
-                    .max()
-                    .unwrap_or(0);
-                if let Err(e) = crate::lower::layout::check_size(spec.ranks, rows, spec.topk, spec.experts, false) {
-                    self.err(
-                        Diagnostic::error(Code::LimitExceeded, format!("routing `{}`: {e}", spec.name))
-                            .primary(spec.span, "too large to materialise")
-                            .help("use fewer tokens, ranks or experts"),
-                    );
-                    return None;
+                match window.checked_fanout(&spec, base) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        self.err(
+                            Diagnostic::error(Code::LimitExceeded, format!("routing `{}`: {e}", spec.name))
+                                .primary(spec.span, "too large to materialise")
+                                .help("use fewer tokens, ranks or experts"),
+                        );
+                        None
+                    }
                 }
-                Some(window.fanout(base))
             }
         }
     }

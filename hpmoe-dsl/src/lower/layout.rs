@@ -274,6 +274,14 @@ impl RouteLayout {
     /// that `r` chose for that row's (source rank, token) and kept, in `r`'s choice order,
     /// with `r`'s gate weights. A token has at most `min(topk, local experts)` of them: that
     /// is the fan-out's `topk`; unused choices name other local experts and are not kept.
+    /// [`RouteLayout::fanout`] after checking that the view, `spec`, can be materialised
+    /// (its tokens are this window's rows).
+    pub fn checked_fanout(&self, spec: &crate::ir::RouteSpec, of: &Routing) -> Result<Routing, String> {
+        let rows = (0..self.ranks()).map(|d| u64::from(self.rows(d))).max().unwrap_or(0);
+        check_size(spec.ranks, rows, spec.topk, spec.experts, false)?;
+        Ok(self.fanout(of))
+    }
+
     pub fn fanout(&self, of: &Routing) -> Routing {
         let ranks = self.ranks();
         let tokens = (0..ranks).map(|d| self.rows(d) as usize).max().unwrap_or(0);

@@ -348,13 +348,13 @@ pub fn layouts(program: &Program, static_capacity: bool) -> Result<Layouts, Diag
                         .kind
                         .derived_from()
                         .and_then(|b| out.get(b.0 as usize).and_then(|l| l.as_ref()));
-                    let rows = (0..p.ranks()).map(|d| u64::from(p.rows(d))).max().unwrap_or(0);
-                    layout::check_size(spec.ranks, rows, spec.topk, spec.experts, false).map_err(|e| {
-                        Diagnostic::error(Code::LimitExceeded, format!("routing `{}`: {e}", spec.name))
-                            .primary(spec.span, "too large to materialise")
-                            .help("use fewer tokens, ranks or experts")
-                    })?;
-                    base.map(|b| p.fanout(&b.routing))
+                    base.map(|b| p.checked_fanout(spec, &b.routing))
+                        .transpose()
+                        .map_err(|e| {
+                            Diagnostic::error(Code::LimitExceeded, format!("routing `{}`: {e}", spec.name))
+                                .primary(spec.span, "too large to materialise")
+                                .help("use fewer tokens, ranks or experts")
+                        })?
                 }
             };
             out.push(made.map(|r| RouteLayout::new(r, false)));
