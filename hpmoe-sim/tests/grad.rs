@@ -341,3 +341,244 @@ fn derived_adjoints_are_the_stdlib_backward_ops() {
         assert_eq!(body(dt, derived), body(wt, written), "{derived} vs {written}");
     }
 }
+
+/// A program from a file of the repository (relative to the workspace root) with `extra`
+/// appended and params overridden, checked with imports relative to the file.
+fn example(path: &str, extra: &str, set: &[&str]) -> (Checked, String) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let file = root.join(path);
+    let text = format!("{}{extra}", std::fs::read_to_string(&file).unwrap());
+    let opts = Options {
+        overrides: set
+            .iter()
+            .map(|s| hpmoe_dsl::check::Override::parse(s).unwrap())
+            .collect(),
+        ..Default::default()
+    };
+    let mut sm = SourceMap::new();
+    let name = file.file_name().unwrap().to_str().unwrap().to_string();
+    let out = check_text(&name, &text, file.parent(), &opts, &mut sm);
+    let p = out.checked.unwrap_or_else(|| {
+        panic!(
+            "{}",
+            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+        )
+    });
+    (p, text)
+}
+
+/// The small shapes every example is run at here.
+const SMALL: &[&str] = &["tokens=6", "hidden=8", "inter=4", "experts=4", "topk=2", "ranks=2"];
+
+/// The forward and its derived backward run (tiled, f32) under one policy, and the relative
+/// L2 error of the backward's gradients against central finite differences of the forward.
+fn fd_error(p: &Checked, fwd: &str, bwd: &str, pairs: &[(&str, &str)]) -> f64 {
+    let (fc, bc) = (
+        compile(p, fwd, Policy::Interleaved),
+        compile(p, bwd, Policy::Interleaved),
+    );
+    let (fr, fmem) = numerics_of(p, fwd, &fc, None);
+    assert!(fr.passed(), "{}", fr.text());
+    let (br, bmem) = numerics_of(p, bwd, &bc, Some(&fmem));
+    assert!(br.passed(), "{}", br.text());
+    let (rel, max_abs) = gradient_error(p, fwd, &fc, &fmem, &bmem, pairs);
+    eprintln!("{bwd}: rel L2 vs finite differences {rel:.3e}, max |diff| {max_abs:.3e}");
+    rel
+}
+
+/// `examples/geglu.hpm` (its own `geglu` op: `gelu(gate) * up`, two reads of one input at
+/// different offsets) with a derived backward, at small shapes.
+#[test]
+fn geglu_example_backward_matches_finite_differences() {
+    let (p, _) = example(
+        "examples/geglu.hpm",
+        "taskflow moe_geglu_bwd = grad(moe_geglu, wrt: [x, w_up, w_down], save: [xd]);\n",
+        SMALL,
+    );
+    let tf = p.taskflow("moe_geglu_bwd").unwrap();
+    assert!(tf.nodes.iter().any(|n| p.op(n.op).name == "geglu_vjp_h"));
+    let rel = fd_error(
+        &p,
+        "moe_geglu",
+        "moe_geglu_bwd",
+        &[("x", "dx"), ("w_up", "dw_up"), ("w_down", "dw_down")],
+    );
+    assert!(rel < 1e-6, "{rel}");
+}
+
+/// An expert `gmm → GeLU → gmm` in each GeLU form (tanh and erf) behind the routing.
+#[test]
+fn gelu_experts_backward_matches_finite_differences() {
+    for f in ["gelu", "gelu_tanh", "gelu_erf"] {
+        let body = format!(
+            "op act<T>(h: T[M, N]) -> T[M, N] on aiv {{\n    out[m, n] = {f}(h[m, n]);\n}}\n\
+             taskflow fwd(x: f32[tokens, hidden], w_up: f32[local, hidden, inter], w_down: f32[local, inter, hidden])\n\
+                 -> f32[tokens, hidden] {{\n\
+               let xd = dispatch(x, r) tile(t: 2);\n\
+               let h = gmm(xd, w_up) tile(m: 4, n: 4);\n\
+               let a = act(h) tile(m: 2);\n\
+               let y = gmm(a, w_down) tile(m: 4, n: 8);\n\
+               return combine(y, r) tile(m: 2);\n}}\n\
+             taskflow fwd_bwd = grad(fwd, wrt: [x, w_up, w_down], save: [h]);\n"
+        );
+        let p = program(&body);
+        let rel = fd_error(
+            &p,
+            "fwd",
+            "fwd_bwd",
+            &[("x", "dx"), ("w_up", "dw_up"), ("w_down", "dw_down")],
+        );
+        assert!(rel < 1e-6, "{f}: {rel}");
+    }
+}
+
+/// `erf` and `gelu_erf` alone, and `gelu_erf` against `gelu_tanh`: their derivatives differ,
+/// so a gradient of the one is not the finite differences of the other.
+#[test]
+fn erf_and_gelu_erf_gradients_match_finite_differences() {
+    for body in ["erf(h[m, n])", "gelu_erf(h[m, n])", "erf(h[m, n] * 0.5) * h[m, n]"] {
+        let e = function_error(body);
+        eprintln!("{body}: rel L2 vs finite differences {e:.3e}");
+        assert!(e < 1e-6, "{body}: {e}");
+    }
+}
+
+/// Rounding to a quantised or integer dtype has no derivative: the quantised dispatch
+/// example's backward is refused with E0521, naming the rounded tensor.
+#[test]
+fn quantised_forward_is_not_differentiable() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let file = root.join("examples/quant_dispatch.hpm");
+    for (wrt, tensor) in [("x", "xq"), ("w_up", "w_up"), ("s_up", "aq")] {
+        let text = format!(
+            "{}taskflow q_bwd = grad(moe_int8, wrt: [{wrt}]);\n",
+            std::fs::read_to_string(&file).unwrap()
+        );
+        let mut sm = SourceMap::new();
+        let out = check_text("quant_dispatch.hpm", &text, file.parent(), &Options::default(), &mut sm);
+        assert!(out.checked.is_none());
+        let errs: Vec<_> = out.diagnostics.as_slice().iter().filter(|d| d.is_error()).collect();
+        assert!(!errs.is_empty());
+        for d in &errs {
+            assert_eq!(d.code, hpmoe_dsl::diag::Code::NotDifferentiable, "{}", d.message);
+        }
+        assert!(
+            errs.iter().any(|d| d
+                .message
+                .starts_with(&format!("`{tensor}` is on the path of the gradient"))
+                && d.message.contains("rounding has no derivative")),
+            "{wrt}: {:?}",
+            errs.iter().map(|d| &d.message).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Whether two task graphs of two programs have the same tasks, costs and dependencies.
+fn same_graph(a: &TaskGraph, b: &TaskGraph) -> bool {
+    let bits = |v: &[f32], w: &[f32]| v.len() == w.len() && v.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
+    a.len() == b.len()
+        && a.nodes == b.nodes
+        && a.rank == b.rank
+        && a.node == b.node
+        && a.tile == b.tile
+        && bits(&a.flops, &b.flops)
+        && bits(&a.bytes_in, &b.bytes_in)
+        && bits(&a.bytes_out, &b.bytes_out)
+        && a.wait == b.wait
+        && a.counters == b.counters
+        && a.signals == b.signals
+}
+
+/// `driver::expand_grads` writes the program with each `grad` replaced by ordinary source:
+/// the text has no `grad` left, checks, and each derived taskflow is the same as in the
+/// original: the same calls and bodies, the same task graph under every policy and the same
+/// numbers (bit for bit) from the same forward.
+fn expansion_round_trips(p: &Checked, text: &str, pairs: &[(&str, &str)], set: &[&str]) {
+    let expanded = hpmoe_dsl::driver::expand_grads(p, text).unwrap();
+    assert!(!expanded.contains("= grad("), "{expanded}");
+    // Canonical: formatting it again changes nothing.
+    assert_eq!(hpmoe_dsl::syntax::fmt::format_source(&expanded).unwrap(), expanded);
+    let opts = Options {
+        overrides: set
+            .iter()
+            .map(|s| hpmoe_dsl::check::Override::parse(s).unwrap())
+            .collect(),
+        ..Default::default()
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut sm = SourceMap::new();
+    let out = check_text("expanded.hpm", &expanded, Some(&dir), &opts, &mut sm);
+    let q = out.checked.unwrap_or_else(|| {
+        panic!(
+            "{expanded}\n{}",
+            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+        )
+    });
+    assert!(q.grads.is_empty());
+    assert_eq!(
+        p.taskflows.iter().map(|t| &t.name).collect::<Vec<_>>(),
+        q.taskflows.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
+    assert!(!p.grads.is_empty());
+    for &(fwd, bwd) in pairs {
+        let (a, b) = (p.taskflow(bwd).unwrap(), q.taskflow(bwd).unwrap());
+        assert_eq!(a.nodes.len(), b.nodes.len());
+        for (x, y) in a.nodes.iter().zip(&b.nodes) {
+            assert_eq!(p.op(x.op).name, q.op(y.op).name);
+            assert_eq!(x.body, y.body, "{}", p.op(x.op).name);
+            assert_eq!(x.tile, y.tile);
+        }
+        for policy in [Policy::Interleaved, Policy::KernelByKernel, Policy::ExpertLevel] {
+            let (pb, qb) = (compile(p, bwd, policy), compile(&q, bwd, policy));
+            assert!(!pb.graph.is_empty());
+            assert!(same_graph(&pb.graph, &qb.graph), "{bwd} under {policy:?}");
+        }
+        let (pf, qf) = (
+            compile(p, fwd, Policy::Interleaved),
+            compile(&q, fwd, Policy::Interleaved),
+        );
+        let (_, pmem) = numerics_of(p, fwd, &pf, None);
+        let (_, qmem) = numerics_of(&q, fwd, &qf, None);
+        let (pb, qb) = (
+            compile(p, bwd, Policy::Interleaved),
+            compile(&q, bwd, Policy::Interleaved),
+        );
+        let (pr, pm) = numerics_of(p, bwd, &pb, Some(&pmem));
+        let (qr, qm) = numerics_of(&q, bwd, &qb, Some(&qmem));
+        assert!(pr.passed() && qr.passed());
+        assert_eq!(pr.saved_from, qr.saved_from);
+        for (name, t) in &pm.tensors {
+            let u = qm.get(name).unwrap();
+            assert!(
+                t.data
+                    .iter()
+                    .flatten()
+                    .zip(u.data.iter().flatten())
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{bwd}: {name} differs"
+            );
+        }
+    }
+}
+
+#[test]
+fn expanded_grad_source_checks_and_runs_as_the_grad() {
+    let p = program(LAYER);
+    expansion_round_trips(&p, &format!("{HEAD}{LAYER}"), &[("fwd", "fwd_bwd")], &[]);
+    let p = program(MOE);
+    expansion_round_trips(&p, &format!("{HEAD}{MOE}"), &[("moe_ffn", "moe_ffn_derived")], &[]);
+    let (p, text) = example(
+        "examples/geglu.hpm",
+        "/// The backward.\ntaskflow moe_geglu_bwd = grad(moe_geglu, wrt: [x, w_up, w_down], save: [xd]);\n",
+        SMALL,
+    );
+    expansion_round_trips(&p, &text, &[("moe_geglu", "moe_geglu_bwd")], SMALL);
+    let (p, text) = example("examples/deepseek_v3_grad.hpm", "", SMALL);
+    let pairs: Vec<(String, String)> = p
+        .grads
+        .iter()
+        .map(|g| (g.forward.clone(), g.taskflow.clone()))
+        .collect();
+    let pairs: Vec<(&str, &str)> = pairs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    expansion_round_trips(&p, &text, &pairs, SMALL);
+}

@@ -220,11 +220,13 @@ forward's tensor.";
 "`taskflow B = grad(F, wrt: [..]);` derives the gradient of every op call between the `wrt`
 inputs and the outputs of `F` from the op's body. An op cannot be differentiated when the
 differentiated input passes through a function without a derivative (`max`, `min`, `relu`,
-`abs`, `clamp`, `round`, `%`, a `max(k)` reduction, a cast to an integer type, `gelu_erf`),
+`abs`, `clamp`, `round`, `%`, a `max(k)` reduction, a cast to an integer or fp8 type),
 when one of its reads has an index the gradient cannot invert (a constant, a strided
 `2 * i`, the same variable in two dimensions: `x[m, m]`), or when a comm op's puts are not
 one of the two routing patterns (`r.rank(t, j)`/`r.slot(t, j)` and
-`r.src_rank(m)`/`r.src_token(m)`).
+`r.src_rank(m)`/`r.src_token(m)`). A tensor on the gradient's path with an integer or
+quantised dtype (`i8`, `u8`, `i32`, `fp8e4m3`, `fp8e5m2`) is refused too: its values are
+rounded, and no straight-through estimator is derived.
 
     op top<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = max(x[m, n], 0); }
     taskflow f(x: f32[8, 8]) -> f32[8, 8] { return top(x); }

@@ -84,6 +84,61 @@ pub fn check_parsed(
     check::check_parsed(file, ast, parse_diags, opts, sources).into()
 }
 
+/// The root file's text with each `grad` declaration replaced by the items it derives, in
+/// canonical layout: the source `hpmoe fmt --expand-grad` writes. `text` is the root file's
+/// text that `checked` was checked from. The derived taskflow takes the declaration's place
+/// (after its doc comments, and before a comment that ends its line); its ops follow the
+/// line the declaration ends on. A comment inside a `grad` declaration is kept, on its own
+/// line before the derived taskflow. The derived items are written with the sizes the
+/// program was checked at (its params' values and overrides).
+pub fn expand_grads(checked: &Checked, text: &str) -> Result<String, Vec<Diagnostic>> {
+    let (_, _, comments) = crate::syntax::lexer::tokenize(text, FileId(0));
+    // (start, end, replacement) on the original text, applied from the last start back.
+    let mut edits: Vec<(usize, usize, String)> = Vec::new();
+    let mut grads: Vec<&crate::ir::GradInfo> = checked.grads.iter().collect();
+    grads.sort_by_key(|g| g.span.lo);
+    for g in grads {
+        let (lo, hi) = (g.span.lo as usize, g.span.hi as usize);
+        if lo > hi || hi > text.len() || !text.is_char_boundary(lo) || !text.is_char_boundary(hi) {
+            return Err(vec![Diagnostic::error(
+                Code::BadGrad,
+                format!("the `grad` declaration of `{}` is not in this text", g.taskflow),
+            )]);
+        }
+        let mut with = String::new();
+        for c in comments
+            .iter()
+            .filter(|c| c.span.lo as usize >= lo && (c.span.hi as usize) <= hi)
+        {
+            with.push_str(&c.text);
+            with.push('\n');
+        }
+        with.push_str(g.taskflow_source.trim_end());
+        edits.push((lo, hi, with));
+        let eol = text[hi..].find('\n').map_or(text.len(), |k| hi + k + 1);
+        let mut ops = String::from("\n");
+        ops.push_str(&g.ops_source);
+        edits.push((eol, eol, ops));
+    }
+    // Insertions at one place keep the order of their declarations.
+    edits.sort_by_key(|e| std::cmp::Reverse(e.0));
+    let mut out = text.to_string();
+    let mut k = 0;
+    while k < edits.len() {
+        let mut j = k;
+        while j + 1 < edits.len() && edits[j + 1].0 == edits[k].0 {
+            j += 1;
+        }
+        // edits[k..=j] start at one place, in source order: the last applied first ends
+        // up after the others.
+        for e in edits[k..=j].iter().rev() {
+            out.replace_range(e.0..e.1, &e.2);
+        }
+        k = j + 1;
+    }
+    crate::syntax::fmt::format_source(&out)
+}
+
 /// What compiling a taskflow is allowed to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompileOptions {

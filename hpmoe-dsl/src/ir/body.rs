@@ -140,6 +140,8 @@ pub enum Func {
     GeluTanh,
     /// GeLU, exact form: `0.5 x (1 + erf(x / sqrt(2)))`.
     GeluErf,
+    /// The error function `erf(x) = 2 / sqrt(pi) * integral from 0 to x of exp(-t^2) dt`.
+    Erf,
     Relu,
     Abs,
     Max,
@@ -164,6 +166,7 @@ impl Func {
             "gelu" => Func::Gelu,
             "gelu_tanh" => Func::GeluTanh,
             "gelu_erf" => Func::GeluErf,
+            "erf" => Func::Erf,
             "relu" => Func::Relu,
             "abs" => Func::Abs,
             "max" => Func::Max,
@@ -186,6 +189,7 @@ impl Func {
             Func::Gelu => "gelu",
             Func::GeluTanh => "gelu_tanh",
             Func::GeluErf => "gelu_erf",
+            Func::Erf => "erf",
             Func::Relu => "relu",
             Func::Abs => "abs",
             Func::Max => "max",
@@ -211,6 +215,8 @@ impl Func {
             Func::Tanh | Func::Sigmoid => 4,
             Func::Silu => 5,
             Func::Gelu | Func::GeluTanh => 8,
+            // A rational approximation: about twice tanh's instructions.
+            Func::Erf => 8,
             // erf as a rational approximation: about twice the tanh form's instructions.
             Func::GeluErf => 16,
             Func::Dsilu => 8,
@@ -229,6 +235,7 @@ impl Func {
             Func::Gelu,
             Func::GeluTanh,
             Func::GeluErf,
+            Func::Erf,
             Func::Relu,
             Func::Abs,
             Func::Max,
@@ -263,6 +270,7 @@ impl Func {
                 0.5 * a * (1.0 + (0.797_884_560_802_865_4 * (a + 0.044715 * a * a * a)).tanh())
             }
             Func::GeluErf => 0.5 * a * (1.0 + libm::erf(a * std::f64::consts::FRAC_1_SQRT_2)),
+            Func::Erf => libm::erf(a),
             Func::Relu => a.max(0.0),
             Func::Abs => a.abs(),
             Func::Max => a.max(b),
@@ -542,6 +550,27 @@ mod gelu_tests {
             let got = Func::GeluErf.eval(x, 0.0);
             assert!((got - want).abs() < 1e-13, "gelu_erf({x}) = {got}, want {want}");
         }
+    }
+
+    /// `erf` against reference values (Abramowitz and Stegun, table 7.1, and
+    /// erf(0.5) = 0.5204998778130465); it is odd, and `gelu_erf(x)` is
+    /// `0.5 x (1 + erf(x / sqrt(2)))` with it.
+    #[test]
+    fn erf_matches_reference_values() {
+        let cases = [
+            (0.0, 0.0),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_715),
+            (2.0, 0.995_322_265_018_953),
+            (1.5, 0.966_105_146_475_311),
+            (-0.5, -0.520_499_877_813_046_5),
+        ];
+        for (x, want) in cases {
+            let got = Func::Erf.eval(x, 0.0);
+            assert!((got - want).abs() < 1e-14, "erf({x}) = {got}, want {want}");
+        }
+        assert_eq!(Func::parse("erf"), Some(Func::Erf));
+        assert_eq!(Func::Erf.arity(), 1);
     }
 
     /// The tanh form at x = 1: 0.5 (1 + tanh(sqrt(2/pi) 1.044715)), tanh(0.833554...) =

@@ -449,13 +449,22 @@ pub struct Program {
 }
 
 /// A backward derived by `grad`: the forward's tensors (`let`s and outputs, by the forward's
-/// [`TensorId`]s) it reads as saved activations, and those it recomputes instead.
+/// [`TensorId`]s) it reads as saved activations, and those it recomputes instead; and the
+/// derived items as source text, which replaces the `grad` declaration in
+/// `hpmoe fmt --expand-grad` (see `driver::expand_grads`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct GradInfo {
     pub taskflow: String,
     pub forward: String,
     pub saved: Vec<TensorId>,
     pub recomputed: Vec<TensorId>,
+    /// The `grad` item in the root file (without its doc comments).
+    pub span: Span,
+    /// The derived taskflow (without the `grad` item's doc comments, which stay before it),
+    /// in canonical layout.
+    pub taskflow_source: String,
+    /// The derived ops (each with its doc comment), in canonical layout.
+    pub ops_source: String,
 }
 
 impl Program {

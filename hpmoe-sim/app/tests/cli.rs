@@ -957,3 +957,93 @@ fn check_reports_what_a_grad_keeps_and_recomputes() {
     assert_eq!(g["saved"][0]["bytes_per_rank"], 32768u64 * 7168 * 2);
     assert_eq!(g["recomputed"][0]["tensor"], "a");
 }
+
+/// A fresh directory under the system's temporary directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hpmoe-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `fmt --expand-grad` writes the derived backward as ordinary source: the written file has
+/// no `grad` left, is formatted, checks, and lowers each taskflow to the same tasks as the
+/// original.
+#[test]
+fn fmt_expand_grad_writes_the_derived_backward_as_source() {
+    let dir = scratch("expand");
+    let file = dir.join("layer.hpm");
+    std::fs::copy(root().join("examples/deepseek_v3_grad.hpm"), &file).unwrap();
+    let f = file.to_str().unwrap();
+    let printed = hpmoe()
+        .args(["fmt", "--expand-grad", "--stdout", f])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let printed = String::from_utf8(printed).unwrap();
+    assert!(!printed.contains("= grad("), "{printed}");
+    for want in [
+        "/// The backward of `moe_ffn`, derived",
+        "taskflow moe_ffn_bwd(",
+        "let dw_up = gmm_vjp_w(dh, xd)",
+        "/// Derived by `grad`: the vector-Jacobian product of `gmm` with respect to `w`.\nop gmm_vjp_w<T>(",
+        "comm dispatch_vjp_x<T>(dout: T[r.recv, H], r: route) -> T[r.tokens, H] {",
+    ] {
+        assert!(printed.contains(want), "{want} not in\n{printed}");
+    }
+    // --stdout leaves the file; without it, the file is written.
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        std::fs::read_to_string(root().join("examples/deepseek_v3_grad.hpm")).unwrap()
+    );
+    hpmoe().args(["fmt", "--expand-grad", f]).assert().success();
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), printed);
+    hpmoe().args(["fmt", "--check", f]).assert().success();
+    hpmoe()
+        .args(["check", f])
+        .assert()
+        .success()
+        .stdout(predicates::str::starts_with("ok:"));
+    for tf in ["moe_ffn", "moe_ffn_bwd"] {
+        let lower = |path: &str| {
+            let out = hpmoe()
+                .args(["lower", path, "--emit", "tasks", "--taskflow", tf])
+                .assert()
+                .success()
+                .get_output()
+                .stdout
+                .clone();
+            String::from_utf8(out).unwrap()
+        };
+        let (a, b) = (lower("examples/deepseek_v3_grad.hpm"), lower(f));
+        assert!(a.contains(" tasks on 8 ranks"), "{a}");
+        assert_eq!(a, b, "{tf}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A program whose `grad` cannot be derived is reported (exit 1) and left as it is; the
+/// option's misuses are usage errors.
+#[test]
+fn fmt_expand_grad_refuses_a_program_with_errors() {
+    let dir = scratch("expand-err");
+    let file = dir.join("bad.hpm");
+    let text = "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n\
+                op top<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = relu(x[m, n]); }\n\
+                taskflow f(x: f32[8, 8]) -> f32[8, 8] { return top(x); }\n\
+                taskflow f_bwd = grad(f, wrt: [x]);\n";
+    std::fs::write(&file, text).unwrap();
+    let f = file.to_str().unwrap();
+    hpmoe()
+        .args(["fmt", "--expand-grad", f])
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("E0521"));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    hpmoe().args(["fmt", "--expand-grad", "--check", f]).assert().code(2);
+    hpmoe().args(["fmt", "--allow-path", "/tmp", f]).assert().code(2);
+    hpmoe().args(["fmt", "--expand-grad"]).assert().code(2);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -326,6 +326,7 @@ fn a_session_of_an_editor() {
         .collect();
     for want in [
         "taskflow",
+        "grad",
         "swiglu",
         "gmm",
         "bf16",

@@ -419,9 +419,11 @@ fn occurrences(
     }
 }
 
-/// Whether a cast to this dtype keeps real values (a float type, or an op's generic).
+/// Whether a cast to this dtype keeps real values (a float type that is not a quantised
+/// payload, or an op's generic: a tensor of a quantised dtype on the gradient's path is
+/// refused where the derivation starts).
 fn float_cast(dtype: &str) -> bool {
-    !matches!(dtype, "i8" | "u8" | "i32")
+    !matches!(dtype, "i8" | "u8" | "i32" | "fp8e4m3" | "fp8e5m2")
 }
 
 /// `f'(a)` for the scalar functions with a derivative.
@@ -455,6 +457,26 @@ fn derivative(f: &str, a: &Expr, span: Span) -> Option<Expr> {
                 ),
             )
         }
+        // erf'(x) = 2 / sqrt(pi) exp(-x^2).
+        "erf" => mul(
+            c(std::f64::consts::FRAC_2_SQRT_PI),
+            call("exp", vec![neg(mul(a.clone(), a.clone()))], span),
+        ),
+        // gelu_erf(x) = 0.5 x (1 + erf(x / sqrt(2))): its derivative is
+        // 0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi).
+        "gelu_erf" => add(
+            mul(
+                c(0.5),
+                add(
+                    c(1.0),
+                    call("erf", vec![mul(a.clone(), c(std::f64::consts::FRAC_1_SQRT_2))], span),
+                ),
+            ),
+            mul(
+                mul(a.clone(), c(1.0 / (2.0 * std::f64::consts::PI).sqrt())),
+                call("exp", vec![mul(c(-0.5), mul(a.clone(), a.clone()))], span),
+            ),
+        ),
         _ => return None,
     })
 }
@@ -504,13 +526,9 @@ fn diff(e: &Expr, path: &[usize]) -> DResult<Expr> {
                             "`round` is not differentiable".to_string(),
                             "its derivative is zero almost everywhere; write the backward by hand",
                         ),
-                        "gelu_erf" => (
-                            "`gelu_erf` has no derived gradient".to_string(),
-                            "its derivative needs `erf`, which the language does not have; use `gelu_tanh`, or write the backward by hand",
-                        ),
                         _ => (
                             format!("`{f}` has no known derivative"),
-                            "the derivable functions are exp, log, sqrt, rsqrt, tanh, sigmoid, silu, dsilu, gelu and gelu_tanh",
+                            "the derivable functions are exp, log, sqrt, rsqrt, tanh, sigmoid, silu, dsilu, gelu, gelu_tanh, gelu_erf and erf",
                         ),
                     };
                     Err(NonDiff::new(e.span, msg, "the differentiated input passes through this").help(help))
@@ -533,7 +551,11 @@ fn diff(e: &Expr, path: &[usize]) -> DResult<Expr> {
                 return Err(NonDiff::new(
                     e.span,
                     format!("a cast to `{}` is not differentiable", dtype.name),
-                    "rounds the differentiated input to an integer",
+                    if matches!(dtype.name.as_str(), "fp8e4m3" | "fp8e5m2") {
+                        "rounds the differentiated input to a quantised float"
+                    } else {
+                        "rounds the differentiated input to an integer"
+                    },
                 ));
             }
             diff(arg, rest)

@@ -99,6 +99,10 @@ impl Checker<'_> {
             let Some((ops, tf)) = self.derive(&g, span) else {
                 continue;
             };
+            let written: Vec<NewOp> = ops.iter().map(|op| self.for_root(op)).collect();
+            if let Some(info) = self.grads.last_mut() {
+                (info.taskflow_source, info.ops_source) = derived_source(&written, &tf);
+            }
             // The derived ops, in the modules of the ops they derive from.
             let mut refs = Vec::new();
             for op in ops {
@@ -137,6 +141,70 @@ impl Checker<'_> {
         self.taskflows.sort_by_key(|t| (t.span.file, t.span.lo));
     }
 
+    /// A derived op as it is written into the root file: a param of its own module that the
+    /// root file does not see under that name is replaced by its value.
+    fn for_root(&mut self, op: &NewOp) -> NewOp {
+        let mut names = BTreeSet::new();
+        body::body_names(&op.def.body, &mut names);
+        for p in &op.def.params {
+            if let ParamType::Tensor(t) = &p.ty {
+                t.dims.iter().for_each(|d| names_in(d, &mut names));
+            }
+        }
+        op.def.ret.dims.iter().for_each(|d| names_in(d, &mut names));
+        let mut map: BTreeMap<String, Expr> = BTreeMap::new();
+        for n in names {
+            let Some(r) = self.lookup(op.module, &n) else { continue };
+            if !matches!(self.item(r).kind, ItemKind::Param(_)) || self.lookup(self.root, &n) == Some(r) {
+                continue;
+            }
+            let sp = Span::default();
+            let lit = |kind: ExprKind, negative: bool| {
+                let e = Expr { kind, span: sp };
+                if negative {
+                    body::neg(e)
+                } else {
+                    e
+                }
+            };
+            let e = match self.param_value(r) {
+                Some(ir::Value::Int(v)) => lit(ExprKind::Int(v.unsigned_abs()), v < 0),
+                Some(ir::Value::Float(v)) if v.is_finite() => lit(ExprKind::Float(v.abs()), v.is_sign_negative()),
+                _ => continue,
+            };
+            map.insert(n, e);
+        }
+        let mut def = op.def.clone();
+        if !map.is_empty() {
+            for st in &mut def.body {
+                match st {
+                    Stmt::Let { value, .. } => subst_names(value, &map),
+                    Stmt::Assign { index, value, .. } => {
+                        index.iter_mut().for_each(|e| subst_names(e, &map));
+                        subst_names(value, &map);
+                    }
+                    Stmt::Put { rank, index, value, .. } => {
+                        subst_names(rank, &map);
+                        index.iter_mut().for_each(|e| subst_names(e, &map));
+                        subst_names(value, &map);
+                    }
+                }
+            }
+            for p in &mut def.params {
+                if let ParamType::Tensor(t) = &mut p.ty {
+                    t.dims.iter_mut().for_each(|d| subst_names(d, &map));
+                }
+            }
+            def.ret.dims.iter_mut().for_each(|d| subst_names(d, &map));
+        }
+        NewOp {
+            module: op.module,
+            def,
+            docs: op.docs.clone(),
+            span: op.span,
+        }
+    }
+
     fn grad_error(&mut self, span: Span, msg: String, label: &str) -> Diagnostic {
         let _ = self;
         Diagnostic::error(Code::BadGrad, msg).primary(span, label.to_string())
@@ -162,9 +230,10 @@ impl Checker<'_> {
                 }
                 self.err(d);
             }
-            let later = self
-                .lookup(root, fname)
-                .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Grad(_)));
+            // A `grad` declared earlier whose derivation failed was reported already.
+            let later = self.lookup(root, fname).is_some_and(|r| {
+                matches!(self.item(r).kind, ItemKind::Grad(_)) && r.module == root && self.item(r).span.lo > span.lo
+            });
             if later {
                 let d = self
                     .grad_error(
@@ -294,6 +363,37 @@ impl Checker<'_> {
                         "its gradient is zero",
                     )
                     .help("remove it from `wrt`");
+                self.err(d);
+                ok = false;
+            }
+        }
+        if !ok {
+            return None;
+        }
+        // A gradient flows through every tensor that has one: a tensor of a quantised or
+        // integer dtype holds rounded values, whose derivative is zero almost everywhere
+        // (and a gradient stored in it would be rounded too).
+        for (i, t) in fwd.tensors.iter().enumerate() {
+            if has_grad[i] && (t.dtype.is_integer() || t.dtype.rounds_on_store()) {
+                let what = if t.dtype.is_integer() {
+                    "an integer"
+                } else {
+                    "a quantised"
+                };
+                let d = Diagnostic::error(
+                    Code::NotDifferentiable,
+                    format!(
+                        "`{}` is on the path of the gradient but has {what} dtype, `{}`: rounding has no derivative",
+                        t.name,
+                        t.dtype.name()
+                    ),
+                )
+                .primary(t.span, format!("`{}` holds rounded values", t.dtype.name()))
+                .secondary(g.call_span, "the backward derived here")
+                .help(
+                    "`grad` derives no straight-through estimator: differentiate a forward whose differentiated \
+                     path is in a float dtype (bf16, f16, f32), or write the backward by hand",
+                );
                 self.err(d);
                 ok = false;
             }
@@ -458,6 +558,9 @@ impl Checker<'_> {
             forward: fwd.name.clone(),
             saved: Vec::new(),
             recomputed: Vec::new(),
+            span,
+            taskflow_source: String::new(),
+            ops_source: String::new(),
         };
         for (t, n) in &dv.primal {
             if dv.recompute.iter().any(|c| c.name == *n) {
@@ -807,7 +910,7 @@ impl Checker<'_> {
             module,
             def,
             docs: vec![format!(
-                " Derived by `grad`: the vector-Jacobian product of `{op}` with respect to `{input}`."
+                "Derived by `grad`: the vector-Jacobian product of `{op}` with respect to `{input}`."
             )],
             span,
         });
@@ -889,6 +992,35 @@ impl Checker<'_> {
         dv.primal.insert(t, n.clone());
         Some(n)
     }
+}
+
+/// The derived taskflow and the derived ops (each with its doc comment), as source text in
+/// canonical layout: what `hpmoe fmt --expand-grad` writes in place of the `grad` item. The
+/// `grad` item's own doc comments are not part of it (they stay before it in the file).
+fn derived_source(ops: &[NewOp], tf: &Taskflow) -> (String, String) {
+    let text = |items: Vec<Item>| {
+        let mut file = ast::File {
+            docs: Vec::new(),
+            items,
+        };
+        ast::erase_spans(&mut file);
+        crate::syntax::fmt::format_file(&file, &[], "")
+    };
+    let taskflow = text(vec![Item {
+        docs: Vec::new(),
+        kind: ItemKind::Taskflow(tf.clone()),
+        span: Span::default(),
+    }]);
+    let ops = text(
+        ops.iter()
+            .map(|op| Item {
+                docs: op.docs.clone(),
+                kind: ItemKind::Op(op.def.clone()),
+                span: Span::default(),
+            })
+            .collect(),
+    );
+    (taskflow, ops)
 }
 
 fn self_dup(w: &Ident) -> Diagnostic {
@@ -998,9 +1130,9 @@ impl Checker<'_> {
         let n = self.add_derived_op(dv, root, def, "+", "both terms", sp);
         if let Some(o) = dv.new_ops.iter_mut().find(|o| o.def.name.name == n) {
             o.docs = vec![if operands == 2 {
-                " Derived by `grad`: the sum of two gradients of one tensor.".to_string()
+                "Derived by `grad`: the sum of two gradients of one tensor.".to_string()
             } else {
-                " Derived by `grad`: a copy of an output gradient.".to_string()
+                "Derived by `grad`: a copy of an output gradient.".to_string()
             }];
         }
         n
@@ -1171,6 +1303,26 @@ fn derived_tile(
         }
     }
     tile
+}
+
+/// Replaces every name of `map` used as a value in `e` (not a callee, a tensor or a routing).
+fn subst_names(e: &mut Expr, map: &BTreeMap<String, Expr>) {
+    match &mut e.kind {
+        ExprKind::Name(n) => {
+            if let Some(v) = map.get(n) {
+                *e = v.clone();
+            }
+        }
+        ExprKind::Neg(a) | ExprKind::Cast { arg: a, .. } | ExprKind::Sum { body: a, .. } => subst_names(a, map),
+        ExprKind::Binary(_, a, b) => {
+            subst_names(a, map);
+            subst_names(b, map);
+        }
+        ExprKind::Call { args, .. } => args.iter_mut().for_each(|a| subst_names(&mut a.value, map)),
+        ExprKind::Index { index, .. } => index.iter_mut().for_each(|i| subst_names(i, map)),
+        ExprKind::Tuple(items) => items.iter_mut().for_each(|i| subst_names(i, map)),
+        _ => {}
+    }
 }
 
 fn names_in(e: &Expr, out: &mut BTreeSet<String>) {

@@ -340,6 +340,10 @@ enum Command {
         format: scale::ScaleFormat,
     },
     /// Format a program in the canonical layout (in place, or check only).
+    ///
+    /// With `--expand-grad`, each `taskflow B = grad(F, ...);` declaration is replaced by the
+    /// taskflow and ops it derives, written as ordinary source: the program is checked
+    /// first, and the expanded text is checked again before it is written.
     Fmt {
         /// The `.hpm` files to format.
         files: Vec<PathBuf>,
@@ -349,6 +353,14 @@ enum Command {
         /// Print the formatted text instead of writing the file.
         #[arg(long, conflicts_with = "check")]
         stdout: bool,
+        /// Replace every `grad` declaration by the derived taskflow and ops (with the sizes
+        /// the program's params give them).
+        #[arg(long, conflicts_with = "check")]
+        expand_grad: bool,
+        /// With `--expand-grad`: also read imports and `file(...)` routings from this
+        /// directory (besides the program's own directory tree).
+        #[arg(long = "allow-path", value_name = "DIR", requires = "expand_grad")]
+        allow_path: Vec<PathBuf>,
     },
     /// An interactive session: set parameters, run, compare, inspect tasks, explain waits.
     ///
@@ -806,7 +818,19 @@ fn run(cmd: Command) -> i32 {
             max_tasks,
             format,
         }),
-        Command::Fmt { files, check, stdout } => fmt(&files, check, stdout),
+        Command::Fmt {
+            files,
+            check,
+            stdout,
+            expand_grad,
+            allow_path,
+        } => {
+            if expand_grad {
+                fmt_expand_grad(&files, stdout, &allow_path)
+            } else {
+                fmt(&files, check, stdout)
+            }
+        }
         Command::Explain { code, list } => explain(code.as_deref(), list),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
@@ -901,6 +925,70 @@ fn fmt(files: &[PathBuf], check: bool, to_stdout: bool) -> i32 {
         }
     }
     status
+}
+
+/// `hpmoe fmt --expand-grad`: each file checked, its `grad` declarations replaced by the
+/// derived items, the result checked again, then printed or written.
+fn fmt_expand_grad(files: &[PathBuf], to_stdout: bool, allow_paths: &[PathBuf]) -> i32 {
+    if files.is_empty() {
+        errln!("error: no files given");
+        return 2;
+    }
+    let mut status = 0;
+    for f in files {
+        match expanded_text(f, allow_paths) {
+            Ok(out) => {
+                if to_stdout {
+                    out!("{out}");
+                } else if let Err(e) = std::fs::write(f, out) {
+                    errln!("error: cannot write `{}`: {e}", f.display());
+                    status = 1;
+                }
+            }
+            Err(code) => status = status.max(code),
+        }
+    }
+    status
+}
+
+/// The text of `f` with its `grad` declarations expanded, or the exit code after reporting.
+fn expanded_text(f: &std::path::Path, allow_paths: &[PathBuf]) -> Result<String, i32> {
+    let prog = ProgramArgs {
+        allow_path: allow_paths.to_vec(),
+        ..Default::default()
+    };
+    let (p, sources, _) = checked(f, &prog, Format::Human)?;
+    let root = p.grads.first().map(|g| g.span.file).or_else(|| sources.find_path(f));
+    let Some(text) = root.and_then(|id| sources.get(id)).map(|s| s.text.clone()) else {
+        errln!("error: cannot find the text of `{}`", f.display());
+        return Err(1);
+    };
+    let out = match hpmoe_dsl::driver::expand_grads(&p, &text) {
+        Ok(out) => out,
+        Err(ds) => {
+            errout!("{}", diag::render_all(&ds, 0, &sources, style()));
+            return Err(1);
+        }
+    };
+    // The expanded program must check as the original did.
+    let opts = Options {
+        allow_paths: allow_paths.to_vec(),
+        ..Default::default()
+    };
+    let mut again = SourceMap::new();
+    let path = std::fs::canonicalize(f).unwrap_or_else(|_| f.to_path_buf());
+    let id = again.add(format!("{} (grad expanded)", f.display()), Some(path), out.clone());
+    let outcome = hpmoe_dsl::driver::check_file(id, &opts, &mut again);
+    if outcome.checked.is_none() {
+        errln!(
+            "error: the text of `{}` with its `grad` declarations expanded does not check; nothing written",
+            f.display()
+        );
+        let ds = outcome.diagnostics;
+        errout!("{}", diag::render_all(ds.as_slice(), ds.dropped(), &again, style()));
+        return Err(1);
+    }
+    Ok(out)
 }
 
 fn explain(code: Option<&str>, list: bool) -> i32 {

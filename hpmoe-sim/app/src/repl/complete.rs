@@ -17,7 +17,7 @@ const POLICIES: &[&str] = &["kernel_by_kernel", "expert_level", "interleaved"];
 const ROUTINGS: &[&str] = &["balanced(", "uniform(", "zipf(", "hotspot(", "file("];
 /// Words with a meaning inside items (besides the item keywords).
 const KEYWORDS: &[&str] = &[
-    "let", "return", "on", "tile", "order", "priority", "sum", "put", "out", "group", "in", "ratr",
+    "let", "return", "on", "tile", "order", "priority", "sum", "put", "out", "group", "in", "ratr", "grad",
 ];
 const TYPES: &[&str] = &[
     "bf16", "f16", "f32", "i32", "aic", "aiv", "route", "int", "float", "bool", "str",
@@ -325,6 +325,7 @@ mod tests {
         let n = names();
         assert_eq!(values(complete(&n, "let y = ge", 10)), vec!["geglu"]);
         assert_eq!(values(complete(&n, "task", 4)), vec!["taskflow"]);
+        assert_eq!(values(complete(&n, "taskflow b = gra", 16)), vec!["grad"]);
         assert!(complete(&n, "let y = ", 8).is_empty());
     }
 
