@@ -1,5 +1,6 @@
 //! The simulator library's integration tests, one test crate (one link) for all of them.
 
+mod gates;
 mod grad;
 mod interleaved;
 mod layer;

@@ -9,6 +9,7 @@
 mod consts;
 mod device;
 mod flow;
+mod gates;
 mod grad;
 mod load;
 pub use load::{read_source, MAX_SOURCE_BYTES};
@@ -364,6 +365,7 @@ impl<'a> Checker<'a> {
         }
         self.expand_grads();
         self.check_layer_pairs();
+        self.resolve_gates();
         let policies = self.check_policies();
         self.check_schedules();
         self.check_order_effects(&policies);

@@ -16,6 +16,8 @@ pub(crate) struct RouteState {
     /// Where the token count was bound (a taskflow input or op call).
     pub tokens_bound: Option<Span>,
     pub capacity_factor: f64,
+    /// `gate: tf.z` as written (taskflow, tensor, span), resolved after the taskflows.
+    pub gate: Option<(String, String, Span)>,
 }
 
 /// A signature parameter's type.
@@ -27,6 +29,8 @@ enum SigType {
     Str,
     /// Another routing, by name (`by_rank(r)`).
     Route,
+    /// A tensor of a taskflow, `taskflow.tensor` (or `""` for none).
+    Tensor,
     OneOf(Vec<String>),
 }
 
@@ -38,6 +42,7 @@ fn sig_type(p: &SigParam) -> SigType {
             "bool" => return SigType::Bool,
             "str" => return SigType::Str,
             "route" => return SigType::Route,
+            "tensor" => return SigType::Tensor,
             _ => {}
         }
     }
@@ -51,6 +56,7 @@ fn describe(t: &SigType) -> String {
         SigType::Bool => "`true` or `false`".into(),
         SigType::Str => "a string".into(),
         SigType::Route => "a routing".into(),
+        SigType::Tensor => "a tensor of a taskflow (`taskflow.tensor`)".into(),
         SigType::OneOf(v) => format!(
             "one of {}",
             v.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
@@ -145,6 +151,24 @@ impl Checker<'_> {
             } else {
                 BareNames::Reject
             };
+            if ty == SigType::Tensor {
+                // Named, not evaluated: the taskflows are checked after the routings.
+                if let Some(v) = tensor_ref(&a.value) {
+                    given.insert(pname, (v, a.value.span));
+                    continue;
+                }
+                if let crate::syntax::ast::ExprKind::Name(n) = &a.value.kind {
+                    let d = Diagnostic::error(
+                        Code::InvalidValue,
+                        format!("`{pname}` takes a tensor of a taskflow, named with its taskflow"),
+                    )
+                    .primary(a.value.span, "which taskflow computes it?")
+                    .help(format!("write `{pname}: TASKFLOW.{n}`"));
+                    self.err(d);
+                    ok = false;
+                    continue;
+                }
+            }
             let Some(v) = self.eval_const(self.root, &a.value, bare) else {
                 ok = false;
                 continue;
@@ -208,6 +232,7 @@ impl Checker<'_> {
             (SigType::Str, Value::Str(_)) => Some(v.clone()),
             (SigType::OneOf(list), Value::Name(n)) if list.contains(n) => Some(v.clone()),
             (SigType::Route, Value::Name(_)) => Some(v.clone()),
+            (SigType::Tensor, Value::Str(t)) if t.is_empty() => Some(v.clone()),
             _ => None,
         };
         if r.is_none() {
@@ -377,6 +402,7 @@ impl Checker<'_> {
                 None,
             );
         }
+        let mut gate = None;
         let kind = match decl.kind.name.as_str() {
             "balanced" => RouteKind::Balanced,
             "uniform" => RouteKind::Uniform { seed },
@@ -428,6 +454,8 @@ impl Checker<'_> {
                     bias: None,
                     resolved_logits: None,
                     resolved_bias: None,
+                    gate: None,
+                    gate_logits: None,
                 };
                 let bad_router = |ck: &mut Self, span: Span, msg: String, help: Option<String>| {
                     let mut d = Diagnostic::error(Code::BadRouter, msg).primary(span, "invalid");
@@ -499,6 +527,23 @@ impl Checker<'_> {
                     } else {
                         spec.bias = Some(f.clone());
                         spec.resolved_bias = Some(resolved);
+                    }
+                }
+                if let Some((Value::Name(g), gs)) = args.get("gate") {
+                    if let Some((_, ls)) = spec.logits.as_ref().and(args.get("logits")) {
+                        self.err(
+                            Diagnostic::error(
+                                Code::BadRouter,
+                                "a router takes its logits from `gate` or from `logits`, not both",
+                            )
+                            .primary(*gs, "computed by the program")
+                            .secondary(*ls, "read from a file")
+                            .help("remove one of them"),
+                        );
+                        router_ok = false;
+                    }
+                    if let Some((tf, t)) = g.split_once('.') {
+                        gate = Some((tf.to_string(), t.to_string(), *gs));
                     }
                 }
                 if !router_ok {
@@ -599,10 +644,12 @@ impl Checker<'_> {
                 tokens: tokens.filter(|t| t.0 > 0).map_or(0, |t| t.0 as u64),
                 capacity: 0,
                 drop,
+                capacity_factor: cf,
                 span: item_span,
             },
             tokens_bound: tokens.filter(|t| t.0 > 0).map(|t| t.1),
             capacity_factor: cf,
+            gate,
         });
         Some(id)
     }
@@ -674,6 +721,7 @@ impl Checker<'_> {
                 tokens: parent.tokens,
                 capacity: 0,
                 drop: None,
+                capacity_factor: 0.0,
                 span: item_span,
             }
         } else {
@@ -700,6 +748,7 @@ impl Checker<'_> {
                 tokens: 0,
                 capacity: 0,
                 drop: None,
+                capacity_factor: 0.0,
                 span: item_span,
             }
         };
@@ -709,6 +758,7 @@ impl Checker<'_> {
             spec,
             tokens_bound,
             capacity_factor: 0.0,
+            gate: None,
         });
         Some(id)
     }
@@ -1015,13 +1065,9 @@ impl Checker<'_> {
             }
             let counts = routing.recv_counts();
             let max = counts.iter().copied().max().unwrap_or(0);
-            let capacity = if let Some(d) = &st.spec.drop {
-                // No expert keeps more than its capacity: the window holds the worst case.
-                st.spec.local_experts()
-                    * d.expert_capacity(st.spec.ranks, st.spec.tokens, st.spec.topk, st.spec.experts)
-            } else if st.capacity_factor > 0.0 {
-                let c = (st.capacity_factor * (st.spec.tokens * st.spec.topk) as f64).ceil() as u64;
-                if let Some((rank, &got)) = counts.iter().enumerate().find(|(_, &c2)| c2 > c) {
+            let capacity = match st.spec.window_capacity(&counts) {
+                Ok(c) => c,
+                Err((rank, got, c)) => {
                     let mut d = Diagnostic::error(
                         Code::RecvOverflow,
                         format!("routing `{}` sends {got} rows to rank {rank}, but its receive window holds {c}", st.spec.name),
@@ -1036,14 +1082,24 @@ impl Checker<'_> {
                         d = d.secondary(b, "routed here");
                     }
                     self.err(d);
+                    c
                 }
-                c
-            } else {
-                max
             };
             self.routes[i].spec.capacity = capacity;
         }
     }
+}
+
+/// `taskflow.tensor`, read as written (`Value::Name("taskflow.tensor")`).
+fn tensor_ref(e: &crate::syntax::ast::Expr) -> Option<Value> {
+    use crate::syntax::ast::ExprKind;
+    let ExprKind::Field { base, field } = &e.kind else {
+        return None;
+    };
+    let ExprKind::Name(tf) = &base.kind else {
+        return None;
+    };
+    Some(Value::Name(format!("{tf}.{}", field.name)))
 }
 
 /// The routing named by `--routing NAME=KIND(...)` (none when unnamed) and the call.

@@ -305,6 +305,11 @@ float32 [experts], both finite.";
 "`drop: true` keeps at most ceil(capacity_factor * ranks * tokens * topk / experts) rows per
 expert and drops the rest; it needs a `capacity_factor` above 0. `drop_order` and
 `renormalize` only mean something with `drop: true`.";
+    BadGate = 913, "bad-gate", "a router gate tensor that cannot give logits",
+"`router(..., gate: tf.z)` takes its logits from the tensor `z` of taskflow `tf`: one row of
+`experts` floating-point logits per token (f32, bf16 or f16, shape [tokens, experts], in
+each rank's HBM). `z` must not be computed from a call that routes through the router it
+gates (or a view of it): the routing would depend on itself.";
 
     // ---- imports and files: 10xx ----
     FileNotFound = 1001, "file-not-found", "an imported or referenced file cannot be read",

@@ -229,6 +229,80 @@ impl Checked {
         PolicySpec::select(&self.program, taskflow, policy)
     }
 
+    /// The program with the logits of its gated routers (`router(..., gate: tf.z)`) set to
+    /// values a run computed: per routing, [ranks, tokens, experts] row-major. The
+    /// routings, their receive-window capacities and those of their views follow the new
+    /// logits; a routing with a capacity factor that they overflow is E0903.
+    pub fn with_gate_logits(&self, logits: Vec<(crate::ir::RouteId, Vec<f64>)>) -> Result<Checked, Diagnostic> {
+        use crate::ir::RouteKind;
+        let mut program = self.program.clone();
+        let mut changed = vec![false; program.routes.len()];
+        for (id, z) in logits {
+            let Some(spec) = program.routes.get_mut(id.0 as usize) else {
+                continue;
+            };
+            let name = spec.name.clone();
+            let RouteKind::Router(r) = &mut spec.kind else {
+                return Err(Diagnostic::error(
+                    Code::BadGate,
+                    format!("routing `{name}` is not a router"),
+                ));
+            };
+            r.gate_logits = Some(std::sync::Arc::new(z));
+            changed[id.0 as usize] = true;
+        }
+        let mut made: Vec<Option<crate::route::Routing>> = vec![None; program.routes.len()];
+        for i in 0..program.routes.len() {
+            let spec = program.routes[i].clone();
+            let fail = |e: String| {
+                Diagnostic::error(Code::BadRouting, format!("routing `{}`: {e}", spec.name))
+                    .primary(spec.span, "cannot be made from the gate's logits")
+            };
+            let routing = match spec.kind.derived_from() {
+                None if changed[i] => {
+                    let r = crate::route::Routing::generate(&spec).map_err(fail)?;
+                    let counts = r.recv_counts();
+                    program.routes[i].capacity = spec.window_capacity(&counts).map_err(|(rank, got, c)| {
+                        Diagnostic::error(
+                            Code::RecvOverflow,
+                            format!(
+                                "routing `{}` sends {got} rows to rank {rank} by the logits the program computed, but its receive window holds {c}",
+                                spec.name
+                            ),
+                        )
+                        .primary(spec.span, format!("capacity {c} rows per rank"))
+                        .help("raise `capacity_factor`, use 0 to size the window exactly, or drop with `drop: true`")
+                    })?;
+                    r
+                }
+                None => continue,
+                Some(of) => {
+                    let Some(parent) = made[of.0 as usize].as_ref() else {
+                        continue;
+                    };
+                    let r = match spec.kind {
+                        RouteKind::ByRank { .. } => parent.by_rank(),
+                        _ => {
+                            let base = program.base_route(of);
+                            let Some(base) = made[base.0 as usize].as_ref() else {
+                                continue;
+                            };
+                            crate::lower::layout::RouteLayout::new(parent.clone(), false)
+                                .checked_fanout(&spec, base)
+                                .map_err(fail)?
+                        }
+                    };
+                    let rs = &mut program.routes[i];
+                    rs.capacity = r.recv_counts().into_iter().max().unwrap_or(0);
+                    rs.tokens = r.tokens as u64;
+                    r
+                }
+            };
+            made[i] = Some(routing);
+        }
+        Ok(Checked::new(program))
+    }
+
     /// The routings and their receive-window layouts for a capacity mode (computed once).
     pub fn layouts(&self, static_capacity: bool) -> Result<Layouts, Diagnostic> {
         self.layouts[usize::from(static_capacity)]

@@ -249,6 +249,8 @@ pub struct RouteSpec {
     pub capacity: u64,
     /// Capacity-limited routing: rows beyond an expert's capacity are dropped.
     pub drop: Option<DropSpec>,
+    /// `capacity_factor` as declared (0: the window is sized exactly).
+    pub capacity_factor: f64,
     pub span: Span,
 }
 
@@ -285,6 +287,24 @@ impl DropSpec {
 impl RouteSpec {
     pub fn local_experts(&self) -> u64 {
         self.experts / self.ranks.max(1)
+    }
+    /// The receive-window rows per rank of this routing (not a view) given the rows each
+    /// rank receives: with dropping, every local expert's capacity; with a capacity factor
+    /// f > 0, ceil(f * tokens * topk), or the first (rank, rows) that does not fit; else the
+    /// busiest rank's rows.
+    pub fn window_capacity(&self, recv: &[u64]) -> Result<u64, (usize, u64, u64)> {
+        let max = recv.iter().copied().max().unwrap_or(0);
+        if let Some(d) = &self.drop {
+            return Ok(self.local_experts() * d.expert_capacity(self.ranks, self.tokens, self.topk, self.experts));
+        }
+        if self.capacity_factor > 0.0 {
+            let c = (self.capacity_factor * (self.tokens * self.topk) as f64).ceil() as u64;
+            return match recv.iter().enumerate().find(|(_, &got)| got > c) {
+                Some((rank, &got)) => Err((rank, got, c)),
+                None => Ok(c),
+            };
+        }
+        Ok(max)
     }
 }
 
@@ -333,6 +353,13 @@ pub enum RouteKind {
 }
 
 impl RouteKind {
+    /// The router of this routing, when it is one.
+    pub fn router(&self) -> Option<&RouterSpec> {
+        match self {
+            RouteKind::Router(r) => Some(r),
+            _ => None,
+        }
+    }
     /// The routing this one is derived from.
     pub fn derived_from(&self) -> Option<RouteId> {
         match self {
@@ -369,6 +396,26 @@ pub struct RouterSpec {
     pub resolved_logits: Option<std::path::PathBuf>,
     #[serde(skip)]
     pub resolved_bias: Option<std::path::PathBuf>,
+    /// `gate: tf.z`: the logits are a tensor the program computes.
+    pub gate: Option<GateRef>,
+    /// The gate's values once a numerics run has computed them ([ranks, tokens, experts],
+    /// row-major): they take the place of `logits` and of the seeded draw.
+    #[serde(skip)]
+    pub gate_logits: Option<std::sync::Arc<Vec<f64>>>,
+}
+
+/// The tensor a router's logits come from: `[tokens, experts]` per rank, computed by a
+/// taskflow of the program. Calls of that taskflow which route through the router (or a view
+/// of it) wait for the whole tensor on their rank; every other taskflow sees the routing as
+/// fixed.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct GateRef {
+    pub taskflow: String,
+    pub tensor: String,
+    #[serde(skip)]
+    pub id: TensorId,
+    #[serde(skip)]
+    pub span: Span,
 }
 
 /// A value of a constant expression.
@@ -474,6 +521,32 @@ impl Program {
     }
     pub fn route(&self, id: RouteId) -> &RouteSpec {
         &self.routes[id.0 as usize]
+    }
+    /// The routing a view is derived from, through every view (a routing of tokens to
+    /// experts is its own base).
+    pub fn base_route(&self, mut id: RouteId) -> RouteId {
+        // Views are acyclic (checked); the bound only guards a hand-built program.
+        for _ in 0..self.routes.len() {
+            match self.routes.get(id.0 as usize).and_then(|r| r.kind.derived_from()) {
+                Some(of) => id = of,
+                None => break,
+            }
+        }
+        id
+    }
+    /// The gate tensor of `tf` that a call routing through `id` must wait for: the tensor
+    /// of `tf` whose values choose the experts of `id` (or of the routing it views).
+    pub fn gate_in(&self, tf: &Taskflow, id: RouteId) -> Option<TensorId> {
+        let base = self.routes.get(self.base_route(id).0 as usize)?;
+        let g = base.kind.router()?.gate.as_ref()?;
+        (g.taskflow == tf.name && (g.id.0 as usize) < tf.tensors.len()).then_some(g.id)
+    }
+    /// The routings whose experts a tensor of the program chooses (`router(gate: ...)`).
+    pub fn gated_routes(&self) -> Vec<RouteId> {
+        (0..self.routes.len())
+            .filter(|&i| self.routes[i].kind.router().is_some_and(|r| r.gate.is_some()))
+            .map(|i| RouteId(i as u32))
+            .collect()
     }
     pub fn op(&self, id: OpId) -> &OpDef {
         &self.ops[id.0 as usize]

@@ -416,6 +416,7 @@ mod tests {
             tokens: 20,
             capacity: 0,
             drop: None,
+            capacity_factor: 0.0,
             span: Default::default(),
         };
         Routing::generate(&spec).unwrap()

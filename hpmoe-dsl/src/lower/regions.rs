@@ -27,6 +27,21 @@ pub struct Region {
 }
 
 impl Region {
+    /// All of a rank's share of a tensor of fixed shape (`shape.len() <= MAX_DIMS`).
+    pub fn whole(tensor: TensorId, rank: u32, shape: &[u64]) -> Region {
+        let mut r = Region {
+            tensor,
+            rank,
+            ndim: shape.len().min(MAX_DIMS) as u8,
+            lo: [0; MAX_DIMS],
+            hi: [0; MAX_DIMS],
+            accumulate: false,
+        };
+        for (h, &n) in r.hi.iter_mut().zip(shape) {
+            *h = i64::try_from(n).unwrap_or(i64::MAX);
+        }
+        r
+    }
     pub fn volume(&self) -> u64 {
         (0..self.ndim as usize)
             .map(|d| (self.hi[d] - self.lo[d]).max(0) as u64)

@@ -461,6 +461,7 @@ mod tests {
             tokens,
             capacity: 0,
             drop: None,
+            capacity_factor: 0.0,
             span: Default::default(),
         }
     }

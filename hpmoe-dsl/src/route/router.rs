@@ -106,6 +106,19 @@ pub fn logits(r: &Routing, spec: &RouterSpec) -> Result<Vec<f64>, String> {
             r.ranks, r.tokens, r.experts
         ));
     }
+    if let Some(z) = &spec.gate_logits {
+        if z.len() as u64 != n.unwrap_or(0) {
+            return Err(format!(
+                "the gate gives {} logits; [{} ranks, {} tokens, {} experts] need {}",
+                z.len(),
+                r.ranks,
+                r.tokens,
+                r.experts,
+                n.unwrap_or(0)
+            ));
+        }
+        return Ok(z.to_vec());
+    }
     if let (Some(shown), Some(path)) = (&spec.logits, &spec.resolved_logits) {
         return read_floats(shown, path, &want);
     }
@@ -157,6 +170,8 @@ mod tests {
             bias: None,
             resolved_logits: None,
             resolved_bias: None,
+            gate: None,
+            gate_logits: None,
         }
     }
 

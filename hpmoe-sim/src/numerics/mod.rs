@@ -17,6 +17,7 @@
 
 pub mod eval;
 pub mod exec;
+pub mod gates;
 pub mod inputs;
 pub mod moe_ref;
 pub mod store;

@@ -194,7 +194,7 @@ impl Checker<'_> {
         }
     }
 
-    fn show_shape(&self, dt: DType, dims: &[Dim]) -> String {
+    pub(in crate::check) fn show_shape(&self, dt: DType, dims: &[Dim]) -> String {
         format!(
             "{}[{}]",
             dt.name(),
@@ -423,8 +423,13 @@ impl Checker<'_> {
             ok = false;
         }
         for (n, (_, sp, used)) in &fl.names {
+            // A router's gate is used by the routing it chooses.
+            let gate = self
+                .routes
+                .iter()
+                .any(|r| r.gate.as_ref().is_some_and(|(t, g, _)| *t == tfd.name.name && g == n));
             // Without a `return`, what is unused is not known yet.
-            if !used && returned {
+            if !used && returned && !gate {
                 self.diags.push(
                     Diagnostic::warning(Code::UnusedValue, format!("`{n}` is computed but never used"))
                         .primary(*sp, "unused")

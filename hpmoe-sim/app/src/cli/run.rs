@@ -339,24 +339,12 @@ fn one(
 
 /// The `--input` files of one taskflow: `TF.ARG=FILE` for taskflow `TF`, `ARG=FILE` for
 /// every taskflow with an input `ARG`.
-fn inputs_of(tf: &Taskflow, inputs: &[(String, PathBuf)]) -> Vec<(String, PathBuf)> {
-    let has = |n: &str| tf.inputs.iter().any(|&i| tf.tensor(i).name == n);
-    inputs
-        .iter()
-        .filter_map(|(n, f)| match n.split_once('.') {
-            Some((t, a)) if t == tf.name && has(a) => Some((a.to_string(), f.clone())),
-            Some(_) => None,
-            None => has(n).then(|| (n.clone(), f.clone())),
-        })
-        .collect()
-}
-
 /// An `--input` name that addresses no input of the taskflows run, as a usage message.
 fn unknown_input(tfs: &[&Taskflow], inputs: &[(String, PathBuf)]) -> Option<String> {
     for (n, _) in inputs {
         if tfs
             .iter()
-            .any(|tf| inputs_of(tf, &[(n.clone(), PathBuf::new())]).len() == 1)
+            .any(|tf| hpmoe_sim::numerics::gates::inputs_of(tf, &[(n.clone(), PathBuf::new())]).len() == 1)
         {
             continue;
         }
@@ -467,6 +455,19 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         Ok(x) => x,
         Err(code) => return code,
     };
+    // Routings the program computes: with numerics, made from the logits it computes.
+    let (p, gates) = match o
+        .numerics
+        .as_ref()
+        .map(|n| hpmoe_sim::numerics::gates::route_by_gates(&p, n))
+    {
+        Some(Ok(Some((q, g)))) => (q, g),
+        Some(Err(ds)) => {
+            print_diags(&ds, &sources, o.format);
+            return 1;
+        }
+        _ => (p, Vec::new()),
+    };
     let check_time = started.elapsed();
     if let Some(max) = filter.ranks.as_ref().and_then(|v| v.last()) {
         if *max as u64 >= u64::from(p.device.ranks()) {
@@ -522,7 +523,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                 return 1;
             }
             let numerics = o.numerics.as_ref().map(|n| hpmoe_sim::numerics::NumericsOptions {
-                inputs: inputs_of(tf, &n.inputs),
+                inputs: hpmoe_sim::numerics::gates::inputs_of(tf, &n.inputs),
                 ..n.clone()
             });
             jobs.push(Job {
@@ -673,6 +674,15 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                     out!("{}", c.human());
                 }
             }
+            if !gates.is_empty() {
+                outln!();
+                for g in &gates {
+                    outln!(
+                        "routing {}: experts chosen from `{}.{}` as the program computes it (numerics run of `{}`); every taskflow runs on this routing",
+                        g.routing, g.taskflow, g.tensor, g.taskflow
+                    );
+                }
+            }
             for (name, n) in &num_reports {
                 outln!();
                 outln!("taskflow {name}:");
@@ -698,6 +708,9 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                 "layers": layers.iter().map(Layer::json).collect::<Vec<_>>(),
                 "numerics": num_reports.iter().map(|(n, r)| serde_json::json!({"taskflow": n, "result": r.json()})).collect::<Vec<_>>(),
             });
+            if !gates.is_empty() {
+                j["gates"] = serde_json::json!(gates);
+            }
             if let Some(t) = &timings {
                 j["timings"] = t.json();
             }
