@@ -803,7 +803,7 @@ const TRAIN_SMALL: &[&str] = &[
     "--set",
     "inter=16",
     "--set",
-    "experts=8",
+    "experts=16",
     "--set",
     "ranks=2",
 ];
@@ -837,6 +837,12 @@ fn a_layer_reports_forward_backward_and_their_sum_with_saved_activations() {
         .map(|v| v.as_str().unwrap())
         .collect();
     assert_eq!(saved, ["x", "xd", "h", "hs", "w_up", "w_down", "ws_up", "ws_down"]);
+    // The router's logits come from the forward: both taskflows run on that routing.
+    assert_eq!(
+        j["gates"],
+        serde_json::json!([{"routing": "r", "taskflow": "moe_layer", "tensor": "z"}])
+    );
+    assert_eq!(j["numerics"][0]["result"]["passed"], true);
     // The human report has the F+B line.
     let out = hpmoe().args(TRAIN_SMALL).assert().success().get_output().clone();
     let text = String::from_utf8_lossy(&out.stdout);

@@ -562,3 +562,28 @@ fn binary_allow_path_reaches_the_sessions_checks() {
     assert_eq!(allowed.status.code(), Some(0), "{out}{err}");
     assert!(out.contains("width") && out.contains("128"), "{out}");
 }
+
+#[test]
+fn dump_routes_by_the_gate_the_program_computes() {
+    let dir = tmp("repl-gate");
+    let script = format!(
+        ":set tokens=16\n:set hidden=32\n:set inter=16\n:set experts=16\n:set ranks=2\n:set taskflow=moe_layer\n:dump {}\n",
+        dir.display()
+    );
+    let (out, code) = session(Some("../../examples/deepseek_v3_train_layer.hpm"), &script);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("routing r: experts chosen from `moe_layer.z` as the program computes it"),
+        "{out}"
+    );
+    assert!(out.contains("moe_layer under interleaved"), "{out}");
+    // The routing the numerics used is dumped: 8 distinct experts per token.
+    let ids = hpmoe_dsl::npy::read(&dir.join("route_ids.npy")).unwrap();
+    assert_eq!(ids.shape, vec![2, 16, 8]);
+    for tok in ids.data.chunks(8) {
+        let mut t: Vec<i64> = tok.iter().map(|&e| e as i64).collect();
+        t.sort_unstable();
+        t.dedup();
+        assert!(t.len() == 8 && t.iter().all(|e| (0..16).contains(e)), "{tok:?}");
+    }
+}

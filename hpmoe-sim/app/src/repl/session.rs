@@ -866,6 +866,72 @@ impl Session {
         Ok(())
     }
 
+    /// `:dump` of a program whose routers take their logits from a taskflow: the routing is
+    /// made from the logits its numerics compute (as `hpmoe run --numerics` does), the
+    /// taskflow compiled again on it, and its tasks run in the schedule's order.
+    fn dump_gated(&mut self, v: &View, opts: &hpmoe_sim::numerics::NumericsOptions) -> Result<(), ()> {
+        let t0 = std::time::Instant::now();
+        let rerouted = match hpmoe_sim::numerics::gates::route_by_gates(&v.program, opts) {
+            Ok(Some((q, gates))) => {
+                for g in &gates {
+                    self.say(&format!(
+                        "routing {}: experts chosen from `{}.{}` as the program computes it",
+                        g.routing, g.taskflow, g.tensor
+                    ));
+                }
+                q
+            }
+            Ok(None) => (*v.program).clone(),
+            Err(ds) => {
+                let sources = Rc::clone(&v.checked.sources);
+                self.diagnostics(&ds, 0, &sources);
+                return Err(());
+            }
+        };
+        let tf = &rerouted.taskflows[v.tf];
+        let comp = match rerouted.compile(tf, v.spec(), &hpmoe_dsl::driver::CompileOptions::default()) {
+            Ok(c) => c,
+            Err(ds) => {
+                let sources = Rc::clone(&v.checked.sources);
+                self.diagnostics(&ds, 0, &sources);
+                return Err(());
+            }
+        };
+        let order = hpmoe_sim::numerics::schedule_order(&comp.graph, &comp.schedule);
+        let res = hpmoe_sim::numerics::run(&rerouted, tf, &comp.graph, &comp.schedule, &order, opts);
+        self.stages.push(Stage {
+            name: "numerics".to_string(),
+            took: Some(t0.elapsed()),
+        });
+        match res {
+            Ok(r) => {
+                self.say(&format!(
+                    "{} under {}: {} tasks",
+                    tf.name,
+                    v.spec().policy.name(),
+                    r.tasks
+                ));
+                self.say_block(&r.text());
+                if !r.races.is_empty() {
+                    let sources = Rc::clone(&v.checked.sources);
+                    self.diagnostics(&r.races, 0, &sources);
+                }
+                self.print_stages();
+                if r.passed() {
+                    Ok(())
+                } else {
+                    self.error("the numbers differ from the references (above)");
+                    Err(())
+                }
+            }
+            Err(d) => {
+                let sources = Rc::clone(&v.checked.sources);
+                self.diagnostics(&[d], 0, &sources);
+                Err(())
+            }
+        }
+    }
+
     fn dump(&mut self, rest: &str) -> Result<(), ()> {
         let mut opts = hpmoe_sim::numerics::NumericsOptions::default();
         for a in words(rest) {
@@ -893,6 +959,9 @@ impl Session {
         // The tasks run in the simulated order; a configuration too large for numerics is
         // refused by `numerics::run` before it runs anything, so it is not simulated first.
         let v = self.view(false, false)?;
+        if !v.program.gated_routes().is_empty() {
+            return self.dump_gated(&v, &opts);
+        }
         let comp = v.compiled();
         let need = hpmoe_sim::numerics::store::total_elements(v.taskflow(), &comp.graph).saturating_mul(24);
         let order = if need > u128::from(opts.memory_limit) {
