@@ -117,11 +117,19 @@ impl Checker<'_> {
             None if rows == 0 => {}
             None => self.bind_tokens(RouteId(i as u32), rows, t.span),
         }
-        if let Some(call) = through_route(self, &tf, id, i) {
-            let d = bad(format!(
-                "the gate `{tfn}.{tn}` of `{route}` is computed through `{route}` itself (by `{call}`)"
-            ))
-            .note("a routing cannot depend on the tokens it routes")
+        if let Some((call, via)) = through_route(self, &tf, id, i) {
+            let d = if via == i {
+                bad(format!(
+                    "the gate `{tfn}.{tn}` of `{route}` is computed through `{route}` itself (by `{call}`)"
+                ))
+                .note("a routing cannot depend on the tokens it routes")
+            } else {
+                let other = self.routes[via].spec.name.clone();
+                bad(format!(
+                    "the gate `{tfn}.{tn}` of `{route}` is computed through `{other}` (by `{call}`), whose experts a gate chooses too"
+                ))
+                .note("a gate's logits are computed once, on routings that no gate chooses")
+            }
             .help("compute the logits from the tokens before they are dispatched");
             self.err(d);
             return None;
@@ -168,15 +176,18 @@ fn first_through(ck: &Checker<'_>, tf: &Taskflow, route: usize) -> Option<usize>
         .position(|n| n.routes.iter().any(|&r| base_of(ck, r) == route))
 }
 
-/// The first call of `tf` that routes through routing `route` (or a view of it) and on
-/// which `target` depends, if any.
-fn through_route(ck: &Checker<'_>, tf: &Taskflow, target: TensorId, route: usize) -> Option<String> {
-    let base = |r: RouteId| base_of(ck, r);
-    // Per tensor: the first call through the routing it depends on (nodes are in topological
-    // order, so one pass suffices).
-    let mut via: Vec<Option<usize>> = vec![None; tf.tensors.len()];
+/// The first call of `tf` on which `target` depends that routes through routing `route`, or
+/// through another routing a gate chooses (or a view of either), with that routing.
+fn through_route(ck: &Checker<'_>, tf: &Taskflow, target: TensorId, route: usize) -> Option<(String, usize)> {
+    let gated = |r: RouteId| {
+        let b = base_of(ck, r);
+        (b == route || ck.routes.get(b).is_some_and(|s| s.gate.is_some())).then_some(b)
+    };
+    // Per tensor: the first such call it depends on, and its routing (nodes are in
+    // topological order, so one pass suffices).
+    let mut via: Vec<Option<(usize, usize)>> = vec![None; tf.tensors.len()];
     for (ni, n) in tf.nodes.iter().enumerate() {
-        let own = n.routes.iter().any(|&r| base(r) == route).then_some(ni);
+        let own = n.routes.iter().find_map(|&r| gated(r)).map(|b| (ni, b));
         let from = n.inputs.iter().find_map(|i| via.get(i.0 as usize).copied().flatten());
         if let Some(v) = via.get_mut(n.output.0 as usize) {
             *v = own.or(from);
@@ -185,5 +196,5 @@ fn through_route(ck: &Checker<'_>, tf: &Taskflow, target: TensorId, route: usize
     via.get(target.0 as usize)
         .copied()
         .flatten()
-        .map(|ni| tf.nodes[ni].name.clone())
+        .map(|(ni, b)| (tf.nodes[ni].name.clone(), b))
 }
