@@ -2,13 +2,14 @@
 //! router's logits. In: the checked routings (with the gate as written) and the checked
 //! taskflows. Out: each gated router's [`GateRef`] resolved to the tensor, or a diagnostic:
 //! an unknown taskflow or tensor (E0201), or a tensor that cannot be logits (E0913: its
-//! dtype, its shape `[tokens, experts]`, where it lives, or a value computed through the
-//! routing it gates). A gate whose rows give the routing's tokens per rank binds them when
+//! dtype, its shape `[tokens, experts]` (a receive window's ragged rows are not tokens), or
+//! a value computed through the routing it gates, through another gated routing, or after
+//! the first call that routes through it). A gate whose rows give the routing's tokens per rank binds them when
 //! no call did.
 
 use super::Checker;
 use crate::diag::{Code, Diagnostic};
-use crate::ir::{DType, Dim, GateRef, Home, RouteId, RouteKind, Taskflow, TensorId};
+use crate::ir::{DType, Dim, GateRef, RouteId, RouteKind, Taskflow, TensorId};
 use crate::syntax::ast::ItemKind;
 
 impl Checker<'_> {
@@ -76,14 +77,6 @@ impl Checker<'_> {
                 "the gate `{tfn}.{tn}` of `{route}` is {shown}; logits are f32, bf16 or f16"
             ))
             .help("compute the logits in floating point");
-            self.err(d);
-            return None;
-        }
-        if t.home == Home::Window {
-            let d = bad(format!(
-                "the gate `{tfn}.{tn}` of `{route}` is a receive window; logits are one row per token of a rank"
-            ))
-            .help("compute the logits from the tokens before they are dispatched");
             self.err(d);
             return None;
         }

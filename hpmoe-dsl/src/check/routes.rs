@@ -157,13 +157,21 @@ impl Checker<'_> {
                     given.insert(pname, (v, a.value.span));
                     continue;
                 }
-                if let crate::syntax::ast::ExprKind::Name(n) = &a.value.kind {
+                use crate::syntax::ast::ExprKind;
+                let help = match &a.value.kind {
+                    ExprKind::Str(_) => None,
+                    ExprKind::Name(n) => {
+                        Some((format!("write `{pname}: TASKFLOW.{n}`"), "which taskflow computes it?"))
+                    }
+                    _ => Some((format!("write `{pname}: TASKFLOW.TENSOR`"), "not a tensor's name")),
+                };
+                if let Some((help, label)) = help {
                     let d = Diagnostic::error(
                         Code::InvalidValue,
                         format!("`{pname}` takes a tensor of a taskflow, named with its taskflow"),
                     )
-                    .primary(a.value.span, "which taskflow computes it?")
-                    .help(format!("write `{pname}: TASKFLOW.{n}`"));
+                    .primary(a.value.span, label)
+                    .help(help);
                     self.err(d);
                     ok = false;
                     continue;

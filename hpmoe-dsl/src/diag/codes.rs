@@ -307,8 +307,8 @@ expert and drops the rest; it needs a `capacity_factor` above 0. `drop_order` an
 `renormalize` only mean something with `drop: true`.";
     BadGate = 913, "bad-gate", "a router gate tensor that cannot give logits",
 "`router(..., gate: tf.z)` takes its logits from the tensor `z` of taskflow `tf`: one row of
-`experts` floating-point logits per token (f32, bf16 or f16, shape [tokens, experts], in
-each rank's HBM). `z` must not be computed from a call that routes through the router it
+`experts` floating-point logits per token of the rank (f32, bf16 or f16, shape [tokens,
+experts]; a receive window's ragged rows are not tokens). `z` must not be computed from a call that routes through the router it
 gates (or a view of it): the routing would depend on itself.";
 
     // ---- imports and files: 10xx ----
