@@ -115,7 +115,7 @@ fn routing_from_the_gate_is_the_router_applied_to_the_logits_the_program_compute
         inputs: vec![("moe_ffn.x".into(), xp.clone()), ("moe_ffn.w_gate".into(), wp.clone())],
         ..Default::default()
     };
-    let (q, runs) = gates::route_by_gates(&p, &opts)
+    let (q, runs) = gates::route_by_gates(&p, None, &opts)
         .unwrap()
         .expect("the program gates a router");
     assert_eq!(runs.len(), 1);

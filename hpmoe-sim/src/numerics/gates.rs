@@ -12,6 +12,7 @@ use super::{run_bound, schedule_order, NumericsOptions};
 use hpmoe_dsl::diag::{Code, Diagnostic};
 use hpmoe_dsl::driver::{Checked, CompileOptions};
 use hpmoe_dsl::ir::{RouteId, Taskflow};
+use hpmoe_dsl::policy::Policy;
 use std::path::PathBuf;
 
 /// One routing made from the logits a taskflow computed.
@@ -37,10 +38,12 @@ pub fn inputs_of(tf: &Taskflow, inputs: &[(String, PathBuf)]) -> Vec<(String, Pa
 }
 
 /// The program with every gated router routed by the logits its gate's taskflow computes
-/// (inputs: `opts.inputs`, addressed as for [`inputs_of`], else seeded); `None` when the
-/// program has no gated router.
+/// (inputs: `opts.inputs`, addressed as for [`inputs_of`], else seeded), that taskflow run
+/// under `policy` (`None`: its own), so that its tiles, and the rounding of its sums, are
+/// those of the run that follows; `None` when the program has no gated router.
 pub fn route_by_gates(
     checked: &Checked,
+    policy: Option<Policy>,
     opts: &NumericsOptions,
 ) -> Result<Option<(Checked, Vec<GateRun>)>, Vec<Diagnostic>> {
     let p = checked.program();
@@ -63,7 +66,7 @@ pub fn route_by_gates(
         let mem = match done.iter().find(|(n, _)| *n == tf.name) {
             Some((_, m)) => m,
             None => {
-                let policy = checked.select_policy(&tf.name, None);
+                let policy = checked.select_policy(&tf.name, policy);
                 let compiled = checked.compile(
                     tf,
                     &policy,

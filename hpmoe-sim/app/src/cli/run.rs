@@ -456,10 +456,11 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         Err(code) => return code,
     };
     // Routings the program computes: with numerics, made from the logits it computes.
+    let main_policy = o.policy.and_then(schedule::Policy::parse);
     let (p, gates) = match o
         .numerics
         .as_ref()
-        .map(|n| hpmoe_sim::numerics::gates::route_by_gates(&p, n))
+        .map(|n| hpmoe_sim::numerics::gates::route_by_gates(&p, main_policy, n))
     {
         Some(Ok(Some((q, g)))) => (q, g),
         Some(Err(ds)) => {

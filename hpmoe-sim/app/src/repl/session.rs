@@ -871,7 +871,7 @@ impl Session {
     /// taskflow compiled again on it, and its tasks run in the schedule's order.
     fn dump_gated(&mut self, v: &View, opts: &hpmoe_sim::numerics::NumericsOptions) -> Result<(), ()> {
         let t0 = std::time::Instant::now();
-        let rerouted = match hpmoe_sim::numerics::gates::route_by_gates(&v.program, opts) {
+        let rerouted = match hpmoe_sim::numerics::gates::route_by_gates(&v.program, Some(v.spec().policy), opts) {
             Ok(Some((q, gates))) => {
                 for g in &gates {
                     self.say(&format!(
