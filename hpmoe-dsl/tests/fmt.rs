@@ -355,11 +355,11 @@ fn expr() -> impl Strategy<Value = Expr> {
             )),
             (inner.clone(), ident()).prop_map(|(b, field)| mk(ExprKind::Field {
                 base: Box::new(b),
-                field
+                field: Box::new(field)
             })),
             proptest::collection::vec(inner.clone(), 0..3).prop_map(|v| mk(ExprKind::Tuple(v))),
             (ident(), inner.clone()).prop_map(|(dtype, arg)| mk(ExprKind::Cast {
-                dtype,
+                dtype: Box::new(dtype),
                 arg: Box::new(arg)
             })),
             (

@@ -26,7 +26,7 @@ impl Checker<'_> {
 
     fn parse_into(&mut self, file: FileId, std_name: Option<String>, path: Option<PathBuf>) -> ModId {
         let text = self.sources.get(file).map(|f| f.text.clone()).unwrap_or_default();
-        let (ast, diags, _) = crate::syntax::parse_text(&text, file);
+        let (ast, diags) = crate::syntax::parse_code(&text, file);
         self.add_module(file, ast, diags, std_name, path)
     }
 
@@ -316,26 +316,32 @@ impl Checker<'_> {
     /// Builds a module's scope: its own items, the prelude, and its imports.
     pub(super) fn build_scope(&mut self, m: ModId) {
         let mut scope: rustc_hash::FxHashMap<String, (ItemRef, Span)> = Default::default();
-        let items_len = self.modules[m].ast.items.len();
-        for i in 0..items_len {
-            let item = &self.modules[m].ast.items[i];
+        // A shared handle to the file, so its names are read in place.
+        let ast = std::rc::Rc::clone(&self.modules[m].ast);
+        // Room for every item's name at once: growing would rehash every name so far.
+        scope.reserve(ast.items.len());
+        for (i, item) in ast.items.iter().enumerate() {
             if matches!(item.kind, ItemKind::Schedule(_)) {
                 continue;
             }
-            let Some(name) = item.kind.name().cloned() else {
+            let Some(name) = item.kind.name() else {
                 continue;
             };
-            if let Some((prev, _)) = scope.get(&name.name) {
-                let prev_span = self.item(*prev).kind.name().map_or(name.span, |n| n.span);
-                self.err(
-                    Diagnostic::error(Code::DuplicateDefinition, format!("`{}` is defined twice", name.name))
-                        .primary(name.span, "defined again here")
-                        .secondary(prev_span, "first defined here")
-                        .help("rename one of them"),
-                );
-                continue;
+            match scope.entry(name.name.clone()) {
+                std::collections::hash_map::Entry::Occupied(prev) => {
+                    let prev = prev.get().0;
+                    let prev_span = self.item(prev).kind.name().map_or(name.span, |n| n.span);
+                    self.err(
+                        Diagnostic::error(Code::DuplicateDefinition, format!("`{}` is defined twice", name.name))
+                            .primary(name.span, "defined again here")
+                            .secondary(prev_span, "first defined here")
+                            .help("rename one of them"),
+                    );
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert((ItemRef { module: m, item: i }, name.span));
+                }
             }
-            scope.insert(name.name.clone(), (ItemRef { module: m, item: i }, name.span));
         }
         // The prelude: routing kinds and policies, unless shadowed.
         for p in stdlib::PRELUDE {

@@ -148,11 +148,35 @@ pub fn check_text(name: &str, text: &str, dir: Option<&Path>, opts: &Options, so
     check_file(file, opts, sources)
 }
 
+/// Whether a check frees its syntax trees and tables when it ends; see
+/// [`keep_trees_until_exit`].
+static FREE_AT_END: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// For a process that exits soon after checking (the `hpmoe check` command): from now on a
+/// check leaves its syntax trees and tables allocated instead of freeing them node by node,
+/// and the operating system reclaims them at exit. On a large program the freeing is a
+/// noticeable part of the run. Callers that check again and again (the REPL, the language
+/// server, tests) keep the default, which frees everything.
+pub fn keep_trees_until_exit() {
+    FREE_AT_END.store(false, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Ends a check: frees the checker, or deliberately leaks it (see [`keep_trees_until_exit`]).
+fn finish(ck: Checker<'_>) {
+    if FREE_AT_END.load(std::sync::atomic::Ordering::Relaxed) {
+        drop(ck);
+    } else {
+        std::mem::forget(ck);
+    }
+}
+
 /// Checks an already-added source.
 pub fn check_file(file: FileId, opts: &Options, sources: &mut SourceMap) -> Outcome {
     let mut ck = Checker::new(sources, opts);
     let program = ck.run(file);
-    ck.outcome(program)
+    let outcome = ck.outcome(program);
+    finish(ck);
+    outcome
 }
 
 impl Checker<'_> {
@@ -324,16 +348,18 @@ impl<'a> Checker<'a> {
         self.apply_param_overrides();
         let root = self.root;
         // Params of the root, in order (errors in each are reported once).
-        let mut params = Vec::new();
-        for (i, item) in self.modules[root].ast.items.iter().enumerate() {
-            if let ItemKind::Param(p) = &item.kind {
-                params.push((p.name.name.clone(), ItemRef { module: root, item: i }));
-            }
-        }
-        let mut param_values = Vec::new();
-        for (name, r) in params {
+        let params: Vec<usize> = (self.modules[root].ast.items.iter().enumerate())
+            .filter_map(|(i, item)| matches!(item.kind, ItemKind::Param(_)).then_some(i))
+            .collect();
+        self.params.reserve(params.len());
+        let mut param_values = Vec::with_capacity(params.len());
+        for i in params {
+            let r = ItemRef { module: root, item: i };
             if let Some(v) = self.param_value(r) {
-                param_values.push((name, v));
+                let ItemKind::Param(p) = &self.item(r).kind else {
+                    continue;
+                };
+                param_values.push((p.name.name.clone(), v));
             }
         }
         self.check_device();
@@ -406,5 +432,7 @@ pub fn check_parsed(
     let mut ck = Checker::new(sources, opts);
     ck.root = ck.load_root_parsed(file, ast, parse_diags);
     let program = ck.run_loaded();
-    ck.outcome(program)
+    let outcome = ck.outcome(program);
+    finish(ck);
+    outcome
 }

@@ -350,7 +350,7 @@ impl Checker<'_> {
             item: r,
             is_comm: def.kind == OpKind::Comm,
             generics: Vec::new(),
-            params: Vec::new(),
+            params: Vec::with_capacity(def.params.len()),
             syms: Vec::new(),
             sig_mode: true,
             vars: Vec::new(),
@@ -579,15 +579,22 @@ impl Checker<'_> {
         }
         let ret = ret?;
         let id = OpId(self.ops.len() as u32);
+        // Signatures live as long as the check: they keep no room for elements never added.
+        let (mut generics, mut syms, mut body, mut tile) = (cx.generics, cx.syms, body, tile);
+        generics.shrink_to_fit();
+        syms.shrink_to_fit();
+        body.vars.shrink_to_fit();
+        body.stmts.shrink_to_fit();
+        tile.shrink_to_fit();
         let sig = OpSig {
             id,
             name: def.name.name.clone(),
             is_comm: cx.is_comm,
             engine,
-            generics: cx.generics,
+            generics,
             params: cx.params,
             ret,
-            syms: cx.syms,
+            syms,
             body,
             tile,
             contraction,
@@ -615,8 +622,8 @@ impl Checker<'_> {
             cx.failed = true;
             return None;
         };
-        let mut dims = Vec::new();
-        let mut dim_spans = Vec::new();
+        let mut dims = Vec::with_capacity(t.dims.len());
+        let mut dim_spans = Vec::with_capacity(t.dims.len());
         for d in &t.dims {
             match self.sym(cx, d) {
                 Some(s) => dims.push(s),
@@ -791,7 +798,7 @@ impl Checker<'_> {
                         cx.failed = true;
                         continue;
                     }
-                    let mut lhs = Vec::new();
+                    let mut lhs = Vec::with_capacity(index.len());
                     for ix in index {
                         match self.lhs_index(cx, ix) {
                             Some(i) => lhs.push(i),
@@ -877,7 +884,7 @@ impl Checker<'_> {
                         cx.failed = true;
                         continue;
                     }
-                    let mut ixs = Vec::new();
+                    let mut ixs = Vec::with_capacity(index.len());
                     for ix in index {
                         match self.index(cx, ix) {
                             Some(i) => ixs.push(i),
@@ -1244,7 +1251,7 @@ impl Checker<'_> {
             );
             return None;
         }
-        let mut vars = Vec::new();
+        let mut vars = Vec::with_capacity(args.len());
         for a in args {
             let Some(n) = a.value.name() else {
                 self.err(
@@ -1409,7 +1416,7 @@ impl Checker<'_> {
                     );
                     return None;
                 }
-                let mut ixs = Vec::new();
+                let mut ixs = Vec::with_capacity(index.len());
                 let mut ok = true;
                 for ix in index {
                     match self.index(cx, ix) {
@@ -1458,7 +1465,7 @@ impl Checker<'_> {
                     );
                     return None;
                 }
-                let mut xs = Vec::new();
+                let mut xs = Vec::with_capacity(args.len());
                 for a in args {
                     xs.push(self.scalar(cx, &a.value));
                 }
@@ -1493,7 +1500,7 @@ impl Checker<'_> {
             }
             ExprKind::Sum { op, binders, body } => {
                 let mark = cx.scope.len();
-                let mut vars = Vec::new();
+                let mut vars = Vec::with_capacity(binders.len());
                 for b in binders {
                     let v = b.var();
                     if Self::lookup_var(cx, &v.name).is_some()

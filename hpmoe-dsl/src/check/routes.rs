@@ -964,7 +964,7 @@ impl Checker<'_> {
             format!("route {} = {};", decl.name.name, call.trim()),
         );
         let src = self.sources.get(file).map(|f| f.text.clone()).unwrap_or_default();
-        let (ast, diags, _) = crate::syntax::parse_text(&src, file);
+        let (ast, diags) = crate::syntax::parse_code(&src, file);
         if !diags.is_empty() {
             self.diags.extend(diags);
             return Err(());

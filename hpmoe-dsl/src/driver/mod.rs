@@ -63,6 +63,11 @@ pub fn check_path(path: &Path, opts: &Options, sources: &mut SourceMap) -> Check
     check::check_path(path, opts, sources).into()
 }
 
+/// See [`check::keep_trees_until_exit`].
+pub fn keep_trees_until_exit() {
+    check::keep_trees_until_exit();
+}
+
 /// Checks a text given a display name; file imports are relative to `dir`.
 pub fn check_text(name: &str, text: &str, dir: Option<&Path>, opts: &Options, sources: &mut SourceMap) -> Checking {
     check::check_text(name, text, dir, opts, sources).into()

@@ -37,10 +37,11 @@ pub enum ItemKind {
     Param(Param),
     Device(DeviceDecl),
     Route(RouteDecl),
-    Op(OpDef),
-    Taskflow(Taskflow),
+    // The large kinds are boxed, so that an item (most are params) stays small.
+    Op(Box<OpDef>),
+    Taskflow(Box<Taskflow>),
     /// `taskflow NAME = grad(FORWARD, wrt: [..], save: [..]);`: a derived backward.
-    Grad(GradDecl),
+    Grad(Box<GradDecl>),
     Schedule(ScheduleDecl),
     Profile(Profile),
     /// `routing NAME(params);` or `policy NAME(params);`: the signature of a builtin.
@@ -418,7 +419,8 @@ pub enum ExprKind {
     /// `r.rank`
     Field {
         base: Box<Expr>,
-        field: Ident,
+        // Boxed (as `Cast`'s dtype), so that every expression node stays small.
+        field: Box<Ident>,
     },
     /// `(a, b, c)`
     Tuple(Vec<Expr>),
@@ -430,7 +432,7 @@ pub enum ExprKind {
     },
     /// `cast<i8>(x)`: the value converted to a dtype (a concrete one or a generic parameter).
     Cast {
-        dtype: Ident,
+        dtype: Box<Ident>,
         arg: Box<Expr>,
     },
     /// Placeholder after a syntax error (already reported).

@@ -124,6 +124,8 @@ pub struct Lexer<'s> {
     file: FileId,
     pub diags: Vec<Diagnostic>,
     pub comments: Vec<Comment>,
+    /// Whether comments are collected into `comments` (see [`Lexer::without_comments`]).
+    keep_comments: bool,
     done: bool,
 }
 
@@ -135,7 +137,24 @@ impl<'s> Lexer<'s> {
             file,
             diags: Vec::new(),
             comments: Vec::new(),
+            keep_comments: true,
             done: false,
+        }
+    }
+
+    /// A lexer that skips comments without collecting them, for readers that only want the
+    /// code (the checker): a large file need not hold every comment's text.
+    pub fn without_comments(mut self) -> Self {
+        self.keep_comments = false;
+        self
+    }
+
+    fn comment(&mut self, span: Span, text: std::ops::Range<usize>) {
+        if self.keep_comments {
+            self.comments.push(Comment {
+                span,
+                text: self.src[text].to_string(),
+            });
         }
     }
 
@@ -295,29 +314,20 @@ impl TokenSource for Lexer<'_> {
                         if !doc.starts_with('/') {
                             TokenKind::Doc(doc.strip_prefix(' ').unwrap_or(doc).to_string())
                         } else {
-                            self.comments.push(Comment {
-                                span,
-                                text: text.to_string(),
-                            });
+                            self.comment(span, range);
                             continue;
                         }
                     } else if let Some(doc) = text.strip_prefix("//!") {
                         TokenKind::InnerDoc(doc.strip_prefix(' ').unwrap_or(doc).to_string())
                     } else {
-                        self.comments.push(Comment {
-                            span,
-                            text: text.to_string(),
-                        });
+                        self.comment(span, range);
                         continue;
                     }
                 }
                 Ok(Raw::BlockCommentStart) => {
                     let end = self.block_comment(range.start);
                     self.inner.bump(end - range.end);
-                    self.comments.push(Comment {
-                        span: self.span(range.start..end),
-                        text: self.src[range.start..end].to_string(),
-                    });
+                    self.comment(self.span(range.start..end), range.start..end);
                     continue;
                 }
                 Ok(Raw::StrStart) => {

@@ -26,18 +26,21 @@ use token::FileId;
 
 /// Lexes and parses a file's text.
 pub fn parse_text(src: &str, file: FileId) -> (ast::File, Vec<Diagnostic>, Vec<lexer::Comment>) {
-    let mut lx = lexer::Lexer::new(src, file);
-    // Code has one token per three to four bytes. Up to 16 MiB of source, one per two is
-    // reserved, so the buffer never grows (and is copied) on ordinary input; beyond, one per
-    // four, to bound what is reserved.
-    let guess = if src.len() <= 16 << 20 {
-        src.len() / 2
-    } else {
-        src.len() / 4
-    };
-    let mut p = parser::Parser::with_capacity(&mut lx, guess + 16);
+    parse_with(lexer::Lexer::new(src, file))
+}
+
+/// Lexes and parses a file's text for reading its code only: as [`parse_text`], without
+/// collecting the comments.
+pub fn parse_code(src: &str, file: FileId) -> (ast::File, Vec<Diagnostic>) {
+    let (f, diags, _) = parse_with(lexer::Lexer::new(src, file).without_comments());
+    (f, diags)
+}
+
+fn parse_with(mut lx: lexer::Lexer<'_>) -> (ast::File, Vec<Diagnostic>, Vec<lexer::Comment>) {
+    let mut p = parser::Parser::new(&mut lx);
     let f = p.file();
+    let parse_diags = p.diags;
     let mut diags = std::mem::take(&mut lx.diags);
-    diags.extend(p.diags);
+    diags.extend(parse_diags);
     (f, diags, std::mem::take(&mut lx.comments))
 }

@@ -27,49 +27,97 @@ pub struct Reported;
 
 type PResult<T> = Result<T, Reported>;
 
-/// The parser state over a buffered token list.
-#[derive(Debug)]
-pub struct Parser {
+/// Tokens read from the source at a time.
+const FILL: usize = 256;
+/// Consumed tokens kept behind the current one (the parser looks back at most two).
+const KEEP_BEHIND: usize = 2;
+
+/// The parser state over a window of the token stream. Tokens are read from the source as
+/// the parser reaches them, and consumed ones are dropped, so a large file is never held as
+/// one token list.
+pub struct Parser<'a> {
+    src: &'a mut dyn TokenSource,
+    /// The window: consumed tokens (at most a few behind `pos`, plus up to a refill's worth)
+    /// and the ones read ahead. Ends with `Eof` once the source is exhausted.
     toks: Vec<Token>,
+    /// The current token's index in `toks`.
     pos: usize,
+    /// Whether `Eof` is in `toks`.
+    done: bool,
     depth: u32,
     pub diags: Vec<Diagnostic>,
     /// Set once the depth limit was hit, so it is reported once.
     too_deep: bool,
 }
 
+impl std::fmt::Debug for Parser<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parser")
+            .field("toks", &self.toks)
+            .field("pos", &self.pos)
+            .field("done", &self.done)
+            .field("depth", &self.depth)
+            .field("diags", &self.diags)
+            .field("too_deep", &self.too_deep)
+            .finish()
+    }
+}
+
 /// Parses a whole source into a file.
-pub fn parse_file(src: &mut impl TokenSource) -> (File, Vec<Diagnostic>) {
+pub fn parse_file(src: &mut dyn TokenSource) -> (File, Vec<Diagnostic>) {
     let mut p = Parser::new(src);
     let file = p.file();
     (file, p.diags)
 }
 
-impl Parser {
-    pub fn new(src: &mut impl TokenSource) -> Self {
-        Self::with_capacity(src, 0)
-    }
-
-    /// Like [`Parser::new`], reserving room for about `tokens` tokens.
-    pub fn with_capacity(src: &mut impl TokenSource, tokens: usize) -> Self {
-        let mut toks = Vec::with_capacity(tokens);
-        loop {
-            let t = src.next_token();
-            let eof = matches!(t.kind, TokenKind::Eof);
-            // Tokens the lexer already reported stay, so an expression can use them as a
-            // placeholder; errors at them are not reported twice.
-            toks.push(t);
-            if eof {
-                break;
-            }
-        }
-        Parser {
-            toks,
+impl<'a> Parser<'a> {
+    pub fn new(src: &'a mut dyn TokenSource) -> Self {
+        let mut p = Parser {
+            src,
+            toks: Vec::with_capacity(FILL + KEEP_BEHIND + 1),
             pos: 0,
+            done: false,
             depth: 0,
             diags: Vec::new(),
             too_deep: false,
+        };
+        p.fill();
+        p
+    }
+
+    /// Reads tokens until the one after the current is in the window (or the source is
+    /// exhausted), first dropping consumed tokens beyond the few kept behind.
+    fn fill(&mut self) {
+        if self.done || self.pos + 1 < self.toks.len() {
+            return;
         }
+        if self.pos > KEEP_BEHIND {
+            self.toks.drain(..self.pos - KEEP_BEHIND);
+            self.pos = KEEP_BEHIND;
+        }
+        self.read(FILL);
+    }
+
+    /// Reads up to `n` more tokens from the source into the window.
+    fn read(&mut self, n: usize) {
+        for _ in 0..n {
+            if self.done {
+                return;
+            }
+            let t = self.src.next_token();
+            self.done = matches!(t.kind, TokenKind::Eof);
+            // Tokens the lexer already reported stay, so an expression can use them as a
+            // placeholder; errors at them are not reported twice.
+            self.toks.push(t);
+        }
+    }
+
+    /// The token `n` past the current one, reading ahead as far as needed; `None` past `Eof`.
+    fn ahead(&mut self, n: usize) -> Option<&Token> {
+        while !self.done && self.pos + n >= self.toks.len() {
+            self.read(FILL);
+        }
+        self.toks.get(self.pos + n)
     }
 
     // ---------------------------------------------------------------- token helpers
@@ -113,16 +161,19 @@ impl Parser {
         };
         let tok = Token { kind, span: t.span };
         self.pos += 1;
+        self.fill();
         tok
     }
     /// Consumes the current token when only its span is wanted (no text is moved out).
     fn skip(&mut self) -> Span {
         let i = self.pos.min(self.toks.len() - 1);
         let t = &self.toks[i];
+        let span = t.span;
         if !matches!(t.kind, TokenKind::Eof) {
             self.pos += 1;
+            self.fill();
         }
-        t.span
+        span
     }
     fn at_eof(&self) -> bool {
         matches!(self.peek_kind(), TokenKind::Eof)
@@ -372,6 +423,8 @@ impl Parser {
         if failed {
             Err(Reported)
         } else {
+            // Most lists are short: the tree keeps no room for elements that never come.
+            out.shrink_to_fit();
             Ok((out, open.to(close)))
         }
     }
@@ -413,7 +466,10 @@ impl Parser {
                         .help("use `///` to document the item that follows"),
                     );
                 }
-                _ => return docs,
+                _ => {
+                    docs.shrink_to_fit();
+                    return docs;
+                }
             }
         }
     }
@@ -440,7 +496,7 @@ impl Parser {
             Some("param") => self.param().map(ItemKind::Param),
             Some("device") => self.device().map(ItemKind::Device),
             Some("route") => self.route().map(ItemKind::Route),
-            Some("op" | "comm") => self.op_def().map(ItemKind::Op),
+            Some("op" | "comm") => self.op_def().map(|o| ItemKind::Op(Box::new(o))),
             Some("taskflow") => self.taskflow(),
             Some("schedule") => self.schedule().map(ItemKind::Schedule),
             Some("profile") => self.profile().map(ItemKind::Profile),
@@ -836,6 +892,8 @@ impl Parser {
         if failed {
             Err(Reported)
         } else {
+            // Most lists are short: the tree keeps no room for elements that never come.
+            out.shrink_to_fit();
             Ok((out, open.to(close)))
         }
     }
@@ -923,7 +981,7 @@ impl Parser {
         self.expect_kw("taskflow")?;
         let name = self.expect_ident("a taskflow name")?;
         if self.eat_punct(Punct::Eq) {
-            return self.grad(name).map(ItemKind::Grad);
+            return self.grad(name).map(|g| ItemKind::Grad(Box::new(g)));
         }
         let params = self.op_params()?;
         self.expect_punct(Punct::Arrow)?;
@@ -941,13 +999,13 @@ impl Parser {
             return Err(self.error_expected("`{` and the taskflow body"));
         }
         let (body, body_span) = self.block(|p| p.flow_stmt())?;
-        Ok(ItemKind::Taskflow(Taskflow {
+        Ok(ItemKind::Taskflow(Box::new(Taskflow {
             name,
             params,
             ret,
             body,
             body_span,
-        }))
+        })))
     }
 
     /// `grad(FORWARD, wrt: [a, b], save: [c]);` after `taskflow NAME =`.
@@ -1214,7 +1272,7 @@ impl Parser {
                 e = Expr {
                     kind: ExprKind::Field {
                         base: Box::new(e),
-                        field,
+                        field: Box::new(field),
                     },
                     span,
                 };
@@ -1225,12 +1283,12 @@ impl Parser {
     }
 
     fn primary(&mut self) -> PResult<Expr> {
+        if matches!(self.peek_kind(), TokenKind::Ident(name) if name == "max") && self.max_is_reduction() {
+            return self.sum(ReduceOp::Max);
+        }
         match self.peek_kind() {
             TokenKind::Ident(name) if name == "sum" && matches!(self.peek_at(1), TokenKind::Open(Delim::Paren)) => {
                 return self.sum(ReduceOp::Sum);
-            }
-            TokenKind::Ident(name) if name == "max" && self.max_is_reduction() => {
-                return self.sum(ReduceOp::Max);
             }
             TokenKind::Ident(name) if name == "cast" && matches!(self.peek_at(1), TokenKind::Punct(Punct::Lt)) => {
                 return self.cast();
@@ -1271,13 +1329,13 @@ impl Parser {
     /// body (a name, a number or `(`), as in `max(k) abs(x[m, k])`; otherwise `max(a, b)` is
     /// the function. A body starting with `-` or with an annotation keyword (`tile`, `on`,
     /// `order`, `priority`) must be parenthesised.
-    fn max_is_reduction(&self) -> bool {
+    fn max_is_reduction(&mut self) -> bool {
         if !matches!(self.peek_at(1), TokenKind::Open(Delim::Paren)) {
             return false;
         }
         let mut depth = 0usize;
-        let mut i = self.pos + 1;
-        while let Some(t) = self.toks.get(i) {
+        let mut i = 1;
+        while let Some(t) = self.ahead(i) {
             match &t.kind {
                 TokenKind::Open(_) => depth += 1,
                 TokenKind::Close(_) => {
@@ -1291,7 +1349,7 @@ impl Parser {
             }
             i += 1;
         }
-        match self.toks.get(i + 1).map(|t| &t.kind) {
+        match self.ahead(i + 1).map(|t| &t.kind) {
             Some(TokenKind::Ident(n)) => !ANNOTATION_KEYWORDS.contains(&n.as_str()),
             Some(TokenKind::Int(_) | TokenKind::Float(_) | TokenKind::Open(Delim::Paren)) => true,
             _ => false,
@@ -1317,7 +1375,7 @@ impl Parser {
         }
         Ok(Expr {
             kind: ExprKind::Cast {
-                dtype,
+                dtype: Box::new(dtype),
                 arg: Box::new(args.remove(0)),
             },
             span: start.to(span),

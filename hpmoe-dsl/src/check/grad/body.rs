@@ -190,7 +190,7 @@ fn route_call(r: &str, field: &str, args: &[&str], span: Span) -> Expr {
             callee: Box::new(Expr {
                 kind: ExprKind::Field {
                     base: Box::new(name(r, span)),
-                    field: ident(field, span),
+                    field: Box::new(ident(field, span)),
                 },
                 span,
             }),

@@ -112,7 +112,7 @@ impl Checker<'_> {
                 let name = op.def.name.name.clone();
                 file.items.push(Item {
                     docs: op.docs,
-                    kind: ItemKind::Op(op.def),
+                    kind: ItemKind::Op(Box::new(op.def)),
                     span: op.span,
                 });
                 self.modules[m].ast = Rc::new(file);
@@ -123,7 +123,7 @@ impl Checker<'_> {
             let mut file = (*self.modules[root].ast).clone();
             file.items[i] = Item {
                 docs,
-                kind: ItemKind::Taskflow(tf),
+                kind: ItemKind::Taskflow(Box::new(tf)),
                 span,
             };
             self.modules[root].ast = Rc::new(file);
@@ -601,7 +601,7 @@ impl Checker<'_> {
                 Expr {
                     kind: ExprKind::Field {
                         base: Box::new(name(&rn, sp)),
-                        field: ident("recv", sp),
+                        field: Box::new(ident("recv", sp)),
                     },
                     span: sp,
                 }
@@ -1008,14 +1008,14 @@ fn derived_source(ops: &[NewOp], tf: &Taskflow) -> (String, String) {
     };
     let taskflow = text(vec![Item {
         docs: Vec::new(),
-        kind: ItemKind::Taskflow(tf.clone()),
+        kind: ItemKind::Taskflow(Box::new(tf.clone())),
         span: Span::default(),
     }]);
     let ops = text(
         ops.iter()
             .map(|op| Item {
                 docs: op.docs.clone(),
-                kind: ItemKind::Op(op.def.clone()),
+                kind: ItemKind::Op(Box::new(op.def.clone())),
                 span: Span::default(),
             })
             .collect(),
@@ -1197,7 +1197,7 @@ fn same_type(a: &TensorType, b: &TensorType) -> bool {
             docs: Vec::new(),
             items: vec![Item {
                 docs: Vec::new(),
-                kind: ItemKind::Op(OpDef {
+                kind: ItemKind::Op(Box::new(OpDef {
                     kind: OpKind::Compute,
                     name: ident("", Span::default()),
                     generics: Vec::new(),
@@ -1214,7 +1214,7 @@ fn same_type(a: &TensorType, b: &TensorType) -> bool {
                     tile: Vec::new(),
                     body: Vec::new(),
                     body_span: Span::default(),
-                }),
+                })),
                 span: Span::default(),
             }],
         };

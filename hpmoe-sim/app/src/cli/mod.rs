@@ -594,32 +594,37 @@ fn run(cmd: Command) -> i32 {
         }
     }
     match cmd {
-        Command::Check { file, prog, format } => match checked(&file, &prog, format) {
-            Ok((p, sources, warnings)) => {
-                if format == Format::Json {
-                    let warnings: Vec<_> = warnings.iter().map(|d| diag::to_json(d, &sources)).collect();
-                    outln!(
-                        "{}",
-                        serde_json::json!({ "ok": true, "diagnostics": warnings, "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>(), "grads": grad_memory_json(&p) })
-                    );
-                } else {
-                    let nodes: usize = p.taskflows.iter().map(|t| t.nodes.len()).sum();
-                    outln!(
-                        "ok: {} taskflow(s), {} op call(s), {} routing(s), device {} with {} ranks",
-                        p.taskflows.len(),
-                        nodes,
-                        p.routes.len(),
-                        p.device.profile,
-                        p.device.ranks()
-                    );
-                    for line in grad_memory_text(&p) {
-                        outln!("{line}");
+        Command::Check { file, prog, format } => {
+            // The process ends after this check: its syntax trees are not freed one node at
+            // a time but left to the operating system at exit.
+            hpmoe_dsl::driver::keep_trees_until_exit();
+            match checked(&file, &prog, format) {
+                Ok((p, sources, warnings)) => {
+                    if format == Format::Json {
+                        let warnings: Vec<_> = warnings.iter().map(|d| diag::to_json(d, &sources)).collect();
+                        outln!(
+                            "{}",
+                            serde_json::json!({ "ok": true, "diagnostics": warnings, "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>(), "grads": grad_memory_json(&p) })
+                        );
+                    } else {
+                        let nodes: usize = p.taskflows.iter().map(|t| t.nodes.len()).sum();
+                        outln!(
+                            "ok: {} taskflow(s), {} op call(s), {} routing(s), device {} with {} ranks",
+                            p.taskflows.len(),
+                            nodes,
+                            p.routes.len(),
+                            p.device.profile,
+                            p.device.ranks()
+                        );
+                        for line in grad_memory_text(&p) {
+                            outln!("{line}");
+                        }
                     }
+                    0
                 }
-                0
+                Err(code) => code,
             }
-            Err(code) => code,
-        },
+        }
         Command::Lower {
             file,
             emit,

@@ -364,7 +364,7 @@ impl Tuner {
 
     fn ast_taskflow(&self) -> Option<&ast::Taskflow> {
         self.ast.items.iter().find_map(|it| match &it.kind {
-            ItemKind::Taskflow(t) if t.name.name == self.taskflow => Some(t),
+            ItemKind::Taskflow(t) if t.name.name == self.taskflow => Some(&**t),
             _ => None,
         })
     }
