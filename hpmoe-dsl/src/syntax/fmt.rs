@@ -737,12 +737,29 @@ impl<'a> Printer<'a> {
     /// `first_hi`: the blank line `policy` asks for, the comments before it, its doc comments
     /// (in source order), and the `//` comments inside its first line (which cannot stay inside).
     fn lead(&mut self, indent: usize, lo_: usize, first_hi: usize, docs: &[String], policy: Blank) {
+        self.lead_with(indent, lo_, first_hi, &[], docs, policy);
+    }
+
+    /// [`Self::lead`], also taking the comments that start in one of the `gaps` (source
+    /// ranges of the construct whose comments have no place of their own).
+    fn lead_with(
+        &mut self,
+        indent: usize,
+        lo_: usize,
+        first_hi: usize,
+        gaps: &[(usize, usize)],
+        docs: &[String],
+        policy: Blank,
+    ) {
         let spans = self.doc_spans(lo_, docs.len());
         let mut things: Vec<(usize, usize, Thing)> = Vec::new();
+        let until = gaps.iter().map(|g| g.1).fold(first_hi.max(lo_), usize::max);
         let mut i = self.first;
-        while i < self.comments.len() && lo(self.comments[i].span) < first_hi.max(lo_) {
+        while i < self.comments.len() && lo(self.comments[i].span) < until {
             let c = &self.comments[i];
-            if !self.done[i] && (lo(c.span) < lo_ || is_line_comment(c)) {
+            let at = lo(c.span);
+            let in_gap = gaps.iter().any(|&(a, b)| at >= a && at < b);
+            if !self.done[i] && ((at < first_hi.max(lo_) && (at < lo_ || is_line_comment(c))) || in_gap) {
                 things.push((lo(c.span), hi(c.span), Thing::Comment(i)));
             }
             i += 1;
@@ -958,7 +975,23 @@ impl<'a> Printer<'a> {
                 _ => None,
             })
             .unwrap_or(end);
-        self.lead(indent, lo_, first_hi, docs, policy);
+        // A comment between two lists (after one's `)`, before the next one's `(`) would be
+        // printed inside the next list when it breaks, and then change its layout the next
+        // time: it goes before the construct instead.
+        let mut gaps: Vec<(usize, usize)> = Vec::new();
+        let mut prev_close: Option<usize> = None;
+        for s in segs {
+            if let Seg::List(List {
+                delims: Some((o, c)), ..
+            }) = s
+            {
+                if let Some(pc) = prev_close {
+                    gaps.push((pc, lo(*o)));
+                }
+                prev_close = Some(hi(*c));
+            }
+        }
+        self.lead_with(indent, lo_, first_hi, &gaps, docs, policy);
         let mut cur = String::new();
         let mut first = true;
         for (i, s) in segs.iter().enumerate() {

@@ -71,6 +71,15 @@ pub(crate) fn routing(p: &Checked, o: &LowerCli, sources: &SourceMap) -> i32 {
                         "  a view of `{}`: each row it received, to the experts of its rank its token chose; every row stays on its rank",
                         p.route(of).name
                     ),
+                    RouteKind::Router(ref rs) => {
+                        if let Some(g) = &rs.gate {
+                            outln!(
+                                "  logits computed by `{}.{}`: drawn from the router's seed here; `hpmoe run --numerics` routes by the values it computes",
+                                g.taskflow,
+                                g.tensor
+                            );
+                        }
+                    }
                     _ => {}
                 }
                 outln!(
