@@ -353,3 +353,14 @@ fn sharded_sweep_merged_equals_unsharded() {
     let csv = std::fs::read_to_string(full.join("sweep.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 12);
 }
+
+#[test]
+fn a_derived_backward_points_to_its_forward() {
+    let o = run(&["tune", "examples/deepseek_v3_grad.hpm", "--taskflow", "moe_ffn_bwd"]);
+    assert_ne!(o.code, 0, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("`moe_ffn_bwd` is derived by `grad` from `moe_ffn`") && o.stderr.contains("--expand-grad"),
+        "{}",
+        o.stderr
+    );
+}

@@ -372,6 +372,15 @@ impl Tuner {
     fn space(&self, p: &Checked, tf: &Taskflow, pool: &rayon::ThreadPool) -> Result<Vec<Coord>, SetupError> {
         let program: &Program = p;
         let Some(atf) = self.ast_taskflow() else {
+            if let Some(g) = program.grads.iter().find(|g| g.taskflow == self.taskflow) {
+                return Err(SetupError::Message(format!(
+                    "taskflow `{}` is derived by `grad` from `{}`, and its tiles are the forward's: tune `{}`, or write the backward out with `hpmoe fmt --expand-grad {}` and tune that file",
+                    self.taskflow,
+                    g.forward,
+                    g.forward,
+                    self.file.display()
+                )));
+            }
             return Err(SetupError::Message(format!(
                 "taskflow `{}` is not defined in `{}` itself; tune the file that defines it",
                 self.taskflow,
