@@ -541,6 +541,22 @@ impl Program {
         let g = base.kind.router()?.gate.as_ref()?;
         (g.taskflow == tf.name && (g.id.0 as usize) < tf.tensors.len()).then_some(g.id)
     }
+    /// The gate tensors call `node` of `tf` waits for, whole, on its rank, with their shapes
+    /// ([tokens, experts], checked): those of the routers it routes through (or views of
+    /// them) that `tf` computes. A call reads its routing, made from the gate's logits.
+    pub fn gate_reads(&self, tf: &Taskflow, node: usize) -> Vec<(TensorId, [u64; 2])> {
+        let mut v: Vec<(TensorId, [u64; 2])> = Vec::new();
+        let Some(n) = tf.nodes.get(node) else { return v };
+        for &r in &n.routes {
+            let Some(z) = self.gate_in(tf, r) else { continue };
+            if let [Dim::Fixed(a), Dim::Fixed(b)] = tf.tensor(z).shape[..] {
+                if !v.iter().any(|g| g.0 == z) {
+                    v.push((z, [a, b]));
+                }
+            }
+        }
+        v
+    }
     /// The routings whose experts a tensor of the program chooses (`router(gate: ...)`).
     pub fn gated_routes(&self) -> Vec<RouteId> {
         (0..self.routes.len())

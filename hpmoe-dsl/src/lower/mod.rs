@@ -769,22 +769,9 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     }
     // A call routing through a router the taskflow gates waits for the whole gate tensor on
     // its rank: the routing exists only once the logits do.
-    let gates: Vec<Vec<(crate::ir::TensorId, [u64; 2])>> = tf
-        .nodes
-        .iter()
-        .map(|node| {
-            let mut v: Vec<(crate::ir::TensorId, [u64; 2])> = Vec::new();
-            for &r in &node.routes {
-                let Some(z) = program.gate_in(tf, r) else { continue };
-                if let [Dim::Fixed(a), Dim::Fixed(b)] = tf.tensor(z).shape[..] {
-                    if !v.iter().any(|g| g.0 == z) {
-                        v.push((z, [a, b]));
-                    }
-                }
-            }
-            v
-        })
-        .collect();
+    let mut gate_regions: Vec<Region> = Vec::new();
+    let gates: Vec<Vec<(crate::ir::TensorId, [u64; 2])>> =
+        (0..tf.nodes.len()).map(|ni| program.gate_reads(tf, ni)).collect();
     for &(z, _) in gates.iter().flatten() {
         if let Some(x) = is_read.get_mut(z.0 as usize) {
             *x = true;
@@ -812,11 +799,13 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
         g.bytes_out.push(access.bytes_out as f32);
         g.remote.push(access.remote as f32);
         preds.clear();
-        let gate_reads = gates[g.node[t] as usize]
-            .iter()
-            .map(|&(z, shape)| Region::whole(z, g.rank[t], &shape));
-        for rd in access.reads.iter().copied().chain(gate_reads) {
-            let rd = &rd;
+        gate_regions.clear();
+        gate_regions.extend(
+            gates[g.node[t] as usize]
+                .iter()
+                .map(|&(z, shape)| Region::whole(z, g.rank[t], &shape)),
+        );
+        for rd in access.reads.iter().chain(&gate_regions) {
             if tf.tensor(rd.tensor).producer.is_none() {
                 continue;
             }

@@ -107,7 +107,10 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
     // calls (and its tasks come after theirs), all writers of a tensor are indexed before
     // its first reader: one pass over the tasks adds writes and checks reads. Otherwise the
     // writes are all indexed first.
-    let one_pass = reads_follow_writes(program, tf, g);
+    // Per call: the gate tensors it also reads (its routing is made from them).
+    let gates: Vec<Vec<(crate::ir::TensorId, [u64; 2])>> =
+        (0..tf.nodes.len()).map(|ni| program.gate_reads(tf, ni)).collect();
+    let one_pass = reads_follow_writes(tf, g, &gates);
     if !one_pass {
         for t in 0..n {
             crate::cancel::check_every(t);
@@ -138,7 +141,7 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
             checked_key = (g.node[t as usize], g.rank[t as usize]);
         }
         derived.derive(tf, g, t as usize);
-        for (z, shape) in gate_reads(program, tf, g.node[t as usize] as usize) {
+        for &(z, shape) in &gates[g.node[t as usize] as usize] {
             let whole = Region::whole(z, g.rank[t as usize], &shape);
             if !derived.reads.contains(&whole) {
                 derived.reads.push(whole);
@@ -271,7 +274,7 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
 
 /// Whether the tasks of every call come after those of the calls whose outputs it reads
 /// (then a task's reads only need the writes of earlier tasks).
-fn reads_follow_writes(program: &Program, tf: &Taskflow, g: &TaskGraph) -> bool {
+fn reads_follow_writes(tf: &Taskflow, g: &TaskGraph, gates: &[Vec<(crate::ir::TensorId, [u64; 2])>]) -> bool {
     // Per tensor: the last task of the calls writing it (a task writes its call's output).
     let mut last_writer: Vec<Option<u32>> = vec![None; tf.tensors.len()];
     // Per call: its first task.
@@ -288,7 +291,7 @@ fn reads_follow_writes(program: &Program, tf: &Taskflow, g: &TaskGraph) -> bool 
     }
     tf.nodes.iter().enumerate().all(|(ni, node)| {
         let Some(f) = first[ni] else { return true };
-        let gates = gate_reads(program, tf, ni).into_iter().map(|g| g.0);
+        let gates = gates.get(ni).into_iter().flatten().map(|g| g.0);
         node.inputs
             .iter()
             .copied()
@@ -298,23 +301,6 @@ fn reads_follow_writes(program: &Program, tf: &Taskflow, g: &TaskGraph) -> bool 
                 _ => true,
             })
     })
-}
-
-/// The gate tensors a call waits for, whole, on its rank (with their shapes): those of the
-/// routers it routes through (or views of them) that this taskflow computes. A call reads
-/// the routing, and the routing is made from the gate's logits.
-fn gate_reads(program: &Program, tf: &Taskflow, node: usize) -> Vec<(crate::ir::TensorId, [u64; 2])> {
-    let mut v = Vec::new();
-    let Some(n) = tf.nodes.get(node) else { return v };
-    for &r in &n.routes {
-        let Some(z) = program.gate_in(tf, r) else { continue };
-        if let [crate::ir::Dim::Fixed(a), crate::ir::Dim::Fixed(b)] = tf.tensor(z).shape[..] {
-            if !v.iter().any(|g: &(crate::ir::TensorId, [u64; 2])| g.0 == z) {
-                v.push((z, [a, b]));
-            }
-        }
-    }
-    v
 }
 
 /// The part of `r` that `writes` leave uncovered, described, or `None` when covered.

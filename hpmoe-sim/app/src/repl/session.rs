@@ -899,21 +899,31 @@ impl Session {
         };
         let order = hpmoe_sim::numerics::schedule_order(&comp.graph, &comp.schedule);
         let res = hpmoe_sim::numerics::run(&rerouted, tf, &comp.graph, &comp.schedule, &order, opts);
+        self.numerics_result(v, t0, res)
+    }
+
+    /// Reports a `:dump` run: its stage time, the numbers, races, and whether they passed.
+    fn numerics_result(
+        &mut self,
+        v: &View,
+        t0: std::time::Instant,
+        res: Result<hpmoe_sim::numerics::NumericsReport, hpmoe_dsl::Diagnostic>,
+    ) -> Result<(), ()> {
         self.stages.push(Stage {
             name: "numerics".to_string(),
             took: Some(t0.elapsed()),
         });
+        let sources = Rc::clone(&v.checked.sources);
         match res {
             Ok(r) => {
                 self.say(&format!(
                     "{} under {}: {} tasks",
-                    tf.name,
+                    v.taskflow().name,
                     v.spec().policy.name(),
                     r.tasks
                 ));
                 self.say_block(&r.text());
                 if !r.races.is_empty() {
-                    let sources = Rc::clone(&v.checked.sources);
                     self.diagnostics(&r.races, 0, &sources);
                 }
                 self.print_stages();
@@ -925,7 +935,6 @@ impl Session {
                 }
             }
             Err(d) => {
-                let sources = Rc::clone(&v.checked.sources);
                 self.diagnostics(&[d], 0, &sources);
                 Err(())
             }
@@ -974,38 +983,7 @@ impl Session {
         };
         let t0 = std::time::Instant::now();
         let res = hpmoe_sim::numerics::run(&v.program, v.taskflow(), &comp.graph, &comp.schedule, &order, &opts);
-        self.stages.push(Stage {
-            name: "numerics".to_string(),
-            took: Some(t0.elapsed()),
-        });
-        match res {
-            Ok(r) => {
-                let header = format!(
-                    "{} under {}: {} tasks",
-                    v.taskflow().name,
-                    v.spec().policy.name(),
-                    r.tasks
-                );
-                self.say(&header);
-                self.say_block(&r.text());
-                if !r.races.is_empty() {
-                    let sources = Rc::clone(&v.checked.sources);
-                    self.diagnostics(&r.races, 0, &sources);
-                }
-                self.print_stages();
-                if r.passed() {
-                    Ok(())
-                } else {
-                    self.error("the numbers differ from the references (above)");
-                    Err(())
-                }
-            }
-            Err(d) => {
-                let sources = Rc::clone(&v.checked.sources);
-                self.diagnostics(&[d], 0, &sources);
-                Err(())
-            }
-        }
+        self.numerics_result(&v, t0, res)
     }
 }
 
