@@ -582,3 +582,134 @@ fn expanded_grad_source_checks_and_runs_as_the_grad() {
     let pairs: Vec<(&str, &str)> = pairs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     expansion_round_trips(&p, &text, &pairs, SMALL);
 }
+
+/// The quantised MoE FFN of `examples/quant_dispatch.hpm` (int8 activations and weights, per
+/// token scales) with a straight-through backward, and its surrogate: the same graph in f32
+/// in which each rounding is `v / s + e`, with the scale `s` and the rounding residual `e`
+/// inputs (what a straight-through estimator holds constant).
+const QUANT: &str = "\
+import std::quant::*;\n\
+taskflow q(x: f32[tokens, hidden], w_up: i8[local, hidden, 2 * inter], s_up: f32[local, 2 * inter],\n\
+           w_down: i8[local, inter, hidden], s_down: f32[local, hidden]) -> bf16[tokens, hidden] {\n\
+  let sx = token_scale_i8(x) tile(m: 2);\n\
+  let xq = quantize_i8(x, sx) tile(m: 2);\n\
+  let xd = dispatch(xq, r) tile(t: 2);\n\
+  let sd = dispatch_scale(sx, r) tile(t: 2);\n\
+  let hq = qgmm(xd, w_up) tile(m: 4, n: 8);\n\
+  let h = dequant_gmm(hq, sd, s_up) tile(m: 2);\n\
+  let a = swiglu(h) tile(m: 2);\n\
+  let sa = token_scale_i8(a) tile(m: 2);\n\
+  let aq = quantize_i8(a, sa) tile(m: 2);\n\
+  let yq = qgmm(aq, w_down) tile(m: 4, n: 8);\n\
+  let y = dequant_gmm(yq, sa, s_down) tile(m: 2);\n\
+  return combine(y, r) tile(m: 2);\n}\n\
+taskflow q_bwd = grad(q, wrt: [x, w_up, w_down], save: [xd, h], straight_through: [xq, aq, w_up, w_down],\n\
+                      detach: [sx, sa]);\n\
+op ste<T>(v: T[M, H], s: f32[M], e: f32[M, H]) -> f32[M, H] on aiv {\n\
+    out[m, h] = v[m, h] / s[m] + e[m, h];\n}\n\
+taskflow surrogate(x: f32[tokens, hidden], w_up: f32[local, hidden, 2 * inter], s_up: f32[local, 2 * inter],\n\
+           w_down: f32[local, inter, hidden], s_down: f32[local, hidden],\n\
+           sx: f32[tokens], ex: f32[tokens, hidden], sa: f32[r.recv], ea: f32[r.recv, inter]) -> bf16[tokens, hidden] {\n\
+  let xq = ste(x, sx, ex) tile(m: 2);\n\
+  let xd = dispatch(xq, r) tile(t: 2);\n\
+  let sd = dispatch_scale(sx, r) tile(t: 2);\n\
+  let hq = qgmm(xd, w_up) tile(m: 4, n: 8);\n\
+  let h = dequant_gmm(hq, sd, s_up) tile(m: 2);\n\
+  let a = swiglu(h) tile(m: 2);\n\
+  let aq = ste(a, sa, ea) tile(m: 2);\n\
+  let yq = qgmm(aq, w_down) tile(m: 4, n: 8);\n\
+  let y = dequant_gmm(yq, sa, s_down) tile(m: 2);\n\
+  return combine(y, r) tile(m: 2);\n}\n";
+
+/// The straight-through backward of a quantised forward is the gradient of its surrogate: the
+/// forward's rounding `round(v / s)` replaced by `v / s + e`, with the scale `s` and the
+/// residual `e = round(v / s) - v / s` frozen at the forward's values (so the surrogate's
+/// values are the forward's, and its derivative passes each rounding unchanged). Central
+/// finite differences of the surrogate, evaluated densely in f64, against the backward's
+/// gradients of the activations and of the int8 weights (as real values), under every
+/// policy.
+#[test]
+fn straight_through_backward_is_the_gradient_of_the_surrogate() {
+    let p = program(QUANT);
+    for policy in [Policy::Interleaved, Policy::KernelByKernel, Policy::ExpertLevel] {
+        let (fc, bc, sc) = (
+            compile(&p, "q", policy),
+            compile(&p, "q_bwd", policy),
+            compile(&p, "surrogate", policy),
+        );
+        let (fr, fmem) = numerics_of(&p, "q", &fc, None);
+        assert!(fr.passed(), "{}", fr.text());
+        let (br, bmem) = numerics_of(&p, "q_bwd", &bc, Some(&fmem));
+        assert!(br.passed(), "{}", br.text());
+        // The surrogate's inputs: the forward's own, its scales, and the residuals of its
+        // roundings (a padding row of the window, never written, has scale 0: 1 and 0 there).
+        let get = |n: &str| fmem.get(n).unwrap_or_else(|| panic!("no `{n}`")).clone();
+        let residual = |v: &str, q: &str, s: &str| {
+            let (v, q, s) = (get(v), get(q), get(s));
+            let mut e = v.clone();
+            let mut sc = s.clone();
+            for rank in 0..v.data.len() {
+                let cols = v.shape[rank].get(1).copied().unwrap_or(1);
+                for (k, e) in e.data[rank].iter_mut().enumerate() {
+                    let sv = s.data[rank][k / cols];
+                    *e = if sv == 0.0 {
+                        0.0
+                    } else {
+                        q.data[rank][k] - v.data[rank][k] / sv
+                    };
+                }
+                for sv in &mut sc.data[rank] {
+                    if *sv == 0.0 {
+                        *sv = 1.0;
+                    }
+                }
+            }
+            (sc, e)
+        };
+        let (sx, ex) = residual("x", "xq", "sx");
+        let (sa, ea) = residual("a", "aq", "sa");
+        // The residuals are roundings: at most half a step.
+        for e in ex.data.iter().chain(&ea.data).flatten() {
+            assert!(e.abs() <= 0.5 + 1e-6, "a residual of {e}");
+        }
+        assert!(ex.data.iter().flatten().any(|e| e.abs() > 1e-3), "the forward rounds x");
+        let mut smem = Memories {
+            taskflow: "surrogate".into(),
+            tensors: Vec::new(),
+        };
+        for n in ["x", "w_up", "s_up", "w_down", "s_down"] {
+            smem.tensors.push((n.to_string(), get(n)));
+        }
+        for (n, t) in [("sx", sx), ("ex", ex), ("sa", sa), ("ea", ea)] {
+            smem.tensors.push((n.to_string(), t));
+        }
+        // The surrogate computes the forward's output.
+        let stf = p.taskflow("surrogate").unwrap();
+        let routes: Vec<Option<RouteIndex>> = sc
+            .graph
+            .layouts
+            .iter()
+            .map(|l| l.as_ref().map(RouteIndex::new))
+            .collect();
+        let mut st: Vec<TensorStore<f64>> = store::allocate(stf, &sc.graph, false);
+        for &i in &stf.inputs {
+            st[i.0 as usize] = smem.get(&stf.tensor(i).name).unwrap().clone();
+        }
+        exec::execute_dense(stf, &sc.graph, &mut st, &routes);
+        let (y, yq) = (&st[stf.outputs[0].1 .0 as usize], get("out"));
+        let (mut num, mut den) = (0.0f64, 0.0f64);
+        for (a, b) in y.data.iter().flatten().zip(yq.data.iter().flatten()) {
+            num += (a - b) * (a - b);
+            den += b * b;
+        }
+        assert!(
+            (num / den).sqrt() < 1e-5,
+            "surrogate vs forward: rel L2 {}",
+            (num / den).sqrt()
+        );
+        let pairs = [("x", "dx"), ("w_up", "dw_up"), ("w_down", "dw_down")];
+        let (rel, max_abs) = gradient_error(&p, "surrogate", &sc, &smem, &bmem, &pairs);
+        eprintln!("{policy:?}: straight-through gradient vs finite differences of the surrogate: rel L2 {rel:.3e}, max |diff| {max_abs:.3e}");
+        assert!(rel < 1e-4, "{rel}");
+    }
+}

@@ -289,6 +289,12 @@ pub struct GradDecl {
     pub forward: Ident,
     pub wrt: Vec<Ident>,
     pub save: Vec<Ident>,
+    /// Tensors of an integer or quantised dtype whose rounding the backward passes straight
+    /// through (a straight-through estimator): the cast that computes each is differentiated
+    /// as the identity; for an input, the gradient is with respect to its values.
+    pub straight_through: Vec<Ident>,
+    /// Tensors the backward treats as constants (no gradient flows through them).
+    pub detach: Vec<Ident>,
     /// The span of `grad(...)`.
     pub call_span: Span,
 }
@@ -653,6 +659,8 @@ pub fn erase_spans(file: &mut File) {
                 ident(&mut g.forward);
                 g.wrt.iter_mut().for_each(ident);
                 g.save.iter_mut().for_each(ident);
+                g.straight_through.iter_mut().for_each(ident);
+                g.detach.iter_mut().for_each(ident);
                 g.call_span = Span::default();
             }
             ItemKind::Schedule(s) => {

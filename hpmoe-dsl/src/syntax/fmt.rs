@@ -1110,17 +1110,28 @@ impl<'a> Printer<'a> {
             }
             ItemKind::Grad(g) => {
                 let list = |names: &[Ident]| names.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ");
-                let mut line = format!(
-                    "taskflow {} = grad({}, wrt: [{}]",
-                    g.name.name,
-                    g.forward.name,
-                    list(&g.wrt)
-                );
-                if !g.save.is_empty() {
-                    let _ = write!(line, ", save: [{}]", list(&g.save));
+                let mut args = vec![g.forward.name.clone(), format!("wrt: [{}]", list(&g.wrt))];
+                for (key, names) in [
+                    ("save", &g.save),
+                    ("straight_through", &g.straight_through),
+                    ("detach", &g.detach),
+                ] {
+                    if !names.is_empty() {
+                        args.push(format!("{key}: [{}]", list(names)));
+                    }
                 }
-                line.push_str(");");
-                self.unit(0, lo_, hi_, docs, policy, vec![line]);
+                let head = format!("taskflow {} = grad(", g.name.name);
+                let flat = format!("{head}{});", args.join(", "));
+                // One argument per line when the declaration does not fit.
+                let lines = if width(&flat) <= MAX_WIDTH {
+                    vec![flat]
+                } else {
+                    let mut lines = vec![head];
+                    lines.extend(args.iter().map(|a| format!("    {a},")));
+                    lines.push(");".to_string());
+                    lines
+                };
+                self.unit(0, lo_, hi_, docs, policy, lines);
             }
             ItemKind::Device(d) => {
                 let head = format!("device = {}", d.profile.name);

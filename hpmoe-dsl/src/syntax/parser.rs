@@ -1008,15 +1008,16 @@ impl<'a> Parser<'a> {
         })))
     }
 
-    /// `grad(FORWARD, wrt: [a, b], save: [c]);` after `taskflow NAME =`.
+    /// `grad(FORWARD, wrt: [a, b], save: [c], straight_through: [q], detach: [s]);` after
+    /// `taskflow NAME =`.
     fn grad(&mut self, name: Ident) -> PResult<GradDecl> {
+        const KEYS: [&str; 4] = ["wrt", "save", "straight_through", "detach"];
         let start = self.expect_kw("grad")?;
         if !self.at_open(Delim::Paren) {
             return Err(self.error_expected("`(` and the forward taskflow"));
         }
         let mut forward = None;
-        let mut wrt: Option<Vec<Ident>> = None;
-        let mut save: Option<Vec<Ident>> = None;
+        let mut lists: [Option<Vec<Ident>>; 4] = [None, None, None, None];
         let (parts, _) = self.delimited(Delim::Paren, Punct::Comma, "an argument of `grad`", |p| {
             let first = p.expect_ident("the forward taskflow, `wrt:` or `save:`")?;
             if !p.eat_punct(Punct::Colon) {
@@ -1031,40 +1032,44 @@ impl<'a> Parser<'a> {
             Ok((first, Some(names)))
         })?;
         for (key, names) in parts {
-            let slot = match (&names, key.name.as_str()) {
-                (None, _) if forward.is_none() && wrt.is_none() && save.is_none() => {
+            let Some(names) = names else {
+                if forward.is_none() && lists.iter().all(Option::is_none) {
                     forward = Some(key);
                     continue;
                 }
-                (Some(_), "wrt") => &mut wrt,
-                (Some(_), "save") => &mut save,
-                (None, _) => {
-                    self.push(
-                        Diagnostic::error(
-                            Code::UnexpectedToken,
-                            "`grad` takes the forward taskflow first, then `wrt: [..]` and `save: [..]`",
-                        )
-                        .primary(key.span, "expected `wrt:` or `save:` here"),
-                    );
-                    return Err(Reported);
-                }
-                (Some(_), _) => {
-                    self.push(
-                        Diagnostic::error(Code::UnknownArgument, format!("`grad` has no argument `{}`", key.name))
-                            .primary(key.span, "unknown argument")
-                            .help("its arguments are the forward taskflow, `wrt: [..]` and `save: [..]`"),
-                    );
-                    return Err(Reported);
-                }
+                self.push(
+                    Diagnostic::error(
+                        Code::UnexpectedToken,
+                        "`grad` takes the forward taskflow first, then `wrt: [..]` and its other lists",
+                    )
+                    .primary(
+                        key.span,
+                        "expected `wrt:`, `save:`, `straight_through:` or `detach:` here",
+                    ),
+                );
+                return Err(Reported);
             };
-            if slot.is_some() {
+            let Some(k) = KEYS.iter().position(|k| *k == key.name) else {
+                let mut d = Diagnostic::error(Code::UnknownArgument, format!("`grad` has no argument `{}`", key.name))
+                    .primary(key.span, "unknown argument")
+                    .note(
+                        "its arguments are the forward taskflow, `wrt: [..]`, `save: [..]`, `straight_through: [..]` \
+                         and `detach: [..]`",
+                    );
+                if let Some(b) = crate::suggest::closest(&key.name, KEYS.iter().copied()) {
+                    d = d.help(format!("did you mean `{b}`?"));
+                }
+                self.push(d);
+                return Err(Reported);
+            };
+            if lists[k].is_some() {
                 self.push(
                     Diagnostic::error(Code::DuplicateArgument, format!("`{}` is given twice", key.name))
                         .primary(key.span, "again here"),
                 );
                 return Err(Reported);
             }
-            *slot = names;
+            lists[k] = Some(names);
         }
         let call_span = start.to(self.prev_span());
         let Some(forward) = forward else {
@@ -1074,6 +1079,7 @@ impl<'a> Parser<'a> {
             );
             return Err(Reported);
         };
+        let [wrt, save, straight_through, detach] = lists;
         let Some(wrt) = wrt else {
             self.push(
                 Diagnostic::error(
@@ -1090,6 +1096,8 @@ impl<'a> Parser<'a> {
             forward,
             wrt,
             save: save.unwrap_or_default(),
+            straight_through: straight_through.unwrap_or_default(),
+            detach: detach.unwrap_or_default(),
             call_span,
         })
     }

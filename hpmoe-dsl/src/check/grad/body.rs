@@ -25,6 +25,9 @@ pub(crate) struct NonDiff {
     pub message: String,
     pub label: String,
     pub help: Option<String>,
+    /// The input is rounded (a cast to an integer or quantised dtype), which a
+    /// straight-through estimator would pass.
+    pub rounding: bool,
 }
 
 impl NonDiff {
@@ -34,6 +37,7 @@ impl NonDiff {
             message: message.into(),
             label: label.into(),
             help: None,
+            rounding: false,
         }
     }
     fn help(mut self, h: impl Into<String>) -> Self {
@@ -49,6 +53,9 @@ pub(crate) type DResult<T> = Result<T, NonDiff>;
 pub(crate) struct Names<'a> {
     /// Names that are not index variables: shape symbols, params, routing parameters.
     pub constants: &'a BTreeSet<String>,
+    /// A cast to an integer or quantised dtype is differentiated as the identity (a
+    /// straight-through estimator of its rounding).
+    pub straight_through: bool,
 }
 
 impl Names<'_> {
@@ -262,6 +269,25 @@ fn children_mut(e: &mut Expr) -> Vec<&mut Expr> {
         ExprKind::Tuple(xs) => xs.iter_mut().collect(),
         _ => Vec::new(),
     }
+}
+
+/// Whether a body rounds: a cast to an integer or quantised dtype anywhere in it.
+pub(crate) fn rounds(body: &[Stmt]) -> bool {
+    fn expr(e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Cast { dtype, arg } => !float_cast(&dtype.name) || expr(arg),
+            ExprKind::Neg(a) => expr(a),
+            ExprKind::Binary(_, a, b) => expr(a) || expr(b),
+            ExprKind::Call { args, .. } => args.iter().any(|a| expr(&a.value)),
+            ExprKind::Sum { body, .. } => expr(body),
+            ExprKind::Index { index, .. } => index.iter().any(expr),
+            ExprKind::Tuple(xs) => xs.iter().any(expr),
+            _ => false,
+        }
+    }
+    body.iter().any(|st| match st {
+        Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Put { value, .. } => expr(value),
+    })
 }
 
 /// Every name in `e` (variables, symbols, tensors), for fresh names.
@@ -484,15 +510,15 @@ fn derivative(f: &str, a: &Expr, span: Span) -> Option<Expr> {
 /// The derivative of `e` with respect to the read at `path` (every other read a constant).
 /// Reductions on the path are transparent: their variables are free in the result and the
 /// caller sums or fixes them.
-fn diff(e: &Expr, path: &[usize]) -> DResult<Expr> {
+fn diff(e: &Expr, path: &[usize], st: bool) -> DResult<Expr> {
     let Some((&c, rest)) = path.split_first() else {
         return Ok(int(1, e.span));
     };
     match &e.kind {
-        ExprKind::Neg(a) => Ok(neg(diff(a, rest)?)),
+        ExprKind::Neg(a) => Ok(neg(diff(a, rest, st)?)),
         ExprKind::Binary(op, a, b) => {
             let (x, other) = if c == 0 { (a, b) } else { (b, a) };
-            let d = diff(x, rest)?;
+            let d = diff(x, rest, st)?;
             Ok(match (op, c) {
                 (BinOp::Add, _) => d,
                 (BinOp::Sub, 0) => d,
@@ -513,7 +539,7 @@ fn diff(e: &Expr, path: &[usize]) -> DResult<Expr> {
         ExprKind::Call { callee, args } => {
             let f = callee.name().unwrap_or("");
             let arg = &args[c].value;
-            let d = diff(arg, rest)?;
+            let d = diff(arg, rest, st)?;
             match derivative(f, arg, e.span) {
                 Some(fp) => Ok(mul(fp, d)),
                 None => {
@@ -544,11 +570,11 @@ fn diff(e: &Expr, path: &[usize]) -> DResult<Expr> {
                 )
                 .help("the gradient of a maximum goes to the selected term only, which the language cannot select; write the backward by hand"));
             }
-            diff(body, rest)
+            diff(body, rest, st)
         }
         ExprKind::Cast { dtype, arg } => {
-            if !float_cast(&dtype.name) {
-                return Err(NonDiff::new(
+            if !float_cast(&dtype.name) && !st {
+                let mut d = NonDiff::new(
                     e.span,
                     format!("a cast to `{}` is not differentiable", dtype.name),
                     if matches!(dtype.name.as_str(), "fp8e4m3" | "fp8e5m2") {
@@ -556,9 +582,11 @@ fn diff(e: &Expr, path: &[usize]) -> DResult<Expr> {
                     } else {
                         "rounds the differentiated input to an integer"
                     },
-                ));
+                );
+                d.rounding = true;
+                return Err(d);
             }
-            diff(arg, rest)
+            diff(arg, rest, st)
         }
         _ => Ok(int(0, e.span)),
     }
@@ -685,7 +713,7 @@ pub(crate) fn compute_vjp(
                 // Reads with the same index and reductions: one term, `dout * (d1 + d2)`.
                 let mut local: Vec<LocalTerm> = Vec::new();
                 for o in occ {
-                    let mut d = diff(&value, &o.path)?;
+                    let mut d = diff(&value, &o.path, names.straight_through)?;
                     // The reductions in the derivative are copies of the forward's: their
                     // variables get fresh names, so that none captures a variable the read
                     // fixes or the gradient sums.

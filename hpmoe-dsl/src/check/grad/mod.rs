@@ -65,6 +65,8 @@ struct Derivation<'f> {
     grads: BTreeMap<TensorId, String>,
     new_ops: Vec<NewOp>,
     saved: BTreeSet<TensorId>,
+    /// The tensors listed in `straight_through`.
+    straight: BTreeSet<TensorId>,
     span: Span,
 }
 
@@ -320,37 +322,148 @@ impl Checker<'_> {
                 }
             }
         }
+        // `straight_through` and `detach`: tensors of the forward.
+        let mut lookup_list = |c: &mut Checker, names: &[Ident], key: &str| -> Vec<(TensorId, Ident)> {
+            let mut out: Vec<(TensorId, Ident)> = Vec::new();
+            for s in names {
+                match fwd.named(&s.name) {
+                    Some(t) if out.iter().any(|(x, _)| *x == t) => {
+                        let d = c.grad_error(s.span, format!("`{}` is named twice in `{key}`", s.name), "again here");
+                        c.err(d);
+                        ok = false;
+                    }
+                    Some(t) => out.push((t, s.clone())),
+                    None => {
+                        let names: Vec<String> = fwd.tensors.iter().map(|t| t.name.clone()).collect();
+                        let mut d = c.grad_error(
+                            s.span,
+                            format!("`{key}` names `{}`, which is not a tensor of `{fname}`", s.name),
+                            "not a tensor of the forward",
+                        );
+                        if let Some(b) = crate::suggest::closest(&s.name, names.iter().map(|s| s.as_str())) {
+                            d = d.help(format!("did you mean `{b}`?"));
+                        }
+                        c.err(d);
+                        ok = false;
+                    }
+                }
+            }
+            out
+        };
+        let straight = lookup_list(self, &g.straight_through, "straight_through");
+        let detached = lookup_list(self, &g.detach, "detach");
+        for (t, s) in &straight {
+            let tensor = fwd.tensor(*t);
+            if tensor.dtype.is_integer() || tensor.dtype.rounds_on_store() {
+                continue;
+            }
+            // A float tensor: its call must round inside (a fake quantisation).
+            let rounds = tensor.producer.and_then(|p| {
+                let opr = self.op_item(fwd.nodes[p.0 as usize].op)?;
+                match &self.item(opr).kind {
+                    ItemKind::Op(def) => Some(body::rounds(&def.body)),
+                    _ => None,
+                }
+            });
+            match rounds {
+                Some(true) => {}
+                Some(false) => self.err(
+                    Diagnostic::warning(
+                        Code::UnusedValue,
+                        format!(
+                            "the call that computes `{}` does not round: nothing passes straight through it",
+                            s.name
+                        ),
+                    )
+                    .primary(
+                        s.span,
+                        format!("a `{}` tensor computed without rounding", tensor.dtype.name()),
+                    ),
+                ),
+                None => {
+                    let d = self
+                        .grad_error(
+                            s.span,
+                            format!(
+                                "`{}` is an input of the float dtype `{}`: it holds no rounded values to pass the gradient through",
+                                s.name,
+                                tensor.dtype.name()
+                            ),
+                            "not a rounded tensor",
+                        )
+                        .help(
+                            "`straight_through` lists tensors of dtype i8, u8, i32, fp8e4m3 or fp8e5m2, and tensors \
+                             computed by a call that rounds (a cast to one of them in its body)",
+                        );
+                    self.err(d);
+                    ok = false;
+                }
+            }
+        }
+        for (t, s) in &detached {
+            if wrt.iter().any(|(w, _)| w == t) {
+                let d = self
+                    .grad_error(
+                        s.span,
+                        format!("`{}` is differentiated (in `wrt`) and detached", s.name),
+                        "also in `wrt`",
+                    )
+                    .help("a detached tensor is a constant of the backward: remove it from one of the lists");
+                self.err(d);
+                ok = false;
+            }
+        }
         if !ok {
             return None;
         }
-        // Activity: tensors that depend on a wrt input; gradients: active tensors on a path
-        // to an output.
+        // Activity: tensors that depend on a wrt input (a detached tensor is a constant);
+        // gradients: active tensors on a path to an output.
         let n = fwd.tensors.len();
-        let mut active = vec![false; n];
-        for (t, _) in &wrt {
-            active[t.0 as usize] = true;
-        }
-        for node in &fwd.nodes {
-            if node.inputs.iter().any(|t| active[t.0 as usize]) {
-                active[node.output.0 as usize] = true;
+        let activity = |detach: &[(TensorId, Ident)]| -> (Vec<bool>, Vec<bool>, BTreeMap<TensorId, usize>) {
+            let mut active = vec![false; n];
+            for (t, _) in &wrt {
+                active[t.0 as usize] = true;
             }
-        }
-        let mut expected: BTreeMap<TensorId, usize> = BTreeMap::new();
-        let mut has_grad = vec![false; n];
-        for (_, t) in &fwd.outputs {
-            if active[t.0 as usize] {
-                has_grad[t.0 as usize] = true;
-                *expected.entry(*t).or_default() += 1;
+            for node in &fwd.nodes {
+                if node.inputs.iter().any(|t| active[t.0 as usize]) && !detach.iter().any(|(d, _)| *d == node.output) {
+                    active[node.output.0 as usize] = true;
+                }
             }
-        }
-        for node in fwd.nodes.iter().rev() {
-            if !has_grad[node.output.0 as usize] {
-                continue;
-            }
-            for t in &node.inputs {
+            let mut expected: BTreeMap<TensorId, usize> = BTreeMap::new();
+            let mut has_grad = vec![false; n];
+            for (_, t) in &fwd.outputs {
                 if active[t.0 as usize] {
                     has_grad[t.0 as usize] = true;
                     *expected.entry(*t).or_default() += 1;
+                }
+            }
+            for node in fwd.nodes.iter().rev() {
+                if !has_grad[node.output.0 as usize] {
+                    continue;
+                }
+                for t in &node.inputs {
+                    if active[t.0 as usize] {
+                        has_grad[t.0 as usize] = true;
+                        *expected.entry(*t).or_default() += 1;
+                    }
+                }
+            }
+            (active, has_grad, expected)
+        };
+        let (active, has_grad, expected) = activity(&detached);
+        if !detached.is_empty() {
+            let (_, undetached, _) = activity(&[]);
+            for (t, s) in &detached {
+                if !undetached[t.0 as usize] {
+                    let what = if fwd.tensor(*t).producer.is_none() {
+                        "an input not in `wrt`: the backward treats it as a constant already"
+                    } else {
+                        "not on a path from a `wrt` input to an output: no gradient flows through it"
+                    };
+                    self.err(
+                        Diagnostic::warning(Code::UnusedValue, format!("detaching `{}` changes nothing", s.name))
+                            .primary(s.span, what),
+                    );
                 }
             }
         }
@@ -370,33 +483,58 @@ impl Checker<'_> {
         if !ok {
             return None;
         }
-        // A gradient flows through every tensor that has one: a tensor of a quantised or
-        // integer dtype holds rounded values, whose derivative is zero almost everywhere
-        // (and a gradient stored in it would be rounded too).
-        for (i, t) in fwd.tensors.iter().enumerate() {
-            if has_grad[i] && (t.dtype.is_integer() || t.dtype.rounds_on_store()) {
-                let what = if t.dtype.is_integer() {
-                    "an integer"
-                } else {
-                    "a quantised"
-                };
-                let d = Diagnostic::error(
-                    Code::NotDifferentiable,
-                    format!(
-                        "`{}` is on the path of the gradient but has {what} dtype, `{}`: rounding has no derivative",
-                        t.name,
-                        t.dtype.name()
-                    ),
-                )
-                .primary(t.span, format!("`{}` holds rounded values", t.dtype.name()))
-                .secondary(g.call_span, "the backward derived here")
-                .help(
-                    "`grad` derives no straight-through estimator: differentiate a forward whose differentiated \
-                     path is in a float dtype (bf16, f16, f32), or write the backward by hand",
+        for (t, s) in &straight {
+            if !has_grad[t.0 as usize] {
+                self.err(
+                    Diagnostic::warning(
+                        Code::UnusedValue,
+                        format!(
+                            "`{}` is not on the path of the gradient: nothing passes through it",
+                            s.name
+                        ),
+                    )
+                    .primary(s.span, "no gradient flows through it"),
                 );
-                self.err(d);
-                ok = false;
             }
+        }
+        // A gradient flows through every tensor that has one: a tensor of a quantised or
+        // integer dtype holds rounded values, whose derivative is zero almost everywhere.
+        // Without `straight_through` every such tensor is refused (a gradient stored in its
+        // dtype would be rounded too); with it, gradients of such tensors are f32, a listed
+        // tensor's rounding is differentiated as the identity, an input must be listed, and a
+        // call that rounds into an unlisted tensor is refused where its body casts.
+        for (i, t) in fwd.tensors.iter().enumerate() {
+            let rounded = t.dtype.is_integer() || t.dtype.rounds_on_store();
+            if !has_grad[i] || !rounded {
+                continue;
+            }
+            let listed = straight.iter().any(|(x, _)| x.0 as usize == i);
+            if listed || (!straight.is_empty() && t.producer.is_some()) {
+                continue;
+            }
+            let what = if t.dtype.is_integer() {
+                "an integer"
+            } else {
+                "a quantised"
+            };
+            let d = Diagnostic::error(
+                Code::NotDifferentiable,
+                format!(
+                    "`{}` is on the path of the gradient but has {what} dtype, `{}`: rounding has no derivative",
+                    t.name,
+                    t.dtype.name()
+                ),
+            )
+            .primary(t.span, format!("`{}` holds rounded values", t.dtype.name()))
+            .secondary(g.call_span, "the backward derived here")
+            .help(format!(
+                "list `{}` in `straight_through: [..]` to pass the gradient through its rounding unchanged \
+                 (a straight-through estimator), or differentiate a forward whose differentiated path is in a \
+                 float dtype (bf16, f16, f32)",
+                t.name
+            ));
+            self.err(d);
+            ok = false;
         }
         if !ok {
             return None;
@@ -415,6 +553,7 @@ impl Checker<'_> {
             grads: BTreeMap::new(),
             new_ops: Vec::new(),
             saved,
+            straight: straight.iter().map(|(t, _)| *t).collect(),
             span,
         };
         // Output gradients.
@@ -494,11 +633,16 @@ impl Checker<'_> {
         // The taskflow's syntax.
         let sp = span;
         let ty = |c: &Checker, t: TensorId| -> TensorType { c.type_syntax(fwd.tensor(t), sp) };
+        let gty = |c: &Checker, t: TensorId| -> TensorType {
+            let mut g = fwd.tensor(t).clone();
+            g.dtype = dv.grad_dtype(t);
+            c.type_syntax(&g, sp)
+        };
         let mut params = Vec::new();
         for (gname, t) in &out_grads {
             params.push(OpParam {
                 name: ident(gname, sp),
-                ty: ParamType::Tensor(ty(self, *t)),
+                ty: ParamType::Tensor(gty(self, *t)),
                 span: sp,
             });
         }
@@ -515,7 +659,7 @@ impl Checker<'_> {
         let ret = TaskflowRet::Named(
             results
                 .iter()
-                .map(|(o, _, t)| (ident(&fresh(o, &mut outs_used), sp), ty(self, *t)))
+                .map(|(o, _, t)| (ident(&fresh(o, &mut outs_used), sp), gty(self, *t)))
                 .collect(),
         );
         let mut body = Vec::new();
@@ -650,7 +794,10 @@ impl Checker<'_> {
                 }
             }
         }
-        let names = Names { constants: &constants };
+        let names = Names {
+            constants: &constants,
+            straight_through: dv.straight.contains(&node.output),
+        };
         let mut used = all.clone();
         used.extend(constants.iter().cloned());
         let dparam = fresh("dout", &mut used);
@@ -676,6 +823,19 @@ impl Checker<'_> {
             if let Some(h) = e.help {
                 d = d.help(h);
             }
+            let out = &fwd.tensor(node.output).name;
+            d = if e.rounding {
+                d.help(format!(
+                    "list `{out}` in `straight_through: [..]` to pass the gradient through this rounding unchanged \
+                     (a straight-through estimator)"
+                ))
+            } else if e.message.contains("differentiable") || e.message.contains("derivative") {
+                d.note(format!(
+                    "`detach: [{out}]` would treat `{out}` as a constant of the backward, with no gradient through it"
+                ))
+            } else {
+                d
+            };
             c.err(d);
         };
         type Derived<'e> = (Vec<Stmt>, Option<&'e str>, Vec<(String, u64)>, Vec<String>);
@@ -702,6 +862,7 @@ impl Checker<'_> {
                             message: "the body never reads it".into(),
                             label: "no read of the input in this body".into(),
                             help: None,
+                            rounding: false,
                         },
                     );
                     return None;
@@ -713,7 +874,18 @@ impl Checker<'_> {
                     }
                 }
                 let aic = body::is_contraction(&derived);
-                let tile = derived_tile(&sig, node, &derived, &names);
+                // The forward's tiles were sized for its operands: a product whose output
+                // gradient is wider (an f32 gradient of an int8 product) takes proportionally
+                // shorter reduction steps, so that its k-step holds as many bytes.
+                let fwd_width = node
+                    .inputs
+                    .iter()
+                    .map(|&t| fwd.tensor(t).dtype.size())
+                    .max()
+                    .unwrap_or(1);
+                let grad_width = dv.grad_dtype(node.output).size();
+                let shrink = (grad_width / fwd_width.max(1)).max(1);
+                let tile = derived_tile(&sig, node, &derived, &names, shrink);
                 let stmts = derived
                     .into_iter()
                     .map(|s| Stmt::Assign {
@@ -758,9 +930,16 @@ impl Checker<'_> {
                 Stmt::Let { .. } => {}
             }
         }
+        // The output gradient's type: the output's, in f32 where a straight-through
+        // gradient of a rounded tensor is.
+        let mut dout_ty = def.ret.clone();
+        let gdt = dv.grad_dtype(node.output);
+        if gdt != fwd.tensor(node.output).dtype {
+            dout_ty.dtype = ident(gdt.name(), dout_ty.dtype.span);
+        }
         let mut params = vec![OpParam {
             name: ident(&dparam, def.ret.span),
-            ty: ParamType::Tensor(def.ret.clone()),
+            ty: ParamType::Tensor(dout_ty),
             span: def.ret.span,
         }];
         let mut args = vec![dout.to_string()];
@@ -793,6 +972,18 @@ impl Checker<'_> {
             return None;
         };
         let mut ret = pty.clone();
+        // The gradient's dtype: f32 for a rounded tensor under a straight-through estimator;
+        // a generic no parameter binds (the primal input is not read) takes the primal's.
+        let primal_dt = fwd.tensor(node.inputs[pos]).dtype;
+        let gdt = dv.grad_dtype(node.inputs[pos]);
+        let is_generic = def.generics.iter().any(|g| g.name == ret.dtype.name);
+        let bound_generic = params.iter().any(|p| match &p.ty {
+            ParamType::Tensor(t) => t.dtype.name == ret.dtype.name,
+            ParamType::Route(_) => false,
+        });
+        if gdt != primal_dt || (is_generic && !bound_generic) {
+            ret.dtype = ident(gdt.name(), ret.dtype.span);
+        }
         // Dimensions no parameter binds take the call's concrete size.
         let concrete = &fwd.tensor(node.inputs[pos]).shape;
         for (d, dim) in ret.dims.iter_mut().enumerate() {
@@ -817,6 +1008,7 @@ impl Checker<'_> {
                                             .into(),
                                     label: "a receive window of a routing the op does not take".into(),
                                     help: None,
+                                    rounding: false,
                                 },
                             );
                             return None;
@@ -828,10 +1020,23 @@ impl Checker<'_> {
             *dim = self.dim_syntax(*c, route.as_deref(), dim.span);
         }
         let base = format!("{}_vjp_{}", def.name.name, input);
+        // The generics the derived signature still uses.
+        let generics = def
+            .generics
+            .iter()
+            .filter(|g| {
+                g.name == ret.dtype.name
+                    || params.iter().any(|p| match &p.ty {
+                        ParamType::Tensor(t) => t.dtype.name == g.name,
+                        ParamType::Route(_) => false,
+                    })
+            })
+            .cloned()
+            .collect();
         let def_new = OpDef {
             kind: def.kind,
             name: ident(&base, def.name.span),
-            generics: def.generics.clone(),
+            generics,
             params,
             ret,
             engine: engine.map(|e| ident(e, def.name.span)),
@@ -1028,6 +1233,17 @@ fn self_dup(w: &Ident) -> Diagnostic {
 }
 
 impl Derivation<'_> {
+    /// The dtype of a tensor's gradient: its own, or f32 for an integer or quantised tensor
+    /// under a straight-through estimator.
+    fn grad_dtype(&self, t: TensorId) -> ir::DType {
+        let dt = self.fwd.tensor(t).dtype;
+        if !self.straight.is_empty() && (dt.is_integer() || dt.rounds_on_store()) {
+            ir::DType::F32
+        } else {
+            dt
+        }
+    }
+
     /// The final gradient of a tensor: its one contribution, or their sum.
     fn grad_of(&mut self, t: TensorId, ck: &mut Checker) -> Option<String> {
         if let Some(g) = self.grads.get(&t) {
@@ -1253,11 +1469,13 @@ fn sym_names(t: &TensorType, syms: &[String], out: &mut BTreeSet<String>) {
 /// reduction variable that it writes exchange their sizes (so `gmm`'s `m: 128, n: 256,
 /// k: 64` gives the input gradient `m: 128, k: 256, n: 64`); a new group variable is one
 /// group per tile; a reduction copied from the forward into the derivative is untiled.
+/// The derived reductions' sizes are divided by `shrink` (at least 1).
 fn derived_tile(
     sig: &super::ops::OpSig,
     node: &ir::Node,
     derived: &[body::DerivedStmt],
     names: &Names,
+    shrink: u64,
 ) -> Vec<(String, u64)> {
     let fsize = |v: &str| node.tile.iter().find(|(n, _)| n == v).map(|(_, s)| *s);
     let is_fwd_out = |v: &str| sig.body.vars.iter().any(|x| x.name == v && x.kind == ir::VarKind::Out);
@@ -1299,6 +1517,11 @@ fn derived_tile(
             None
         };
         if let Some(s) = size {
+            let s = if reds.contains(v) && s != u64::MAX {
+                (s / shrink).max(1)
+            } else {
+                s
+            };
             tile.push((v.clone(), s));
         }
     }
