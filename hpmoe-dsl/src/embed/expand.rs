@@ -493,49 +493,37 @@ fn handles(ast: &ast::File, program: Option<&Program>, source: &SourceTokens, ma
     let mut out = TokenStream::new();
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     for item in &ast.items {
-        let ItemKind::Taskflow(t) = &item.kind else { continue };
-        let span = map.range(t.name.span).unwrap_or(call);
-        let camel = camel_case(&t.name.name);
+        let (name, t) = match &item.kind {
+            ItemKind::Taskflow(t) => (&t.name, Some(t)),
+            ItemKind::Grad(g) => (&g.name, None),
+            _ => continue,
+        };
+        let span = map.range(name.span).unwrap_or(call);
+        let camel = camel_case(&name.name);
         let type_names = [camel.clone(), format!("{camel}Inputs"), format!("{camel}Outputs")];
         if let Some(other) = type_names.iter().find_map(|n| seen.get(n)) {
             let msg = format!(
                 "the handle of taskflow `{}` would be named like that of `{other}` (`{camel}`)\n  help: rename one of the taskflows",
-                t.name.name
+                name.name
             );
             out.extend(compile_error(span.0, span.1, &msg));
             continue;
         }
         for n in type_names {
-            seen.insert(n, t.name.name.clone());
+            seen.insert(n, name.name.clone());
         }
-        let checked = program.and_then(|p| p.taskflow(&t.name.name));
-        let written = |tt: &TensorType| {
-            let dims: Vec<String> = tt.dims.iter().map(expr_text).collect();
-            format!("{}[{}]", tt.dtype.name, dims.join(", "))
+        let checked = program.and_then(|p| p.taskflow(&name.name));
+        let (inputs, outputs) = match t {
+            Some(t) => written_descs(t, checked, program),
+            // A derived backward has no written signature: its types are the checked ones
+            // (none when the program has errors, which are reported).
+            None => match (checked, program) {
+                (Some(tf), Some(p)) => derived_descs(tf, p),
+                _ => (Vec::new(), Vec::new()),
+            },
         };
-        let mut inputs = Vec::new();
-        for p in &t.params {
-            let ParamType::Tensor(tt) = &p.ty else { continue };
-            // An input defined twice is an error already: one field.
-            if inputs.iter().any(|i: &TensorDesc| i.name == p.name.name) {
-                continue;
-            }
-            inputs.push(tensor_desc(&p.name.name, false, tt, written(tt), checked, program));
-        }
-        let mut outputs = Vec::new();
-        match &t.ret {
-            TaskflowRet::Single(tt) => outputs.push(tensor_desc("out", true, tt, written(tt), checked, program)),
-            TaskflowRet::Named(list) => {
-                for (n, tt) in list {
-                    if outputs.iter().any(|o: &TensorDesc| o.name == n.name) {
-                        continue;
-                    }
-                    outputs.push(tensor_desc(&n.name, true, tt, written(tt), checked, program));
-                }
-            }
-        }
         out.extend(handle(
-            &t.name.name,
+            &name.name,
             &camel,
             span,
             &item.docs,
@@ -546,6 +534,74 @@ fn handles(ast: &ast::File, program: Option<&Program>, source: &SourceTokens, ma
         ));
     }
     out
+}
+
+/// The inputs and outputs of a written taskflow: their written types, typed from the checked
+/// taskflow when there is one.
+fn written_descs(
+    t: &ast::Taskflow,
+    checked: Option<&ir::Taskflow>,
+    program: Option<&Program>,
+) -> (Vec<TensorDesc>, Vec<TensorDesc>) {
+    let written = |tt: &TensorType| {
+        let dims: Vec<String> = tt.dims.iter().map(expr_text).collect();
+        format!("{}[{}]", tt.dtype.name, dims.join(", "))
+    };
+    let mut inputs = Vec::new();
+    for p in &t.params {
+        let ParamType::Tensor(tt) = &p.ty else { continue };
+        // An input defined twice is an error already: one field.
+        if inputs.iter().any(|i: &TensorDesc| i.name == p.name.name) {
+            continue;
+        }
+        inputs.push(tensor_desc(&p.name.name, false, tt, written(tt), checked, program));
+    }
+    let mut outputs = Vec::new();
+    match &t.ret {
+        TaskflowRet::Single(tt) => outputs.push(tensor_desc("out", true, tt, written(tt), checked, program)),
+        TaskflowRet::Named(list) => {
+            for (n, tt) in list {
+                if outputs.iter().any(|o: &TensorDesc| o.name == n.name) {
+                    continue;
+                }
+                outputs.push(tensor_desc(&n.name, true, tt, written(tt), checked, program));
+            }
+        }
+    }
+    (inputs, outputs)
+}
+
+/// The inputs and outputs of a taskflow derived by `grad`, from its checked types (a
+/// receive window written `ROUTE.recv`).
+fn derived_descs(tf: &ir::Taskflow, p: &Program) -> (Vec<TensorDesc>, Vec<TensorDesc>) {
+    let desc = |name: &str, id: ir::TensorId| {
+        let t = tf.tensor(id);
+        let mut dims = Vec::new();
+        let shape = t
+            .shape
+            .iter()
+            .map(|d| match d {
+                ir::Dim::Fixed(n) => {
+                    dims.push(n.to_string());
+                    DimDesc::Fixed(*n)
+                }
+                ir::Dim::Recv(r) => {
+                    let spec = p.route(*r);
+                    dims.push(format!("{}.recv", spec.name));
+                    DimDesc::Recv(spec.name.clone(), spec.capacity)
+                }
+            })
+            .collect();
+        TensorDesc {
+            name: name.to_string(),
+            dtype: t.dtype,
+            shape,
+            written: format!("{}[{}]", t.dtype.name(), dims.join(", ")),
+        }
+    };
+    let inputs = tf.inputs.iter().map(|&id| desc(&tf.tensor(id).name, id)).collect();
+    let outputs = tf.outputs.iter().map(|(n, id)| desc(n, *id)).collect();
+    (inputs, outputs)
 }
 
 fn tensor_desc(
