@@ -327,6 +327,7 @@ fn report(
                 "best": entry(1, best, best_lat),
                 "improved": def.is_some_and(|d| best != 0 && best_lat < d),
                 "verdict": verdict,
+                "expanded_grad_of": t.expanded_from,
                 "output": path.display().to_string(),
                 "top": rows.iter().map(|&(k, i, l)| entry(k, i, l)).collect::<Vec<_>>(),
             });
@@ -345,6 +346,12 @@ fn report(
                 t.coords.len(),
                 choices
             );
+            if let Some(f) = &t.expanded_from {
+                outln!(
+                    "`{}` is derived by `grad` from `{f}`: tuned with the file's `grad` declarations written out as source (as `hpmoe fmt --expand-grad` writes them), and so is the file written",
+                    t.taskflow
+                );
+            }
             outln!(
                 "{:>4}  {:>9}  {:>12}  {:>8}  configuration",
                 "rank",

@@ -169,6 +169,9 @@ pub struct Tuner {
     pub taskflow: String,
     pub policy: Policy,
     pub coords: Vec<Coord>,
+    /// The forward of the tuned taskflow when it is derived by `grad`: the search ran on the
+    /// program with its `grad` declarations written out, and so does the written file.
+    pub expanded_from: Option<String>,
 }
 
 /// One evaluated candidate.
@@ -316,7 +319,7 @@ impl Tuner {
     /// Reads and checks the program and builds its search space (checking every candidate
     /// tile of every call, on `pool`).
     pub fn new(file: &Path, settings: Settings, pool: &rayon::ThreadPool) -> Result<Tuner, SetupError> {
-        let source = hpmoe_dsl::check::read_source(file)
+        let mut source = hpmoe_dsl::check::read_source(file)
             .map_err(|e| SetupError::Message(format!("cannot read `{}`: {e}", file.display())))?;
         let opts = settings.check_options().map_err(SetupError::Message)?;
         let name = file
@@ -332,9 +335,29 @@ impl Tuner {
         });
         let mut sources = SourceMap::new();
         let outcome = hpmoe_dsl::driver::check_text(&name, &source, dir.as_deref(), &opts, &mut sources);
-        let Some(p) = outcome.checked else {
+        let Some(mut p) = outcome.checked else {
             return Err(SetupError::Check(outcome.diagnostics, sources));
         };
+        // A backward derived by `grad` has no calls of its own in the file: the search runs
+        // on the program with its `grad` declarations written out as source (what
+        // `hpmoe fmt --expand-grad` writes), whose calls are the derived ones.
+        let mut expanded_from = None;
+        if let Some(g) = settings
+            .taskflow
+            .as_ref()
+            .and_then(|n| p.grads.iter().find(|g| &g.taskflow == n))
+        {
+            let forward = g.forward.clone();
+            let text = hpmoe_dsl::driver::expand_grads(&p, &source).map_err(|ds| {
+                SetupError::Message(format!("cannot write the derived backward out: {}", first_message(&ds)))
+            })?;
+            let mut sources = SourceMap::new();
+            let outcome = hpmoe_dsl::driver::check_text(&name, &text, dir.as_deref(), &opts, &mut sources);
+            let Some(q) = outcome.checked else {
+                return Err(SetupError::Check(outcome.diagnostics, sources));
+            };
+            (p, source, expanded_from) = (q, text, Some(forward));
+        }
         let tf = match &settings.taskflow {
             Some(n) => p
                 .select_taskflow(n)
@@ -355,6 +378,7 @@ impl Tuner {
             opts,
             taskflow: tf.name.clone(),
             policy: p.select_policy(&tf.name, None).policy,
+            expanded_from,
             settings,
             coords: Vec::new(),
         };
@@ -372,15 +396,6 @@ impl Tuner {
     fn space(&self, p: &Checked, tf: &Taskflow, pool: &rayon::ThreadPool) -> Result<Vec<Coord>, SetupError> {
         let program: &Program = p;
         let Some(atf) = self.ast_taskflow() else {
-            if let Some(g) = program.grads.iter().find(|g| g.taskflow == self.taskflow) {
-                return Err(SetupError::Message(format!(
-                    "taskflow `{}` is derived by `grad` from `{}`, and its tiles are the forward's: tune `{}`, or write the backward out with `hpmoe fmt --expand-grad {}` and tune that file",
-                    self.taskflow,
-                    g.forward,
-                    g.forward,
-                    self.file.display()
-                )));
-            }
             return Err(SetupError::Message(format!(
                 "taskflow `{}` is not defined in `{}` itself; tune the file that defines it",
                 self.taskflow,
