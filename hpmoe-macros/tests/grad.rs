@@ -55,12 +55,11 @@ fn a_derived_backward_has_a_typed_handle() {
     assert_eq!(MoeFfnBwd::OUTPUTS.dx.written, "bf16[128, 256]");
 
     // Compiled at run time with a param changed: the same graph as the checked text.
-    let c = MoeFfnBwd::new()
-        .tokens(64)
-        .compile(Some(Policy::Interleaved))
-        .unwrap();
+    let c = MoeFfnBwd::new().tokens(64).compile(Some(Policy::Interleaved)).unwrap();
     assert_eq!(c.taskflow().name, "moe_ffn_bwd");
-    let text = MoeFfnBwd::SOURCE.text.replace("param tokens = 128;", "param tokens = 64;");
+    let text = MoeFfnBwd::SOURCE
+        .text
+        .replace("param tokens = 128;", "param tokens = 64;");
     let mut sm = hpmoe_dsl::SourceMap::new();
     let checked = hpmoe_dsl::driver::check_text("t.hpm", &text, None, &Default::default(), &mut sm)
         .checked

@@ -630,7 +630,33 @@ taskflow surrogate(x: f32[tokens, hidden], w_up: f32[local, hidden, 2 * inter], 
 /// policy.
 #[test]
 fn straight_through_backward_is_the_gradient_of_the_surrogate() {
-    let p = program(QUANT);
+    straight_through_case("i8");
+}
+
+/// The same with fp8 E4M3 activations and weights (rounding to 3 mantissa bits).
+#[test]
+fn straight_through_fp8_backward_is_the_gradient_of_the_surrogate() {
+    straight_through_case("e4m3");
+}
+
+/// `QUANT` with the rounding of `kind` (`i8` or `e4m3`), checked under every policy.
+fn straight_through_case(kind: &str) {
+    let text = if kind == "i8" {
+        QUANT.to_string()
+    } else {
+        QUANT
+            .replace("_i8", &format!("_{kind}"))
+            .replace("i8[", &format!("fp8{kind}["))
+    };
+    let p = program(&text);
+    // The largest rounding residual of a value `v / s` in units of the scale.
+    let bound = |v: f64| {
+        if kind == "i8" {
+            0.5
+        } else {
+            v.abs() * 2f64.powi(-4) + 2f64.powi(-10)
+        }
+    };
     for policy in [Policy::Interleaved, Policy::KernelByKernel, Policy::ExpertLevel] {
         let (fc, bc, sc) = (
             compile(&p, "q", policy),
@@ -669,8 +695,10 @@ fn straight_through_backward_is_the_gradient_of_the_surrogate() {
         let (sx, ex) = residual("x", "xq", "sx");
         let (sa, ea) = residual("a", "aq", "sa");
         // The residuals are roundings: at most half a step.
-        for e in ex.data.iter().chain(&ea.data).flatten() {
-            assert!(e.abs() <= 0.5 + 1e-6, "a residual of {e}");
+        for (e, q) in [(&ex, get("xq")), (&ea, get("aq"))] {
+            for (e, q) in e.data.iter().flatten().zip(q.data.iter().flatten()) {
+                assert!(e.abs() <= bound(q - e) + 1e-6, "a residual of {e} at {q}");
+            }
         }
         assert!(ex.data.iter().flatten().any(|e| e.abs() > 1e-3), "the forward rounds x");
         let mut smem = Memories {
@@ -709,7 +737,7 @@ fn straight_through_backward_is_the_gradient_of_the_surrogate() {
         );
         let pairs = [("x", "dx"), ("w_up", "dw_up"), ("w_down", "dw_down")];
         let (rel, max_abs) = gradient_error(&p, "surrogate", &sc, &smem, &bmem, &pairs);
-        eprintln!("{policy:?}: straight-through gradient vs finite differences of the surrogate: rel L2 {rel:.3e}, max |diff| {max_abs:.3e}");
+        eprintln!("{kind} {policy:?}: straight-through gradient vs finite differences of the surrogate: rel L2 {rel:.3e}, max |diff| {max_abs:.3e}");
         assert!(rel < 1e-4, "{rel}");
     }
 }

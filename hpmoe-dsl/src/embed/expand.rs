@@ -523,14 +523,7 @@ fn handles(ast: &ast::File, program: Option<&Program>, source: &SourceTokens, ma
             },
         };
         out.extend(handle(
-            &name.name,
-            &camel,
-            span,
-            &item.docs,
-            &params,
-            &inputs,
-            &outputs,
-            source,
+            &name.name, &camel, span, &item.docs, &params, &inputs, &outputs, source,
         ));
     }
     out

@@ -364,7 +364,16 @@ fn a_derived_backward_is_tuned_written_out() {
     let file = "examples/deepseek_v3_grad.hpm";
     let mut a = vec!["tune", file, "--taskflow", "moe_ffn_bwd"];
     a.extend(SMALL);
-    a.extend(["--budget", "6", "--seed", "3", "--format", "json", "-o", best.to_str().unwrap()]);
+    a.extend([
+        "--budget",
+        "6",
+        "--seed",
+        "3",
+        "--format",
+        "json",
+        "-o",
+        best.to_str().unwrap(),
+    ]);
     let o = run(&a);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let j: J = serde_json::from_str(&o.stdout).unwrap();
