@@ -350,6 +350,25 @@ case("msg2_determinism_many_errors", "".join(f"param p{i} = q{i} / 0;\n" for i i
 case("msg2_determinism_limit", elementwise("out[m, n] = x[m, n];", "[32768, 32768]", " tile(m: 1, n: 1)"), args=("run",), twice=True)
 
 
+# `grad` with straight_through and detach: hostile lists.
+QUANT_HEAD = ("import std::moe::*;\nimport std::quant::*;\nimport std::device::ascend_a3;\n"
+              "device = ascend_a3 { ranks: 2 };\nroute r = balanced(experts: 4, topk: 2);\n"
+              "taskflow q(x: f32[64, 64], w: i8[2, 64, 64]) -> f32[64, 64] {\n"
+              "    let s = token_scale_i8(x);\n    let xq = quantize_i8(x, s);\n    let xd = dispatch(xq, r) tile(t: 32);\n"
+              "    let h = qgmm(xd, w) tile(m: 32, n: 64);\n    return combine(h, r) tile(m: 32);\n}\n")
+case("grad2_straight_through_ok", QUANT_HEAD + "taskflow b = grad(q, wrt: [x, w], straight_through: [xq, w], detach: [s]);\n",
+     args=("run", "--numerics"), expect="ok")
+case("grad2_many_names", QUANT_HEAD + "taskflow b = grad(q, wrt: [x], straight_through: [" + ", ".join(f"n{i}" for i in range(20000)) + "]);\n", twice=True)
+case("grad2_detach_everything", QUANT_HEAD + "taskflow b = grad(q, wrt: [x], straight_through: [xq], detach: [s, xq, xd, h, out]);\n")
+case("grad2_straight_through_self", QUANT_HEAD + "taskflow b = grad(b, wrt: [x], straight_through: [xq]);\n")
+case("grad2_unknown_key", QUANT_HEAD + "taskflow b = grad(q, wrt: [x], straight_throug: [xq]);\n")
+case("grad2_key_twice", QUANT_HEAD + "taskflow b = grad(q, wrt: [x], detach: [s], detach: [s]);\n")
+case("grad2_nested_grad", QUANT_HEAD + "taskflow b = grad(q, wrt: [x], straight_through: [xq], detach: [s]);\n"
+     "taskflow c = grad(b, wrt: [dy, x], straight_through: [xq], detach: [s]);\n")
+case("grad2_fmt_expand", QUANT_HEAD + "taskflow b = grad(q, wrt: [x, w], straight_through: [xq, w], detach: [s]);\n",
+     args=("fmt", "--expand-grad", "--stdout"), expect="ok")
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"

@@ -18,7 +18,41 @@ pub type Outputs = Vec<(TensorId, TensorStore<f64>)>;
 
 fn producer<'a>(p: &Program, tf: &'a Taskflow, t: TensorId, op: &str) -> Option<&'a hpmoe_dsl::ir::Node> {
     let n = tf.node(tf.tensor(t).producer?);
-    (p.op(n.op).name == op).then_some(n)
+    plays(p, tf, &p.op(n.op).name, op).then_some(n)
+}
+
+/// Whether the op `name` plays the part of the stdlib's backward op `role` in `tf`: the op
+/// itself, or, in a taskflow derived by `grad`, the vector-Jacobian product derived for that
+/// part (`gmm_vjp_x` for `gmm_grad_x`, with a `_N` suffix when the name was taken: a derived
+/// taskflow calls only derived ops and the forward's).
+fn plays(p: &Program, tf: &Taskflow, name: &str, role: &str) -> bool {
+    if name == role {
+        return true;
+    }
+    let derived = match role {
+        "gmm_grad_x" => "gmm_vjp_x",
+        "gmm_grad_w" => "gmm_vjp_w",
+        "swiglu_grad" => "swiglu_vjp_h",
+        "combine_grad" => "combine_vjp_y",
+        "dispatch_grad" => "dispatch_vjp_x",
+        _ => return false,
+    };
+    p.grads.iter().any(|g| g.taskflow == tf.name)
+        && (name == derived
+            || name
+                .strip_prefix(derived)
+                .and_then(|s| s.strip_prefix('_'))
+                .is_some_and(|k| k.parse::<u32>().is_ok()))
+}
+
+/// The activation and output-gradient inputs of a weight gradient: `gmm_grad_w(x, dy, r)`,
+/// or the derived `gmm_vjp_w(dout, x)`.
+fn weight_grad_inputs(p: &Program, n: &hpmoe_dsl::ir::Node) -> Option<(TensorId, TensorId)> {
+    if p.op(n.op).name == "gmm_grad_w" {
+        Some((*n.inputs.first()?, *n.inputs.get(1)?))
+    } else {
+        Some((*n.inputs.get(1)?, *n.inputs.first()?))
+    }
 }
 
 fn is_input(tf: &Taskflow, t: TensorId) -> bool {
@@ -197,7 +231,7 @@ pub fn backward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore
         tf.nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| p.op(n.op).name == op)
+            .filter(|(_, n)| plays(p, tf, &p.op(n.op).name, op))
             .map(|(i, _)| NodeId(i as u32))
             .collect()
     };
@@ -232,10 +266,14 @@ pub fn backward(p: &Program, tf: &Taskflow, g: &TaskGraph, inputs: &[TensorStore
     }
     let (w_down, w_up, h) = (gx_down.inputs[1], gx_up.inputs[1], sg.inputs[1]);
     let gw: Vec<&hpmoe_dsl::ir::Node> = find("gmm_grad_w").into_iter().map(|i| tf.node(i)).collect();
-    let gw_down = gw.iter().find(|n| n.inputs[1] == cg.output)?;
-    let gw_up = gw.iter().find(|n| n.inputs[1] == sg.output)?;
-    let xd = gw_up.inputs[0];
-    let act = tf.node(tf.tensor(gw_down.inputs[0]).producer?);
+    let gw_down = gw
+        .iter()
+        .find(|n| weight_grad_inputs(p, n).is_some_and(|(_, d)| d == cg.output))?;
+    let gw_up = gw
+        .iter()
+        .find(|n| weight_grad_inputs(p, n).is_some_and(|(_, d)| d == sg.output))?;
+    let xd = weight_grad_inputs(p, gw_up)?.0;
+    let act = tf.node(tf.tensor(weight_grad_inputs(p, gw_down)?.0).producer?);
     if p.op(act.op).name != "swiglu" || act.inputs[0] != h {
         return None;
     }
