@@ -99,6 +99,16 @@ impl Checker<'_> {
             let ItemKind::Grad(g) = &item.kind else { continue };
             let (g, span, docs) = (g.clone(), item.span, item.docs.clone());
             let Some((ops, tf)) = self.derive(&g, span) else {
+                // A failed derivation fails the check: a `grad` never vanishes silently (when
+                // nothing else was reported, say so here).
+                if self.diags.error_count() == 0 {
+                    let d = self.grad_error(
+                        g.call_span,
+                        format!("the backward `{}` cannot be derived", g.name.name),
+                        "no backward derived here",
+                    );
+                    self.err(d);
+                }
                 continue;
             };
             let written: Vec<NewOp> = ops.iter().map(|op| self.for_root(op)).collect();
@@ -231,6 +241,17 @@ impl Checker<'_> {
                     d = d.help(format!("did you mean `{b}`?"));
                 }
                 self.err(d);
+            }
+            if fname == &g.name.name {
+                let d = self
+                    .grad_error(
+                        g.forward.span,
+                        format!("`{fname}` is the backward declared here: it cannot be its own forward"),
+                        "the taskflow this `grad` declares",
+                    )
+                    .help("name the forward taskflow, e.g. `grad(moe_ffn, wrt: [x])`");
+                self.err(d);
+                return None;
             }
             // A `grad` declared earlier whose derivation failed was reported already.
             let later = self.lookup(root, fname).is_some_and(|r| {
