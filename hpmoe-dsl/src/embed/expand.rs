@@ -569,20 +569,12 @@ fn written_descs(
 fn derived_descs(tf: &ir::Taskflow, p: &Program) -> (Vec<TensorDesc>, Vec<TensorDesc>) {
     let desc = |name: &str, id: ir::TensorId| {
         let t = tf.tensor(id);
-        let mut dims = Vec::new();
-        let shape = t
-            .shape
+        let shape = ir_shape(t, p);
+        let dims: Vec<String> = shape
             .iter()
             .map(|d| match d {
-                ir::Dim::Fixed(n) => {
-                    dims.push(n.to_string());
-                    DimDesc::Fixed(*n)
-                }
-                ir::Dim::Recv(r) => {
-                    let spec = p.route(*r);
-                    dims.push(format!("{}.recv", spec.name));
-                    DimDesc::Recv(spec.name.clone(), spec.capacity)
-                }
+                DimDesc::Fixed(n) => n.to_string(),
+                DimDesc::Recv(r, _) => format!("{r}.recv"),
             })
             .collect();
         TensorDesc {
@@ -595,6 +587,20 @@ fn derived_descs(tf: &ir::Taskflow, p: &Program) -> (Vec<TensorDesc>, Vec<Tensor
     let inputs = tf.inputs.iter().map(|&id| desc(&tf.tensor(id).name, id)).collect();
     let outputs = tf.outputs.iter().map(|(n, id)| desc(n, *id)).collect();
     (inputs, outputs)
+}
+
+/// A checked tensor's shape: fixed sizes, and receive windows with their capacity.
+fn ir_shape(t: &ir::Tensor, p: &Program) -> Vec<DimDesc> {
+    t.shape
+        .iter()
+        .map(|d| match d {
+            ir::Dim::Fixed(n) => DimDesc::Fixed(*n),
+            ir::Dim::Recv(r) => {
+                let spec = p.route(*r);
+                DimDesc::Recv(spec.name.clone(), spec.capacity)
+            }
+        })
+        .collect()
 }
 
 fn tensor_desc(
@@ -616,21 +622,10 @@ fn tensor_desc(
     match (found, checked, program) {
         (Some(id), Some(tf), Some(p)) => {
             let t = tf.tensor(id);
-            let shape = t
-                .shape
-                .iter()
-                .map(|d| match d {
-                    ir::Dim::Fixed(n) => DimDesc::Fixed(*n),
-                    ir::Dim::Recv(r) => {
-                        let spec = p.route(*r);
-                        DimDesc::Recv(spec.name.clone(), spec.capacity)
-                    }
-                })
-                .collect();
             TensorDesc {
                 name: name.to_string(),
                 dtype: t.dtype,
-                shape,
+                shape: ir_shape(t, p),
                 written,
             }
         }

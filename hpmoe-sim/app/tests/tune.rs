@@ -58,7 +58,14 @@ fn tune(best: &Path, budget: &str, extra: &[&str]) -> Out {
 
 /// The latency `hpmoe run` reports for a file under the small shapes.
 fn run_latency(file: &str) -> f64 {
+    taskflow_latency(file, &[])
+}
+
+/// The latency `hpmoe run` reports for the first taskflow run of a file under the small
+/// shapes, with `extra` arguments.
+fn taskflow_latency(file: &str, extra: &[&str]) -> f64 {
     let mut a = vec!["run", file];
+    a.extend(extra);
     a.extend(SMALL);
     a.extend(["--format", "json"]);
     let o = run(&a);
@@ -390,15 +397,7 @@ fn a_derived_backward_is_tuned_written_out() {
     assert!(!text.contains("= grad("), "{text}");
     assert!(text.contains("op gmm_vjp_x"), "{text}");
     // The file runs at the reported latency (the program imports nothing relative).
-    let latency = |file: &str, tf: &str| {
-        let mut a = vec!["run", file, "--taskflow", tf];
-        a.extend(SMALL);
-        a.extend(["--format", "json"]);
-        let o = run(&a);
-        assert_eq!(o.code, 0, "{}", o.stderr);
-        let j: J = serde_json::from_str(&o.stdout).unwrap();
-        j["runs"][0]["latency_us"].as_f64().unwrap()
-    };
+    let latency = |file: &str, tf: &str| taskflow_latency(file, &["--taskflow", tf]);
     let reported = j["best"]["latency_us"].as_f64().unwrap();
     let best_s = best.to_str().unwrap();
     assert!(close(latency(best_s, "moe_ffn_bwd"), reported));
