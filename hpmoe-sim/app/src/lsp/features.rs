@@ -21,8 +21,34 @@ use std::sync::OnceLock;
 
 /// The keywords of the language (the `kw_*` rules of the reference grammar).
 pub const KEYWORDS: &[&str] = &[
-    "import", "param", "device", "route", "op", "comm", "taskflow", "grad", "schedule", "profile", "routing", "policy",
-    "on", "tile", "order", "priority", "let", "return", "put", "sum", "max", "cast", "in", "group",
+    "import",
+    "param",
+    "device",
+    "route",
+    "op",
+    "comm",
+    "taskflow",
+    "grad",
+    "schedule",
+    "profile",
+    "routing",
+    "policy",
+    "on",
+    "tile",
+    "order",
+    "priority",
+    "let",
+    "return",
+    "put",
+    "sum",
+    "max",
+    "cast",
+    "in",
+    "group",
+    "wrt",
+    "save",
+    "straight_through",
+    "detach",
 ];
 const ENGINES: &[(&str, &str)] = &[("aic", "the cube cores (matrix units)"), ("aiv", "the vector cores")];
 

@@ -17,7 +17,23 @@ const POLICIES: &[&str] = &["kernel_by_kernel", "expert_level", "interleaved"];
 const ROUTINGS: &[&str] = &["balanced(", "uniform(", "zipf(", "hotspot(", "file("];
 /// Words with a meaning inside items (besides the item keywords).
 const KEYWORDS: &[&str] = &[
-    "let", "return", "on", "tile", "order", "priority", "sum", "put", "out", "group", "in", "ratr", "grad",
+    "let",
+    "return",
+    "on",
+    "tile",
+    "order",
+    "priority",
+    "sum",
+    "put",
+    "out",
+    "group",
+    "in",
+    "ratr",
+    "grad",
+    "wrt",
+    "save",
+    "straight_through",
+    "detach",
 ];
 const TYPES: &[&str] = &[
     "bf16", "f16", "f32", "i32", "aic", "aiv", "route", "int", "float", "bool", "str",
