@@ -4,6 +4,10 @@
 //! In: a task of a [`TaskGraph`] (its call, rank and tile) and the checked taskflow. Out:
 //! [`TileRanges`] (the values of the body's variables in the tile), [`Access`] (regions read
 //! and written, cost), computed into reused [`Scratch`] buffers without allocating per task.
+//! What every tile of a call shares — where each body variable's values come from (a chunk
+//! of a task dimension, a fixed range, the window, the rows sent) and each statement's tensor
+//! accesses — is read from the body once per call (`CallPlan`); a tile then only fills in
+//! its chunks, advanced from the previous tile's when tiles come in order.
 //! [`WriterIndex`] keeps, per tensor and rank, flat write records (bounds and task) and
 //! answers which writes overlap a region; a list is sorted by (first-dimension start, task)
 //! on its first query, and not at all when its records arrived in that order.
@@ -90,7 +94,8 @@ fn range_of(vr: &[(i64, i64)], v: usize) -> (i64, i64) {
 }
 
 /// The interval an index takes over the variables' ranges.
-fn index_range(ix: &Index, vr: &[(i64, i64)], group_of: &dyn Fn(i64) -> i64, dim_size: i64) -> (i64, i64) {
+#[inline]
+fn index_range(ix: &Index, vr: &[(i64, i64)], group_of: &impl Fn(i64) -> i64, dim_size: i64) -> (i64, i64) {
     match ix {
         Index::Affine { var, coef, offset } => {
             let (lo, hi) = range_of(vr, *var);
@@ -740,13 +745,21 @@ pub mod fault {
 pub struct WriterIndex {
     ndim: Vec<usize>,
     ranks: usize,
-    /// `[tensor][rank]`: flat records of (`ndim` (lo, hi) pairs, task id with the
-    /// accumulation flag above it), in insertion order.
-    records: Vec<Vec<Vec<i64>>>,
-    /// `[tensor][rank]`: the order of the records by (lo of dimension 0, task); built on the
-    /// first query after records were added.
-    sorted: Vec<Vec<Option<Order>>>,
-    max_len: Vec<Vec<i64>>,
+    /// `[tensor * ranks + rank]`: the writes of a tensor on a rank.
+    lists: Vec<Writes>,
+}
+
+/// The writes of one tensor on one rank.
+#[derive(Debug, Default)]
+struct Writes {
+    /// Flat records of (`ndim` (lo, hi) pairs, task id with the accumulation flag above it),
+    /// in insertion order.
+    records: Vec<i64>,
+    /// The order of the records by (lo of dimension 0, task); built on the first query after
+    /// records were added.
+    sorted: Option<Order>,
+    /// The longest extent of a record in dimension 0.
+    max_len: i64,
 }
 
 /// The records of one tensor on one rank by position.
@@ -772,16 +785,23 @@ fn surely_disjoint(list: &[i64], nd: usize) -> bool {
     let mut iv: Vec<(i64, i64)> = Vec::with_capacity(n);
     for d in 0..nd {
         iv.clear();
-        iv.extend(list.chunks_exact(st).map(|rec| (rec[2 * d], rec[2 * d + 1])));
+        // Repeats in a row (the tiles along another dimension) are left out before sorting.
+        for rec in list.chunks_exact(st) {
+            let x = (rec[2 * d], rec[2 * d + 1]);
+            if iv.last() != Some(&x) {
+                iv.push(x);
+            }
+        }
         iv.sort_unstable();
         iv.dedup();
         if iv.windows(2).any(|w| w[0].1 > w[1].0) || iv.iter().any(|&(lo, hi)| lo >= hi) {
             return false;
         }
     }
-    let mut boxes: Vec<&[i64]> = list.chunks_exact(st).map(|rec| &rec[..2 * nd]).collect();
-    boxes.sort_unstable();
-    !boxes.windows(2).any(|w| w[0] == w[1])
+    // No two records with the same box.
+    let mut boxes: rustc_hash::FxHashSet<&[i64]> = Default::default();
+    boxes.reserve(n);
+    list.chunks_exact(st).all(|rec| boxes.insert(&rec[..2 * nd]))
 }
 
 impl WriterIndex {
@@ -790,10 +810,23 @@ impl WriterIndex {
         WriterIndex {
             ndim: tf.tensors.iter().map(|t| t.shape.len().min(MAX_DIMS)).collect(),
             ranks,
-            records: (0..nt).map(|_| (0..ranks).map(|_| Vec::new()).collect()).collect(),
-            sorted: (0..nt).map(|_| (0..ranks).map(|_| None).collect()).collect(),
-            max_len: vec![vec![0; ranks]; nt],
+            lists: (0..nt * ranks).map(|_| Writes::default()).collect(),
         }
+    }
+
+    /// The writes of tensor `ti` on rank `r` (both in range).
+    fn list(&self, ti: usize, r: usize) -> Option<&Writes> {
+        if r >= self.ranks {
+            return None;
+        }
+        self.lists.get(ti * self.ranks + r)
+    }
+
+    fn list_mut(&mut self, ti: usize, r: usize) -> Option<&mut Writes> {
+        if r >= self.ranks {
+            return None;
+        }
+        self.lists.get_mut(ti * self.ranks + r)
     }
 
     fn stride(&self, ti: usize) -> usize {
@@ -803,40 +836,41 @@ impl WriterIndex {
     /// Reserves room for `n` more records of a tensor on a rank.
     pub fn reserve(&mut self, tensor: TensorId, rank: u32, n: usize) {
         let (ti, r) = (tensor.0 as usize, rank as usize);
-        if ti < self.records.len() && r < self.ranks {
+        if ti < self.ndim.len() {
             let st = self.stride(ti);
-            self.records[ti][r].reserve(n * st);
+            if let Some(l) = self.list_mut(ti, r) {
+                l.records.reserve(n * st);
+            }
         }
     }
 
     pub fn add(&mut self, w: &Region, task: u32) {
         let (ti, r) = (w.tensor.0 as usize, w.rank as usize);
-        if ti >= self.records.len() || r >= self.ranks {
-            return;
-        }
-        let nd = self.ndim[ti];
-        let mut rec = [0i64; 2 * MAX_DIMS + 1];
+        let Some(&nd) = self.ndim.get(ti) else { return };
+        let Some(l) = self.list_mut(ti, r) else { return };
         for d in 0..nd {
-            rec[2 * d] = w.lo[d];
-            rec[2 * d + 1] = w.hi[d];
+            l.records.push(w.lo[d]);
+            l.records.push(w.hi[d]);
         }
         // The task id, with the accumulation flag above it.
-        rec[2 * nd] = task as i64 | (i64::from(w.accumulate) << 32);
-        self.records[ti][r].extend_from_slice(&rec[..2 * nd + 1]);
-        self.sorted[ti][r] = None;
+        l.records.push(task as i64 | (i64::from(w.accumulate) << 32));
+        if l.sorted.is_some() {
+            l.sorted = None;
+        }
         let len = w.hi[0] - w.lo[0];
-        if len > self.max_len[ti][r] {
-            self.max_len[ti][r] = len;
+        if len > l.max_len {
+            l.max_len = len;
         }
     }
 
     /// Sorts the records of a tensor on a rank, unless they are sorted.
     fn sort(&mut self, ti: usize, r: usize) {
-        if self.sorted[ti][r].is_some() {
+        let st = self.stride(ti);
+        let Some(l) = self.list_mut(ti, r) else { return };
+        if l.sorted.is_some() {
             return;
         }
-        let st = self.stride(ti);
-        let list = &self.records[ti][r];
+        let list = &l.records;
         let n = list.len() / st;
         // By (lo of dimension 0, task with its flag, insertion): one packed key, unique, so
         // an unstable sort gives the stable order. Below the biased `lo`: the flag and the
@@ -860,22 +894,23 @@ impl WriterIndex {
                     .collect(),
             )
         };
-        self.sorted[ti][r] = Some(order);
+        l.sorted = Some(order);
     }
 
     /// Calls `f` with the offset of every record of `rd`'s tensor and rank that may overlap
     /// `rd` (those whose dimension 0 can reach `rd.lo[0]`, up to `rd.hi[0]`), in order.
     fn scan(&mut self, rd: &Region, f: &mut impl FnMut(&[i64], usize)) {
         let (ti, r) = (rd.tensor.0 as usize, rd.rank as usize);
-        if ti >= self.records.len() || r >= self.ranks {
+        if ti >= self.ndim.len() || r >= self.ranks {
             return;
         }
         self.sort(ti, r);
         let nd = self.ndim[ti];
         let st = self.stride(ti);
-        let list = &self.records[ti][r];
+        let Some(l) = self.list(ti, r) else { return };
+        let list = &l.records;
         let n = list.len() / st;
-        let from = rd.lo[0].saturating_sub(self.max_len[ti][r]);
+        let from = rd.lo[0].saturating_sub(l.max_len);
         let mut visit = |o: usize| -> bool {
             let rec = &list[o..o + st];
             if rec[0] >= rd.hi[0] {
@@ -887,7 +922,7 @@ impl WriterIndex {
             true
         };
         // Records whose lo0 <= lo - max_len end before `lo`: skip them.
-        match &self.sorted[ti][r] {
+        match &l.sorted {
             Some(Order::Offsets(order)) => {
                 let i = order.partition_point(|&o| list[o as usize] <= from);
                 for &o in &order[i..] {
@@ -921,6 +956,12 @@ impl WriterIndex {
         self.scan(rd, &mut |rec, nd| f(rec[2 * nd] as u32));
     }
 
+    /// Calls `f` with every write record overlapping `rd`: the writing task and the record's
+    /// bounds (`lo, hi` of each of the tensor's dimensions).
+    pub fn records_over(&mut self, rd: &Region, f: &mut impl FnMut(u32, &[i64])) {
+        self.scan(rd, &mut |rec, nd| f(rec[2 * nd] as u32, &rec[..2 * nd]));
+    }
+
     /// Calls `f` with every write record overlapping `rd`: the writing task and its region.
     pub fn writes_over(&mut self, rd: &Region, f: &mut impl FnMut(u32, Region)) {
         self.scan(rd, &mut |rec, nd| {
@@ -939,25 +980,27 @@ impl WriterIndex {
     /// before the second by position (pairs by the first's position, then the second's).
     pub fn overlapping_pairs(&mut self, tensor: TensorId, rank: u32, f: &mut impl FnMut((Region, u32), (Region, u32))) {
         let (ti, r) = (tensor.0 as usize, rank as usize);
-        if ti >= self.records.len() || r >= self.ranks {
+        if ti >= self.ndim.len() || r >= self.ranks {
             return;
         }
         let nd = self.ndim[ti];
         let st = self.stride(ti);
         let acc = |field: i64| (field >> 32) & 1 == 1;
+        let Some(l) = self.list(ti, r) else { return };
         // Accumulations never conflict with each other; records without dimensions never
         // overlap.
-        if nd == 0 || self.records[ti][r].chunks_exact(st).all(|rec| acc(rec[st - 1])) {
+        if nd == 0 || l.records.chunks_exact(st).all(|rec| acc(rec[st - 1])) {
             return;
         }
-        if surely_disjoint(&self.records[ti][r], nd) {
+        if surely_disjoint(&l.records, nd) {
             return;
         }
         self.sort(ti, r);
-        let list = &self.records[ti][r];
+        let Some(l) = self.list(ti, r) else { return };
+        let list = &l.records;
         // The records in sorted order, contiguous.
         let gathered: Vec<i64>;
-        let recs: &[i64] = match &self.sorted[ti][r] {
+        let recs: &[i64] = match &l.sorted {
             Some(Order::Offsets(order)) => {
                 gathered = order
                     .iter()
@@ -1002,13 +1045,14 @@ impl WriterIndex {
     /// Every record of a tensor on a rank: `(region, task)`, sorted by position.
     pub fn records(&mut self, tensor: TensorId, rank: u32) -> Vec<(Region, u32)> {
         let (ti, r) = (tensor.0 as usize, rank as usize);
-        if ti >= self.records.len() || r >= self.ranks {
+        if ti >= self.ndim.len() || r >= self.ranks {
             return Vec::new();
         }
         self.sort(ti, r);
         let nd = self.ndim[ti];
         let st = self.stride(ti);
-        let list = &self.records[ti][r];
+        let Some(l) = self.list(ti, r) else { return Vec::new() };
+        let list = &l.records;
         let record = |o: usize| {
             let mut reg = Region {
                 tensor,
@@ -1025,7 +1069,7 @@ impl WriterIndex {
             reg.accumulate = (list[o + 2 * nd] >> 32) & 1 == 1;
             (reg, list[o + 2 * nd] as u32)
         };
-        match &self.sorted[ti][r] {
+        match &l.sorted {
             Some(Order::Offsets(order)) => order.iter().map(|&o| record(o as usize)).collect(),
             _ => (0..list.len() / st).map(|i| record(i * st)).collect(),
         }
