@@ -947,11 +947,10 @@ impl DepMemo {
         let mut h = rustc_hash::FxHasher::default();
         self.arena[a..].hash(&mut h);
         let key = h.finish();
-        let same = self.by_content.get(&key).and_then(|ids| {
-            ids.iter()
-                .copied()
-                .find(|&id| self.list(id) == &self.arena[a..])
-        });
+        let same = self
+            .by_content
+            .get(&key)
+            .and_then(|ids| ids.iter().copied().find(|&id| self.list(id) == &self.arena[a..]));
         let l = match same {
             Some(id) => {
                 self.arena.truncate(a);

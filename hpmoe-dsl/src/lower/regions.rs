@@ -377,7 +377,13 @@ pub fn tile_ranges(tf: &Taskflow, g: &TaskGraph, t: usize, out: &mut TileRanges)
 /// The chunks of task `t`'s tile (as [`TaskGraph::chunks_into`]): when the previous call was
 /// for the previous tile of the same call and rank, by advancing the last dimension's chunk
 /// (and carrying), without dividing.
-fn next_chunks(g: &TaskGraph, t: usize, chunks: &mut Vec<Chunk>, digits: &mut Vec<usize>, of: &mut Option<(usize, u32)>) {
+fn next_chunks(
+    g: &TaskGraph,
+    t: usize,
+    chunks: &mut Vec<Chunk>,
+    digits: &mut Vec<usize>,
+    of: &mut Option<(usize, u32)>,
+) {
     let (ni, rank, tile) = (g.node[t] as usize, g.rank[t] as usize, g.tile[t]);
     let rt = &g.nodes[ni].per_rank[rank];
     let at = std::ptr::from_ref(rt) as usize;
@@ -592,7 +598,11 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
         // The operation count depends only on the reductions' ranges: reuse it while they
         // stay the same.
         let op_count = match &sp.ops_at {
-            Some((at, n)) if at.len() == sp.sum_vars.len() && sp.sum_vars.iter().zip(at).all(|(&v, x)| range_of(vr, v) == *x) => *n,
+            Some((at, n))
+                if at.len() == sp.sum_vars.len() && sp.sum_vars.iter().zip(at).all(|(&v, x)| range_of(vr, v) == *x) =>
+            {
+                *n
+            }
             _ => {
                 let n = ops(&st.value, vr);
                 sp.ops_at = Some((sp.sum_vars.iter().map(|&v| range_of(vr, v)).collect(), n));

@@ -85,8 +85,7 @@ fn call_of(tf: &Taskflow, g: &TaskGraph, node: u32) -> Call {
         })
         .collect();
     // Grouped rows depend on their group variable: every other variable first.
-    let grouped =
-        |v: usize| matches!(body.vars[v].range, VarRange::GroupRows { .. }) && roles[v] == Role::Whole;
+    let grouped = |v: usize| matches!(body.vars[v].range, VarRange::GroupRows { .. }) && roles[v] == Role::Whole;
     let order = (0..body.vars.len())
         .filter(|&v| !grouped(v))
         .chain((0..body.vars.len()).filter(|&v| grouped(v)))
