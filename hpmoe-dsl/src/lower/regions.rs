@@ -355,15 +355,18 @@ pub struct TileRanges {
     /// its call's tiles on its rank, and its index there).
     digits: Vec<usize>,
     chunks_of: Option<(usize, u32)>,
-    /// The plan of the call of the last task.
-    plan: Option<Box<CallPlan>>,
+    /// The plans of the calls met so far, by call.
+    plans: Vec<Option<Box<CallPlan>>>,
 }
 
 /// Computes [`TileRanges`] for task `t`.
 pub fn tile_ranges(tf: &Taskflow, g: &TaskGraph, t: usize, out: &mut TileRanges) {
     let ni = g.node[t] as usize;
     let rank = g.rank[t] as usize;
-    let plan = match out.plan.take() {
+    if out.plans.len() <= ni {
+        out.plans.resize_with(ni + 1, || None);
+    }
+    let plan = match out.plans[ni].take() {
         Some(p) if p.serves(tf, g, ni) => p,
         _ => Box::new(CallPlan::new(tf, &g.nodes[ni], ni)),
     };
@@ -371,7 +374,7 @@ pub fn tile_ranges(tf: &Taskflow, g: &TaskGraph, t: usize, out: &mut TileRanges)
     next_chunks(g, t, &mut chunks, &mut out.digits, &mut out.chunks_of);
     tile_ranges_of(g, &plan, rank, &chunks, out);
     out.chunks = chunks;
-    out.plan = Some(plan);
+    out.plans[ni] = Some(plan);
 }
 
 /// The chunks of task `t`'s tile (as [`TaskGraph::chunks_into`]): when the previous call was
@@ -518,7 +521,7 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
     let out = tf.tensor(node.output);
     let out_size = out.dtype.size() as f64;
     tile_ranges(tf, g, t, &mut s.ranges);
-    let Some(mut plan) = s.ranges.plan.take() else {
+    let Some(mut plan) = s.ranges.plans.get_mut(ni).and_then(Option::take) else {
         return &s.access;
     };
     let send: Option<usize> = s.ranges.send_dim;
@@ -694,7 +697,9 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
             }
         }
     }
-    s.ranges.plan = Some(plan);
+    if let Some(p) = s.ranges.plans.get_mut(ni) {
+        *p = Some(plan);
+    }
     let _ = program;
     #[cfg(feature = "fault-injection")]
     fault::apply(t, &mut s.access);
