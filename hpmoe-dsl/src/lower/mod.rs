@@ -751,13 +751,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     let mut index = regions::WriterIndex::new(tf, ranks);
     let mut acc = regions::Scratch::default();
     let mut interner = CounterInterner::default();
-    let mut preds: Vec<u32> = Vec::new();
-    // Writers of a read region repeat across the tiles of a call: remember them per
-    // (node, rank).
-    let mut memo: rustc_hash::FxHashMap<Region, (usize, usize)> = Default::default();
-    let mut memo_arena: Vec<u32> = Vec::new();
-    let mut memo_key = (u32::MAX, u32::MAX);
-    let mut last_read: Option<(Region, usize, usize)> = None;
+    let mut deps = DepMemo::default();
     // Only writes of tensors some call reads are ever looked up: index those alone.
     let mut is_read = vec![false; tf.tensors.len()];
     for node in &tf.nodes {
@@ -786,60 +780,56 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
         }
     }
     for t in 0..n {
-        let key = (g.node[t], g.rank[t]);
-        if key != memo_key {
-            memo.clear();
-            memo_arena.clear();
-            last_read = None;
-            memo_key = key;
-        }
+        deps.enter(g.node[t], g.rank[t]);
         let access = regions::tile_access(program, tf, &g, t, &mut acc);
         g.flops.push(access.flops as f32);
         g.bytes_in.push(access.bytes_in as f32);
         g.bytes_out.push(access.bytes_out as f32);
         g.remote.push(access.remote as f32);
-        preds.clear();
         gate_regions.clear();
         gate_regions.extend(
             gates[g.node[t] as usize]
                 .iter()
                 .map(|&(z, shape)| Region::whole(z, g.rank[t], &shape)),
         );
+        deps.keys.clear();
         for rd in access.reads.iter().chain(&gate_regions) {
             if tf.tensor(rd.tensor).producer.is_none() {
                 continue;
             }
-            let mut probe = *rd;
-            probe.accumulate = false;
-            // Consecutive tiles often read the same region (tiles of other columns).
-            if let Some(&(_, a, b)) = last_read.as_ref().filter(|l| l.0 == probe) {
-                preds.extend_from_slice(&memo_arena[a..b]);
-                continue;
-            }
-            if let Some(&(a, b)) = memo.get(&probe) {
-                last_read = Some((probe, a, b));
-                preds.extend_from_slice(&memo_arena[a..b]);
-                continue;
-            }
-            let a = memo_arena.len();
-            index.writers(rd, &mut |w| memo_arena.push(w));
-            let b = memo_arena.len();
-            memo.insert(probe, (a, b));
-            last_read = Some((probe, a, b));
-            preds.extend_from_slice(&memo_arena[a..b]);
+            let list = deps.writers_of(rd, &mut index);
+            deps.keys.push(list);
         }
-        preds.sort_unstable();
-        preds.dedup();
-        if (interner.idx.len() + preds.len()) as u64 > edge_budget {
-            let edges = (interner.idx.len() + preds.len()) as u64;
-            return Err(memory_exceeded(tf, total, Some((edges, t as u64)), MAX_MEMORY + 1));
-        }
-        // Counters live on the consumer's rank: the rank is part of the key.
-        g.wait.push(if preds.is_empty() {
-            NO_COUNTER
-        } else {
-            interner.intern(g.rank[t], &preds)
-        });
+        // The producers are the union of the read regions' writer lists: the same lists give
+        // the same counter.
+        deps.keys.sort_unstable();
+        deps.keys.dedup();
+        let counter = match deps.known() {
+            Some((c, edges)) => {
+                if (interner.idx.len() + edges as usize) as u64 > edge_budget {
+                    let edges = (interner.idx.len() + edges as usize) as u64;
+                    return Err(memory_exceeded(tf, total, Some((edges, t as u64)), MAX_MEMORY + 1));
+                }
+                c
+            }
+            None => {
+                let preds = deps.union();
+                let edges = preds.len();
+                if (interner.idx.len() + edges) as u64 > edge_budget {
+                    let edges = (interner.idx.len() + edges) as u64;
+                    return Err(memory_exceeded(tf, total, Some((edges, t as u64)), MAX_MEMORY + 1));
+                }
+                // Counters live on the consumer's rank: the rank is part of the key.
+                let c = if preds.is_empty() {
+                    NO_COUNTER
+                } else {
+                    interner.intern(g.rank[t], preds)
+                };
+                deps.remember(c, edges as u32);
+                c
+            }
+        };
+        g.wait.push(counter);
         // Writes are visible to later calls; tasks of one call never read its own output and
         // calls are in topological order, so adding them now is equivalent.
         for w in &access.writes {
@@ -873,6 +863,144 @@ fn memory_exceeded(tf: &Taskflow, tasks: u64, edges: Option<(u64, u64)>, need: u
     Diagnostic::error(Code::LimitExceeded, message)
         .primary(tf.span, "this taskflow")
         .help("use larger tiles, fewer ranks or fewer tokens")
+}
+
+/// The producers of the tasks of one call on one rank, remembered across its tiles: the
+/// writers of every region read (sorted, without repeats, one list per distinct content) and
+/// the counter of every set of such lists.
+#[derive(Default)]
+struct DepMemo {
+    /// The (call, rank) remembered.
+    at: Option<(u32, u32)>,
+    /// Read region (without its accumulation flag) -> writer list.
+    by_region: rustc_hash::FxHashMap<Region, u32>,
+    /// The region looked up last, and its list.
+    last_region: Option<(Region, u32)>,
+    /// Writer list `i` is `arena[off[i]..off[i + 1]]`.
+    off: Vec<u32>,
+    arena: Vec<u32>,
+    /// Writer lists by the hash of their content.
+    by_content: rustc_hash::FxHashMap<u64, Vec<u32>>,
+    /// The current task's writer lists, sorted, without repeats.
+    keys: Vec<u32>,
+    /// Counter and producer count by set of writer lists.
+    by_keys: rustc_hash::FxHashMap<Vec<u32>, (u32, u32)>,
+    /// The set looked up or remembered last, and its counter and producer count.
+    last_keys: Vec<u32>,
+    last_counter: Option<(u32, u32)>,
+    /// Union of several lists.
+    preds: Vec<u32>,
+}
+
+impl DepMemo {
+    /// Starts the tiles of call `node` on `rank` (forgetting another call's or rank's).
+    fn enter(&mut self, node: u32, rank: u32) {
+        if self.at == Some((node, rank)) {
+            return;
+        }
+        self.at = Some((node, rank));
+        self.by_region.clear();
+        self.last_region = None;
+        self.off.clear();
+        self.off.push(0);
+        self.arena.clear();
+        self.by_content.clear();
+        self.by_keys.clear();
+        self.last_keys.clear();
+        self.last_counter = None;
+    }
+
+    fn list(&self, i: u32) -> &[u32] {
+        let i = i as usize;
+        match (self.off.get(i), self.off.get(i + 1)) {
+            (Some(&a), Some(&b)) => self.arena.get(a as usize..b as usize).unwrap_or(&[]),
+            _ => &[],
+        }
+    }
+
+    /// The writer list of region `rd`.
+    fn writers_of(&mut self, rd: &Region, index: &mut regions::WriterIndex) -> u32 {
+        use std::hash::{Hash, Hasher};
+        let mut probe = *rd;
+        probe.accumulate = false;
+        // Consecutive tiles often read the same region (tiles of other columns).
+        if let Some((r, l)) = &self.last_region {
+            if *r == probe {
+                return *l;
+            }
+        }
+        if let Some(&l) = self.by_region.get(&probe) {
+            self.last_region = Some((probe, l));
+            return l;
+        }
+        let a = self.arena.len();
+        index.writers(rd, &mut |w| self.arena.push(w));
+        self.arena[a..].sort_unstable();
+        let mut end = a;
+        for i in a..self.arena.len() {
+            if end == a || self.arena[i] != self.arena[end - 1] {
+                self.arena[end] = self.arena[i];
+                end += 1;
+            }
+        }
+        self.arena.truncate(end);
+        let mut h = rustc_hash::FxHasher::default();
+        self.arena[a..].hash(&mut h);
+        let key = h.finish();
+        let same = self
+            .by_content
+            .get(&key)
+            .and_then(|ids| ids.iter().copied().find(|&id| self.list(id) == &self.arena[a..]));
+        let l = match same {
+            Some(id) => {
+                self.arena.truncate(a);
+                id
+            }
+            None => {
+                let id = (self.off.len() - 1) as u32;
+                self.off.push(self.arena.len() as u32);
+                self.by_content.entry(key).or_default().push(id);
+                id
+            }
+        };
+        self.by_region.insert(probe, l);
+        self.last_region = Some((probe, l));
+        l
+    }
+
+    /// The counter and producer count of the current task's lists, if a task had them.
+    fn known(&mut self) -> Option<(u32, u32)> {
+        if self.last_counter.is_some() && self.last_keys == self.keys {
+            return self.last_counter;
+        }
+        let c = self.by_keys.get(self.keys.as_slice()).copied()?;
+        self.last_keys.clone_from(&self.keys);
+        self.last_counter = Some(c);
+        Some(c)
+    }
+
+    /// The union of the current task's lists: its producers, sorted, without repeats.
+    fn union(&mut self) -> &[u32] {
+        if let [one] = self.keys[..] {
+            return self.list(one);
+        }
+        let mut preds = std::mem::take(&mut self.preds);
+        preds.clear();
+        for &k in &self.keys {
+            preds.extend_from_slice(self.list(k));
+        }
+        preds.sort_unstable();
+        preds.dedup();
+        self.preds = preds;
+        &self.preds
+    }
+
+    /// Remembers the counter and producer count of the current task's lists.
+    fn remember(&mut self, counter: u32, edges: u32) {
+        self.by_keys.insert(self.keys.clone(), (counter, edges));
+        self.last_keys.clone_from(&self.keys);
+        self.last_counter = Some((counter, edges));
+    }
 }
 
 /// Shares one counter among consumers with the same producers.

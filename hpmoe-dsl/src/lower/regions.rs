@@ -4,6 +4,10 @@
 //! In: a task of a [`TaskGraph`] (its call, rank and tile) and the checked taskflow. Out:
 //! [`TileRanges`] (the values of the body's variables in the tile), [`Access`] (regions read
 //! and written, cost), computed into reused [`Scratch`] buffers without allocating per task.
+//! What every tile of a call shares — where each body variable's values come from (a chunk
+//! of a task dimension, a fixed range, the window, the rows sent) and each statement's tensor
+//! accesses — is read from the body once per call (`CallPlan`); a tile then only fills in
+//! its chunks, advanced from the previous tile's when tiles come in order.
 //! [`WriterIndex`] keeps, per tensor and rank, flat write records (bounds and task) and
 //! answers which writes overlap a region; a list is sorted by (first-dimension start, task)
 //! on its first query, and not at all when its records arrived in that order.
@@ -82,8 +86,6 @@ pub struct Access {
 pub struct Scratch {
     access: Access,
     ranges: TileRanges,
-    /// Per body variable: whether it is the token or choice variable of a sending put.
-    send_var: Vec<bool>,
     reads_here: Vec<Region>,
 }
 
@@ -92,7 +94,8 @@ fn range_of(vr: &[(i64, i64)], v: usize) -> (i64, i64) {
 }
 
 /// The interval an index takes over the variables' ranges.
-fn index_range(ix: &Index, vr: &[(i64, i64)], group_of: &dyn Fn(i64) -> i64, dim_size: i64) -> (i64, i64) {
+#[inline]
+fn index_range(ix: &Index, vr: &[(i64, i64)], group_of: &impl Fn(i64) -> i64, dim_size: i64) -> (i64, i64) {
     match ix {
         Index::Affine { var, coef, offset } => {
             let (lo, hi) = range_of(vr, *var);
@@ -134,6 +137,206 @@ fn ops(e: &SExpr, vr: &[(i64, i64)]) -> f64 {
     }
 }
 
+/// The variables whose ranges [`ops`] reads (those of every reduction), in order.
+fn sum_vars(e: &SExpr, out: &mut Vec<usize>) {
+    match e {
+        SExpr::Const(_) | SExpr::Read { .. } | SExpr::Var(_) | SExpr::Route { .. } => {}
+        SExpr::Neg(a) | SExpr::Cast(_, a) => sum_vars(a, out),
+        SExpr::Bin(_, a, b) => {
+            sum_vars(a, out);
+            sum_vars(b, out);
+        }
+        SExpr::Call(_, args) => args.iter().for_each(|a| sum_vars(a, out)),
+        SExpr::Sum { vars, body, .. } => {
+            out.extend(vars.iter().copied());
+            sum_vars(body, out);
+        }
+    }
+}
+
+/// Where one body variable's values in a tile come from (the same in every tile of a call).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum VarSource {
+    /// The chunk of task dimension `dim`, clipped to `clip` when the variable has a fixed
+    /// range.
+    Chunk { dim: usize, clip: Option<(i64, i64)> },
+    /// The token of the sending dimension `dim` (set from the rows sent).
+    Send { dim: usize },
+    /// No values of their own (the choice of a sending dimension, set from the rows sent).
+    Empty,
+    /// Its fixed range.
+    Fixed(i64, i64),
+    /// The rows of the rank's receive window.
+    Recv(crate::ir::RouteId),
+    /// The rows of the experts another variable (`group`, set before) takes.
+    GroupRows { route: crate::ir::RouteId, group: usize },
+}
+
+/// The size a routed index ranges over in one dimension of a tensor read.
+#[derive(Clone, Copy, Debug)]
+enum RoutedSize {
+    /// Not a routed index (the size is not used).
+    None,
+    Fixed(i64),
+    /// The rows of a receive window on the task's rank.
+    Recv(crate::ir::RouteId),
+}
+
+/// One tensor access of a statement's value.
+#[derive(Clone, Debug)]
+struct ReadPlan {
+    tensor: TensorId,
+    index: Vec<Index>,
+    sizes: Vec<RoutedSize>,
+}
+
+/// One statement of a call, read once from its body.
+#[derive(Clone, Debug)]
+struct StmtPlan {
+    /// The variables whose extents multiply into the points computed (not a sending put's).
+    point_vars: Vec<usize>,
+    /// The tensor accesses of the value, in evaluation order.
+    reads: Vec<ReadPlan>,
+    /// The variables the operation count depends on, and the count last computed with the
+    /// ranges they had then.
+    sum_vars: Vec<usize>,
+    ops_at: Option<(Vec<(i64, i64)>, f64)>,
+}
+
+/// What every tile of one call shares: where its variables' values come from and its
+/// statements' accesses, read once from the body and the task dimensions.
+#[derive(Clone, Debug)]
+struct CallPlan {
+    /// The call (its index, the address of its node, its dimension and variable counts):
+    /// a plan serves that call only.
+    node: usize,
+    node_addr: usize,
+    dims: usize,
+    vars: usize,
+    sources: Vec<VarSource>,
+    /// Variables named as the sending dimension's token, and (the others) as its choice.
+    token_vars: Vec<usize>,
+    choice_vars: Vec<usize>,
+    /// The routing whose grouped rows `group(m)` refers to.
+    group_route: Option<crate::ir::RouteId>,
+    stmts: Vec<StmtPlan>,
+}
+
+impl CallPlan {
+    fn new(tf: &Taskflow, nt: &super::NodeTiles, ni: usize) -> CallPlan {
+        let node = &tf.nodes[ni];
+        let body: &ConcreteBody = &node.body;
+        let mut sources = Vec::with_capacity(body.vars.len());
+        let mut send = None;
+        for var in &body.vars {
+            let dim = nt.dims.iter().position(|d| d.name == var.name);
+            let src = match (dim, var.range) {
+                (Some(d), _) if !matches!(var.kind, VarKind::Reduce) => match (&nt.dims[d].kind, var.range) {
+                    (DimKind::Range { .. }, VarRange::Fixed { lo, hi }) => VarSource::Chunk {
+                        dim: d,
+                        clip: Some((lo, hi)),
+                    },
+                    (DimKind::Range { .. }, _) | (DimKind::Recv(_), _) => VarSource::Chunk { dim: d, clip: None },
+                    (DimKind::Send { .. }, _) => {
+                        send = Some(d);
+                        VarSource::Send { dim: d }
+                    }
+                },
+                _ => match var.range {
+                    VarRange::Fixed { lo, hi } => {
+                        // The choice variable of a send dimension.
+                        let is_choice = nt
+                            .dims
+                            .iter()
+                            .any(|d| matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name));
+                        if is_choice {
+                            VarSource::Empty
+                        } else {
+                            VarSource::Fixed(lo, hi)
+                        }
+                    }
+                    VarRange::Recv(r) => VarSource::Recv(r),
+                    VarRange::GroupRows { route, group } => VarSource::GroupRows { route, group },
+                },
+            };
+            sources.push(src);
+        }
+        let (mut token_vars, mut choice_vars) = (Vec::new(), Vec::new());
+        let mut send_var = vec![false; body.vars.len()];
+        if let Some(DimKind::Send { token, choice, .. }) = send.and_then(|d| nt.dims.get(d)).map(|d| &d.kind) {
+            for (v, var) in body.vars.iter().enumerate() {
+                if var.name == *token {
+                    token_vars.push(v);
+                } else if var.name == *choice {
+                    choice_vars.push(v);
+                }
+                send_var[v] = var.name == *token || var.name == *choice;
+            }
+        }
+        let stmts = body
+            .stmts
+            .iter()
+            .map(|st| {
+                let mut reads = Vec::new();
+                st.value.for_each_read(&mut |input, ix| {
+                    let Some(&tid) = node.inputs.get(input) else { return };
+                    let tensor = tf.tensor(tid);
+                    let sizes = ix
+                        .iter()
+                        .enumerate()
+                        .map(|(k, i)| match (i, tensor.shape.get(k)) {
+                            (Index::Route { .. }, Some(crate::ir::Dim::Fixed(n))) => RoutedSize::Fixed(*n as i64),
+                            (Index::Route { .. }, Some(crate::ir::Dim::Recv(rid))) => RoutedSize::Recv(*rid),
+                            _ => RoutedSize::None,
+                        })
+                        .collect();
+                    reads.push(ReadPlan {
+                        tensor: tid,
+                        index: ix.to_vec(),
+                        sizes,
+                    });
+                });
+                let mut sv = Vec::new();
+                sum_vars(&st.value, &mut sv);
+                StmtPlan {
+                    point_vars: st
+                        .vars
+                        .iter()
+                        .copied()
+                        .filter(|&v| !(send.is_some() && send_var.get(v).copied().unwrap_or(false)))
+                        .collect(),
+                    reads,
+                    sum_vars: sv,
+                    ops_at: None,
+                }
+            })
+            .collect();
+        CallPlan {
+            node: ni,
+            node_addr: std::ptr::from_ref(node) as usize,
+            dims: nt.dims.len(),
+            vars: body.vars.len(),
+            sources,
+            token_vars,
+            choice_vars,
+            group_route: body.vars.iter().find_map(|v| match v.range {
+                VarRange::Recv(r) | VarRange::GroupRows { route: r, .. } => Some(r),
+                _ => None,
+            }),
+            stmts,
+        }
+    }
+
+    fn serves(&self, tf: &Taskflow, g: &TaskGraph, ni: usize) -> bool {
+        self.node == ni
+            && tf
+                .nodes
+                .get(ni)
+                .is_some_and(|n| std::ptr::from_ref(n) as usize == self.node_addr && n.body.vars.len() == self.vars)
+            && g.nodes.get(ni).is_some_and(|nt| nt.dims.len() == self.dims)
+    }
+}
+
 /// The values every index variable of a task's body takes in its tile, and for a sending
 /// put the (token, choice, slot) entries it sends and its destination slots.
 #[derive(Clone, Debug, Default)]
@@ -148,90 +351,121 @@ pub struct TileRanges {
     pub send_dim: Option<usize>,
     /// The task's chunks (a reused buffer).
     chunks: Vec<Chunk>,
+    /// The chunks' positions in their dimensions, and the tile they are of (the address of
+    /// its call's tiles on its rank, and its index there).
+    digits: Vec<usize>,
+    chunks_of: Option<(usize, u32)>,
+    /// The plans of the calls met so far, by call.
+    plans: Vec<Option<Box<CallPlan>>>,
 }
 
 /// Computes [`TileRanges`] for task `t`.
 pub fn tile_ranges(tf: &Taskflow, g: &TaskGraph, t: usize, out: &mut TileRanges) {
     let ni = g.node[t] as usize;
     let rank = g.rank[t] as usize;
-    let node = &tf.nodes[ni];
-    let nt = &g.nodes[ni];
-    let body: &ConcreteBody = &node.body;
+    if out.plans.len() <= ni {
+        out.plans.resize_with(ni + 1, || None);
+    }
+    let plan = match out.plans[ni].take() {
+        Some(p) if p.serves(tf, g, ni) => p,
+        _ => Box::new(CallPlan::new(tf, &g.nodes[ni], ni)),
+    };
     let mut chunks = std::mem::take(&mut out.chunks);
-    g.chunks_into(t, &mut chunks);
-    tile_ranges_of(g, nt, body, rank, &chunks, out);
+    next_chunks(g, t, &mut chunks, &mut out.digits, &mut out.chunks_of);
+    tile_ranges_of(g, &plan, rank, &chunks, out);
     out.chunks = chunks;
+    out.plans[ni] = Some(plan);
 }
 
-fn tile_ranges_of(
+/// The chunks of task `t`'s tile (as [`TaskGraph::chunks_into`]): when the previous call was
+/// for the previous tile of the same call and rank, by advancing the last dimension's chunk
+/// (and carrying), without dividing.
+fn next_chunks(
     g: &TaskGraph,
-    nt: &super::NodeTiles,
-    body: &ConcreteBody,
-    rank: usize,
-    chunks: &[Chunk],
-    out: &mut TileRanges,
+    t: usize,
+    chunks: &mut Vec<Chunk>,
+    digits: &mut Vec<usize>,
+    of: &mut Option<(usize, u32)>,
 ) {
+    let (ni, rank, tile) = (g.node[t] as usize, g.rank[t] as usize, g.tile[t]);
+    let rt = &g.nodes[ni].per_rank[rank];
+    let at = std::ptr::from_ref(rt) as usize;
+    let follows = matches!(*of, Some((a, i)) if a == at && i.checked_add(1) == Some(tile));
+    *of = Some((at, tile));
+    if follows && digits.len() == rt.chunks.len() && chunks.len() == rt.chunks.len() {
+        for d in (0..rt.chunks.len()).rev() {
+            digits[d] += 1;
+            if let Some(&c) = rt.chunks[d].get(digits[d]) {
+                chunks[d] = c;
+                return;
+            }
+            digits[d] = 0;
+            if let Some(&c) = rt.chunks[d].first() {
+                chunks[d] = c;
+            }
+        }
+        return;
+    }
+    g.chunks_into(t, chunks);
+    digits.clear();
+    digits.resize(rt.chunks.len(), 0);
+    let mut rem = tile as usize;
+    for d in (0..rt.chunks.len()).rev() {
+        let k = rt.chunks[d].len().max(1);
+        digits[d] = rem % k;
+        rem /= k;
+    }
+}
+
+fn tile_ranges_of(g: &TaskGraph, plan: &CallPlan, rank: usize, chunks: &[Chunk], out: &mut TileRanges) {
     out.vr.clear();
-    out.vr.resize(body.vars.len(), (0, 0));
+    out.vr.resize(plan.sources.len(), (0, 0));
     out.entries.clear();
     out.dest_slots = None;
     out.send_dim = None;
     let s = out;
-    let mut send: Option<(usize, &Chunk)> = None;
-    for (v, var) in body.vars.iter().enumerate() {
-        let dim = nt.dims.iter().position(|d| d.name == var.name);
-        let r = match (dim, var.range) {
-            (Some(d), _) if !matches!(var.kind, VarKind::Reduce) => {
-                let c = &chunks[d];
-                match (&nt.dims[d].kind, var.range) {
-                    (DimKind::Range { .. }, VarRange::Fixed { lo, hi }) => (c.lo.max(lo), c.hi.min(hi)),
-                    (DimKind::Range { .. }, _) => (c.lo, c.hi),
-                    (DimKind::Recv(_), _) => (c.lo, c.hi),
-                    (DimKind::Send { .. }, _) => {
-                        send = Some((d, c));
-                        (0, 0)
+    let mut send: Option<(usize, Chunk)> = None;
+    let layout_of = |r: crate::ir::RouteId| g.layouts.get(r.0 as usize).and_then(|l| l.as_ref());
+    for v in 0..plan.sources.len() {
+        let r = match plan.sources[v] {
+            VarSource::Chunk { dim, clip } => match (chunks.get(dim), clip) {
+                (Some(c), Some((lo, hi))) => (c.lo.max(lo), c.hi.min(hi)),
+                (Some(c), None) => (c.lo, c.hi),
+                (None, _) => (0, 0),
+            },
+            VarSource::Send { dim } => {
+                if let Some(&c) = chunks.get(dim) {
+                    send = Some((dim, c));
+                }
+                (0, 0)
+            }
+            VarSource::Empty => (0, 0),
+            VarSource::Fixed(lo, hi) => (lo, hi),
+            VarSource::Recv(r) => match layout_of(r) {
+                Some(l) => (0, l.rows(rank) as i64),
+                None => (0, 0),
+            },
+            VarSource::GroupRows { route, group } => {
+                let (glo, ghi) = s.vr.get(group).copied().unwrap_or((0, 0));
+                match layout_of(route) {
+                    Some(l) if ghi > glo => {
+                        let off = &l.group_off[rank];
+                        let a = off.get(glo as usize).copied().unwrap_or(0) as i64;
+                        let b = off.get(ghi as usize).copied().unwrap_or(0) as i64;
+                        (a, b)
                     }
+                    _ => (0, 0),
                 }
             }
-            _ => match var.range {
-                VarRange::Fixed { lo, hi } => {
-                    // The choice variable of a send dimension.
-                    let is_choice = nt
-                        .dims
-                        .iter()
-                        .any(|d| matches!(&d.kind, DimKind::Send { choice, .. } if *choice == var.name));
-                    if is_choice {
-                        (0, 0)
-                    } else {
-                        (lo, hi)
-                    }
-                }
-                VarRange::Recv(r) => match g.layouts.get(r.0 as usize).and_then(|l| l.as_ref()) {
-                    Some(l) => (0, l.rows(rank) as i64),
-                    None => (0, 0),
-                },
-                VarRange::GroupRows { route, group } => {
-                    let (glo, ghi) = s.vr.get(group).copied().unwrap_or((0, 0));
-                    match g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) {
-                        Some(l) if ghi > glo => {
-                            let off = &l.group_off[rank];
-                            let a = off.get(glo as usize).copied().unwrap_or(0) as i64;
-                            let b = off.get(ghi as usize).copied().unwrap_or(0) as i64;
-                            (a, b)
-                        }
-                        _ => (0, 0),
-                    }
-                }
-            },
         };
         s.vr[v] = r;
     }
     let Some((d, c)) = send else { return };
     s.send_dim = Some(d);
-    let DimKind::Send { route, token, choice } = &nt.dims[d].kind else {
+    let Some(DimKind::Send { route, .. }) = g.nodes[plan.node].dims.get(d).map(|x| &x.kind) else {
         return;
     };
-    let Some(l) = g.layouts.get(route.0 as usize).and_then(|l| l.as_ref()) else {
+    let Some(l) = layout_of(*route) else {
         return;
     };
     let e = c.group as usize;
@@ -261,12 +495,11 @@ fn tile_ranges_of(
         (0, 0)
     };
     s.dest_slots = Some((d_rank, slots.0, slots.1));
-    for (v, var) in body.vars.iter().enumerate() {
-        if var.name == *token {
-            s.vr[v] = if thi > tlo { (tlo, thi) } else { (0, 0) };
-        } else if var.name == *choice {
-            s.vr[v] = if jhi > jlo { (jlo, jhi) } else { (0, 0) };
-        }
+    for &v in &plan.token_vars {
+        s.vr[v] = if thi > tlo { (tlo, thi) } else { (0, 0) };
+    }
+    for &v in &plan.choice_vars {
+        s.vr[v] = if jhi > jlo { (jlo, jhi) } else { (0, 0) };
     }
 }
 
@@ -284,76 +517,64 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
     let ni = g.node[t] as usize;
     let rank = g.rank[t] as usize;
     let node = &tf.nodes[ni];
-    let nt = &g.nodes[ni];
     let body: &ConcreteBody = &node.body;
     let out = tf.tensor(node.output);
     let out_size = out.dtype.size() as f64;
     tile_ranges(tf, g, t, &mut s.ranges);
+    let Some(mut plan) = s.ranges.plans.get_mut(ni).and_then(Option::take) else {
+        return &s.access;
+    };
     let send: Option<usize> = s.ranges.send_dim;
     let dest_slots = s.ranges.dest_slots;
-    s.send_var.clear();
-    s.send_var.resize(body.vars.len(), false);
-    if let Some(DimKind::Send { token, choice, .. }) = send.map(|d| &nt.dims[d].kind) {
-        for (v, var) in body.vars.iter().enumerate() {
-            s.send_var[v] = var.name == *token || var.name == *choice;
-        }
-    }
     // `group(m)` is the local expert of a received row: the routing of the rows' range.
-    let group_route = body.vars.iter().find_map(|v| match v.range {
-        VarRange::Recv(r) | VarRange::GroupRows { route: r, .. } => Some(r),
-        _ => None,
-    });
-    for st in &body.stmts {
+    let group_route = plan.group_route;
+    let layout_of = |r: crate::ir::RouteId| g.layouts.get(r.0 as usize).and_then(|l| l.as_ref());
+    let group_of = |row: i64| -> i64 {
+        match group_route.and_then(layout_of) {
+            Some(l) => l.group_of_row(rank, row.max(0) as u32) as i64,
+            None => 0,
+        }
+    };
+    for (st, sp) in body.stmts.iter().zip(plan.stmts.iter_mut()) {
         // Points the statement computes.
-        let send_var = &s.send_var;
-        let mut points: f64 = st
-            .vars
+        let vr = &s.ranges.vr;
+        let mut points: f64 = sp
+            .point_vars
             .iter()
-            .filter(|&&v| !send_var.get(v).copied().unwrap_or(false))
-            .map(|&v| (s.ranges.vr[v].1 - s.ranges.vr[v].0).max(0) as f64)
+            .map(|&v| (vr[v].1 - vr[v].0).max(0) as f64)
             .product();
         if send.is_some() {
             points *= s.ranges.entries.len() as f64;
         }
-        let layout_of = |r: crate::ir::RouteId| g.layouts.get(r.0 as usize).and_then(|l| l.as_ref());
-        let group_of = |row: i64| -> i64 {
-            match group_route.and_then(layout_of) {
-                Some(l) => l.group_of_row(rank, row.max(0) as u32) as i64,
-                None => 0,
-            }
-        };
-        // Reads.
-        let vr = &s.ranges.vr;
+        // Reads (none when no point is computed).
         let reads_here = &mut s.reads_here;
         reads_here.clear();
-        st.value.for_each_read(&mut |input, ix| {
-            let tid = node.inputs[input];
-            let tensor = tf.tensor(tid);
-            let mut r = Region {
-                tensor: tid,
-                rank: rank as u32,
-                ndim: ix.len().min(MAX_DIMS) as u8,
-                lo: [0; MAX_DIMS],
-                hi: [0; MAX_DIMS],
-                accumulate: false,
-            };
-            for (k, i) in ix.iter().enumerate().take(MAX_DIMS) {
-                // The dimension's size only bounds a routed index.
-                let size = match (i, tensor.shape.get(k)) {
-                    (Index::Route { .. }, Some(crate::ir::Dim::Fixed(n))) => *n as i64,
-                    (Index::Route { .. }, Some(crate::ir::Dim::Recv(rid))) => {
-                        layout_of(*rid).map_or(0, |l| l.rows(rank) as i64)
-                    }
-                    _ => 0,
+        if points > 0.0 {
+            for rp in &sp.reads {
+                let mut r = Region {
+                    tensor: rp.tensor,
+                    rank: rank as u32,
+                    ndim: rp.index.len().min(MAX_DIMS) as u8,
+                    lo: [0; MAX_DIMS],
+                    hi: [0; MAX_DIMS],
+                    accumulate: false,
                 };
-                let (lo, hi) = index_range(i, vr, &group_of, size);
-                r.lo[k] = lo;
-                r.hi[k] = hi;
+                for (k, (i, size)) in rp.index.iter().zip(&rp.sizes).enumerate().take(MAX_DIMS) {
+                    // The dimension's size only bounds a routed index.
+                    let size = match *size {
+                        RoutedSize::None => 0,
+                        RoutedSize::Fixed(n) => n,
+                        RoutedSize::Recv(rid) => layout_of(rid).map_or(0, |l| l.rows(rank) as i64),
+                    };
+                    let (lo, hi) = index_range(i, vr, &group_of, size);
+                    r.lo[k] = lo;
+                    r.hi[k] = hi;
+                }
+                if !r.is_empty() {
+                    reads_here.push(r);
+                }
             }
-            if points > 0.0 && !r.is_empty() {
-                reads_here.push(r);
-            }
-        });
+        }
         for &r in reads_here.iter() {
             if !a.reads.contains(&r) {
                 let size = tf.tensor(r.tensor).dtype.size() as f64;
@@ -377,7 +598,21 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
         if points <= 0.0 && !owns_padding {
             continue;
         }
-        a.flops += points * ops(&st.value, &s.ranges.vr);
+        // The operation count depends only on the reductions' ranges: reuse it while they
+        // stay the same.
+        let op_count = match &sp.ops_at {
+            Some((at, n))
+                if at.len() == sp.sum_vars.len() && sp.sum_vars.iter().zip(at).all(|(&v, x)| range_of(vr, v) == *x) =>
+            {
+                *n
+            }
+            _ => {
+                let n = ops(&st.value, vr);
+                sp.ops_at = Some((sp.sum_vars.iter().map(|&v| range_of(vr, v)).collect(), n));
+                n
+            }
+        };
+        a.flops += points * op_count;
         // Writes.
         let out_dims = out.shape.len().min(MAX_DIMS);
         let mk = |rank: u32| Region {
@@ -462,6 +697,9 @@ pub fn tile_access<'a>(program: &Program, tf: &Taskflow, g: &TaskGraph, t: usize
             }
         }
     }
+    if let Some(p) = s.ranges.plans.get_mut(ni) {
+        *p = Some(plan);
+    }
     let _ = program;
     #[cfg(feature = "fault-injection")]
     fault::apply(t, &mut s.access);
@@ -522,13 +760,21 @@ pub mod fault {
 pub struct WriterIndex {
     ndim: Vec<usize>,
     ranks: usize,
-    /// `[tensor][rank]`: flat records of (`ndim` (lo, hi) pairs, task id with the
-    /// accumulation flag above it), in insertion order.
-    records: Vec<Vec<Vec<i64>>>,
-    /// `[tensor][rank]`: the order of the records by (lo of dimension 0, task); built on the
-    /// first query after records were added.
-    sorted: Vec<Vec<Option<Order>>>,
-    max_len: Vec<Vec<i64>>,
+    /// `[tensor * ranks + rank]`: the writes of a tensor on a rank.
+    lists: Vec<Writes>,
+}
+
+/// The writes of one tensor on one rank.
+#[derive(Debug, Default)]
+struct Writes {
+    /// Flat records of (`ndim` (lo, hi) pairs, task id with the accumulation flag above it),
+    /// in insertion order.
+    records: Vec<i64>,
+    /// The order of the records by (lo of dimension 0, task); built on the first query after
+    /// records were added.
+    sorted: Option<Order>,
+    /// The longest extent of a record in dimension 0.
+    max_len: i64,
 }
 
 /// The records of one tensor on one rank by position.
@@ -554,16 +800,23 @@ fn surely_disjoint(list: &[i64], nd: usize) -> bool {
     let mut iv: Vec<(i64, i64)> = Vec::with_capacity(n);
     for d in 0..nd {
         iv.clear();
-        iv.extend(list.chunks_exact(st).map(|rec| (rec[2 * d], rec[2 * d + 1])));
+        // Repeats in a row (the tiles along another dimension) are left out before sorting.
+        for rec in list.chunks_exact(st) {
+            let x = (rec[2 * d], rec[2 * d + 1]);
+            if iv.last() != Some(&x) {
+                iv.push(x);
+            }
+        }
         iv.sort_unstable();
         iv.dedup();
         if iv.windows(2).any(|w| w[0].1 > w[1].0) || iv.iter().any(|&(lo, hi)| lo >= hi) {
             return false;
         }
     }
-    let mut boxes: Vec<&[i64]> = list.chunks_exact(st).map(|rec| &rec[..2 * nd]).collect();
-    boxes.sort_unstable();
-    !boxes.windows(2).any(|w| w[0] == w[1])
+    // No two records with the same box.
+    let mut boxes: rustc_hash::FxHashSet<&[i64]> = Default::default();
+    boxes.reserve(n);
+    list.chunks_exact(st).all(|rec| boxes.insert(&rec[..2 * nd]))
 }
 
 impl WriterIndex {
@@ -572,10 +825,23 @@ impl WriterIndex {
         WriterIndex {
             ndim: tf.tensors.iter().map(|t| t.shape.len().min(MAX_DIMS)).collect(),
             ranks,
-            records: (0..nt).map(|_| (0..ranks).map(|_| Vec::new()).collect()).collect(),
-            sorted: (0..nt).map(|_| (0..ranks).map(|_| None).collect()).collect(),
-            max_len: vec![vec![0; ranks]; nt],
+            lists: (0..nt * ranks).map(|_| Writes::default()).collect(),
         }
+    }
+
+    /// The writes of tensor `ti` on rank `r` (both in range).
+    fn list(&self, ti: usize, r: usize) -> Option<&Writes> {
+        if r >= self.ranks {
+            return None;
+        }
+        self.lists.get(ti * self.ranks + r)
+    }
+
+    fn list_mut(&mut self, ti: usize, r: usize) -> Option<&mut Writes> {
+        if r >= self.ranks {
+            return None;
+        }
+        self.lists.get_mut(ti * self.ranks + r)
     }
 
     fn stride(&self, ti: usize) -> usize {
@@ -585,40 +851,41 @@ impl WriterIndex {
     /// Reserves room for `n` more records of a tensor on a rank.
     pub fn reserve(&mut self, tensor: TensorId, rank: u32, n: usize) {
         let (ti, r) = (tensor.0 as usize, rank as usize);
-        if ti < self.records.len() && r < self.ranks {
+        if ti < self.ndim.len() {
             let st = self.stride(ti);
-            self.records[ti][r].reserve(n * st);
+            if let Some(l) = self.list_mut(ti, r) {
+                l.records.reserve(n * st);
+            }
         }
     }
 
     pub fn add(&mut self, w: &Region, task: u32) {
         let (ti, r) = (w.tensor.0 as usize, w.rank as usize);
-        if ti >= self.records.len() || r >= self.ranks {
-            return;
-        }
-        let nd = self.ndim[ti];
-        let mut rec = [0i64; 2 * MAX_DIMS + 1];
+        let Some(&nd) = self.ndim.get(ti) else { return };
+        let Some(l) = self.list_mut(ti, r) else { return };
         for d in 0..nd {
-            rec[2 * d] = w.lo[d];
-            rec[2 * d + 1] = w.hi[d];
+            l.records.push(w.lo[d]);
+            l.records.push(w.hi[d]);
         }
         // The task id, with the accumulation flag above it.
-        rec[2 * nd] = task as i64 | (i64::from(w.accumulate) << 32);
-        self.records[ti][r].extend_from_slice(&rec[..2 * nd + 1]);
-        self.sorted[ti][r] = None;
+        l.records.push(task as i64 | (i64::from(w.accumulate) << 32));
+        if l.sorted.is_some() {
+            l.sorted = None;
+        }
         let len = w.hi[0] - w.lo[0];
-        if len > self.max_len[ti][r] {
-            self.max_len[ti][r] = len;
+        if len > l.max_len {
+            l.max_len = len;
         }
     }
 
     /// Sorts the records of a tensor on a rank, unless they are sorted.
     fn sort(&mut self, ti: usize, r: usize) {
-        if self.sorted[ti][r].is_some() {
+        let st = self.stride(ti);
+        let Some(l) = self.list_mut(ti, r) else { return };
+        if l.sorted.is_some() {
             return;
         }
-        let st = self.stride(ti);
-        let list = &self.records[ti][r];
+        let list = &l.records;
         let n = list.len() / st;
         // By (lo of dimension 0, task with its flag, insertion): one packed key, unique, so
         // an unstable sort gives the stable order. Below the biased `lo`: the flag and the
@@ -642,22 +909,23 @@ impl WriterIndex {
                     .collect(),
             )
         };
-        self.sorted[ti][r] = Some(order);
+        l.sorted = Some(order);
     }
 
     /// Calls `f` with the offset of every record of `rd`'s tensor and rank that may overlap
     /// `rd` (those whose dimension 0 can reach `rd.lo[0]`, up to `rd.hi[0]`), in order.
     fn scan(&mut self, rd: &Region, f: &mut impl FnMut(&[i64], usize)) {
         let (ti, r) = (rd.tensor.0 as usize, rd.rank as usize);
-        if ti >= self.records.len() || r >= self.ranks {
+        if ti >= self.ndim.len() || r >= self.ranks {
             return;
         }
         self.sort(ti, r);
         let nd = self.ndim[ti];
         let st = self.stride(ti);
-        let list = &self.records[ti][r];
+        let Some(l) = self.list(ti, r) else { return };
+        let list = &l.records;
         let n = list.len() / st;
-        let from = rd.lo[0].saturating_sub(self.max_len[ti][r]);
+        let from = rd.lo[0].saturating_sub(l.max_len);
         let mut visit = |o: usize| -> bool {
             let rec = &list[o..o + st];
             if rec[0] >= rd.hi[0] {
@@ -669,7 +937,7 @@ impl WriterIndex {
             true
         };
         // Records whose lo0 <= lo - max_len end before `lo`: skip them.
-        match &self.sorted[ti][r] {
+        match &l.sorted {
             Some(Order::Offsets(order)) => {
                 let i = order.partition_point(|&o| list[o as usize] <= from);
                 for &o in &order[i..] {
@@ -703,6 +971,12 @@ impl WriterIndex {
         self.scan(rd, &mut |rec, nd| f(rec[2 * nd] as u32));
     }
 
+    /// Calls `f` with every write record overlapping `rd`: the writing task and the record's
+    /// bounds (`lo, hi` of each of the tensor's dimensions).
+    pub fn records_over(&mut self, rd: &Region, f: &mut impl FnMut(u32, &[i64])) {
+        self.scan(rd, &mut |rec, nd| f(rec[2 * nd] as u32, &rec[..2 * nd]));
+    }
+
     /// Calls `f` with every write record overlapping `rd`: the writing task and its region.
     pub fn writes_over(&mut self, rd: &Region, f: &mut impl FnMut(u32, Region)) {
         self.scan(rd, &mut |rec, nd| {
@@ -721,25 +995,27 @@ impl WriterIndex {
     /// before the second by position (pairs by the first's position, then the second's).
     pub fn overlapping_pairs(&mut self, tensor: TensorId, rank: u32, f: &mut impl FnMut((Region, u32), (Region, u32))) {
         let (ti, r) = (tensor.0 as usize, rank as usize);
-        if ti >= self.records.len() || r >= self.ranks {
+        if ti >= self.ndim.len() || r >= self.ranks {
             return;
         }
         let nd = self.ndim[ti];
         let st = self.stride(ti);
         let acc = |field: i64| (field >> 32) & 1 == 1;
+        let Some(l) = self.list(ti, r) else { return };
         // Accumulations never conflict with each other; records without dimensions never
         // overlap.
-        if nd == 0 || self.records[ti][r].chunks_exact(st).all(|rec| acc(rec[st - 1])) {
+        if nd == 0 || l.records.chunks_exact(st).all(|rec| acc(rec[st - 1])) {
             return;
         }
-        if surely_disjoint(&self.records[ti][r], nd) {
+        if surely_disjoint(&l.records, nd) {
             return;
         }
         self.sort(ti, r);
-        let list = &self.records[ti][r];
+        let Some(l) = self.list(ti, r) else { return };
+        let list = &l.records;
         // The records in sorted order, contiguous.
         let gathered: Vec<i64>;
-        let recs: &[i64] = match &self.sorted[ti][r] {
+        let recs: &[i64] = match &l.sorted {
             Some(Order::Offsets(order)) => {
                 gathered = order
                     .iter()
@@ -784,13 +1060,14 @@ impl WriterIndex {
     /// Every record of a tensor on a rank: `(region, task)`, sorted by position.
     pub fn records(&mut self, tensor: TensorId, rank: u32) -> Vec<(Region, u32)> {
         let (ti, r) = (tensor.0 as usize, rank as usize);
-        if ti >= self.records.len() || r >= self.ranks {
+        if ti >= self.ndim.len() || r >= self.ranks {
             return Vec::new();
         }
         self.sort(ti, r);
         let nd = self.ndim[ti];
         let st = self.stride(ti);
-        let list = &self.records[ti][r];
+        let Some(l) = self.list(ti, r) else { return Vec::new() };
+        let list = &l.records;
         let record = |o: usize| {
             let mut reg = Region {
                 tensor,
@@ -807,7 +1084,7 @@ impl WriterIndex {
             reg.accumulate = (list[o + 2 * nd] >> 32) & 1 == 1;
             (reg, list[o + 2 * nd] as u32)
         };
-        match &self.sorted[ti][r] {
+        match &l.sorted {
             Some(Order::Offsets(order)) => order.iter().map(|&o| record(o as usize)).collect(),
             _ => (0..list.len() / st).map(|i| record(i * st)).collect(),
         }

@@ -23,7 +23,7 @@
 //!    included); a receiving put writes, row by row, the source row named by evaluating its
 //!    routed indices (`r.src_rank(m)`, `r.src_token(m)`) at that row.
 
-use crate::ir::{ConcreteBody, Dim, Index, RouteFn, RouteId, Target, Taskflow, Tensor, VarKind, VarRange};
+use crate::ir::{ConcreteBody, Dim, Index, RouteFn, RouteId, Target, Taskflow, Tensor, TensorId, VarKind, VarRange};
 use crate::lower::{Chunk, DimKind, Region, RouteLayout, TaskGraph, MAX_DIMS, NO_SOURCE};
 
 /// What one body variable ranges over in a call's tiles.
@@ -37,11 +37,16 @@ enum Role {
     Whole,
 }
 
-/// The roles of one call's variables (computed once per call).
+/// The roles of one call's variables and its statements' tensor accesses (computed once per
+/// call).
 #[derive(Debug)]
 struct Call {
     node: u32,
     roles: Vec<Role>,
+    /// The variables in the order their values are set: grouped rows after every other.
+    order: Vec<usize>,
+    /// Per statement: the tensors its value reads and their index maps, in evaluation order.
+    reads: Vec<Vec<(TensorId, Vec<Index>)>>,
     /// The task dimension that is a sending put.
     send_dim: Option<usize>,
     /// The routing whose grouped rows `group(m)` refers to.
@@ -51,7 +56,7 @@ struct Call {
 fn call_of(tf: &Taskflow, g: &TaskGraph, node: u32) -> Call {
     let body = &tf.nodes[node as usize].body;
     let dims = &g.nodes[node as usize].dims;
-    let roles = body
+    let roles: Vec<Role> = body
         .vars
         .iter()
         .map(|var| {
@@ -79,8 +84,30 @@ fn call_of(tf: &Taskflow, g: &TaskGraph, node: u32) -> Call {
             }
         })
         .collect();
+    // Grouped rows depend on their group variable: every other variable first.
+    let grouped = |v: usize| matches!(body.vars[v].range, VarRange::GroupRows { .. }) && roles[v] == Role::Whole;
+    let order = (0..body.vars.len())
+        .filter(|&v| !grouped(v))
+        .chain((0..body.vars.len()).filter(|&v| grouped(v)))
+        .collect();
+    let inputs = &tf.nodes[node as usize].inputs;
+    let reads = body
+        .stmts
+        .iter()
+        .map(|st| {
+            let mut v = Vec::new();
+            st.value.for_each_read(&mut |input, ix| {
+                if let Some(&tid) = inputs.get(input) {
+                    v.push((tid, ix.to_vec()));
+                }
+            });
+            v
+        })
+        .collect();
     Call {
         node,
+        order,
+        reads,
         roles,
         send_dim: dims.iter().position(|d| matches!(d.kind, DimKind::Send { .. })),
         group_route: body.vars.iter().find_map(|v| match v.range {
@@ -102,6 +129,20 @@ fn expert_of_row(l: &RouteLayout, rank: usize, row: i64) -> i64 {
     };
     // The offsets ascend: bisect (a linear scan is quadratic over many local experts).
     starts.partition_point(|&o| i64::from(o) <= row).saturating_sub(1) as i64
+}
+
+/// Whether an index of a receiving put takes its value from the row `m` itself (its source
+/// token or rank, or an affine map of `m`), rather than from the tile.
+fn by_row(i: &Index, m: usize) -> bool {
+    match i {
+        Index::Route {
+            func: RouteFn::SrcToken | RouteFn::SrcRank,
+            args,
+            ..
+        } => args.first() == Some(&m),
+        Index::Affine { var, .. } => *var == m,
+        _ => false,
+    }
 }
 
 /// Reusable state of the derivation.
@@ -153,38 +194,32 @@ impl Deriver {
         });
         self.span.clear();
         self.span.resize(body.vars.len(), (0, 0));
-        // Grouped rows depend on their group variable: every other variable first.
-        for pass in 0..2 {
-            for (v, var) in body.vars.iter().enumerate() {
-                let grouped = matches!(var.range, VarRange::GroupRows { .. }) && call.roles[v] == Role::Whole;
-                if grouped != (pass == 1) {
-                    continue;
-                }
-                self.span[v] = match call.roles[v] {
-                    Role::Tiled { dim, clip } => match self.chunks.get(dim) {
-                        Some(c) => match clip {
-                            Some((lo, hi)) => (c.lo.max(lo), c.hi.min(hi)),
-                            None => (c.lo, c.hi),
-                        },
-                        None => (0, 0),
+        for &v in &call.order {
+            let Some(var) = body.vars.get(v) else { continue };
+            self.span[v] = match call.roles[v] {
+                Role::Tiled { dim, clip } => match self.chunks.get(dim) {
+                    Some(c) => match clip {
+                        Some((lo, hi)) => (c.lo.max(lo), c.hi.min(hi)),
+                        None => (c.lo, c.hi),
                     },
-                    Role::Sent { choice } => (if choice { cho } else { tok }).unwrap_or((0, 0)),
-                    Role::Whole => match var.range {
-                        VarRange::Fixed { lo, hi } => (lo, hi),
-                        VarRange::Recv(r) => (0, layout_of(g, r).map_or(0, |l| i64::from(l.rows(rank)))),
-                        VarRange::GroupRows { route, group } => {
-                            let (first, end) = self.span.get(group).copied().unwrap_or((0, 0));
-                            match layout_of(g, route).and_then(|l| l.group_off.get(rank)) {
-                                Some(starts) if end > first => {
-                                    let at = |e: i64| usize::try_from(e).ok().and_then(|e| starts.get(e)).copied();
-                                    (i64::from(at(first).unwrap_or(0)), i64::from(at(end).unwrap_or(0)))
-                                }
-                                _ => (0, 0),
+                    None => (0, 0),
+                },
+                Role::Sent { choice } => (if choice { cho } else { tok }).unwrap_or((0, 0)),
+                Role::Whole => match var.range {
+                    VarRange::Fixed { lo, hi } => (lo, hi),
+                    VarRange::Recv(r) => (0, layout_of(g, r).map_or(0, |l| i64::from(l.rows(rank)))),
+                    VarRange::GroupRows { route, group } => {
+                        let (first, end) = self.span.get(group).copied().unwrap_or((0, 0));
+                        match layout_of(g, route).and_then(|l| l.group_off.get(rank)) {
+                            Some(starts) if end > first => {
+                                let at = |e: i64| usize::try_from(e).ok().and_then(|e| starts.get(e)).copied();
+                                (i64::from(at(first).unwrap_or(0)), i64::from(at(end).unwrap_or(0)))
                             }
+                            _ => (0, 0),
                         }
-                    },
-                };
-            }
+                    }
+                },
+            };
         }
     }
 
@@ -283,22 +318,21 @@ impl Deriver {
             hi: [0; MAX_DIMS],
             accumulate,
         };
-        for st in &body.stmts {
+        for (si, st) in body.stmts.iter().enumerate() {
             let evaluated = st.vars.iter().all(|&v| {
                 matches!(call.roles.get(v), Some(Role::Sent { .. })) || self.span.get(v).is_some_and(|(lo, hi)| hi > lo)
             }) && (!sending || !self.sent.is_empty());
             if evaluated {
-                st.value.for_each_read(&mut |input, ix| {
-                    let Some(&tid) = node.inputs.get(input) else { return };
-                    let tensor = tf.tensor(tid);
-                    let mut r = blank(tid, rank, ix.len(), false);
+                for (tid, ix) in call.reads.get(si).into_iter().flatten() {
+                    let tensor = tf.tensor(*tid);
+                    let mut r = blank(*tid, rank, ix.len(), false);
                     for (k, i) in ix.iter().enumerate().take(MAX_DIMS) {
                         (r.lo[k], r.hi[k]) = self.image(g, call, i, tensor, k, rank);
                     }
                     if !r.is_empty() && !reads.contains(&r) {
                         reads.push(r);
                     }
-                });
+                }
             }
             let owns_rows = self.owned.is_some_and(|(_, lo, hi)| hi > lo);
             if !evaluated && !owns_rows {
@@ -340,32 +374,48 @@ impl Deriver {
                         };
                         let (first, end) = self.span.get(m).copied().unwrap_or((0, 0));
                         let Some(rows) = l.recv.get(rank) else { continue };
+                        // The dimensions that do not depend on the row, per source rank: the
+                        // last rank's box is reused while the source stays the same.
+                        let mut fixed: Option<(u32, Region)> = None;
                         for row in first.max(0)..end {
                             let Some(src) = rows.get(row as usize).filter(|e| e.src_rank != NO_SOURCE) else {
                                 continue;
                             };
-                            let mut w = blank(node.output, src.src_rank as usize, out.shape.len(), st.accumulate);
+                            let mut w = match fixed {
+                                Some((r, w)) if r == src.src_rank => w,
+                                _ => {
+                                    let mut w =
+                                        blank(node.output, src.src_rank as usize, out.shape.len(), st.accumulate);
+                                    for (k, i) in index.iter().enumerate().take(MAX_DIMS) {
+                                        if !by_row(i, m) {
+                                            (w.lo[k], w.hi[k]) = self.image(g, call, i, out, k, src.src_rank as usize);
+                                        }
+                                    }
+                                    fixed = Some((src.src_rank, w));
+                                    w
+                                }
+                            };
                             for (k, i) in index.iter().enumerate().take(MAX_DIMS) {
-                                (w.lo[k], w.hi[k]) = match i {
+                                match i {
                                     Index::Route {
                                         func: RouteFn::SrcToken,
                                         args,
                                         ..
                                     } if args.first() == Some(&m) => {
-                                        (i64::from(src.src_token), i64::from(src.src_token) + 1)
+                                        (w.lo[k], w.hi[k]) = (i64::from(src.src_token), i64::from(src.src_token) + 1);
                                     }
                                     Index::Route {
                                         func: RouteFn::SrcRank,
                                         args,
                                         ..
                                     } if args.first() == Some(&m) => {
-                                        (i64::from(src.src_rank), i64::from(src.src_rank) + 1)
+                                        (w.lo[k], w.hi[k]) = (i64::from(src.src_rank), i64::from(src.src_rank) + 1);
                                     }
                                     Index::Affine { var, coef, offset } if *var == m => {
-                                        (coef * row + offset, coef * row + offset + 1)
+                                        (w.lo[k], w.hi[k]) = (coef * row + offset, coef * row + offset + 1);
                                     }
-                                    _ => self.image(g, call, i, out, k, src.src_rank as usize),
-                                };
+                                    _ => {}
+                                }
                             }
                             if !w.is_empty() {
                                 writes.push(w);

@@ -101,6 +101,12 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
         return out;
     }
     let mut index = WriterIndex::new(tf, g.ranks as usize);
+    // About one write per task, mostly on the task's rank.
+    for (node, nt) in tf.nodes.iter().zip(&g.nodes) {
+        for (r, rt) in nt.per_rank.iter().enumerate() {
+            index.reserve(node.output, r as u32, rt.count as usize);
+        }
+    }
     let mut derived = Deriver::default();
     let mut acc_tensor = vec![false; tf.tensors.len()];
     // A task writes only its call's output. When every call reads only outputs of earlier
@@ -128,6 +134,7 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
     let mut stamp = 0u32;
     let mut writers: Vec<u32> = Vec::new();
     let mut regions: Vec<Region> = Vec::new();
+    let mut buffers = Buffers::default();
     // A read of the same region by a task with the same producers (the same counter) has
     // the same writers and the same answer: check it once per call and rank.
     let mut checked: rustc_hash::FxHashSet<(Region, u32)> = Default::default();
@@ -160,13 +167,28 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
             let t = &t;
             writers.clear();
             regions.clear();
-            index.writes_over(r, &mut |w, reg| {
+            let accumulated = acc_tensor[r.tensor.0 as usize];
+            // Plain writes are disjoint (write conflicts are reported separately): the read is
+            // covered when the parts of it they write add up to its volume. Only a shortfall,
+            // or accumulated writes, need the writes themselves.
+            let mut written: u64 = 0;
+            index.records_over(r, &mut |w, bounds| {
                 writers.push(w);
-                regions.push(reg);
+                if !accumulated {
+                    written += clipped_volume(r, bounds);
+                }
             });
+            if accumulated || written < r.volume() {
+                index.writes_over(r, &mut |_, reg| regions.push(reg));
+            }
             writers.sort_unstable();
             writers.dedup();
-            if let Some(gap) = uncovered(r, &regions, acc_tensor[r.tensor.0 as usize]) {
+            let gap = if accumulated || written < r.volume() {
+                uncovered(r, &regions, accumulated, &mut buffers)
+            } else {
+                None
+            };
+            if let Some(gap) = gap {
                 if missing < MAX_PER_KIND {
                     let node = &tf.nodes[g.node[*t as usize] as usize];
                     let producer = tf.tensor(r.tensor).producer.map(|p| tf.node(p));
@@ -303,8 +325,29 @@ fn reads_follow_writes(tf: &Taskflow, g: &TaskGraph, gates: &[Vec<(crate::ir::Te
     })
 }
 
+/// The volume of the part of `r` inside a write record's bounds (`lo, hi` per dimension of
+/// the record; `r`'s own bounds past them).
+fn clipped_volume(r: &Region, bounds: &[i64]) -> u64 {
+    (0..r.ndim as usize)
+        .map(|d| {
+            let (lo, hi) = match (bounds.get(2 * d), bounds.get(2 * d + 1)) {
+                (Some(&lo), Some(&hi)) => (lo, hi),
+                _ => (r.lo[d], r.hi[d]),
+            };
+            (hi.min(r.hi[d]) - lo.max(r.lo[d])).max(0) as u64
+        })
+        .product()
+}
+
+/// Reused buffers of [`uncovered`].
+#[derive(Default)]
+struct Buffers {
+    clipped: Vec<Region>,
+    rows: Vec<(i64, i64)>,
+}
+
 /// The part of `r` that `writes` leave uncovered, described, or `None` when covered.
-fn uncovered(r: &Region, writes: &[Region], accumulate: bool) -> Option<String> {
+fn uncovered(r: &Region, writes: &[Region], accumulate: bool, buf: &mut Buffers) -> Option<String> {
     let nd = r.ndim as usize;
     let clip = |w: &Region| -> Region {
         let mut c = *w;
@@ -314,7 +357,9 @@ fn uncovered(r: &Region, writes: &[Region], accumulate: bool) -> Option<String> 
         }
         c
     };
-    let clipped: Vec<Region> = writes.iter().map(clip).filter(|c| !c.is_empty()).collect();
+    let clipped = &mut buf.clipped;
+    clipped.clear();
+    clipped.extend(writes.iter().map(clip).filter(|c| !c.is_empty()));
     let want = r.volume();
     if !accumulate {
         // Plain writes are disjoint (write conflicts are reported separately).
@@ -325,14 +370,12 @@ fn uncovered(r: &Region, writes: &[Region], accumulate: bool) -> Option<String> 
     } else {
         // Accumulations may overlap: every row must be covered by writes spanning the rest.
         let full_rest = |c: &Region| (1..nd).all(|d| c.lo[d] <= r.lo[d] && c.hi[d] >= r.hi[d]);
-        let mut rows: Vec<(i64, i64)> = clipped
-            .iter()
-            .filter(|c| full_rest(c))
-            .map(|c| (c.lo[0], c.hi[0]))
-            .collect();
+        let rows = &mut buf.rows;
+        rows.clear();
+        rows.extend(clipped.iter().filter(|c| full_rest(c)).map(|c| (c.lo[0], c.hi[0])));
         rows.sort_unstable();
         let mut at = r.lo[0];
-        for (a, b) in rows {
+        for &(a, b) in rows.iter() {
             if a > at {
                 break;
             }
