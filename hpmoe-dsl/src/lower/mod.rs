@@ -229,6 +229,15 @@ pub struct TaskGraph {
     pub signals: Csr,
     /// The tasks waiting on each counter.
     pub waiters: Csr,
+    /// An identity unique in the process (a clone keeps it: its tasks are the same), for the
+    /// caches of region work that are valid for one graph only.
+    pub(crate) uid: u64,
+}
+
+/// The next [`TaskGraph::uid`].
+fn next_graph_uid() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Routing layouts by `RouteId` (shared: lowering under several policies reuses them).
@@ -721,6 +730,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     }
     let n = total as usize;
     let mut g = TaskGraph {
+        uid: next_graph_uid(),
         taskflow: tf.name.clone(),
         ranks: ranks as u32,
         layouts,

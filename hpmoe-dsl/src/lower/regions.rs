@@ -207,10 +207,10 @@ struct StmtPlan {
 /// statements' accesses, read once from the body and the task dimensions.
 #[derive(Clone, Debug)]
 struct CallPlan {
-    /// The call (its index, the address of its node, its dimension and variable counts):
-    /// a plan serves that call only.
+    /// The call (its graph's identity, its index, its dimension and variable counts): a plan
+    /// serves that call only.
+    graph: u64,
     node: usize,
-    node_addr: usize,
     dims: usize,
     vars: usize,
     sources: Vec<VarSource>,
@@ -223,7 +223,8 @@ struct CallPlan {
 }
 
 impl CallPlan {
-    fn new(tf: &Taskflow, nt: &super::NodeTiles, ni: usize) -> CallPlan {
+    fn new(tf: &Taskflow, g: &TaskGraph, ni: usize) -> CallPlan {
+        let nt = &g.nodes[ni];
         let node = &tf.nodes[ni];
         let body: &ConcreteBody = &node.body;
         let mut sources = Vec::with_capacity(body.vars.len());
@@ -313,7 +314,7 @@ impl CallPlan {
             .collect();
         CallPlan {
             node: ni,
-            node_addr: std::ptr::from_ref(node) as usize,
+            graph: g.uid,
             dims: nt.dims.len(),
             vars: body.vars.len(),
             sources,
@@ -328,11 +329,9 @@ impl CallPlan {
     }
 
     fn serves(&self, tf: &Taskflow, g: &TaskGraph, ni: usize) -> bool {
-        self.node == ni
-            && tf
-                .nodes
-                .get(ni)
-                .is_some_and(|n| std::ptr::from_ref(n) as usize == self.node_addr && n.body.vars.len() == self.vars)
+        self.graph == g.uid
+            && self.node == ni
+            && tf.nodes.get(ni).is_some_and(|n| n.body.vars.len() == self.vars)
             && g.nodes.get(ni).is_some_and(|nt| nt.dims.len() == self.dims)
     }
 }
@@ -351,10 +350,10 @@ pub struct TileRanges {
     pub send_dim: Option<usize>,
     /// The task's chunks (a reused buffer).
     chunks: Vec<Chunk>,
-    /// The chunks' positions in their dimensions, and the tile they are of (the address of
-    /// its call's tiles on its rank, and its index there).
+    /// The chunks' positions in their dimensions, and the tile they are of (its graph's
+    /// identity, its call, its rank and its index there).
     digits: Vec<usize>,
-    chunks_of: Option<(usize, u32)>,
+    chunks_of: Option<(u64, usize, usize, u32)>,
     /// The plans of the calls met so far, by call.
     plans: Vec<Option<Box<CallPlan>>>,
 }
@@ -368,7 +367,7 @@ pub fn tile_ranges(tf: &Taskflow, g: &TaskGraph, t: usize, out: &mut TileRanges)
     }
     let plan = match out.plans[ni].take() {
         Some(p) if p.serves(tf, g, ni) => p,
-        _ => Box::new(CallPlan::new(tf, &g.nodes[ni], ni)),
+        _ => Box::new(CallPlan::new(tf, g, ni)),
     };
     let mut chunks = std::mem::take(&mut out.chunks);
     next_chunks(g, t, &mut chunks, &mut out.digits, &mut out.chunks_of);
@@ -385,13 +384,12 @@ fn next_chunks(
     t: usize,
     chunks: &mut Vec<Chunk>,
     digits: &mut Vec<usize>,
-    of: &mut Option<(usize, u32)>,
+    of: &mut Option<(u64, usize, usize, u32)>,
 ) {
     let (ni, rank, tile) = (g.node[t] as usize, g.rank[t] as usize, g.tile[t]);
     let rt = &g.nodes[ni].per_rank[rank];
-    let at = std::ptr::from_ref(rt) as usize;
-    let follows = matches!(*of, Some((a, i)) if a == at && i.checked_add(1) == Some(tile));
-    *of = Some((at, tile));
+    let follows = matches!(*of, Some((u, n, r, i)) if (u, n, r) == (g.uid, ni, rank) && i.checked_add(1) == Some(tile));
+    *of = Some((g.uid, ni, rank, tile));
     if follows && digits.len() == rt.chunks.len() && chunks.len() == rt.chunks.len() {
         for d in (0..rt.chunks.len()).rev() {
             digits[d] += 1;
