@@ -346,9 +346,10 @@ impl Checker<'_> {
         // `straight_through` and `detach`: tensors of the forward.
         let mut lookup_list = |c: &mut Checker, names: &[Ident], key: &str| -> Vec<(TensorId, Ident)> {
             let mut out: Vec<(TensorId, Ident)> = Vec::new();
+            let mut seen = vec![false; fwd.tensors.len()];
             for s in names {
                 match fwd.named(&s.name) {
-                    Some(t) if out.iter().any(|(x, _)| *x == t) => {
+                    Some(t) if std::mem::replace(&mut seen[t.0 as usize], true) => {
                         let d = c.grad_error(s.span, format!("`{}` is named twice in `{key}`", s.name), "again here");
                         c.err(d);
                         ok = false;
@@ -375,7 +376,7 @@ impl Checker<'_> {
         let detached = lookup_list(self, &g.detach, "detach");
         for (t, s) in &straight {
             let tensor = fwd.tensor(*t);
-            if tensor.dtype.is_integer() || tensor.dtype.rounds_on_store() {
+            if rounded(tensor.dtype) {
                 continue;
             }
             // A float tensor: its call must round inside (a fake quantisation).
@@ -421,8 +422,15 @@ impl Checker<'_> {
                 }
             }
         }
+        // Membership by tensor (the lists may be as long as the forward).
+        let mask = |list: &[(TensorId, Ident)]| {
+            let mut m = vec![false; fwd.tensors.len()];
+            list.iter().for_each(|(t, _)| m[t.0 as usize] = true);
+            m
+        };
+        let is_wrt = mask(&wrt);
         for (t, s) in &detached {
-            if wrt.iter().any(|(w, _)| w == t) {
+            if is_wrt[t.0 as usize] {
                 let d = self
                     .grad_error(
                         s.span,
@@ -440,13 +448,13 @@ impl Checker<'_> {
         // Activity: tensors that depend on a wrt input (a detached tensor is a constant);
         // gradients: active tensors on a path to an output.
         let n = fwd.tensors.len();
-        let activity = |detach: &[(TensorId, Ident)]| -> (Vec<bool>, Vec<bool>, BTreeMap<TensorId, usize>) {
+        let activity = |detach: &[bool]| -> (Vec<bool>, Vec<bool>, BTreeMap<TensorId, usize>) {
             let mut active = vec![false; n];
             for (t, _) in &wrt {
                 active[t.0 as usize] = true;
             }
             for node in &fwd.nodes {
-                if node.inputs.iter().any(|t| active[t.0 as usize]) && !detach.iter().any(|(d, _)| *d == node.output) {
+                if node.inputs.iter().any(|t| active[t.0 as usize]) && !detach[node.output.0 as usize] {
                     active[node.output.0 as usize] = true;
                 }
             }
@@ -471,9 +479,9 @@ impl Checker<'_> {
             }
             (active, has_grad, expected)
         };
-        let (active, has_grad, expected) = activity(&detached);
+        let (active, has_grad, expected) = activity(&mask(&detached));
         if !detached.is_empty() {
-            let (_, undetached, _) = activity(&[]);
+            let (_, undetached, _) = activity(&vec![false; n]);
             for (t, s) in &detached {
                 if !undetached[t.0 as usize] {
                     let what = if fwd.tensor(*t).producer.is_none() {
@@ -518,6 +526,7 @@ impl Checker<'_> {
                 );
             }
         }
+        let is_straight = mask(&straight);
         // A gradient flows through every tensor that has one: a tensor of a quantised or
         // integer dtype holds rounded values, whose derivative is zero almost everywhere.
         // Without `straight_through` every such tensor is refused (a gradient stored in its
@@ -525,12 +534,10 @@ impl Checker<'_> {
         // tensor's rounding is differentiated as the identity, an input must be listed, and a
         // call that rounds into an unlisted tensor is refused where its body casts.
         for (i, t) in fwd.tensors.iter().enumerate() {
-            let rounded = t.dtype.is_integer() || t.dtype.rounds_on_store();
-            if !has_grad[i] || !rounded {
+            if !has_grad[i] || !rounded(t.dtype) {
                 continue;
             }
-            let listed = straight.iter().any(|(x, _)| x.0 as usize == i);
-            if listed || (!straight.is_empty() && t.producer.is_some()) {
+            if is_straight[i] || (!straight.is_empty() && t.producer.is_some()) {
                 continue;
             }
             let what = if t.dtype.is_integer() {
@@ -997,12 +1004,14 @@ impl Checker<'_> {
         // a generic no parameter binds (the primal input is not read) takes the primal's.
         let primal_dt = fwd.tensor(node.inputs[pos]).dtype;
         let gdt = dv.grad_dtype(node.inputs[pos]);
+        // Whether a parameter of the derived op is typed `name` (a generic it binds).
+        let binds = |params: &[OpParam], name: &str| {
+            params
+                .iter()
+                .any(|p| matches!(&p.ty, ParamType::Tensor(t) if t.dtype.name == name))
+        };
         let is_generic = def.generics.iter().any(|g| g.name == ret.dtype.name);
-        let bound_generic = params.iter().any(|p| match &p.ty {
-            ParamType::Tensor(t) => t.dtype.name == ret.dtype.name,
-            ParamType::Route(_) => false,
-        });
-        if gdt != primal_dt || (is_generic && !bound_generic) {
+        if gdt != primal_dt || (is_generic && !binds(&params, &ret.dtype.name)) {
             ret.dtype = ident(gdt.name(), ret.dtype.span);
         }
         // Dimensions no parameter binds take the call's concrete size.
@@ -1045,13 +1054,7 @@ impl Checker<'_> {
         let generics = def
             .generics
             .iter()
-            .filter(|g| {
-                g.name == ret.dtype.name
-                    || params.iter().any(|p| match &p.ty {
-                        ParamType::Tensor(t) => t.dtype.name == g.name,
-                        ParamType::Route(_) => false,
-                    })
-            })
+            .filter(|g| g.name == ret.dtype.name || binds(&params, &g.name))
             .cloned()
             .collect();
         let def_new = OpDef {
@@ -1253,12 +1256,17 @@ fn self_dup(w: &Ident) -> Diagnostic {
     Diagnostic::error(Code::BadGrad, format!("`{}` is named twice in `wrt`", w.name)).primary(w.span, "again here")
 }
 
+/// Whether a dtype holds rounded values (an integer or a quantised float).
+fn rounded(dt: ir::DType) -> bool {
+    dt.is_integer() || dt.rounds_on_store()
+}
+
 impl Derivation<'_> {
     /// The dtype of a tensor's gradient: its own, or f32 for an integer or quantised tensor
     /// under a straight-through estimator.
     fn grad_dtype(&self, t: TensorId) -> ir::DType {
         let dt = self.fwd.tensor(t).dtype;
-        if !self.straight.is_empty() && (dt.is_integer() || dt.rounds_on_store()) {
+        if !self.straight.is_empty() && rounded(dt) {
             ir::DType::F32
         } else {
             dt
