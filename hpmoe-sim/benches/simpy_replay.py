@@ -113,7 +113,10 @@ def replay(tasks, sched):
 
 
 def hpmoe_times(hpmoe, args):
-    err = subprocess.run([hpmoe, "run", *args, "--timings"], check=True, stdout=subprocess.DEVNULL,
+    # `--resimulate`: the schedule kept among candidates prepared and simulated on its own,
+    # as its own stages (else its simulation is the one run while choosing it).
+    err = subprocess.run([hpmoe, "run", *args, "--timings", "--resimulate", "--jobs", "1"], check=True,
+                         stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE).stderr.decode()
     stage = {}
     for line in err.splitlines():

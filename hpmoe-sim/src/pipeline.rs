@@ -25,6 +25,13 @@
 //! capacity mode for that policy, then the other), which replace graph and schedule when
 //! faster: `interleaved` is then never slower than `expert_level` or `kernel_by_kernel`. The choice is deterministic (the simulator is), and the
 //! result is never slower than any candidate; the report names it (`schedule` option).
+//!
+//! A candidate is simulated only as far as it can still win: the simulation stops at the
+//! first event past the best latency so far, or as soon as a task starts whose queue still
+//! needs, at the least, more than what is left ([`crate::report::bounds_and_chains`]). The
+//! kept schedule's own simulation ran to its end, and [`run`] reports it as it is (with its
+//! workload) instead of preparing and simulating the same schedule again, unless a trace
+//! asks for bandwidth samples; its time is then part of `candidates`.
 
 use crate::model::DeviceModel;
 use crate::report::Report;
@@ -53,14 +60,36 @@ pub fn run(
     sim_opts: SimOptions,
     clock: &mut Clock,
 ) -> Result<Ran, Vec<Diagnostic>> {
+    run_with(checked, tf, spec, compile, sim_opts, true, clock)
+}
+
+/// [`run`]; with `reuse` false, the schedule kept among candidates is prepared and
+/// simulated again (the same result, timed as its own `prepare` and `simulate`).
+pub fn run_with(
+    checked: &Checked,
+    tf: &Taskflow,
+    spec: &PolicySpec,
+    compile: &CompileOptions,
+    sim_opts: SimOptions,
+    reuse: bool,
+    clock: &mut Clock,
+) -> Result<Ran, Vec<Diagnostic>> {
     let program = checked.program();
-    let c = self::compile_observed(checked, tf, spec, compile, clock, sim_opts.progress.as_ref())?;
+    // A trace needs the bandwidth samples, which the candidates' simulations do not record.
+    let keep = reuse && !sim_opts.record_bandwidth;
+    let (c, kept) = self::compile_kept(checked, tf, spec, compile, clock, sim_opts.progress.as_ref(), keep)?;
     let model = DeviceModel::new(&program.device).map_err(|msg| vec![Diagnostic::error(Code::BadOverride, msg)])?;
-    let workload = Workload::new(program, tf, &c.graph, &c.schedule, &model);
-    clock.lap("prepare");
-    let result = sim::simulate(&workload, &c.schedule, &model, sim_opts)
-        .map_err(|st| vec![sim::stall_diagnostic(program, tf, &c.graph, &c.schedule, &st)])?;
-    clock.lap("simulate");
+    let (workload, result) = match kept {
+        Some(k) => (k.workload, k.result),
+        None => {
+            let workload = Workload::new(program, tf, &c.graph, &c.schedule, &model);
+            clock.lap("prepare");
+            let result = sim::simulate(&workload, &c.schedule, &model, sim_opts)
+                .map_err(|st| vec![sim::stall_diagnostic(program, tf, &c.graph, &c.schedule, &st)])?;
+            clock.lap("simulate");
+            (workload, result)
+        }
+    };
     let report = Report::new(program, tf, &c.graph, &c.schedule, &workload, &model, &result);
     clock.lap("report");
     Ok(Ran {
@@ -97,18 +126,65 @@ pub fn compile_observed(
     clock: &mut Clock,
     progress: Option<&Progress>,
 ) -> Result<Compiled, Vec<Diagnostic>> {
+    compile_kept(checked, tf, spec, opts, clock, progress, false).map(|(c, _)| c)
+}
+
+/// A simulation of the schedule kept by the choice among candidates, with its workload:
+/// what [`Workload::new`] and [`sim::simulate`] (without bandwidth samples) give for the
+/// compiled graph and schedule, so a run need not prepare and simulate it again.
+struct Kept {
+    workload: Workload,
+    result: sim::SimResult,
+}
+
+/// [`compile_observed`]; with `keep`, also the simulation of the schedule chosen when the
+/// choice simulated it to its end (the candidates' workload is then left scheduled as the
+/// chosen schedule).
+fn compile_kept(
+    checked: &Checked,
+    tf: &Taskflow,
+    spec: &PolicySpec,
+    opts: &CompileOptions,
+    clock: &mut Clock,
+    progress: Option<&Progress>,
+    keep: bool,
+) -> Result<(Compiled, Option<Kept>), Vec<Diagnostic>> {
     let mut c = checked.compile_timed(tf, spec, opts, clock)?;
     let all = c.graph.len() <= CANDIDATE_MAX_TASKS;
-    if let Some((_, best, seen)) = choose_observed(checked.program(), tf, &mut c, opts.verify, progress) {
+    let mut kept = None;
+    if let Some((_, best, seen)) = choose_observed(checked.program(), tf, &mut c, opts.verify, progress, &mut kept) {
         if all {
-            other_tilings(checked, tf, &mut c, opts, best, &seen, progress);
+            other_tilings(checked, tf, &mut c, opts, best, &seen, progress, &mut kept);
         }
         clock.lap("candidates");
     }
     if let Some(p) = progress {
         p.candidate(0);
     }
-    Ok(c)
+    let kept = match kept {
+        Some(mut k) if keep => {
+            if !k.at_best {
+                let model = DeviceModel::new(&checked.program().device)
+                    .map_err(|msg| vec![Diagnostic::error(Code::BadOverride, msg)])?;
+                k.workload.reschedule(&c.graph, &c.schedule, &model);
+            }
+            Some(Kept {
+                workload: k.workload,
+                result: k.result,
+            })
+        }
+        _ => None,
+    };
+    Ok((c, kept))
+}
+
+/// The simulation of the best schedule so far among candidates and the workload the
+/// candidates of its graph are simulated on, scheduled as the best (`at_best`) or as a
+/// candidate simulated after it.
+struct Best {
+    workload: Workload,
+    result: sim::SimResult,
+    at_best: bool,
 }
 
 /// The last candidates: the taskflow compiled as `expert_level` compiles it (its GMM tiling
@@ -124,6 +200,7 @@ fn other_tilings(
     mut best: f64,
     seen: &[u64],
     progress: Option<&Progress>,
+    kept: &mut Option<Best>,
 ) {
     let program = checked.program();
     let spec = c.schedule.policy.clone();
@@ -148,17 +225,23 @@ fn other_tilings(
             p.candidate(p.candidates() + 1);
         }
         let mut w = Workload::new(program, tf, &other.graph, &other.schedule, &model);
+        // The schedule that won, whether the workload is scheduled as it, and its simulation
+        // when it can stand for the schedule as relabelled (the same kernel launches).
         let mut won = None;
-        if let Some(l) = latency_of(&w, &other, &other.schedule, &model, best, progress) {
-            if l < best {
-                best = l;
+        let mut won_run = None;
+        let mut at_won = false;
+        if let Some(r) = latency_of(&w, &other, &other.schedule, &model, best, progress) {
+            if r.makespan < best {
+                best = r.makespan;
                 let mut s = other.schedule.clone();
                 s.origin = if static_capacity {
                     "expert-level tiling and order (static capacity)"
                 } else {
                     "expert-level tiling and order"
                 };
+                won_run = (s.policy.launch_overhead == spec.launch_overhead).then_some(r);
                 won = Some(s);
+                at_won = true;
             }
         }
         // The policy's own list scheduler on the expert-level tiling.
@@ -171,9 +254,12 @@ fn other_tilings(
                 p.candidate(p.candidates() + 1);
             }
             w.reschedule(&other.graph, &list, &model);
-            if let Some(l) = latency_of(&w, &other, &list, &model, best, progress) {
-                if l < best {
-                    best = l;
+            at_won = false;
+            if let Some(r) = latency_of(&w, &other, &list, &model, best, progress) {
+                if r.makespan < best {
+                    best = r.makespan;
+                    won_run = Some(r);
+                    at_won = true;
                     let mut list = list;
                     list.origin = if static_capacity {
                         "list on expert-level tiling (static capacity)"
@@ -192,17 +278,23 @@ fn other_tilings(
             s.estimate = 0.0;
             other.schedule = s;
             *c = other;
+            *kept = won_run.map(|result| Best {
+                workload: w,
+                result,
+                at_best: at_won,
+            });
         }
     }
 }
 
-/// The simulated latency of the workload `w` of schedule `s` of `c`'s graph if it is strictly
+/// The simulation of the workload `w` under schedule `s` of `c`'s graph if its latency is strictly
 /// below `best`, else `None` (also when it stalls): without simulating when the schedule's
 /// lower bound ([`crate::report::bounds`], and for a schedule with kernel barriers
 /// [`crate::report::kernel_bound`]) shows it cannot be (the bound relaxed by a
 /// relative `1e-9` against rounding, so a schedule is skipped only when it is slower by more
 /// than that), and with the simulation stopped once it passes `best`
-/// ([`sim::makespan_below`]). `progress` hears of the simulation.
+/// ([`sim::simulate_below_chained`], also as soon as a task's start and the least time
+/// its queue still needs reach `best`). `progress` hears of the simulation.
 fn latency_of(
     w: &Workload,
     c: &Compiled,
@@ -210,26 +302,29 @@ fn latency_of(
     model: &DeviceModel,
     best: f64,
     progress: Option<&Progress>,
-) -> Option<f64> {
+) -> Option<sim::SimResult> {
+    let mut chains = Vec::new();
     if best.is_finite() {
-        let (lb, _) = crate::report::bounds(w, s, model, &c.graph.rank).max();
-        let lb = lb.max(crate::report::kernel_bound(w, s, model, &c.graph.rank));
+        let (b, ch) = crate::report::bounds_and_chains(w, s, model, &c.graph.rank, true);
+        let lb = b.max().0.max(crate::report::kernel_bound(w, s, model, &c.graph.rank));
         if lb * (1.0 - 1e-9) >= best {
             return None;
         }
+        chains = ch;
     }
     let opts = SimOptions {
         progress: progress.cloned(),
         ..SimOptions::default()
     };
-    sim::makespan_below(w, s, model, opts, best)
+    sim::simulate_below_chained(w, s, model, opts, best, &chains)
 }
 
 /// Replaces `c.schedule` by the fastest of the candidates of its policy (none unless the
 /// policy is `interleaved` with `candidates`); returns how many candidates were tried
 /// (simulated, or skipped by their lower bound) and the latency of the schedule kept.
 pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) -> (usize, f64) {
-    choose_observed(program, tf, c, verify, None).map_or((0, f64::INFINITY), |(tried, best, _)| (tried, best))
+    choose_observed(program, tf, c, verify, None, &mut None)
+        .map_or((0, f64::INFINITY), |(tried, best, _)| (tried, best))
 }
 
 /// The largest graph whose candidate schedules are all compared: each candidate is one more
@@ -249,6 +344,7 @@ fn two_candidates(
     model: &DeviceModel,
     verify: bool,
     progress: Option<&Progress>,
+    kept: &mut Option<Best>,
 ) -> f64 {
     c.schedule.origin = "policy (of two candidates: above 2097152 tasks)";
     let Some((mut other, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, spec, 2) else {
@@ -268,12 +364,26 @@ fn two_candidates(
         p.candidate(2);
     }
     w.reschedule(&c.graph, &c.schedule, model);
-    match latency_of(&w, c, &c.schedule, model, first, progress) {
-        Some(own) => own,
+    match latency_of(&w, c, &c.schedule, model, first.makespan, progress) {
+        Some(own) => {
+            let best = own.makespan;
+            *kept = Some(Best {
+                workload: w,
+                result: own,
+                at_best: true,
+            });
+            best
+        }
         None => {
             other.origin = "expert-level order (of two candidates: above 2097152 tasks)";
             c.schedule = other;
-            first
+            let best = first.makespan;
+            *kept = Some(Best {
+                workload: w,
+                result: first,
+                at_best: false,
+            });
+            best
         }
     }
 }
@@ -286,6 +396,7 @@ fn choose_observed(
     c: &mut Compiled,
     verify: bool,
     progress: Option<&Progress>,
+    kept: &mut Option<Best>,
 ) -> Option<(usize, f64, Vec<u64>)> {
     let spec = c.schedule.policy.clone();
     if spec.policy != hpmoe_dsl::policy::Policy::Interleaved || !spec.candidates {
@@ -293,7 +404,7 @@ fn choose_observed(
     }
     let model = DeviceModel::new(&program.device).ok()?;
     if c.graph.len() > CANDIDATE_MAX_TASKS {
-        let best = two_candidates(program, tf, c, &spec, &model, verify, progress);
+        let best = two_candidates(program, tf, c, &spec, &model, verify, progress, kept);
         return Some((1, best, Vec::new()));
     }
     if let Some(p) = progress {
@@ -301,7 +412,9 @@ fn choose_observed(
     }
     // One workload for every schedule of the graph: the region work is done once.
     let mut w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
-    let mut best = latency_of(&w, c, &c.schedule, &model, f64::INFINITY, progress).unwrap_or(f64::INFINITY);
+    let mut run = latency_of(&w, c, &c.schedule, &model, f64::INFINITY, progress);
+    let mut best = run.as_ref().map_or(f64::INFINITY, |r| r.makespan);
+    let mut at_best = true;
     let mut tried = 0;
     // A candidate that builds the same queues as one simulated before would run the same.
     let mut seen = vec![c.schedule.fingerprint()];
@@ -322,12 +435,20 @@ fn choose_observed(
             p.candidate(tried + 1);
         }
         w.reschedule(&c.graph, &s, &model);
-        if let Some(l) = latency_of(&w, c, &s, &model, best, progress) {
-            if l < best {
-                best = l;
+        at_best = false;
+        if let Some(r) = latency_of(&w, c, &s, &model, best, progress) {
+            if r.makespan < best {
+                best = r.makespan;
                 c.schedule = s;
+                run = Some(r);
+                at_best = true;
             }
         }
     }
+    *kept = run.map(|result| Best {
+        workload: w,
+        result,
+        at_best,
+    });
     Some((tried, best, seen))
 }

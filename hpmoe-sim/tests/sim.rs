@@ -856,6 +856,69 @@ fn a_bounded_simulation_gives_the_makespan_only_below_its_limit() {
 }
 
 #[test]
+fn a_task_start_plus_its_chain_never_passes_the_makespan() {
+    // The chains (the least time from a task's start to the end of the layer, its queue run
+    // one task after the other) are checked against full simulations of every policy, and
+    // the simulation cut by them gives the same answers as the one cut only by the clock.
+    for (file, sets) in [
+        ("examples/qwen_moe_ep8_fwd.hpm", &[][..]),
+        ("examples/deepseek_v3_ep4_bwd.hpm", &["tokens=256", "experts=16"][..]),
+        ("examples/comm_bench.hpm", &["ranks=16"][..]),
+    ] {
+        let p = program_file(&root().join(file), sets);
+        let m = DeviceModel::new(&p.device).expect("model");
+        for policy in [Policy::KernelByKernel, Policy::ExpertLevel, Policy::Interleaved] {
+            let c = compile(&p, Some(policy));
+            let tf = &p.taskflows[0];
+            let w = hpmoe_sim::sim::Workload::new(&p, tf, &c.graph, &c.schedule, &m);
+            let (_, chains) = hpmoe_sim::report::bounds_and_chains(&w, &c.schedule, &m, &c.graph.rank, true);
+            assert_eq!(chains.len(), c.graph.len());
+            let full = simulate(&w, &c.schedule, &m, SimOptions::default()).expect("runs");
+            let mut tight = 0usize;
+            for (i, info) in w.plan.info.iter().enumerate() {
+                let t = info.task as usize;
+                let reach = full.start[t] + chains[i];
+                assert!(
+                    reach <= full.makespan * (1.0 + 1e-9),
+                    "{file} {policy:?}: task {t} starts at {} with a chain of {}, past the makespan {}",
+                    full.start[t],
+                    chains[i],
+                    full.makespan
+                );
+                if reach >= full.makespan * 0.5 {
+                    tight += 1;
+                }
+            }
+            assert!(tight > 0, "{file} {policy:?}: no chain reaches half the makespan");
+            let below = |limit: f64| {
+                sim::simulate_below_chained(&w, &c.schedule, &m, SimOptions::default(), limit, &chains)
+                    .map(|r| r.makespan)
+            };
+            assert_eq!(below(f64::INFINITY), Some(full.makespan));
+            assert_eq!(below(full.makespan * 1.001), Some(full.makespan));
+            assert_eq!(below(full.makespan), None);
+            assert_eq!(below(full.makespan * 0.9), None);
+            // Cut by the chains, a losing simulation ends no later than one cut by the clock.
+            let (plain, cut) = (sim::Progress::new(), sim::Progress::new());
+            let with = |p: &sim::Progress| SimOptions {
+                progress: Some(p.clone()),
+                ..SimOptions::default()
+            };
+            assert_eq!(
+                sim::makespan_below(&w, &c.schedule, &m, with(&plain), full.makespan * 0.95),
+                None
+            );
+            assert_eq!(
+                sim::simulate_below_chained(&w, &c.schedule, &m, with(&cut), full.makespan * 0.95, &chains)
+                    .map(|r| r.makespan),
+                None
+            );
+            assert!(cut.tasks().0 <= plain.tasks().0, "{file} {policy:?}");
+        }
+    }
+}
+
+#[test]
 fn trace_slices_on_one_core_never_overlap() {
     // Perfetto nests an X slice that starts before the previous one on its thread ended.
     let p = program_file(&root().join("examples/deepseek_v3_ep4_fwd.hpm"), &["tokens=256"]);

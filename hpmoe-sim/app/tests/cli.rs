@@ -255,12 +255,23 @@ fn timings_go_to_stderr_and_leave_the_report_unchanged() {
         "verify graph",
         "schedule",
         "verify schedule",
-        "prepare",
-        "simulate",
         "peak RSS",
     ] {
         assert!(err.contains(stage), "no `{stage}` in {err}");
     }
+    // The schedule kept among candidates was simulated while they were compared; otherwise
+    // it is prepared and simulated after.
+    assert!(
+        err.contains("candidates") || (err.contains("prepare") && err.contains("simulate")),
+        "{err}"
+    );
+    // Simulated again on its own: the same report, to the byte, and its own stages.
+    let mut again = args.clone();
+    again.push("--resimulate");
+    let resim = hpmoe().args(&again).assert().success().get_output().clone();
+    assert_eq!(plain.stdout, resim.stdout, "--resimulate changed the report");
+    let err = String::from_utf8_lossy(&resim.stderr);
+    assert!(err.contains("prepare") && err.contains("simulate"), "{err}");
     // Jobs run side by side or one at a time: the same report, byte for byte.
     let mut one_at_a_time = args[..args.len() - 1].to_vec();
     one_at_a_time.extend(["--jobs", "1"]);

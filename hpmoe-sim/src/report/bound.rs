@@ -449,10 +449,40 @@ fn argmax(k: usize, mut f: impl FnMut(usize) -> f64) -> (f64, usize) {
 
 /// The lower bounds of a workload (task ranks `rank`).
 pub fn bounds(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -> Bounds {
+    bounds_and_chains(w, s, m, rank, false).0
+}
+
+/// [`bounds`] and, with `chains`, a lower bound on what remains once each task starts: per
+/// task of the event loop's plan (internal id, in queue order), the least time from its
+/// start to the end of the layer given that its core runs it and then the rest of its queue
+/// one after the other: `c[i] = d[i] + max(q[i], c[i + 1])` along the queue (the last
+/// task's `c` is `d + q`). A simulation at time `t` starting task `i` ends no earlier than
+/// `t + c[i]` (empty without `chains`).
+pub fn bounds_and_chains(
+    w: &Workload,
+    s: &Schedule,
+    m: &DeviceModel,
+    rank: &[u32],
+    chains: bool,
+) -> (Bounds, Vec<f64>) {
     let ranks = w.ranks as usize;
     let n = w.tasks();
     let du = durations(w, m, rank);
     let (head, tail, span) = heads_tails(w, s, m, rank, &du);
+    let mut chain = Vec::new();
+    if chains {
+        let plan = &w.plan;
+        chain = vec![0.0f64; plan.info.len()];
+        for c in 0..plan.queue_off.len().saturating_sub(1) {
+            let (lo, hi) = (plan.queue_off[c] as usize, plan.queue_off[c + 1] as usize);
+            let mut after = 0.0f64;
+            for i in (lo..hi).rev() {
+                let t = plan.info[i].task as usize;
+                after = du.d[t] + tail[t].max(after);
+                chain[i] = after;
+            }
+        }
+    }
     let t0 = w.start_time;
     // Work and critical path.
     let mut per: Vec<[Vec<(f64, f64, f64)>; 2]> = (0..ranks).map(|_| [Vec::new(), Vec::new()]).collect();
@@ -541,7 +571,7 @@ pub fn bounds(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -> Boun
     drop(jobs);
     let (link, link_res, arrival, arrival_res) = link_bounds(w, m, rank, &du, &head, &tail);
     let dpn = m.topology.dies_per_node;
-    Bounds {
+    let b = Bounds {
         aic_work: aic.0,
         aiv_work: aiv.0,
         hbm: hbm.0,
@@ -558,7 +588,8 @@ pub fn bounds(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -> Boun
         link_resource: link_res,
         arrival_resource: arrival_res,
         hbm_bytes: hbm_bytes[hbm.1],
-    }
+    };
+    (b, chain)
 }
 
 /// The link and arrival bounds, and the resource reaching each.

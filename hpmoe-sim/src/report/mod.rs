@@ -25,7 +25,9 @@
 
 mod bound;
 
-pub use bound::{bounds, durations, heads_tails, kernel_bound, work_bound, Bounds, Durations, LinkResource};
+pub use bound::{
+    bounds, bounds_and_chains, durations, heads_tails, kernel_bound, work_bound, Bounds, Durations, LinkResource,
+};
 
 pub mod comm;
 

@@ -364,6 +364,12 @@ struct Ctr {
 
 struct Sim<'a> {
     w: &'a Workload,
+    /// Per internal task: the least time from its start to the end of the layer (empty: not
+    /// known), and the limit past which the simulation gives up; set once a task's start
+    /// shows the makespan reaches the limit.
+    chains: &'a [f64],
+    limit: f64,
+    over: bool,
     s: &'a Schedule,
     m: &'a DeviceModel,
     opts: SimOptions,
@@ -395,15 +401,39 @@ struct Sim<'a> {
 
 /// Simulates a schedule.
 pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -> Result<SimResult, Stall> {
-    simulate_within(w, s, m, opts, f64::INFINITY).map(|r| r.expect("an unbounded simulation runs to its end"))
+    simulate_within(w, s, m, opts, f64::INFINITY, &[]).map(|r| r.expect("an unbounded simulation runs to its end"))
 }
 
 /// The makespan of a schedule if it is below `limit` seconds, or `None` (the simulation
 /// stops at the first event past `limit`, or at a stall): how candidate schedules are
 /// compared without simulating the rest of one that has already lost.
 pub fn makespan_below(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions, limit: f64) -> Option<f64> {
-    match simulate_within(w, s, m, opts, limit) {
-        Ok(Some(r)) if r.makespan < limit => Some(r.makespan),
+    simulate_below(w, s, m, opts, limit).map(|r| r.makespan)
+}
+
+/// [`makespan_below`] with the whole result: the simulation of a schedule whose makespan is
+/// below `limit`, equal to what [`simulate`] gives with the same options; `None` when the
+/// makespan is not below `limit` (or the schedule stalls).
+pub fn simulate_below(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions, limit: f64) -> Option<SimResult> {
+    simulate_below_chained(w, s, m, opts, limit, &[])
+}
+
+/// [`simulate_below`], also giving up as soon as a task starting at time `t` has a chain
+/// `chains[i]` (per internal task, [`crate::report::bounds_and_chains`]: a lower bound on
+/// the time from its start to the end of the layer) with `t + chains[i]` not below `limit`
+/// (relaxed by a relative `1e-9` against rounding): the makespan is then not below `limit`
+/// either, so the answer is the same, found sooner. `chains` empty: no such test.
+pub fn simulate_below_chained(
+    w: &Workload,
+    s: &Schedule,
+    m: &DeviceModel,
+    opts: SimOptions,
+    limit: f64,
+    chains: &[f64],
+) -> Option<SimResult> {
+    let chains = if chains.len() == w.plan.info.len() { chains } else { &[] };
+    match simulate_within(w, s, m, opts, limit, chains) {
+        Ok(Some(r)) if r.makespan < limit => Some(r),
         _ => None,
     }
 }
@@ -415,6 +445,7 @@ fn simulate_within(
     m: &DeviceModel,
     opts: SimOptions,
     limit: f64,
+    chains: &[f64],
 ) -> Result<Option<SimResult>, Stall> {
     let n = w.tasks();
     if let Some(p) = &opts.progress {
@@ -442,6 +473,9 @@ fn simulate_within(
         .collect();
     let mut sim = Sim {
         w,
+        chains: &[],
+        limit: f64::INFINITY,
+        over: false,
         s,
         m,
         opts,
@@ -487,6 +521,8 @@ fn simulate_within(
         },
     };
     sim.push(w.start_time, KICK, 0, 0);
+    sim.chains = chains;
+    sim.limit = limit * (1.0 + 1e-9);
     let ended = sim.run(limit);
     if let Some(p) = &sim.opts.progress {
         p.set(sim.done);
@@ -534,7 +570,7 @@ impl Sim<'_> {
     }
 
     /// Runs the event loop to its end (`true`) or to the first event later than `limit`
-    /// while tasks are left (`false`).
+    /// while tasks are left, or to a task start whose chain reaches the limit (`false`).
     fn run(&mut self, limit: f64) -> bool {
         while let Some(ev) = self.queue.pop() {
             self.now = f64::from_bits(ev.time);
@@ -590,6 +626,9 @@ impl Sim<'_> {
                 FLOW_DONE => self.pair_event(ev.id, ev.gen),
                 _ => {}
             }
+            if self.over {
+                return false;
+            }
         }
         true
     }
@@ -617,6 +656,11 @@ impl Sim<'_> {
         let class = info.class as usize;
         let die = info.rank as usize;
         self.times[i].start = now;
+        if let Some(&c) = self.chains.get(i) {
+            if now + c >= self.limit {
+                self.over = true;
+            }
+        }
         let (mut hit, mut miss, mut wb) = (0.0f64, 0.0f64, 0.0f64);
         for run in &plan.runs[info.reads as usize..info.read_end as usize] {
             let (first, count, bytes) = (run.first, run.count, run.bytes);

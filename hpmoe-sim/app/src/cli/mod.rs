@@ -203,6 +203,11 @@ enum Command {
         /// stderr, or under `timings` in JSON).
         #[arg(long)]
         timings: bool,
+        /// Prepare and simulate the schedule chosen among candidates again, as its own
+        /// `prepare` and `simulate` stages (by default the choice's own simulation of it is
+        /// reported, which is the same to the bit): for timing those stages alone.
+        #[arg(long)]
+        resimulate: bool,
         /// Taskflows and policies to run at once (0: one per CPU). Each holds its own task
         /// graph, so fewer jobs use less memory; the output is the same whatever the number.
         #[arg(long, default_value_t = 0, value_parser = jobs_parser())]
@@ -689,6 +694,7 @@ fn run(cmd: Command) -> i32 {
             seed,
             numerics_memory,
             timings,
+            resimulate,
             jobs,
         } => {
             let mut parsed = Vec::new();
@@ -732,6 +738,7 @@ fn run(cmd: Command) -> i32 {
                 trace_window: trace_window.as_deref(),
                 numerics,
                 timings,
+                resimulate,
                 jobs,
             })
         }

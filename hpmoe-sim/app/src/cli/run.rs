@@ -34,6 +34,8 @@ pub(crate) struct RunCli<'a> {
     pub numerics: Option<hpmoe_sim::numerics::NumericsOptions>,
     /// Measure every stage's wall-clock time and the peak memory (`--timings`).
     pub timings: bool,
+    /// Simulate the schedule chosen among candidates again (`--resimulate`).
+    pub resimulate: bool,
     /// Runs at once (0: one per CPU).
     pub jobs: usize,
 }
@@ -234,7 +236,7 @@ fn one(
         compiled: c,
         simulated: simd,
         report,
-    } = hpmoe_sim::pipeline::run(checked, tf, &job.spec, &copts, opts, &mut clock)
+    } = hpmoe_sim::pipeline::run_with(checked, tf, &job.spec, &copts, opts, !o.resimulate, &mut clock)
         .map_err(|diags| Failure { diags, code: 1 })?;
     // Numerics run the tasks in the order the simulation started them.
     let mut memories = None;

@@ -39,6 +39,7 @@ const COLUMNS: &[(&str, &[&str])] = &[
     ("lower", &["lower"]),
     ("verify", &["verify graph", "verify schedule"]),
     ("schedule", &["schedule"]),
+    ("candidates", &["candidates"]),
     ("prepare", &["prepare"]),
     ("simulate", &["simulate"]),
     ("report", &["report"]),
