@@ -80,7 +80,15 @@ pub fn run_with(
     let (c, kept) = self::compile_kept(checked, tf, spec, compile, clock, sim_opts.progress.as_ref(), keep)?;
     let model = DeviceModel::new(&program.device).map_err(|msg| vec![Diagnostic::error(Code::BadOverride, msg)])?;
     let (workload, result) = match kept {
-        Some(k) => (k.workload, k.result),
+        Some(Kept {
+            workload: Some(w),
+            result,
+        }) => (w, result),
+        Some(Kept { workload: None, result }) => {
+            let workload = Workload::new(program, tf, &c.graph, &c.schedule, &model);
+            clock.lap("prepare");
+            (workload, result)
+        }
         None => {
             let workload = Workload::new(program, tf, &c.graph, &c.schedule, &model);
             clock.lap("prepare");
@@ -129,11 +137,12 @@ pub fn compile_observed(
     compile_kept(checked, tf, spec, opts, clock, progress, false).map(|(c, _)| c)
 }
 
-/// A simulation of the schedule kept by the choice among candidates, with its workload:
-/// what [`Workload::new`] and [`sim::simulate`] (without bandwidth samples) give for the
-/// compiled graph and schedule, so a run need not prepare and simulate it again.
+/// A simulation of the schedule kept by the choice among candidates, with its workload
+/// unless it was dropped to make room for another graph's: what [`Workload::new`] and
+/// [`sim::simulate`] (without bandwidth samples) give for the compiled graph and schedule,
+/// so a run need not simulate it again.
 struct Kept {
-    workload: Workload,
+    workload: Option<Workload>,
     result: sim::SimResult,
 }
 
@@ -153,6 +162,9 @@ fn compile_kept(
     let all = c.graph.len() <= CANDIDATE_MAX_TASKS;
     let mut kept = None;
     if let Some((_, best, seen)) = choose_observed(checked.program(), tf, &mut c, opts.verify, progress, &mut kept) {
+        if !keep {
+            kept = None;
+        }
         if all {
             other_tilings(checked, tf, &mut c, opts, best, &seen, progress, &mut kept);
         }
@@ -163,10 +175,10 @@ fn compile_kept(
     }
     let kept = match kept {
         Some(mut k) if keep => {
-            if !k.at_best {
+            if let (false, Some(w)) = (k.at_best, k.workload.as_mut()) {
                 let model = DeviceModel::new(&checked.program().device)
                     .map_err(|msg| vec![Diagnostic::error(Code::BadOverride, msg)])?;
-                k.workload.reschedule(&c.graph, &c.schedule, &model);
+                w.reschedule(&c.graph, &c.schedule, &model);
             }
             Some(Kept {
                 workload: k.workload,
@@ -180,9 +192,10 @@ fn compile_kept(
 
 /// The simulation of the best schedule so far among candidates and the workload the
 /// candidates of its graph are simulated on, scheduled as the best (`at_best`) or as a
-/// candidate simulated after it.
+/// candidate simulated after it (`None` once dropped, so that two graphs' workloads are
+/// never held at once).
 struct Best {
-    workload: Workload,
+    workload: Option<Workload>,
     result: sim::SimResult,
     at_best: bool,
 }
@@ -223,6 +236,9 @@ fn other_tilings(
         }
         if let Some(p) = progress {
             p.candidate(p.candidates() + 1);
+        }
+        if let Some(k) = kept.as_mut() {
+            k.workload = None;
         }
         let mut w = Workload::new(program, tf, &other.graph, &other.schedule, &model);
         // The schedule that won, whether the workload is scheduled as it, and its simulation
@@ -279,7 +295,7 @@ fn other_tilings(
             other.schedule = s;
             *c = other;
             *kept = won_run.map(|result| Best {
-                workload: w,
+                workload: Some(w),
                 result,
                 at_best: at_won,
             });
@@ -368,7 +384,7 @@ fn two_candidates(
         Some(own) => {
             let best = own.makespan;
             *kept = Some(Best {
-                workload: w,
+                workload: Some(w),
                 result: own,
                 at_best: true,
             });
@@ -379,7 +395,7 @@ fn two_candidates(
             c.schedule = other;
             let best = first.makespan;
             *kept = Some(Best {
-                workload: w,
+                workload: Some(w),
                 result: first,
                 at_best: false,
             });
@@ -446,7 +462,7 @@ fn choose_observed(
         }
     }
     *kept = run.map(|result| Best {
-        workload: w,
+        workload: Some(w),
         result,
         at_best,
     });
