@@ -160,20 +160,20 @@ fn compile_kept(
 ) -> Result<(Compiled, Option<Kept>), Vec<Diagnostic>> {
     let mut c = checked.compile_timed(tf, spec, opts, clock)?;
     let all = c.graph.len() <= CANDIDATE_MAX_TASKS;
-    let mut kept = None;
-    if let Some((_, best, seen)) = choose_observed(checked.program(), tf, &mut c, opts.verify, progress, &mut kept) {
+    let mut ch = Choice { progress, kept: None };
+    if let Some((_, best, seen)) = choose_observed(checked.program(), tf, &mut c, opts.verify, &mut ch) {
         if !keep {
-            kept = None;
+            ch.kept = None;
         }
         if all {
-            other_tilings(checked, tf, &mut c, opts, best, &seen, progress, &mut kept);
+            other_tilings(checked, tf, &mut c, opts, best, &seen, &mut ch);
         }
         clock.lap("candidates");
     }
     if let Some(p) = progress {
         p.candidate(0);
     }
-    let kept = match kept {
+    let kept = match ch.kept {
         Some(mut k) if keep => {
             if let (false, Some(w)) = (k.at_best, k.workload.as_mut()) {
                 let model = DeviceModel::new(&checked.program().device)
@@ -188,6 +188,14 @@ fn compile_kept(
         _ => None,
     };
     Ok((c, kept))
+}
+
+/// The state of a choice among candidates: who hears of each simulation, and the best
+/// simulation so far.
+#[derive(Default)]
+struct Choice<'p> {
+    progress: Option<&'p Progress>,
+    kept: Option<Best>,
 }
 
 /// The simulation of the best schedule so far among candidates and the workload the
@@ -212,8 +220,7 @@ fn other_tilings(
     opts: &CompileOptions,
     mut best: f64,
     seen: &[u64],
-    progress: Option<&Progress>,
-    kept: &mut Option<Best>,
+    ch: &mut Choice,
 ) {
     let program = checked.program();
     let spec = c.schedule.policy.clone();
@@ -234,10 +241,10 @@ fn other_tilings(
         {
             continue;
         }
-        if let Some(p) = progress {
+        if let Some(p) = ch.progress {
             p.candidate(p.candidates() + 1);
         }
-        if let Some(k) = kept.as_mut() {
+        if let Some(k) = ch.kept.as_mut() {
             k.workload = None;
         }
         let mut w = Workload::new(program, tf, &other.graph, &other.schedule, &model);
@@ -246,7 +253,7 @@ fn other_tilings(
         let mut won = None;
         let mut won_run = None;
         let mut at_won = false;
-        if let Some(r) = latency_of(&w, &other, &other.schedule, &model, best, progress) {
+        if let Some(r) = latency_of(&w, &other, &other.schedule, &model, best, ch.progress) {
             if r.makespan < best {
                 best = r.makespan;
                 let mut s = other.schedule.clone();
@@ -266,12 +273,12 @@ fn other_tilings(
         list_spec.static_capacity = static_capacity;
         let list = hpmoe_dsl::schedule::schedule(program, tf, &other.graph, &list_spec);
         if !opts.verify || hpmoe_dsl::verify::verify_schedule(program, tf, &other.graph, &list).is_empty() {
-            if let Some(p) = progress {
+            if let Some(p) = ch.progress {
                 p.candidate(p.candidates() + 1);
             }
             w.reschedule(&other.graph, &list, &model);
             at_won = false;
-            if let Some(r) = latency_of(&w, &other, &list, &model, best, progress) {
+            if let Some(r) = latency_of(&w, &other, &list, &model, best, ch.progress) {
                 if r.makespan < best {
                     best = r.makespan;
                     won_run = Some(r);
@@ -294,7 +301,7 @@ fn other_tilings(
             s.estimate = 0.0;
             other.schedule = s;
             *c = other;
-            *kept = won_run.map(|result| Best {
+            ch.kept = won_run.map(|result| Best {
                 workload: Some(w),
                 result,
                 at_best: at_won,
@@ -339,7 +346,7 @@ fn latency_of(
 /// policy is `interleaved` with `candidates`); returns how many candidates were tried
 /// (simulated, or skipped by their lower bound) and the latency of the schedule kept.
 pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) -> (usize, f64) {
-    choose_observed(program, tf, c, verify, None, &mut None)
+    choose_observed(program, tf, c, verify, &mut Choice::default())
         .map_or((0, f64::INFINITY), |(tried, best, _)| (tried, best))
 }
 
@@ -359,8 +366,7 @@ fn two_candidates(
     spec: &PolicySpec,
     model: &DeviceModel,
     verify: bool,
-    progress: Option<&Progress>,
-    kept: &mut Option<Best>,
+    ch: &mut Choice,
 ) -> f64 {
     c.schedule.origin = "policy (of two candidates: above 2097152 tasks)";
     let Some((mut other, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, spec, 2) else {
@@ -369,21 +375,21 @@ fn two_candidates(
     if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &other).is_empty() {
         return f64::INFINITY;
     }
-    if let Some(p) = progress {
+    if let Some(p) = ch.progress {
         p.candidate(1);
     }
     let mut w = Workload::new(program, tf, &c.graph, &other, model);
-    let Some(first) = latency_of(&w, c, &other, model, f64::INFINITY, progress) else {
+    let Some(first) = latency_of(&w, c, &other, model, f64::INFINITY, ch.progress) else {
         return f64::INFINITY;
     };
-    if let Some(p) = progress {
+    if let Some(p) = ch.progress {
         p.candidate(2);
     }
     w.reschedule(&c.graph, &c.schedule, model);
-    match latency_of(&w, c, &c.schedule, model, first.makespan, progress) {
+    match latency_of(&w, c, &c.schedule, model, first.makespan, ch.progress) {
         Some(own) => {
             let best = own.makespan;
-            *kept = Some(Best {
+            ch.kept = Some(Best {
                 workload: Some(w),
                 result: own,
                 at_best: true,
@@ -394,7 +400,7 @@ fn two_candidates(
             other.origin = "expert-level order (of two candidates: above 2097152 tasks)";
             c.schedule = other;
             let best = first.makespan;
-            *kept = Some(Best {
+            ch.kept = Some(Best {
                 workload: Some(w),
                 result: first,
                 at_best: false,
@@ -411,8 +417,7 @@ fn choose_observed(
     tf: &Taskflow,
     c: &mut Compiled,
     verify: bool,
-    progress: Option<&Progress>,
-    kept: &mut Option<Best>,
+    ch: &mut Choice,
 ) -> Option<(usize, f64, Vec<u64>)> {
     let spec = c.schedule.policy.clone();
     if spec.policy != hpmoe_dsl::policy::Policy::Interleaved || !spec.candidates {
@@ -420,15 +425,15 @@ fn choose_observed(
     }
     let model = DeviceModel::new(&program.device).ok()?;
     if c.graph.len() > CANDIDATE_MAX_TASKS {
-        let best = two_candidates(program, tf, c, &spec, &model, verify, progress, kept);
+        let best = two_candidates(program, tf, c, &spec, &model, verify, ch);
         return Some((1, best, Vec::new()));
     }
-    if let Some(p) = progress {
+    if let Some(p) = ch.progress {
         p.candidate(1);
     }
     // One workload for every schedule of the graph: the region work is done once.
     let mut w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
-    let mut run = latency_of(&w, c, &c.schedule, &model, f64::INFINITY, progress);
+    let mut run = latency_of(&w, c, &c.schedule, &model, f64::INFINITY, ch.progress);
     let mut best = run.as_ref().map_or(f64::INFINITY, |r| r.makespan);
     let mut at_best = true;
     let mut tried = 0;
@@ -447,12 +452,12 @@ fn choose_observed(
             continue;
         }
         tried += 1;
-        if let Some(p) = progress {
+        if let Some(p) = ch.progress {
             p.candidate(tried + 1);
         }
         w.reschedule(&c.graph, &s, &model);
         at_best = false;
-        if let Some(r) = latency_of(&w, c, &s, &model, best, progress) {
+        if let Some(r) = latency_of(&w, c, &s, &model, best, ch.progress) {
             if r.makespan < best {
                 best = r.makespan;
                 c.schedule = s;
@@ -461,7 +466,7 @@ fn choose_observed(
             }
         }
     }
-    *kept = run.map(|result| Best {
+    ch.kept = run.map(|result| Best {
         workload: Some(w),
         result,
         at_best,
