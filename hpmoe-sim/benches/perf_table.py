@@ -53,10 +53,11 @@ LIMITS = {
     "simpy": "hpmoe's `prepare` (every task's read regions as L2 blocks, its flows) and its "
              "max-min link solve; the replay models neither (no L2, no shared HBM, no link "
              "sharing)",
-    "ep256": "the link model: every flow start and finish re-solves the max-min rates of all "
+    "ep256": "the link model: every flow start and finish re-solves the max-min rates of the "
              "active pairs of the fabric (thousands at EP256, each rank's cores putting to "
-             "every other rank), so a simulation costs about ranks^4; the candidates compare "
-             "two schedules of each 3.1 M-task graph",
+             "every other rank, all sharing ports), so a simulation grows about as ranks^4; "
+             "`candidates` simulates two schedules of each 3.1 M-task graph (the kept one's "
+             "simulation is the run's)",
 }
 
 
@@ -308,7 +309,7 @@ def main():
         "`python3 hpmoe-sim/benches/perf_table.py --write`; *load* is the 1-minute load average "
         "before and after the row's measurement.",
         "",
-        "| stage | target | | measured | load | command | what limits it |",
+        "| stage | target | status | measured | load | command | what limits it |",
         "|---|---|---|---|---|---|---|",
     ]
     for k in order:
