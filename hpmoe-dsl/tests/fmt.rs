@@ -345,19 +345,19 @@ fn expr() -> impl Strategy<Value = Expr> {
             (op, inner.clone(), inner.clone()).prop_map(|(o, l, r)| mk(ExprKind::Binary(o, Box::new(l), Box::new(r)))),
             (inner.clone(), proptest::collection::vec(arg, 0..3)).prop_map(|(c, args)| mk(ExprKind::Call {
                 callee: Box::new(c),
-                args
+                args: args.into()
             })),
             (inner.clone(), proptest::collection::vec(inner.clone(), 0..3)).prop_map(|(b, index)| mk(
                 ExprKind::Index {
                     base: Box::new(b),
-                    index
+                    index: index.into()
                 }
             )),
             (inner.clone(), ident()).prop_map(|(b, field)| mk(ExprKind::Field {
                 base: Box::new(b),
                 field: Box::new(field)
             })),
-            proptest::collection::vec(inner.clone(), 0..3).prop_map(|v| mk(ExprKind::Tuple(v))),
+            proptest::collection::vec(inner.clone(), 0..3).prop_map(|v| mk(ExprKind::Tuple(v.into()))),
             (ident(), inner.clone()).prop_map(|(dtype, arg)| mk(ExprKind::Cast {
                 dtype: Box::new(dtype),
                 arg: Box::new(arg)
@@ -369,7 +369,7 @@ fn expr() -> impl Strategy<Value = Expr> {
             )
                 .prop_map(|(op, binders, body)| mk(ExprKind::Sum {
                     op,
-                    binders,
+                    binders: binders.into(),
                     body: Box::new(body)
                 })),
         ]

@@ -105,7 +105,12 @@ impl Checker<'_> {
     /// length, in any order of definition, uses a bounded stack. A param reached again
     /// while its own dependencies are being walked is a cycle and is reported there.
     fn eval_param_deps(&mut self, root: ItemRef) {
-        let mut stack: Vec<(ItemRef, Vec<ItemRef>)> = vec![(root, self.param_deps(root))];
+        let deps = self.param_deps(root);
+        if deps.is_empty() {
+            // The usual case (params used after their definitions, evaluated in order).
+            return;
+        }
+        let mut stack: Vec<(ItemRef, Vec<ItemRef>)> = vec![(root, deps)];
         let mut on_stack: rustc_hash::FxHashSet<ItemRef> = std::iter::once(root).collect();
         while let Some((node, deps)) = stack.last_mut() {
             if let Some(d) = deps.pop() {
@@ -137,27 +142,34 @@ impl Checker<'_> {
             return Vec::new();
         };
         let mut out = Vec::new();
-        let mut todo = vec![&p.value];
-        while let Some(e) = todo.pop() {
-            match &e.kind {
-                ExprKind::Name(n) => {
-                    if let Some(d) = self.lookup(r.module, n) {
-                        if matches!(self.item(d).kind, ItemKind::Param(_)) && !self.params.contains_key(&d) {
-                            out.push(d);
-                        }
-                    }
-                }
-                ExprKind::Neg(inner) => todo.push(inner),
-                ExprKind::Binary(_, a, b) => {
-                    todo.push(b);
-                    todo.push(a);
-                }
-                ExprKind::Call { args, .. } => todo.extend(args.iter().rev().map(|a| &a.value)),
-                _ => {}
-            }
-        }
+        self.unevaluated_params_in(r.module, &p.value, &mut out);
         out.reverse();
         out
+    }
+
+    /// Appends the not yet evaluated params an expression names, left to right. Recursive:
+    /// the parser bounds the depth of every expression.
+    fn unevaluated_params_in(&self, m: ModId, e: &Expr, out: &mut Vec<ItemRef>) {
+        match &e.kind {
+            ExprKind::Name(n) => {
+                if let Some(d) = self.lookup(m, n) {
+                    if matches!(self.item(d).kind, ItemKind::Param(_)) && !self.params.contains_key(&d) {
+                        out.push(d);
+                    }
+                }
+            }
+            ExprKind::Neg(inner) => self.unevaluated_params_in(m, inner, out),
+            ExprKind::Binary(_, a, b) => {
+                self.unevaluated_params_in(m, a, out);
+                self.unevaluated_params_in(m, b, out);
+            }
+            ExprKind::Call { args, .. } => {
+                for a in args.iter() {
+                    self.unevaluated_params_in(m, &a.value, out);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Evaluates a constant expression in a module's scope.

@@ -315,7 +315,7 @@ impl Checker<'_> {
 
     /// Builds a module's scope: its own items, the prelude, and its imports.
     pub(super) fn build_scope(&mut self, m: ModId) {
-        let mut scope: rustc_hash::FxHashMap<String, (ItemRef, Span)> = Default::default();
+        let mut scope: super::Scope = Default::default();
         // A shared handle to the file, so its names are read in place.
         let ast = std::rc::Rc::clone(&self.modules[m].ast);
         // Room for every item's name at once: growing would rehash every name so far.
@@ -327,7 +327,7 @@ impl Checker<'_> {
             let Some(name) = item.kind.name() else {
                 continue;
             };
-            match scope.entry(name.name.clone()) {
+            match scope.entry(super::ScopeKey::from(name.name.as_str())) {
                 std::collections::hash_map::Entry::Occupied(prev) => {
                     let prev = prev.get().0;
                     let prev_span = self.item(prev).kind.name().map_or(name.span, |n| n.span);
@@ -354,7 +354,7 @@ impl Checker<'_> {
             for (i, item) in self.modules[pm].ast.items.iter().enumerate() {
                 if let Some(n) = item.kind.name() {
                     scope
-                        .entry(n.name.clone())
+                        .entry(super::ScopeKey::from(n.name.as_str()))
                         .or_insert((ItemRef { module: pm, item: i }, n.span));
                 }
             }
@@ -433,7 +433,7 @@ impl Checker<'_> {
                 }
             }
             for (name, r, sp) in bring {
-                match scope.get(&name) {
+                match scope.get(name.as_str()) {
                     Some((prev, _)) if *prev == r => {}
                     Some((prev, psp))
                         if prev.module == m
@@ -453,7 +453,7 @@ impl Checker<'_> {
                         );
                     }
                     _ => {
-                        scope.insert(name, (r, sp));
+                        scope.insert(super::ScopeKey::from(name), (r, sp));
                     }
                 }
             }

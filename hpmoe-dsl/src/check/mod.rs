@@ -206,6 +206,13 @@ pub(crate) type FitCache = rustc_hash::FxHashSet<(
     ir::Engine,
 )>;
 
+/// A module's names: short names are stored inline in the table ([`ScopeKey`]), so building
+/// it allocates nothing per name and a lookup compares without following a pointer.
+pub(crate) type Scope = FxHashMap<ScopeKey, (ItemRef, Span)>;
+
+/// A name in a [`Scope`].
+pub(crate) type ScopeKey = compact_str::CompactString;
+
 /// Index of a loaded module.
 pub(crate) type ModId = usize;
 
@@ -228,7 +235,7 @@ pub(crate) struct Module {
     pub ident: Option<(u64, u64)>,
     /// Name → item, with the span where the name was bound (definition or import). Hashed
     /// for lookups; whoever lists the names sorts them.
-    pub scope: FxHashMap<String, (ItemRef, Span)>,
+    pub scope: Scope,
     /// Names whose import failed (already reported): uses stay silent.
     pub poisoned: std::collections::BTreeSet<String>,
 }
@@ -239,6 +246,53 @@ pub(crate) enum ParamState {
     Done(Option<Value>),
 }
 
+/// A value per item of every module, stored densely by module and item index: a lookup is
+/// two indexings, with no hashing, and the items of a file met in order are neighbours in
+/// memory.
+#[derive(Debug)]
+pub(crate) struct ItemTable<T> {
+    modules: Vec<Vec<Option<T>>>,
+}
+
+impl<T> Default for ItemTable<T> {
+    fn default() -> Self {
+        ItemTable { modules: Vec::new() }
+    }
+}
+
+impl<T> ItemTable<T> {
+    pub fn get(&self, r: &ItemRef) -> Option<&T> {
+        self.modules.get(r.module)?.get(r.item)?.as_ref()
+    }
+
+    pub fn contains_key(&self, r: &ItemRef) -> bool {
+        self.get(r).is_some()
+    }
+
+    /// Sets the value of an item (the table grows to hold it).
+    pub fn insert(&mut self, r: ItemRef, v: T) {
+        if self.modules.len() <= r.module {
+            self.modules.resize_with(r.module + 1, Vec::new);
+        }
+        let items = &mut self.modules[r.module];
+        if items.len() <= r.item {
+            items.resize_with(r.item + 1, || None);
+        }
+        items[r.item] = Some(v);
+    }
+
+    /// Makes room for the first `items` items of module `m` at once.
+    pub fn reserve_module(&mut self, m: ModId, items: usize) {
+        if self.modules.len() <= m {
+            self.modules.resize_with(m + 1, Vec::new);
+        }
+        let v = &mut self.modules[m];
+        if v.len() < items {
+            v.resize_with(items, || None);
+        }
+    }
+}
+
 /// The checker's state for one program.
 pub(crate) struct Checker<'a> {
     pub sources: &'a mut SourceMap,
@@ -246,7 +300,7 @@ pub(crate) struct Checker<'a> {
     pub diags: Diagnostics,
     pub modules: Vec<Module>,
     pub root: ModId,
-    pub params: FxHashMap<ItemRef, ParamState>,
+    pub params: ItemTable<ParamState>,
     pub device: Option<ir::Device>,
     pub routes: Vec<routes::RouteState>,
     pub route_of: FxHashMap<ItemRef, Option<ir::RouteId>>,
@@ -281,7 +335,7 @@ impl<'a> Checker<'a> {
             diags: Diagnostics::new(),
             modules: Vec::new(),
             root: 0,
-            params: FxHashMap::default(),
+            params: ItemTable::default(),
             device: None,
             routes: Vec::new(),
             route_of: FxHashMap::default(),
@@ -321,7 +375,7 @@ impl<'a> Checker<'a> {
             .scope
             .iter()
             .filter(|(_, (r, _))| pred(&self.item(*r).kind))
-            .map(|(n, _)| n.clone())
+            .map(|(n, _)| n.to_string())
             .collect();
         names.sort_unstable();
         names
@@ -329,7 +383,7 @@ impl<'a> Checker<'a> {
 
     /// Every name in scope of a module, sorted.
     pub fn scope_names(&self, m: ModId) -> Vec<String> {
-        let mut names: Vec<String> = self.modules[m].scope.keys().cloned().collect();
+        let mut names: Vec<String> = self.modules[m].scope.keys().map(|k| k.to_string()).collect();
         names.sort_unstable();
         names
     }
@@ -351,7 +405,7 @@ impl<'a> Checker<'a> {
         let params: Vec<usize> = (self.modules[root].ast.items.iter().enumerate())
             .filter_map(|(i, item)| matches!(item.kind, ItemKind::Param(_)).then_some(i))
             .collect();
-        self.params.reserve(params.len());
+        self.params.reserve_module(root, self.modules[root].ast.items.len());
         let mut param_values = Vec::with_capacity(params.len());
         for i in params {
             let r = ItemRef { module: root, item: i };

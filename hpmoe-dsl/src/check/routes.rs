@@ -314,7 +314,7 @@ impl Checker<'_> {
         let ItemKind::Route(decl) = &self.item(r).kind else {
             return None;
         };
-        let mut decl = decl.clone();
+        let mut decl = (**decl).clone();
         let item_span = self.item(r).span;
         if r.module == self.root {
             if let Some(text) = self.opts.routing.clone() {
@@ -993,7 +993,7 @@ impl Checker<'_> {
                 args.push(a.clone());
             }
         }
-        Ok(Some(RouteDecl { args, ..new }))
+        Ok(Some(RouteDecl { args, ..*new }))
     }
 
     /// Materialises every routing whose token count is known and checks its windows.

@@ -36,14 +36,14 @@ pub enum ItemKind {
     Import(Import),
     Param(Param),
     Device(DeviceDecl),
-    Route(RouteDecl),
-    // The large kinds are boxed, so that an item (most are params) stays small.
+    // The kinds larger than a param are boxed, so that an item (most are params) stays small.
+    Route(Box<RouteDecl>),
     Op(Box<OpDef>),
     Taskflow(Box<Taskflow>),
     /// `taskflow NAME = grad(FORWARD, wrt: [..], save: [..]);`: a derived backward.
     Grad(Box<GradDecl>),
-    Schedule(ScheduleDecl),
-    Profile(Profile),
+    Schedule(Box<ScheduleDecl>),
+    Profile(Box<Profile>),
     /// `routing NAME(params);` or `policy NAME(params);`: the signature of a builtin.
     Signature(Signature),
 }
@@ -412,15 +412,17 @@ pub enum ExprKind {
     Name(String),
     Neg(Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
+    // The lists of an expression are boxed slices, not vectors (a pointer and a length, no
+    // capacity), so that every expression node stays small.
     /// `f(a, b: c)`
     Call {
         callee: Box<Expr>,
-        args: Vec<Arg>,
+        args: Box<[Arg]>,
     },
     /// `x[i, j]`
     Index {
         base: Box<Expr>,
-        index: Vec<Expr>,
+        index: Box<[Expr]>,
     },
     /// `r.rank`
     Field {
@@ -429,11 +431,11 @@ pub enum ExprKind {
         field: Box<Ident>,
     },
     /// `(a, b, c)`
-    Tuple(Vec<Expr>),
+    Tuple(Box<[Expr]>),
     /// `sum(k) body` or `max(k) body`
     Sum {
         op: ReduceOp,
-        binders: Vec<Binder>,
+        binders: Box<[Binder]>,
         body: Box<Expr>,
     },
     /// `cast<i8>(x)`: the value converted to a dtype (a concrete one or a generic parameter).

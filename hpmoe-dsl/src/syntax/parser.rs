@@ -495,11 +495,11 @@ impl<'a> Parser<'a> {
             Some("import") => self.import().map(ItemKind::Import),
             Some("param") => self.param().map(ItemKind::Param),
             Some("device") => self.device().map(ItemKind::Device),
-            Some("route") => self.route().map(ItemKind::Route),
+            Some("route") => self.route().map(|r| ItemKind::Route(Box::new(r))),
             Some("op" | "comm") => self.op_def().map(|o| ItemKind::Op(Box::new(o))),
             Some("taskflow") => self.taskflow(),
-            Some("schedule") => self.schedule().map(ItemKind::Schedule),
-            Some("profile") => self.profile().map(ItemKind::Profile),
+            Some("schedule") => self.schedule().map(|s| ItemKind::Schedule(Box::new(s))),
+            Some("profile") => self.profile().map(|p| ItemKind::Profile(Box::new(p))),
             Some("routing" | "policy") => self.signature().map(ItemKind::Signature),
             _ => Err(self.error_item()),
         };
@@ -1259,7 +1259,7 @@ impl<'a> Parser<'a> {
                 e = Expr {
                     kind: ExprKind::Call {
                         callee: Box::new(e),
-                        args,
+                        args: args.into(),
                     },
                     span,
                 };
@@ -1269,7 +1269,7 @@ impl<'a> Parser<'a> {
                 e = Expr {
                     kind: ExprKind::Index {
                         base: Box::new(e),
-                        index,
+                        index: index.into(),
                     },
                     span,
                 };
@@ -1313,7 +1313,7 @@ impl<'a> Parser<'a> {
                     return Ok(e);
                 }
                 return Ok(Expr {
-                    kind: ExprKind::Tuple(items),
+                    kind: ExprKind::Tuple(items.into()),
                     span,
                 });
             }
@@ -1432,7 +1432,7 @@ impl<'a> Parser<'a> {
         Ok(Expr {
             kind: ExprKind::Sum {
                 op,
-                binders,
+                binders: binders.into(),
                 body: Box::new(body),
             },
             span,

@@ -12,7 +12,7 @@ impl Checker<'_> {
             .items
             .iter()
             .filter_map(|it| match &it.kind {
-                ItemKind::Schedule(s) => Some((s.clone(), it.span)),
+                ItemKind::Schedule(s) => Some(((**s).clone(), it.span)),
                 _ => None,
             })
             .collect();

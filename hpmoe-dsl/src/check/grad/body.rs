@@ -217,7 +217,7 @@ pub(crate) fn index(t: &str, ix: Vec<Expr>, span: Span) -> Expr {
     Expr {
         kind: ExprKind::Index {
             base: Box::new(name(t, span)),
-            index: ix,
+            index: ix.into(),
         },
         span,
     }
@@ -231,7 +231,7 @@ fn sum(binders: Vec<Binder>, body: Expr) -> Expr {
     Expr {
         kind: ExprKind::Sum {
             op: ReduceOp::Sum,
-            binders,
+            binders: binders.into(),
             body: Box::new(body),
         },
         span,
@@ -410,7 +410,7 @@ fn occurrences(
             out.push(Occurrence {
                 path: path.clone(),
                 binders: binders.clone(),
-                index: index.clone(),
+                index: index.to_vec(),
                 span: e.span,
             });
         }

@@ -129,7 +129,7 @@ impl Checker<'_> {
                 });
                 self.modules[m].ast = Rc::new(file);
                 let at = ItemRef { module: m, item: k };
-                self.modules[root].scope.insert(name, (at, op.span));
+                self.modules[root].scope.insert(name.into(), (at, op.span));
                 refs.push(at);
             }
             let mut file = (*self.modules[root].ast).clone();

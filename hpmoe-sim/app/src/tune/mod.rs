@@ -852,11 +852,11 @@ fn set_options(file: &mut ast::File, tf: &str, policy: Policy, options: &[(&'sta
             let opts: Vec<Field> = base.into_iter().map(|f| Field { span, ..f }).collect();
             file.items.push(ast::Item {
                 docs: Vec::new(),
-                kind: ItemKind::Schedule(ast::ScheduleDecl {
+                kind: ItemKind::Schedule(Box::new(ast::ScheduleDecl {
                     taskflow: Some(ident(tf, span)),
                     policy: ident(policy.name(), span),
                     options: opts,
-                }),
+                })),
                 span,
             });
             match file.items.last_mut().map(|i| &mut i.kind) {
