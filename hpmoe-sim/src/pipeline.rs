@@ -386,28 +386,22 @@ fn two_candidates(
         p.candidate(2);
     }
     w.reschedule(&c.graph, &c.schedule, model);
-    match latency_of(&w, c, &c.schedule, model, first.makespan, ch.progress) {
-        Some(own) => {
-            let best = own.makespan;
-            ch.kept = Some(Best {
-                workload: Some(w),
-                result: own,
-                at_best: true,
-            });
-            best
-        }
+    // The workload stays scheduled as the policy's own schedule, whichever wins.
+    let (result, at_best) = match latency_of(&w, c, &c.schedule, model, first.makespan, ch.progress) {
+        Some(own) => (own, true),
         None => {
             other.origin = "expert-level order (of two candidates: above 2097152 tasks)";
             c.schedule = other;
-            let best = first.makespan;
-            ch.kept = Some(Best {
-                workload: Some(w),
-                result: first,
-                at_best: false,
-            });
-            best
+            (first, false)
         }
-    }
+    };
+    let best = result.makespan;
+    ch.kept = Some(Best {
+        workload: Some(w),
+        result,
+        at_best,
+    });
+    best
 }
 
 /// [`choose`]; `progress` hears of each candidate's simulation. `None` when the policy has
