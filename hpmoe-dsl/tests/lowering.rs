@@ -623,3 +623,43 @@ fn a_redeclared_policy_brings_its_own_defaults() {
     );
     assert!(PolicySpec::defaults(&p, Policy::Interleaved).ratr);
 }
+
+/// `priority(N)` on a call: among ready tasks the higher priority is placed first, so on
+/// every core queue of the list scheduler the prioritised call's tiles come before the
+/// other call's, whichever of the two is written first.
+#[test]
+fn a_call_priority_places_its_tiles_first() {
+    for (pa, pb) in [(0, 5), (5, 0)] {
+        let text = format!(
+            "import std::moe::{{add}};\n\
+             schedule t = interleaved {{ priority: fifo, candidates: false }};\n\
+             taskflow t(x: f32[256, 64]) -> (a: f32[256, 64], b: f32[256, 64]) {{\n\
+             let a = add(x, x) tile(m: 1) priority({pa});\n\
+             let b = add(x, x) tile(m: 1) priority({pb});\n\
+             return (a, b);\n}}\n"
+        );
+        let p = program(&text);
+        let c = compile(&p, 0, Policy::Interleaved);
+        let first = if pb > pa { 1 } else { 0 };
+        let mut both = 0;
+        for q in 0..c.schedule.queues.len() {
+            let nodes: Vec<u32> = c
+                .schedule
+                .queues
+                .row(q)
+                .iter()
+                .map(|&t| c.graph.node[t as usize])
+                .collect();
+            // Once the other call's tiles start on a core, the prioritised call's are done.
+            let switch = nodes.iter().position(|&n| n != first).unwrap_or(nodes.len());
+            assert!(
+                nodes[switch..].iter().all(|&n| n != first),
+                "priorities ({pa}, {pb}), queue {q}: {nodes:?}"
+            );
+            if switch > 0 && switch < nodes.len() {
+                both += 1;
+            }
+        }
+        assert!(both > 0, "some queue runs tiles of both calls");
+    }
+}

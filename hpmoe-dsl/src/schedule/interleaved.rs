@@ -23,12 +23,12 @@
 //! simulator; it only builds the candidates.
 
 use super::collective::ratr_key;
+use super::ready::MinSet;
 use super::{critical_path, is_comm, schedule, Schedule};
 use crate::ir::{Engine, Program, Taskflow};
 use crate::lower::{Csr, TaskGraph, NO_COUNTER};
 use crate::policy::{Policy, PolicySpec, Priority};
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::BTreeSet;
 
 /// The engine pools of the list scheduler.
 pub(super) struct Pools {
@@ -114,12 +114,24 @@ pub(super) fn place(
     for (i, &t) in idx.iter().enumerate() {
         rank_of[t as usize] = i as u32;
     }
-    // A ready list by priority: the placement order is both by priority and topological.
+    // A ready list by priority (user priority, then `rank_of`): each task's position in that
+    // order, popped smallest first. The placement order is both by priority and topological.
+    let by_pos: Vec<u32> = if keyed.iter().all(|k| k.0 == keyed[0].0) {
+        idx
+    } else {
+        let mut by = idx;
+        by.sort_by_key(|&t| keyed[t as usize].0);
+        by
+    };
+    let mut pos_of = vec![0u32; n];
+    for (i, &t) in by_pos.iter().enumerate() {
+        pos_of[t as usize] = i as u32;
+    }
     let mut remaining: Vec<u32> = (0..g.counters.len()).map(|c| g.counters.row(c).len() as u32).collect();
-    let mut ready: BinaryHeap<Reverse<(u64, u32, u32)>> = BinaryHeap::new();
+    let mut ready = MinSet::new(n);
     for t in 0..n {
         if g.wait[t] == NO_COUNTER {
-            ready.push(Reverse((keyed[t].0, rank_of[t], t as u32)));
+            ready.insert(pos_of[t]);
         }
     }
     let mut ready_at = vec![0u64; n];
@@ -133,7 +145,8 @@ pub(super) fn place(
     let to_ps = |x: f64| (x * 1e12) as u64;
     let best_fit = spec.priority == Priority::Wavefront;
     let mut estimate = 0u64;
-    while let Some(Reverse((_, _, t))) = ready.pop() {
+    while let Some(p) = ready.pop() {
+        let t = by_pos[p as usize];
         let tu = t as usize;
         let e = tf.nodes[g.node[tu] as usize].engine;
         let pool = &mut pools[g.rank[tu] as usize * 2 + if e == Engine::Aic { 0 } else { 1 }];
@@ -160,7 +173,7 @@ pub(super) fn place(
                 let wu = w as usize;
                 ready_at[wu] = ready_at[wu].max(end);
                 if last {
-                    ready.push(Reverse((keyed[wu].0, rank_of[wu], w)));
+                    ready.insert(pos_of[wu]);
                 }
             }
         }

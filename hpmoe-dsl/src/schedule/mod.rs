@@ -18,6 +18,7 @@ pub mod collective;
 pub mod cost;
 mod export;
 mod interleaved;
+mod ready;
 
 pub use interleaved::{candidate, CANDIDATES};
 
