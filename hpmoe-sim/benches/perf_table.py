@@ -58,9 +58,11 @@ LIMITS = {
              "sharing)",
     "ep256": "the link model: every flow start and finish re-solves the max-min rates of the "
              "active pairs of the fabric (thousands at EP256, each rank's cores putting to "
-             "every other rank, all sharing ports), so a simulation grows about as ranks^4; "
-             "`candidates` simulates two schedules of each 3.1 M-task graph (the kept one's "
-             "simulation is the run's)",
+             "every other rank, all sharing ports), so a simulation grows about as ranks^4: "
+             "a forward simulation solves 109 K times, over 7.2 K pairs on average, and the "
+             "solve is 72% of the run (perf). `candidates` simulates two schedules of each "
+             "3.1 M-task graph (the kept one's simulation is the run's); without the solve "
+             "they would still take about 80 s",
 }
 
 
