@@ -277,7 +277,6 @@ impl Topology {
 struct Pair {
     src: u32,
     dst: u32,
-    n: u32,
     virt: f64,
     /// Rate of each of its flows.
     rate: f64,
@@ -293,13 +292,26 @@ struct Pair {
     wcap: f64,
     free: u32,
     latency: f64,
-    /// Shared resources on its path, and its position in each one's list of active pairs.
+    /// Its position in the list of active pairs of each resource on its path.
+    pos: [u32; 6],
+}
+
+/// What a solve reads and writes of a pair, apart from the rest ([`Pair`]), in one cache
+/// line: a solve walks its component's pairs several times (closure, freezes, the
+/// resources' user lists), and a pair's fields spread over three lines were three misses.
+#[derive(Clone, Debug)]
+#[repr(align(64))]
+struct Hot {
+    /// Shared resources on its path.
     path: [u32; 6],
     plen: u8,
-    pos: [u32; 6],
-    /// Component search mark; the rate found by the last solve.
-    mark: u32,
+    /// Frozen in the solve under way.
     frozen: bool,
+    /// Its active flows.
+    n: u32,
+    /// Component search mark.
+    mark: u32,
+    /// The rate found by the last solve.
     next: f64,
     /// The heap entry that froze it in the last solve of its component: (level bits, kind,
     /// id), as in [`Links::reshare`].
@@ -311,15 +323,16 @@ struct Pair {
 type Key = (u64, u8, u32);
 
 impl Pair {
-    /// The rate per flow its own cap allows: the least of its link and the sum of its
-    /// flows' window caps (its link alone when one flow has no cap), over its flows.
-    fn own_level(&self) -> f64 {
+    /// The rate per flow its own cap allows with `n` active flows: the least of its link
+    /// and the sum of its flows' window caps (its link alone when one flow has no cap), over
+    /// its flows.
+    fn own_level(&self, n: u32) -> f64 {
         let own = if self.free > 0 {
             self.cap
         } else {
             self.cap.min(self.wcap.max(0.0))
         };
-        own / self.n as f64
+        own / n as f64
     }
 }
 
@@ -337,6 +350,7 @@ pub struct SolveStats {
 #[derive(Clone, Debug)]
 pub struct Links {
     pairs: Vec<Pair>,
+    hot: Vec<Hot>,
     cap: Vec<f64>,
     /// Per resource: its active pairs.
     users: Vec<Vec<u32>>,
@@ -393,27 +407,32 @@ impl Links {
         Links {
             pairs: pairs
                 .iter()
+                .map(|&(src, dst)| Pair {
+                    src,
+                    dst,
+                    virt: 0.0,
+                    rate: 0.0,
+                    last: 0.0,
+                    flows: BinaryHeap::new(),
+                    gen: 0,
+                    sched: f64::INFINITY,
+                    cap: topo.pair_cap(src, dst),
+                    wcap: 0.0,
+                    free: 0,
+                    latency: topo.latency(src, dst),
+                    pos: [NONE; 6],
+                })
+                .collect(),
+            hot: pairs
+                .iter()
                 .map(|&(src, dst)| {
                     let (path, plen) = topo.path(src, dst);
-                    Pair {
-                        src,
-                        dst,
-                        n: 0,
-                        virt: 0.0,
-                        rate: 0.0,
-                        last: 0.0,
-                        flows: BinaryHeap::new(),
-                        gen: 0,
-                        sched: f64::INFINITY,
-                        cap: topo.pair_cap(src, dst),
-                        wcap: 0.0,
-                        free: 0,
-                        latency: topo.latency(src, dst),
+                    Hot {
                         path,
                         plen,
-                        pos: [NONE; 6],
-                        mark: 0,
                         frozen: false,
+                        n: 0,
+                        mark: 0,
                         next: 0.0,
                         key: (0, 1, NONE),
                     }
@@ -464,8 +483,8 @@ impl Links {
     fn next_epoch(&mut self) -> u32 {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
-            for p in &mut self.pairs {
-                p.mark = 0;
+            for h in &mut self.hot {
+                h.mark = 0;
             }
             self.res_mark.fill(0);
             self.epoch = 1;
@@ -474,12 +493,13 @@ impl Links {
     }
 
     fn settle(&mut self, p: usize, now: f64) {
+        let n = self.hot[p].n;
         let pr = &mut self.pairs[p];
         let dt = now - pr.last;
         if dt > 0.0 {
-            if pr.n > 0 {
+            if n > 0 {
                 pr.virt += pr.rate * dt;
-                self.moved_out[pr.src as usize] += pr.n as f64 * pr.rate * dt;
+                self.moved_out[pr.src as usize] += n as f64 * pr.rate * dt;
             }
             pr.last = now;
         }
@@ -516,7 +536,7 @@ impl Links {
             return;
         }
         self.settle(p, now);
-        let (s, d, n) = (self.pairs[p].src as usize, self.pairs[p].dst as usize, self.pairs[p].n);
+        let (s, d, n) = (self.pairs[p].src as usize, self.pairs[p].dst as usize, self.hot[p].n);
         self.pairs[p].rate = new;
         self.out_rate[s] += n as f64 * (new - old);
         self.in_rate[d] += n as f64 * (new - old);
@@ -536,14 +556,14 @@ impl Links {
 
     fn dirty(&mut self, p: usize) {
         self.dirty_pairs.push(p as u32);
-        let pr = &self.pairs[p];
-        self.dirty_res.extend_from_slice(&pr.path[..pr.plen as usize]);
+        let h = &self.hot[p];
+        self.dirty_res.extend_from_slice(&h.path[..h.plen as usize]);
     }
 
     fn activate(&mut self, p: usize, now: f64) {
-        let plen = self.pairs[p].plen as usize;
+        let plen = self.hot[p].plen as usize;
         for k in 0..plen {
-            let r = self.pairs[p].path[k] as usize;
+            let r = self.hot[p].path[k] as usize;
             self.pairs[p].pos[k] = self.users[r].len() as u32;
             self.users[r].push(p as u32);
         }
@@ -553,15 +573,15 @@ impl Links {
     }
 
     fn deactivate(&mut self, p: usize) {
-        let plen = self.pairs[p].plen as usize;
+        let plen = self.hot[p].plen as usize;
         for k in 0..plen {
-            let r = self.pairs[p].path[k] as usize;
+            let r = self.hot[p].path[k] as usize;
             let at = self.pairs[p].pos[k] as usize;
             self.users[r].swap_remove(at);
             if let Some(&moved) = self.users[r].get(at) {
-                let m = &mut self.pairs[moved as usize];
-                if let Some(j) = m.path[..m.plen as usize].iter().position(|&x| x as usize == r) {
-                    m.pos[j] = at as u32;
+                let h = &self.hot[moved as usize];
+                if let Some(j) = h.path[..h.plen as usize].iter().position(|&x| x as usize == r) {
+                    self.pairs[moved as usize].pos[j] = at as u32;
                 }
             }
             self.pairs[p].pos[k] = NONE;
@@ -595,7 +615,7 @@ impl Links {
         }
         let (s, d) = (self.pairs[pu].src as usize, self.pairs[pu].dst as usize);
         self.mark_busy(s, d, now);
-        if self.pairs[pu].n == 0 {
+        if self.hot[pu].n == 0 {
             self.activate(pu, now);
         } else {
             self.settle(pu, now);
@@ -604,7 +624,7 @@ impl Links {
         let pr = &mut self.pairs[pu];
         let vf = pr.virt + bytes;
         pr.flows.push(Reverse((vf.to_bits(), f)));
-        pr.n += 1;
+        self.hot[pu].n += 1;
         // The new flow moves at the pair's current rate until the next solve.
         self.out_rate[s] += rate;
         self.in_rate[d] += rate;
@@ -665,8 +685,8 @@ impl Links {
                 pr.free = pr.free.saturating_sub(1);
             }
         }
-        self.pairs[pu].n -= k;
-        if self.pairs[pu].n == 0 {
+        self.hot[pu].n -= k;
+        if self.hot[pu].n == 0 {
             self.pairs[pu].wcap = 0.0;
             self.pairs[pu].free = 0;
         }
@@ -681,7 +701,7 @@ impl Links {
             self.in_rate[d] = 0.0;
         }
         self.dirty(pu);
-        if self.pairs[pu].n == 0 {
+        if self.hot[pu].n == 0 {
             self.deactivate(pu);
         } else {
             self.wake(pu, wakes);
@@ -698,7 +718,7 @@ impl Links {
         comp_res.push(r as u32);
         let mut w = 0.0;
         for &q in &self.users[r] {
-            let qp = &mut self.pairs[q as usize];
+            let qp = &mut self.hot[q as usize];
             w += qp.n as f64;
             if qp.mark != ep {
                 qp.mark = ep;
@@ -733,8 +753,8 @@ impl Links {
         // Seeds: the dirty pairs still active, and every active pair of a dirty resource.
         for k in 0..self.dirty_pairs.len() {
             let p = self.dirty_pairs[k] as usize;
-            if self.pairs[p].n > 0 && self.pairs[p].mark != ep {
-                self.pairs[p].mark = ep;
+            if self.hot[p].n > 0 && self.hot[p].mark != ep {
+                self.hot[p].mark = ep;
                 comp.push(p as u32);
             }
         }
@@ -749,8 +769,8 @@ impl Links {
         while i < comp.len() {
             let p = comp[i] as usize;
             i += 1;
-            for k in 0..self.pairs[p].plen as usize {
-                let r = self.pairs[p].path[k] as usize;
+            for k in 0..self.hot[p].plen as usize {
+                let r = self.hot[p].path[k] as usize;
                 self.visit_resource(r, ep, &mut comp, &mut comp_res);
             }
         }
@@ -777,9 +797,9 @@ impl Links {
         own.clear();
         for &p in &comp {
             let p = p as usize;
-            self.pairs[p].frozen = false;
+            self.hot[p].frozen = false;
             if !shared {
-                own.push((self.pairs[p].own_level().to_bits(), p as u32));
+                own.push((self.pairs[p].own_level(self.hot[p].n).to_bits(), p as u32));
             }
         }
         if shared {
@@ -793,7 +813,7 @@ impl Links {
             if shared {
                 while own
                     .get(next_own)
-                    .is_some_and(|&(_, op)| self.pairs[op as usize].mark != ep)
+                    .is_some_and(|&(_, op)| self.hot[op as usize].mark != ep)
                 {
                     next_own += 1;
                 }
@@ -823,14 +843,14 @@ impl Links {
                 while j < self.users[r].len() {
                     let q = self.users[r][j] as usize;
                     j += 1;
-                    if !self.pairs[q].frozen {
+                    if !self.hot[q].frozen {
                         self.freeze(q, level, (lvl, kind, id));
                         left -= 1;
                     }
                 }
             } else {
                 let p = id as usize;
-                if !self.pairs[p].frozen {
+                if !self.hot[p].frozen {
                     self.freeze(p, level, (lvl, kind, id));
                     left -= 1;
                 }
@@ -843,7 +863,7 @@ impl Links {
         self.own = own;
         for &p in &comp {
             let p = p as usize;
-            let new = self.pairs[p].next;
+            let new = self.hot[p].next;
             self.set_rate(p, new, now, wakes);
         }
         self.comp = comp;
@@ -853,7 +873,7 @@ impl Links {
     /// Moves pair `p` to its current own cap in the sorted list of all active pairs' own caps
     /// (out of it when it has no flow left).
     fn relist_own(&mut self, p: usize) {
-        let now = (self.pairs[p].n > 0).then(|| self.pairs[p].own_level().to_bits());
+        let now = (self.hot[p].n > 0).then(|| self.pairs[p].own_level(self.hot[p].n).to_bits());
         let was = self.own_listed[p];
         if now == was {
             return;
@@ -889,15 +909,15 @@ impl Links {
         let mut ok = true;
         for k in 0..self.dirty_pairs.len() {
             let p = self.dirty_pairs[k] as usize;
-            if self.pairs[p].mark != ep {
-                self.pairs[p].mark = ep;
+            if self.hot[p].mark != ep {
+                self.hot[p].mark = ep;
                 ds.push(p as u32);
             }
         }
         'check: for &p in &ds {
             let p = p as usize;
-            for k in 0..self.pairs[p].plen as usize {
-                let r = self.pairs[p].path[k] as usize;
+            for k in 0..self.hot[p].plen as usize {
+                let r = self.hot[p].path[k] as usize;
                 if self.res_mark[r] == ep {
                     ok = false;
                     break 'check;
@@ -908,9 +928,9 @@ impl Links {
         if ok {
             'slack: for &p in &ds {
                 let p = p as usize;
-                let key = (self.pairs[p].n > 0).then(|| (self.pairs[p].own_level().to_bits(), 1, p as u32));
-                for k in 0..self.pairs[p].plen as usize {
-                    let r = self.pairs[p].path[k] as usize;
+                let key = (self.hot[p].n > 0).then(|| (self.pairs[p].own_level(self.hot[p].n).to_bits(), 1, p as u32));
+                for k in 0..self.hot[p].plen as usize {
+                    let r = self.hot[p].path[k] as usize;
                     if !self.slack(r, p, key, ep) {
                         ok = false;
                         break 'slack;
@@ -921,12 +941,12 @@ impl Links {
         if ok {
             for &p in &ds {
                 let p = p as usize;
-                if self.pairs[p].n == 0 {
+                if self.hot[p].n == 0 {
                     continue;
                 }
-                let new = self.pairs[p].own_level();
-                self.pairs[p].next = new;
-                self.pairs[p].key = (new.to_bits(), 1, p as u32);
+                let new = self.pairs[p].own_level(self.hot[p].n);
+                self.hot[p].next = new;
+                self.hot[p].key = (new.to_bits(), 1, p as u32);
                 self.set_rate(p, new, now, wakes);
             }
         }
@@ -944,7 +964,7 @@ impl Links {
         let mut w = 0.0f64;
         let mut ok = true;
         for &q in &self.users[r] {
-            let qp = &self.pairs[q as usize];
+            let qp = &self.hot[q as usize];
             w += qp.n as f64;
             let k = if q as usize == p {
                 match key {
@@ -962,7 +982,7 @@ impl Links {
             let at = if k.1 == 0 {
                 let j = qp.path[..qp.plen as usize].iter().position(|&x| x == k.2);
                 match j {
-                    Some(j) => qp.pos[j],
+                    Some(j) => self.pairs[q as usize].pos[j],
                     None => {
                         ok = false;
                         break;
@@ -1003,7 +1023,7 @@ impl Links {
     /// Pair `p` freezes at `level` per flow: its resources lose its share (and are queued
     /// for [`Links::requeue`]).
     fn freeze(&mut self, p: usize, level: f64, key: Key) {
-        let pr = &mut self.pairs[p];
+        let pr = &mut self.hot[p];
         pr.frozen = true;
         pr.next = level;
         pr.key = key;
