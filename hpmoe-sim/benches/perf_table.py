@@ -44,12 +44,14 @@ LIMITS = {
     "check": "the kernel faulting in and zeroing about 1 GB (a quarter of the time); the first "
              "lookup of every name in a scope table of every item (cache misses, a fifth); one "
              "allocation per syntax node and a string per identifier; an op keeps about 4 KB "
-             "of tree and checked data. Identifiers interned as integers and a flat expression "
-             "arena would lift both figures",
+             "of tree and checked data; boxed expression nodes are 30% of the heap (two 48-byte "
+             "boxes per binary operator, massif). Identifiers interned as integers and a flat "
+             "expression arena would lift both figures",
     "lower": "per-task region work: every access's six-dimension box built, copied and "
              "compared whole, every index evaluated per task",
-    "verify": "the independent derivation of every task's regions (half), the writer index "
-              "(a quarter)",
+    "verify": "spread out, no single hotspot: the independent derivation of every task's "
+              "regions (about a quarter of the bench), then the writer index, the per-read set "
+              "of regions checked and region comparisons (4-5% each)",
     "simulate": "the event loop waits on memory (a task start touches its read runs, counters "
                 "and L2 blocks in different arrays); at EP64 the max-min link solve over every "
                 "active pair at each flow start and finish",
@@ -60,9 +62,9 @@ LIMITS = {
              "active pairs of the fabric (thousands at EP256, each rank's cores putting to "
              "every other rank, all sharing ports), so a simulation grows about as ranks^4: "
              "a forward simulation solves 109 K times, over 7.2 K pairs on average, and the "
-             "solve is 72% of the run (perf). `candidates` simulates two schedules of each "
-             "3.1 M-task graph (the kept one's simulation is the run's); without the solve "
-             "they would still take about 80 s",
+             "solve is about 70% of the run (perf). `candidates` simulates two schedules of "
+             "each 3.1 M-task graph (the kept one's simulation is the run's); without the "
+             "solve they would still take about 80 s",
 }
 
 
