@@ -14,7 +14,6 @@ pub struct MinSet {
     /// `levels[0]`: one bit per position; `levels[k + 1]`: one bit per non-empty word of
     /// `levels[k]`. The last level is a single word.
     levels: Vec<Vec<u64>>,
-    len: usize,
 }
 
 impl MinSet {
@@ -29,28 +28,13 @@ impl MinSet {
             }
             words = words.div_ceil(64);
         }
-        MinSet { levels, len: 0 }
-    }
-
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+        MinSet { levels }
     }
 
     /// Adds `x` (below the bound); nothing if it is already in.
     pub fn insert(&mut self, x: u32) {
         let mut i = x as usize;
-        let bit = 1u64 << (i % 64);
-        let w = &mut self.levels[0][i / 64];
-        if *w & bit != 0 {
-            return;
-        }
-        self.len += 1;
+        // Up until a word that already had a bit set (its summary bit is set too).
         for level in &mut self.levels {
             let w = &mut level[i / 64];
             let was = *w;
@@ -84,7 +68,6 @@ impl MinSet {
             }
             i /= 64;
         }
-        self.len -= 1;
         Some(x as u32)
     }
 }
@@ -108,12 +91,10 @@ mod tests {
                 } else {
                     proptest::prop_assert_eq!(s.pop(), t.pop_first());
                 }
-                proptest::prop_assert_eq!(s.len(), t.len());
             }
             while let Some(x) = t.pop_first() {
                 proptest::prop_assert_eq!(s.pop(), Some(x));
             }
-            proptest::prop_assert!(s.is_empty());
             proptest::prop_assert_eq!(s.pop(), None);
         }
     }

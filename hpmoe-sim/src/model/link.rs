@@ -799,7 +799,7 @@ impl Links {
             let p = p as usize;
             self.hot[p].frozen = false;
             if !shared {
-                own.push((self.pairs[p].own_level(self.hot[p].n).to_bits(), p as u32));
+                own.push((self.own_level(p).to_bits(), p as u32));
             }
         }
         if shared {
@@ -870,10 +870,15 @@ impl Links {
         self.comp_res = comp_res;
     }
 
+    /// Pair `p`'s own level ([`Pair::own_level`]) with its active flows.
+    fn own_level(&self, p: usize) -> f64 {
+        self.pairs[p].own_level(self.hot[p].n)
+    }
+
     /// Moves pair `p` to its current own cap in the sorted list of all active pairs' own caps
     /// (out of it when it has no flow left).
     fn relist_own(&mut self, p: usize) {
-        let now = (self.hot[p].n > 0).then(|| self.pairs[p].own_level(self.hot[p].n).to_bits());
+        let now = (self.hot[p].n > 0).then(|| self.own_level(p).to_bits());
         let was = self.own_listed[p];
         if now == was {
             return;
@@ -928,7 +933,7 @@ impl Links {
         if ok {
             'slack: for &p in &ds {
                 let p = p as usize;
-                let key = (self.hot[p].n > 0).then(|| (self.pairs[p].own_level(self.hot[p].n).to_bits(), 1, p as u32));
+                let key = (self.hot[p].n > 0).then(|| (self.own_level(p).to_bits(), 1, p as u32));
                 for k in 0..self.hot[p].plen as usize {
                     let r = self.hot[p].path[k] as usize;
                     if !self.slack(r, p, key, ep) {
@@ -944,7 +949,7 @@ impl Links {
                 if self.hot[p].n == 0 {
                     continue;
                 }
-                let new = self.pairs[p].own_level(self.hot[p].n);
+                let new = self.own_level(p);
                 self.hot[p].next = new;
                 self.hot[p].key = (new.to_bits(), 1, p as u32);
                 self.set_rate(p, new, now, wakes);
