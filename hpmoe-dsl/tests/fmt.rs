@@ -324,8 +324,8 @@ fn expr() -> impl Strategy<Value = Expr> {
     let leaf = prop_oneof![
         any::<u64>().prop_map(|v| mk(ExprKind::Int(v))),
         float().prop_map(|v| mk(ExprKind::Float(v))),
-        any::<String>().prop_map(|s| mk(ExprKind::Str(s))),
-        name().prop_map(|n| mk(ExprKind::Name(n))),
+        any::<String>().prop_map(|s| mk(ExprKind::Str(s.into()))),
+        name().prop_map(|n| mk(ExprKind::Name(n.into()))),
     ];
     leaf.prop_recursive(5, 40, 4, |inner| {
         let op = prop_oneof![

@@ -187,14 +187,14 @@ impl Checker<'_> {
                 }
             },
             ExprKind::Float(f) => Some(Value::Float(*f)),
-            ExprKind::Str(s) => Some(Value::Str(s.clone())),
+            ExprKind::Str(s) => Some(Value::Str(s.to_string())),
             ExprKind::Name(n) => {
                 if let Some(r) = self.lookup(m, n) {
                     if let ItemKind::Param(_) = self.item(r).kind {
                         return self.param_value(r);
                     }
                     if bare == BareNames::Accept {
-                        return Some(Value::Name(n.clone()));
+                        return Some(Value::Name(n.to_string()));
                     }
                     let kind = item_kind_word(&self.item(r).kind);
                     self.err(
@@ -203,13 +203,13 @@ impl Checker<'_> {
                     );
                     return None;
                 }
-                match n.as_str() {
+                match &**n {
                     "true" => return Some(Value::Bool(true)),
                     "false" => return Some(Value::Bool(false)),
                     _ => {}
                 }
                 if bare == BareNames::Accept {
-                    return Some(Value::Name(n.clone()));
+                    return Some(Value::Name(n.to_string()));
                 }
                 self.unknown_name(m, n, e.span, "param");
                 None

@@ -655,7 +655,7 @@ impl Checker<'_> {
                 }
             },
             ExprKind::Name(n) => {
-                if let Some(i) = cx.syms.iter().position(|s| s == n) {
+                if let Some(i) = cx.syms.iter().position(|s| **s == **n) {
                     return Some(Sym::Var(i));
                 }
                 if let Some(r) = self.lookup(cx.item.module, n) {
@@ -664,7 +664,7 @@ impl Checker<'_> {
                         return self.expect_int(v, e.span, "an integer").map(Sym::Int);
                     }
                 }
-                if cx.params.iter().any(|p| p.name() == n) || cx.generics.contains(n) {
+                if cx.params.iter().any(|p| *p.name() == **n) || cx.generics.iter().any(|g| **g == **n) {
                     self.err(
                         Diagnostic::error(Code::WrongKind, format!("`{n}` is not a dimension"))
                             .primary(e.span, "expected a shape symbol, a param or a routing dimension"),
@@ -672,7 +672,7 @@ impl Checker<'_> {
                     return None;
                 }
                 if cx.sig_mode {
-                    cx.syms.push(n.clone());
+                    cx.syms.push(n.to_string());
                     return Some(Sym::Var(cx.syms.len() - 1));
                 }
                 let mut cands = cx.syms.clone();
@@ -956,7 +956,7 @@ impl Checker<'_> {
     fn lhs_index(&mut self, cx: &mut Ctx, e: &Expr) -> Option<SymIndex> {
         let (name, nspan, offset) = match &e.kind {
             ExprKind::Error => return None,
-            ExprKind::Name(n) => (n.clone(), e.span, Sym::Int(0)),
+            ExprKind::Name(n) => (n.to_string(), e.span, Sym::Int(0)),
             ExprKind::Binary(op @ (BinOp::Add | BinOp::Sub), a, b)
                 if a.name().is_some_and(|n| !self.is_const_name(cx, n)) =>
             {
@@ -1321,14 +1321,14 @@ impl Checker<'_> {
             ExprKind::Int(v) => Some(SymScalar::Const(*v as f64)),
             ExprKind::Float(f) => Some(SymScalar::Const(*f)),
             ExprKind::Name(n) => {
-                if let Some((_, l)) = cx.scope.iter().rev().find(|(x, _)| x == n).cloned() {
+                if let Some((_, l)) = cx.scope.iter().rev().find(|(x, _)| **x == **n).cloned() {
                     return match l {
                         Local::Var(v) => Some(SymScalar::Var(v)),
                         Local::Let(expr) => {
                             // Inline the let in the current scope; lets see only earlier lets
                             // and the statement's index variables (not the reduction variables
                             // of the `sum` it is used in).
-                            let pos = cx.scope.iter().rposition(|(x, _)| x == n).unwrap_or(0);
+                            let pos = cx.scope.iter().rposition(|(x, _)| **x == **n).unwrap_or(0);
                             let saved = cx.scope.split_off(pos);
                             let index_vars: Vec<(String, Local)> = saved
                                 .iter()
@@ -1343,7 +1343,7 @@ impl Checker<'_> {
                         }
                     };
                 }
-                if cx.params.iter().any(|p| p.name() == n) {
+                if cx.params.iter().any(|p| *p.name() == **n) {
                     self.err(
                         Diagnostic::error(Code::WrongKind, format!("`{n}` is a tensor or routing; index it"))
                             .primary(e.span, "expected a scalar")

@@ -18,8 +18,10 @@ use crate::ir::{ConcreteBody, Index, Program, SExpr, Target, Taskflow, TensorId,
 /// Tensors have at most this many dimensions (the checker enforces it).
 pub const MAX_DIMS: usize = 6;
 
-/// A box of a tensor on a rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// A box of a tensor on a rank. Two regions are equal when they agree on the tensor, rank,
+/// dimension count, accumulation and the bounds of their `ndim` dimensions (the bounds past
+/// `ndim` mean nothing and are neither compared nor hashed).
+#[derive(Clone, Copy, Debug)]
 pub struct Region {
     pub tensor: TensorId,
     pub rank: u32,
@@ -30,7 +32,37 @@ pub struct Region {
     pub accumulate: bool,
 }
 
+impl PartialEq for Region {
+    fn eq(&self, o: &Region) -> bool {
+        self.tensor == o.tensor
+            && self.rank == o.rank
+            && self.ndim == o.ndim
+            && self.accumulate == o.accumulate
+            && (0..self.dims()).all(|d| self.lo[d] == o.lo[d] && self.hi[d] == o.hi[d])
+    }
+}
+
+impl Eq for Region {}
+
+impl std::hash::Hash for Region {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.tensor.hash(h);
+        h.write_u32(self.rank);
+        h.write_u8(self.ndim);
+        h.write_u8(self.accumulate as u8);
+        for d in 0..self.dims() {
+            h.write_i64(self.lo[d]);
+            h.write_i64(self.hi[d]);
+        }
+    }
+}
+
 impl Region {
+    /// The number of dimensions whose bounds count.
+    fn dims(&self) -> usize {
+        (self.ndim as usize).min(MAX_DIMS)
+    }
+
     /// All of a rank's share of a tensor of fixed shape (`shape.len() <= MAX_DIMS`).
     pub fn whole(tensor: TensorId, rank: u32, shape: &[u64]) -> Region {
         let mut r = Region {

@@ -2,6 +2,7 @@
 //! what was written: names are not resolved and expressions are not evaluated (see `check`).
 
 use super::token::Span;
+pub use thin_vec::ThinVec;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ident {
@@ -406,36 +407,35 @@ pub struct Expr {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExprKind {
+    // Every variant holds at most two words, so that a node is 40 bytes (kind and span): the
+    // names are boxed strings (no capacity) and the lists are thin vectors (one pointer).
     Int(u64),
     Float(f64),
-    Str(String),
-    Name(String),
+    Str(Box<str>),
+    Name(Box<str>),
     Neg(Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
-    // The lists of an expression are boxed slices, not vectors (a pointer and a length, no
-    // capacity), so that every expression node stays small.
     /// `f(a, b: c)`
     Call {
         callee: Box<Expr>,
-        args: Box<[Arg]>,
+        args: ThinVec<Arg>,
     },
     /// `x[i, j]`
     Index {
         base: Box<Expr>,
-        index: Box<[Expr]>,
+        index: ThinVec<Expr>,
     },
     /// `r.rank`
     Field {
         base: Box<Expr>,
-        // Boxed (as `Cast`'s dtype), so that every expression node stays small.
         field: Box<Ident>,
     },
     /// `(a, b, c)`
-    Tuple(Box<[Expr]>),
+    Tuple(ThinVec<Expr>),
     /// `sum(k) body` or `max(k) body`
     Sum {
         op: ReduceOp,
-        binders: Box<[Binder]>,
+        binders: ThinVec<Binder>,
         body: Box<Expr>,
     },
     /// `cast<i8>(x)`: the value converted to a dtype (a concrete one or a generic parameter).
@@ -693,3 +693,6 @@ pub fn erase_spans(file: &mut File) {
         }
     }
 }
+
+// An expression node is 40 bytes: the syntax tree of a large program is mostly expressions.
+const _: () = assert!(std::mem::size_of::<Expr>() <= 40);

@@ -225,7 +225,7 @@ fn write_expr(e: &Expr, closed: bool, s: &mut String) {
 fn blocks_max(e: &Expr) -> bool {
     match &e.kind {
         ExprKind::Neg(_) | ExprKind::Str(_) => true,
-        ExprKind::Name(n) => crate::syntax::parser::ANNOTATION_KEYWORDS.contains(&n.as_str()),
+        ExprKind::Name(n) => crate::syntax::parser::ANNOTATION_KEYWORDS.contains(&&**n),
         ExprKind::Binary(_, l, _) => {
             let lp = matches!(&l.kind, ExprKind::Binary(o, ..) if o.precedence() < 2);
             !lp && blocks_max(l)

@@ -1325,8 +1325,8 @@ impl<'a> Parser<'a> {
             // A literal past 64 bits was reported by the lexer: an error node, not a value.
             TokenKind::Int(v) => v.map_or(ExprKind::Error, ExprKind::Int),
             TokenKind::Float(v) => ExprKind::Float(v),
-            TokenKind::Str(s) => ExprKind::Str(s),
-            TokenKind::Ident(name) => ExprKind::Name(name),
+            TokenKind::Str(s) => ExprKind::Str(s.into()),
+            TokenKind::Ident(name) => ExprKind::Name(name.into()),
             TokenKind::Error => ExprKind::Error,
             _ => return Err(Reported),
         };

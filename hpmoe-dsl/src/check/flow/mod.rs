@@ -455,7 +455,7 @@ impl Checker<'_> {
             // Already reported where it was parsed.
             ExprKind::Error => None,
             ExprKind::Name(n) => {
-                if let Some((t, _, used)) = fl.names.get_mut(n) {
+                if let Some((t, _, used)) = fl.names.get_mut(&**n) {
                     *used = true;
                     if !annots.is_empty() {
                         let sp = annots[0].span();
@@ -475,7 +475,7 @@ impl Checker<'_> {
                     }
                     return Some(*t);
                 }
-                if fl.poisoned.contains(n) {
+                if fl.poisoned.contains(&**n) {
                     return None;
                 }
                 let locals: Vec<String> = fl.names.keys().cloned().collect();
@@ -541,7 +541,7 @@ impl Checker<'_> {
                     spans.push(a.value.span);
                     match &a.value.kind {
                         ExprKind::Name(n)
-                            if !fl.names.contains_key(n)
+                            if !fl.names.contains_key(&**n)
                                 && self
                                     .lookup(fl.module, n)
                                     .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Route(_))) =>
@@ -628,7 +628,7 @@ impl Checker<'_> {
 fn mark_used(fl: &mut TaskflowDraft, e: &Expr) {
     match &e.kind {
         ExprKind::Name(n) => {
-            if let Some((_, _, used)) = fl.names.get_mut(n) {
+            if let Some((_, _, used)) = fl.names.get_mut(&**n) {
                 *used = true;
             }
         }

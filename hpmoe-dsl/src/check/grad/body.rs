@@ -68,7 +68,7 @@ impl Names<'_> {
 
 pub(crate) fn name(n: &str, span: Span) -> Expr {
     Expr {
-        kind: ExprKind::Name(n.to_string()),
+        kind: ExprKind::Name(n.into()),
         span,
     }
 }
@@ -245,7 +245,7 @@ fn inline(e: &Expr, lets: &[(String, Expr)]) -> Expr {
     let mut e = e.clone();
     fn walk(e: &mut Expr, lets: &[(String, Expr)]) {
         if let ExprKind::Name(n) = &e.kind {
-            if let Some((_, v)) = lets.iter().rev().find(|(l, _)| l == n) {
+            if let Some((_, v)) = lets.iter().rev().find(|(l, _)| **l == **n) {
                 *e = v.clone();
             }
             return;
@@ -294,7 +294,7 @@ pub(crate) fn rounds(body: &[Stmt]) -> bool {
 fn collect_names(e: &Expr, out: &mut BTreeSet<String>) {
     match &e.kind {
         ExprKind::Name(n) => {
-            out.insert(n.clone());
+            out.insert(n.to_string());
         }
         ExprKind::Neg(a) | ExprKind::Cast { arg: a, .. } => collect_names(a, out),
         ExprKind::Binary(_, a, b) => {
@@ -339,7 +339,7 @@ fn vars_of(e: &Expr, names: &Names, out: &mut Vec<String>) {
     let mut seen = Vec::new();
     fn walk(e: &Expr, names: &Names, seen: &mut Vec<String>) {
         match &e.kind {
-            ExprKind::Name(n) if names.is_var(n) && !seen.contains(n) => seen.push(n.clone()),
+            ExprKind::Name(n) if names.is_var(n) && !seen.iter().any(|s| **s == **n) => seen.push(n.to_string()),
             ExprKind::Call { args, .. } => args.iter().for_each(|a| walk(&a.value, names, seen)),
             ExprKind::Neg(a) => walk(a, names, seen),
             ExprKind::Binary(_, a, b) => {
@@ -356,8 +356,8 @@ fn vars_of(e: &Expr, names: &Names, out: &mut Vec<String>) {
 /// The variables an expression ranges over outside reductions (index variables it names).
 fn free_vars(e: &Expr, names: &Names, bound: &mut Vec<String>, out: &mut BTreeSet<String>) {
     match &e.kind {
-        ExprKind::Name(n) if names.is_var(n) && !bound.contains(n) => {
-            out.insert(n.clone());
+        ExprKind::Name(n) if names.is_var(n) && !bound.iter().any(|b| **b == **n) => {
+            out.insert(n.to_string());
         }
         ExprKind::Sum { binders, body, .. } => {
             let k = bound.len();
@@ -614,7 +614,7 @@ fn subst_group(e: &mut Expr, g: &str, m: &str) -> DResult<()> {
             }
             Ok(())
         }
-        ExprKind::Name(n) if n == g => Err(NonDiff::new(
+        ExprKind::Name(n) if **n == *g => Err(NonDiff::new(
             e.span,
             format!("the group variable `{g}` is used as a value"),
             "its value has no expression in the row variable",
@@ -664,7 +664,7 @@ fn solve(ix: &Expr, names: &Names) -> DResult<Solved> {
     };
     // v, v + c, c + v, v - c with c free of variables.
     let ok = match &ix.kind {
-        ExprKind::Name(n) => n == v,
+        ExprKind::Name(n) => **n == **v,
         ExprKind::Binary(BinOp::Add, a, b) => a.name() == Some(v) || b.name() == Some(v),
         ExprKind::Binary(BinOp::Sub, a, _) => a.name() == Some(v),
         _ => false,
@@ -923,7 +923,7 @@ fn freshen_binders(e: &mut Expr, used: &mut BTreeSet<String>) {
 /// Renames a variable everywhere in `e` (reads, binders).
 fn rename(e: &mut Expr, from: &str, to: &str) {
     match &mut e.kind {
-        ExprKind::Name(n) if n == from => *n = to.to_string(),
+        ExprKind::Name(n) if **n == *from => *n = to.into(),
         ExprKind::Sum { binders, body, .. } => {
             for b in binders.iter_mut() {
                 match b {

@@ -1474,8 +1474,8 @@ fn same_type(a: &TensorType, b: &TensorType) -> bool {
 
 fn sym_names_expr(e: &Expr, syms: &[String], out: &mut BTreeSet<String>) {
     match &e.kind {
-        ExprKind::Name(n) if syms.contains(n) => {
-            out.insert(n.clone());
+        ExprKind::Name(n) if syms.iter().any(|s| **s == **n) => {
+            out.insert(n.to_string());
         }
         ExprKind::Neg(a) => sym_names_expr(a, syms, out),
         ExprKind::Binary(_, a, b) => {
@@ -1561,7 +1561,7 @@ fn derived_tile(
 fn subst_names(e: &mut Expr, map: &BTreeMap<String, Expr>) {
     match &mut e.kind {
         ExprKind::Name(n) => {
-            if let Some(v) = map.get(n) {
+            if let Some(v) = map.get(&**n) {
                 *e = v.clone();
             }
         }
@@ -1580,7 +1580,7 @@ fn subst_names(e: &mut Expr, map: &BTreeMap<String, Expr>) {
 fn names_in(e: &Expr, out: &mut BTreeSet<String>) {
     match &e.kind {
         ExprKind::Name(n) => {
-            out.insert(n.clone());
+            out.insert(n.to_string());
         }
         ExprKind::Neg(a) => names_in(a, out),
         ExprKind::Binary(_, a, b) => {

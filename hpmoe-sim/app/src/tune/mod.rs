@@ -215,9 +215,9 @@ fn value_expr(v: &Value, span: Span) -> Expr {
     let kind = match v {
         Value::Int(i) => return int_expr(*i, span),
         Value::Float(f) => ExprKind::Float(*f),
-        Value::Bool(b) => ExprKind::Name(if *b { "true" } else { "false" }.to_string()),
-        Value::Str(s) => ExprKind::Str(s.clone()),
-        Value::Name(n) => ExprKind::Name(n.clone()),
+        Value::Bool(b) => ExprKind::Name(if *b { "true" } else { "false" }.into()),
+        Value::Str(s) => ExprKind::Str(s.as_str().into()),
+        Value::Name(n) => ExprKind::Name(n.as_str().into()),
     };
     Expr { kind, span }
 }
