@@ -41,7 +41,7 @@ END = "<!-- perf-table: end -->"
 # What keeps each target from being met, as analysed (profiles, instruction counts); shown
 # only in a row whose target is not met.
 LIMITS = {
-    "check": "spread out over memory-bound work (perf, 2.3 s run): the kernel faulting in and "
+    "check": "spread out over memory-bound work (perf): the kernel faulting in and "
              "zeroing the 0.9 GB of tree and checked data (up to a third of the time, varying "
              "from run to run); the first lookup of each name in the scope table of 770 K "
              "items (cache misses, about a sixth); the lexer and parser about a quarter, with "
