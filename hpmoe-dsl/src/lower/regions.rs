@@ -58,7 +58,7 @@ impl std::hash::Hash for Region {
 }
 
 impl Region {
-    /// The number of dimensions whose bounds count.
+    /// The number of dimensions whose bounds count (`ndim`, never past the arrays).
     fn dims(&self) -> usize {
         (self.ndim as usize).min(MAX_DIMS)
     }
@@ -79,21 +79,21 @@ impl Region {
         r
     }
     pub fn volume(&self) -> u64 {
-        (0..self.ndim as usize)
+        (0..self.dims())
             .map(|d| (self.hi[d] - self.lo[d]).max(0) as u64)
             .product()
     }
     pub fn is_empty(&self) -> bool {
-        (0..self.ndim as usize).any(|d| self.hi[d] <= self.lo[d])
+        (0..self.dims()).any(|d| self.hi[d] <= self.lo[d])
     }
     pub fn overlaps(&self, o: &Region) -> bool {
         self.tensor == o.tensor
             && self.rank == o.rank
-            && (0..self.ndim as usize).all(|d| self.lo[d] < o.hi[d] && o.lo[d] < self.hi[d])
+            && (0..self.dims()).all(|d| self.lo[d] < o.hi[d] && o.lo[d] < self.hi[d])
     }
     /// `[a..b, c..d]`.
     pub fn text(&self) -> String {
-        let parts: Vec<String> = (0..self.ndim as usize)
+        let parts: Vec<String> = (0..self.dims())
             .map(|d| format!("{}..{}", self.lo[d], self.hi[d]))
             .collect();
         format!("[{}]", parts.join(", "))
