@@ -11,7 +11,7 @@ use hpmoe_dsl::ir::{Home, Program};
 use hpmoe_dsl::lower::regions::fault::{self, Fault};
 use hpmoe_dsl::lower::{self, Csr, LowerOptions, Region, TaskGraph, NO_COUNTER};
 use hpmoe_dsl::schedule::{self, Policy, PolicySpec, Schedule};
-use hpmoe_dsl::verify::{verify_graph, verify_schedule, Deriver};
+use hpmoe_dsl::verify::{put_back_writes, verify_graph, verify_schedule, Deriver};
 use hpmoe_dsl::SourceMap;
 use proptest::prelude::*;
 
@@ -396,11 +396,23 @@ fn derivations_agree(p: &Program, tf: usize, g: &TaskGraph) {
     let mut scratch = Default::default();
     let mut derived = Deriver::default();
     let nonempty = |rs: &[Region]| rs.iter().copied().filter(|r| !r.is_empty()).collect::<Vec<_>>();
+    // Per call and rank: the writes its tasks make there.
+    let mut writes = vec![vec![0usize; g.ranks as usize]; tf.nodes.len()];
     for t in 0..g.len() {
         let a = lower::regions::tile_access(p, tf, g, t, &mut scratch);
         derived.derive(tf, g, t);
         assert_eq!(nonempty(&derived.reads), nonempty(&a.reads), "reads of task {t}");
         assert_eq!(nonempty(&derived.writes), nonempty(&a.writes), "writes of task {t}");
+        for w in &derived.writes {
+            writes[g.node[t] as usize][w.rank as usize] += 1;
+        }
+    }
+    // The verifier sizes its index of writes by the rows a put sends back: exactly the
+    // writes the put's tasks make on each rank.
+    for (ni, per_rank) in writes.iter().enumerate() {
+        if let Some(hint) = put_back_writes(tf, g, ni) {
+            assert_eq!(&hint, per_rank, "writes of `{}` per rank", tf.nodes[ni].name);
+        }
     }
 }
 

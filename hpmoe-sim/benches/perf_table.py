@@ -53,9 +53,11 @@ LIMITS = {
              "spread over its lines (every index evaluated per task, every region built and "
              "copied), the graph's arrays faulted in about a sixth, the dependency memo and "
              "counters the rest",
-    "verify": "spread out, no single hotspot: the independent derivation of every task's "
-              "regions (about a quarter of the bench), then the writer index, the per-read set "
-              "of regions checked and region comparisons (4-5% each)",
+    "verify": "spread out, no single hotspot (perf, fwd@EP8): the independent derivation of "
+              "every task's regions about two fifths, the kernel faulting in the index of "
+              "writes (a 40-byte record per write, one per row a combine sends back) about a "
+              "sixth, then the index's scans, the per-read set of regions checked and region "
+              "comparisons (about 5% each)",
     "simulate": "the event loop waits on memory (a task start touches its read runs, counters "
                 "and L2 blocks in different arrays); at EP64 the max-min link solve over every "
                 "active pair at each flow start and finish",

@@ -248,12 +248,13 @@ fn other_tilings(
             k.workload = None;
         }
         let mut w = Workload::new(program, tf, &other.graph, &other.schedule, &model);
+        let mut du = None;
         // The schedule that won, whether the workload is scheduled as it, and its simulation
         // when it can stand for the schedule as relabelled (the same kernel launches).
         let mut won = None;
         let mut won_run = None;
         let mut at_won = false;
-        if let Some(r) = latency_of(&w, &other, &other.schedule, &model, best, ch.progress) {
+        if let Some(r) = latency_of(&w, &other, &other.schedule, &model, best, ch.progress, &mut du) {
             if r.makespan < best {
                 best = r.makespan;
                 let mut s = other.schedule.clone();
@@ -278,7 +279,7 @@ fn other_tilings(
             }
             w.reschedule(&other.graph, &list, &model);
             at_won = false;
-            if let Some(r) = latency_of(&w, &other, &list, &model, best, ch.progress) {
+            if let Some(r) = latency_of(&w, &other, &list, &model, best, ch.progress, &mut du) {
                 if r.makespan < best {
                     best = r.makespan;
                     won_run = Some(r);
@@ -318,6 +319,10 @@ fn other_tilings(
 /// than that), and with the simulation stopped once it passes `best`
 /// ([`sim::simulate_below_chained`], also as soon as a task's start and the least time
 /// its queue still needs reach `best`). `progress` hears of the simulation.
+///
+/// `du`: the durations of `w`'s tasks ([`crate::report::durations`]), computed at the first
+/// bound and kept for the next schedules of the same workload (they do not depend on the
+/// schedule); the caller empties it for a new workload.
 fn latency_of(
     w: &Workload,
     c: &Compiled,
@@ -325,11 +330,14 @@ fn latency_of(
     model: &DeviceModel,
     best: f64,
     progress: Option<&Progress>,
+    du: &mut Option<crate::report::Durations>,
 ) -> Option<sim::SimResult> {
     let mut chains = Vec::new();
     if best.is_finite() {
-        let (b, ch) = crate::report::bounds_and_chains(w, s, model, &c.graph.rank, true);
-        let lb = b.max().0.max(crate::report::kernel_bound(w, s, model, &c.graph.rank));
+        let rank = &c.graph.rank;
+        let du = du.get_or_insert_with(|| crate::report::durations(w, model, rank));
+        let (b, ch) = crate::report::bounds_and_chains_with(w, s, model, rank, true, du);
+        let lb = b.max().0.max(crate::report::kernel_bound_with(w, s, model, rank, du));
         if lb * (1.0 - 1e-9) >= best {
             return None;
         }
@@ -379,7 +387,8 @@ fn two_candidates(
         p.candidate(1);
     }
     let mut w = Workload::new(program, tf, &c.graph, &other, model);
-    let Some(first) = latency_of(&w, c, &other, model, f64::INFINITY, ch.progress) else {
+    // One bound is computed here: its durations are not kept through the simulation.
+    let Some(first) = latency_of(&w, c, &other, model, f64::INFINITY, ch.progress, &mut None) else {
         return f64::INFINITY;
     };
     if let Some(p) = ch.progress {
@@ -387,7 +396,7 @@ fn two_candidates(
     }
     w.reschedule(&c.graph, &c.schedule, model);
     // The workload stays scheduled as the policy's own schedule, whichever wins.
-    let (result, at_best) = match latency_of(&w, c, &c.schedule, model, first.makespan, ch.progress) {
+    let (result, at_best) = match latency_of(&w, c, &c.schedule, model, first.makespan, ch.progress, &mut None) {
         Some(own) => (own, true),
         None => {
             other.origin = "expert-level order (of two candidates: above 2097152 tasks)";
@@ -427,7 +436,8 @@ fn choose_observed(
     }
     // One workload for every schedule of the graph: the region work is done once.
     let mut w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
-    let mut run = latency_of(&w, c, &c.schedule, &model, f64::INFINITY, ch.progress);
+    let mut du = None;
+    let mut run = latency_of(&w, c, &c.schedule, &model, f64::INFINITY, ch.progress, &mut du);
     let mut best = run.as_ref().map_or(f64::INFINITY, |r| r.makespan);
     let mut at_best = true;
     let mut tried = 0;
@@ -451,7 +461,7 @@ fn choose_observed(
         }
         w.reschedule(&c.graph, &s, &model);
         at_best = false;
-        if let Some(r) = latency_of(&w, c, &s, &model, best, ch.progress) {
+        if let Some(r) = latency_of(&w, c, &s, &model, best, ch.progress, &mut du) {
             if r.makespan < best {
                 best = r.makespan;
                 c.schedule = s;

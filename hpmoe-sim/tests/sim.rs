@@ -1045,3 +1045,63 @@ fn by_rank_dispatch_sends_each_token_once_per_destination_rank() {
     assert_eq!((rl.rows(0), rl.rows(1)), (8, 8));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn task_durations_do_not_depend_on_the_schedule() {
+    // The choice among candidate schedules computes the workload's durations once and bounds
+    // every candidate with them: they must be what a fresh computation gives for each
+    // candidate's schedule, whether the workload was rescheduled or built for it.
+    for (file, sets) in [
+        ("examples/deepseek_v3_ep4_bwd.hpm", &["tokens=256", "experts=16"][..]),
+        ("examples/qwen_moe_ep8_fwd.hpm", &[][..]),
+        ("examples/comm_bench.hpm", &["ranks=16"][..]),
+    ] {
+        let p = program_file(&root().join(file), sets);
+        let m = DeviceModel::new(&p.device).expect("model");
+        let tf = &p.taskflows[0];
+        let c = compile(&p, Some(Policy::Interleaved));
+        let rank = &c.graph.rank;
+        let spec = c.schedule.policy.clone();
+        let mut w = hpmoe_sim::sim::Workload::new(&p, tf, &c.graph, &c.schedule, &m);
+        let first = hpmoe_sim::report::durations(&w, &m, rank);
+        let bits = |d: &hpmoe_sim::report::Durations| -> Vec<u64> {
+            [&d.d, &d.release, &d.landing, &d.must_miss, &d.slack]
+                .iter()
+                .flat_map(|v| v.iter().map(|x| x.to_bits()))
+                .collect()
+        };
+        let mut other_orders = 0;
+        for k in 0..hpmoe_dsl::schedule::CANDIDATES {
+            let Some((s, _)) = hpmoe_dsl::schedule::candidate(&p, tf, &c.graph, &spec, k) else {
+                continue;
+            };
+            if s.fingerprint() != c.schedule.fingerprint() {
+                other_orders += 1;
+            }
+            w.reschedule(&c.graph, &s, &m);
+            assert_eq!(
+                bits(&hpmoe_sim::report::durations(&w, &m, rank)),
+                bits(&first),
+                "{file}: candidate {k}"
+            );
+            let fresh = hpmoe_sim::sim::Workload::new(&p, tf, &c.graph, &s, &m);
+            assert_eq!(
+                bits(&hpmoe_sim::report::durations(&fresh, &m, rank)),
+                bits(&first),
+                "{file}: candidate {k}"
+            );
+            // The bounds from the kept durations are the bounds.
+            assert_eq!(
+                hpmoe_sim::report::bounds_and_chains_with(&w, &s, &m, rank, true, &first),
+                hpmoe_sim::report::bounds_and_chains(&fresh, &s, &m, rank, true),
+                "{file}: candidate {k}"
+            );
+            assert_eq!(
+                hpmoe_sim::report::kernel_bound_with(&w, &s, &m, rank, &first),
+                hpmoe_sim::report::kernel_bound(&fresh, &s, &m, rank),
+                "{file}: candidate {k}"
+            );
+        }
+        assert!(other_orders > 0, "{file}: every candidate is the policy's own schedule");
+    }
+}

@@ -145,6 +145,33 @@ fn by_row(i: &Index, m: usize) -> bool {
     }
 }
 
+/// How many writes the tasks of call `node` make on each rank, when it puts received rows
+/// back to their sources (one write per row: on rank `q`, the rows `q` sent), for sizing the
+/// index of writes; `None` for any other call (about one write per task, on its own rank).
+pub fn put_back_writes(tf: &Taskflow, g: &TaskGraph, node: usize) -> Option<Vec<usize>> {
+    let body = &tf.nodes.get(node)?.body;
+    let mut per_rank: Option<Vec<usize>> = None;
+    for st in &body.stmts {
+        if let Target::Put {
+            rank:
+                Index::Route {
+                    route,
+                    func: RouteFn::SrcRank,
+                    ..
+                },
+            ..
+        } = &st.target
+        {
+            let l = layout_of(g, *route)?;
+            let v = per_rank.get_or_insert_with(|| vec![0; l.send.len()]);
+            for (n, sent) in v.iter_mut().zip(&l.send) {
+                *n += sent.len();
+            }
+        }
+    }
+    per_rank
+}
+
 /// Reusable state of the derivation.
 #[derive(Debug, Default)]
 pub struct Deriver {

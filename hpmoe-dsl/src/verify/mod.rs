@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 
 mod derive;
 
-pub use derive::Deriver;
+pub use derive::{put_back_writes, Deriver};
 
 /// At most this many diagnostics per kind (the first ones name the problem).
 const MAX_PER_KIND: usize = 5;
@@ -101,10 +101,20 @@ pub fn verify_graph(program: &Program, tf: &Taskflow, g: &TaskGraph) -> Vec<Diag
         return out;
     }
     let mut index = WriterIndex::new(tf, g.ranks as usize);
-    // About one write per task, mostly on the task's rank.
-    for (node, nt) in tf.nodes.iter().zip(&g.nodes) {
-        for (r, rt) in nt.per_rank.iter().enumerate() {
-            index.reserve(node.output, r as u32, rt.count as usize);
+    // About one write per task, mostly on the task's rank; a put of received rows back to
+    // their sources writes one row at a time, on the rank that sent it.
+    for (ni, (node, nt)) in tf.nodes.iter().zip(&g.nodes).enumerate() {
+        match put_back_writes(tf, g, ni) {
+            Some(rows) => {
+                for (r, &n) in rows.iter().enumerate().take(g.ranks as usize) {
+                    index.reserve(node.output, r as u32, n);
+                }
+            }
+            None => {
+                for (r, rt) in nt.per_rank.iter().enumerate() {
+                    index.reserve(node.output, r as u32, rt.count as usize);
+                }
+            }
         }
     }
     let mut derived = Deriver::default();

@@ -207,7 +207,15 @@ pub fn kernel_bound(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -
     if s.barriers == 0 {
         return 0.0;
     }
-    let du = durations(w, m, rank);
+    kernel_bound_with(w, s, m, rank, &durations(w, m, rank))
+}
+
+/// [`kernel_bound`] with the workload's [`durations`] given (they do not depend on the
+/// schedule: the candidates of one workload share them).
+pub fn kernel_bound_with(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32], du: &Durations) -> f64 {
+    if s.barriers == 0 {
+        return 0.0;
+    }
     let ranks = w.ranks as usize;
     let kernels = s
         .kernel
@@ -465,10 +473,22 @@ pub fn bounds_and_chains(
     rank: &[u32],
     chains: bool,
 ) -> (Bounds, Vec<f64>) {
+    bounds_and_chains_with(w, s, m, rank, chains, &durations(w, m, rank))
+}
+
+/// [`bounds_and_chains`] with the workload's [`durations`] given (they do not depend on the
+/// schedule: the candidates of one workload share them).
+pub fn bounds_and_chains_with(
+    w: &Workload,
+    s: &Schedule,
+    m: &DeviceModel,
+    rank: &[u32],
+    chains: bool,
+    du: &Durations,
+) -> (Bounds, Vec<f64>) {
     let ranks = w.ranks as usize;
     let n = w.tasks();
-    let du = durations(w, m, rank);
-    let (head, tail, span) = heads_tails(w, s, m, rank, &du);
+    let (head, tail, span) = heads_tails(w, s, m, rank, du);
     let mut chain = Vec::new();
     if chains {
         let plan = &w.plan;
@@ -496,10 +516,17 @@ pub fn bounds_and_chains(
     // duration that this forces (beyond the reader's slack), summed over the blocks, is core
     // time on the readers' rank and engine that no schedule avoids (a task's increase is
     // convex in the bytes it pays for, so the sum over its blocks is at most its increase).
+    //
+    // The same pass gathers, for the HBM bound below, per input block that fits: the earliest
+    // head, least share and least tail of its readers, and their rank (a block read from two
+    // dies is left out: either could fetch it).
+    let after_end = |t: usize| m.task_overhead + tail[t];
+    let blocks = w.blocks();
+    let mut first: Vec<(f64, f64, f64, u32)> = vec![(f64::INFINITY, f64::INFINITY, f64::INFINITY, NONE); blocks];
     let mut extra = vec![[0.0f64; 2]; ranks];
     {
         let delta = [AIC, AIV].map(|c| (1.0 / m.core_hbm[c] - 1.0 / m.best_read_rate(c)).max(0.0));
-        let mut least: Vec<(f64, u32, u8)> = vec![(f64::INFINITY, NONE, 0); w.blocks()];
+        let mut least: Vec<(f64, u32, u8)> = vec![(f64::INFINITY, NONE, 0); blocks];
         for_each_share(w, |t, b, share| {
             if w.block_input[b] && w.block_size[b] <= m.l2_size {
                 let c = w.class[t];
@@ -512,6 +539,11 @@ pub fn bounds_and_chains(
                 } else {
                     e.0 = e.0.min(inc);
                 }
+                let e = &mut first[b];
+                e.0 = e.0.min(head[t]);
+                e.1 = e.1.min(share);
+                e.2 = e.2.min(after_end(t));
+                e.3 = if e.3 == NONE || e.3 == rank[t] { rank[t] } else { MIXED };
             }
         });
         for &(inc, r, c) in &least {
@@ -537,7 +569,6 @@ pub fn bounds_and_chains(
     });
     drop(per);
     // HBM: must-miss reads per task, and the least read share of every input block that fits.
-    let after_end = |t: usize| m.task_overhead + tail[t];
     let mut jobs: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); ranks];
     let mut hbm_bytes = vec![0.0f64; ranks];
     for t in 0..n {
@@ -547,19 +578,6 @@ pub fn bounds_and_chains(
             hbm_bytes[r] += du.must_miss[t];
         }
     }
-    let blocks = w.blocks();
-    // Per block: earliest head, least share, least tail of its readers, and their rank (a
-    // block read from two dies is left out: either could fetch it).
-    let mut first: Vec<(f64, f64, f64, u32)> = vec![(f64::INFINITY, f64::INFINITY, f64::INFINITY, NONE); blocks];
-    for_each_share(w, |t, b, share| {
-        if w.block_input[b] && w.block_size[b] <= m.l2_size {
-            let e = &mut first[b];
-            e.0 = e.0.min(head[t]);
-            e.1 = e.1.min(share);
-            e.2 = e.2.min(after_end(t));
-            e.3 = if e.3 == NONE || e.3 == rank[t] { rank[t] } else { MIXED };
-        }
-    });
     for &(h, bytes, q, r) in first.iter() {
         if bytes.is_finite() && bytes > 0.0 && r != NONE && r != MIXED {
             let r = r as usize;
@@ -569,7 +587,7 @@ pub fn bounds_and_chains(
     }
     let hbm = argmax(ranks, |r| work_bound(&mut jobs[r], 1.0, t0));
     drop(jobs);
-    let (link, link_res, arrival, arrival_res) = link_bounds(w, m, rank, &du, &head, &tail);
+    let (link, link_res, arrival, arrival_res) = link_bounds(w, m, rank, du, &head, &tail);
     let dpn = m.topology.dies_per_node;
     let b = Bounds {
         aic_work: aic.0,

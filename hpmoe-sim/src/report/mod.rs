@@ -26,7 +26,8 @@
 mod bound;
 
 pub use bound::{
-    bounds, bounds_and_chains, durations, heads_tails, kernel_bound, work_bound, Bounds, Durations, LinkResource,
+    bounds, bounds_and_chains, bounds_and_chains_with, durations, heads_tails, kernel_bound, kernel_bound_with,
+    work_bound, Bounds, Durations, LinkResource,
 };
 
 pub mod comm;
