@@ -1103,5 +1103,19 @@ fn task_durations_do_not_depend_on_the_schedule() {
             );
         }
         assert!(other_orders > 0, "{file}: every candidate is the policy's own schedule");
+        // Durations of another workload are not trusted: the bounds are the bounds.
+        let s = &c.schedule;
+        w.reschedule(&c.graph, s, &m);
+        let other = hpmoe_sim::report::Durations::default();
+        assert_eq!(
+            hpmoe_sim::report::bounds_and_chains_with(&w, s, &m, rank, true, &other),
+            hpmoe_sim::report::bounds_and_chains(&w, s, &m, rank, true),
+            "{file}"
+        );
+        assert_eq!(
+            hpmoe_sim::report::kernel_bound_with(&w, s, &m, rank, &other),
+            hpmoe_sim::report::kernel_bound(&w, s, &m, rank),
+            "{file}"
+        );
     }
 }

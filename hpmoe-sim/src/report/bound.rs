@@ -174,6 +174,15 @@ pub struct Durations {
     pub slack: Vec<f64>,
 }
 
+impl Durations {
+    /// Whether these are per task of a workload of `n` tasks (every array that long).
+    fn fits(&self, n: usize) -> bool {
+        [&self.d, &self.release, &self.landing, &self.must_miss, &self.slack]
+            .iter()
+            .all(|v| v.len() == n)
+    }
+}
+
 /// Read shares of every task's blocks as the simulator splits a run: the whole run's bytes
 /// for a run of one block, else in proportion to block sizes. `f(task, block, share)`.
 fn for_each_share(w: &Workload, mut f: impl FnMut(usize, usize, f64)) {
@@ -212,10 +221,18 @@ pub fn kernel_bound(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32]) -
 
 /// [`kernel_bound`] with the workload's [`durations`] given (they do not depend on the
 /// schedule: the candidates of one workload share them).
+/// Durations of another workload (of another task count) are not used: they are computed.
 pub fn kernel_bound_with(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u32], du: &Durations) -> f64 {
     if s.barriers == 0 {
         return 0.0;
     }
+    let fresh;
+    let du = if du.fits(w.tasks()) {
+        du
+    } else {
+        fresh = durations(w, m, rank);
+        &fresh
+    };
     let ranks = w.ranks as usize;
     let kernels = s
         .kernel
@@ -477,7 +494,8 @@ pub fn bounds_and_chains(
 }
 
 /// [`bounds_and_chains`] with the workload's [`durations`] given (they do not depend on the
-/// schedule: the candidates of one workload share them).
+/// schedule: the candidates of one workload share them). Durations of another workload (of
+/// another task count) are not used: they are computed.
 pub fn bounds_and_chains_with(
     w: &Workload,
     s: &Schedule,
@@ -488,6 +506,13 @@ pub fn bounds_and_chains_with(
 ) -> (Bounds, Vec<f64>) {
     let ranks = w.ranks as usize;
     let n = w.tasks();
+    let fresh;
+    let du = if du.fits(n) {
+        du
+    } else {
+        fresh = durations(w, m, rank);
+        &fresh
+    };
     let (head, tail, span) = heads_tails(w, s, m, rank, du);
     let mut chain = Vec::new();
     if chains {
