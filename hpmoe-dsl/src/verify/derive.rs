@@ -148,6 +148,9 @@ fn by_row(i: &Index, m: usize) -> bool {
 /// How many writes the tasks of call `node` make on each rank, when it puts received rows
 /// back to their sources (one write per row: on rank `q`, the rows `q` sent), for sizing the
 /// index of writes; `None` for any other call (about one write per task, on its own rank).
+/// Several such puts in one body count their rows once (the most of any): a put that is
+/// never evaluated writes nothing, so the hint never reserves more than one routing's rows
+/// per rank; more writes grow the index as they come.
 pub fn put_back_writes(tf: &Taskflow, g: &TaskGraph, node: usize) -> Option<Vec<usize>> {
     let body = &tf.nodes.get(node)?.body;
     let mut per_rank: Option<Vec<usize>> = None;
@@ -165,7 +168,7 @@ pub fn put_back_writes(tf: &Taskflow, g: &TaskGraph, node: usize) -> Option<Vec<
             let l = layout_of(g, *route)?;
             let v = per_rank.get_or_insert_with(|| vec![0; l.send.len()]);
             for (n, sent) in v.iter_mut().zip(&l.send) {
-                *n += sent.len();
+                *n = (*n).max(sent.len());
             }
         }
     }
