@@ -208,6 +208,70 @@ struct Best {
     at_best: bool,
 }
 
+/// The memory one run of a taskflow is expected to need at its peak, from the lowering's
+/// estimates ([`hpmoe_dsl::lower::MemoryEstimate`]): graphs held at once, and the routing
+/// layouts of each capacity mode (shared by every run of one program in that mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunMemory {
+    pub graphs: u64,
+    /// Per capacity mode (dynamic, static): its layouts' bytes if the run uses them, else 0.
+    pub layouts: [u64; 2],
+}
+
+impl RunMemory {
+    /// Several runs side by side: their graphs add up, the layouts of a mode count once.
+    pub fn together(runs: &[RunMemory]) -> u64 {
+        let graphs = runs.iter().fold(0u64, |a, r| a.saturating_add(r.graphs));
+        (0..2).fold(graphs, |a, m| {
+            a.saturating_add(runs.iter().map(|r| r.layouts[m]).max().unwrap_or(0))
+        })
+    }
+}
+
+/// What [`run`] of `tf` under `spec` is expected to hold at its peak: its own graph and, for
+/// `interleaved` choosing among candidates on a graph small enough to compare them all, the
+/// largest expert-level tiling it compiles beside it (see [`other_tilings`]). `None` when the taskflow would be refused (its run
+/// says why).
+pub fn run_memory(checked: &Checked, tf: &Taskflow, spec: &PolicySpec, opts: &CompileOptions) -> Option<RunMemory> {
+    let own = checked.memory_estimate(tf, spec, opts).ok()?;
+    let mut m = RunMemory {
+        graphs: own.graph,
+        layouts: [0; 2],
+    };
+    m.layouts[usize::from(spec.static_capacity)] = own.layouts;
+    // Other tilings are compiled only for graphs whose candidates are all compared (the
+    // estimate may count up to a call's chunks more than the tasks lowered: a margin).
+    let compared = own.tasks <= 2 * CANDIDATE_MAX_TASKS as u64;
+    if spec.policy == hpmoe_dsl::policy::Policy::Interleaved && spec.candidates && compared {
+        for (el, e) in expert_level_estimates(checked, tf, opts) {
+            m.layouts[usize::from(el.static_capacity)] = e.layouts;
+            // A tiling lowered beside the policy's own graph (one at a time).
+            let beside = e.graph.min(hpmoe_dsl::lower::MAX_MEMORY);
+            m.graphs = m.graphs.max(own.graph.saturating_add(beside));
+        }
+    }
+    Some(m)
+}
+
+/// The expert-level policy of `tf` in both capacity modes (the program's first) with the
+/// memory estimate of each that can be lowered.
+fn expert_level_estimates(
+    checked: &Checked,
+    tf: &Taskflow,
+    opts: &CompileOptions,
+) -> Vec<(PolicySpec, hpmoe_dsl::lower::MemoryEstimate)> {
+    let declared = checked.select_policy(&tf.name, Some(hpmoe_dsl::policy::Policy::ExpertLevel));
+    [declared.static_capacity, !declared.static_capacity]
+        .into_iter()
+        .filter_map(|static_capacity| {
+            let mut el = declared.clone();
+            el.static_capacity = static_capacity;
+            let e = checked.memory_estimate(tf, &el, opts).ok()?;
+            Some((el, e))
+        })
+        .collect()
+}
+
 /// The last candidates: the taskflow compiled as `expert_level` compiles it (its GMM tiling
 /// for the cube cores), in that policy's order and in the order of the policy's own list
 /// scheduler, with the capacity mode the program gives `expert_level` and with the other;
@@ -227,10 +291,20 @@ fn other_tilings(
     let Ok(model) = DeviceModel::new(&program.device) else {
         return;
     };
-    let declared = checked.select_policy(&tf.name, Some(hpmoe_dsl::policy::Policy::ExpertLevel));
-    for static_capacity in [declared.static_capacity, !declared.static_capacity] {
-        let mut el = declared.clone();
-        el.static_capacity = static_capacity;
+    // The policy's own graph stays held while another tiling is compiled beside it.
+    let Ok(own) = checked.memory_estimate(tf, &spec, opts) else {
+        return;
+    };
+    for (el, e) in expert_level_estimates(checked, tf, opts) {
+        let static_capacity = el.static_capacity;
+        let layouts = if static_capacity == spec.static_capacity {
+            0
+        } else {
+            e.layouts
+        };
+        if own.total().saturating_add(e.graph).saturating_add(layouts) > hpmoe_dsl::lower::MAX_MEMORY {
+            continue;
+        }
         let Ok(mut other) = checked.compile(tf, &el, opts) else {
             continue;
         };

@@ -97,6 +97,18 @@ case("limit_tokens_zipf", moe(tokens=1000000000, hidden=16, route="zipf", extra=
 case("limit_tokens_uniform_lower", moe(tokens=200000000, hidden=16, route="uniform"), args=("lower", "--emit", "routing"))
 case("limit_static_capacity", moe(tokens=1000000, hidden=16, experts=4096, ranks=64) + "schedule f = expert_level { static_capacity: true };\n", args=("run",))
 case("limit_topk_quadratic", moe(tokens=64, hidden=16, experts=8192, topk=8192, ranks=1, route="uniform"), args=("lower", "--emit", "routing"), expect="any")
+def routed_rows(tokens, tile, taskflows):
+    """Dispatch and combine of `tokens` rows per rank on 4 ranks, top-2: few tasks, many rows."""
+    text = HEAD + f"param tokens = {tokens};\ndevice = ascend_a3 {{ ranks: 4 }};\nroute r = balanced(experts: 8, topk: 2);\n"
+    for name in taskflows:
+        text += (f"taskflow {name}(x: bf16[tokens, 64]) -> bf16[tokens, 64] {{\n"
+                 f"    let xd = dispatch(x, r) tile(t: {tile});\n    return combine(xd, r) tile(m: {tile});\n}}\n")
+    return text
+
+
+case("limit_routed_rows", routed_rows(4000000, 32, ["a"]), args=("run",))
+case("ok_routed_rows_two_jobs", routed_rows(1000000, 128, ["a", "b"]), args=("run", "--jobs", "2", "--policy", "kernel_by_kernel"), expect="ok")
+
 case("limit_set_tokens", moe(), args=("run", "--set", "tokens=10000000000000000000000"))
 case("limit_jobs", moe(), args=("run", "--jobs", "1000000000"))
 case("limit_threads", moe(), args=("sweep", "--vary", "tokens=64", "--threads", "1000000000"))

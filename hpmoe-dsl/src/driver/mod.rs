@@ -333,6 +333,19 @@ impl Checked {
         }
     }
 
+    /// The memory compiling and simulating `tf` under `spec` is expected to need
+    /// ([`crate::lower::memory_estimate`]), or the diagnostic its lowering would give.
+    pub fn memory_estimate(
+        &self,
+        tf: &Taskflow,
+        spec: &PolicySpec,
+        opts: &CompileOptions,
+    ) -> Result<crate::lower::MemoryEstimate, Diagnostic> {
+        let layouts = self.layouts(spec.static_capacity)?;
+        let lower_opts = spec.lower_options(&self.program, opts.max_tasks);
+        crate::lower::memory_estimate(&self.program, tf, &layouts, &lower_opts)
+    }
+
     /// Lowers a taskflow of this program for a policy, verifies the task graph, schedules it
     /// and verifies the schedule.
     pub fn compile(

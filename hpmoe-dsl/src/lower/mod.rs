@@ -43,6 +43,14 @@ pub const BYTES_PER_TASK: u64 = 700;
 /// (signal) table, and the simulator's copy.
 pub const BYTES_PER_EDGE: u64 = 12;
 
+/// Bytes one row put back to its source rank costs beyond its routing layout: such a put
+/// writes row by row, so verification indexes one write record per row (40 bytes) and may
+/// sort a copy of them to find overlapping writes. `hpmoe run` of a taskflow that dispatches
+/// and combines 4 M tokens per rank on 4 ranks (top-2, 64 columns: 32 M rows put back, 0.5 M
+/// tasks) held 2.37 GiB at its peak, 0.95 GiB of it the routing layouts: about 36 bytes a row
+/// beyond the tasks and layouts, with a margin here.
+pub const BYTES_PER_PUT_BACK_ROW: u64 = 48;
+
 /// How tiles are chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Retile {
@@ -628,12 +636,41 @@ fn dim_chunks(d: &TileDim, rank: usize, layouts: &[Option<RouteLayout>]) -> Vec<
     out
 }
 
-/// Lowers one taskflow.
-pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOptions) -> Result<TaskGraph, Diagnostic> {
+/// The memory a taskflow's compilation and simulation is expected to need, estimated from
+/// its tilings and routings before anything large is allocated (see [`MAX_MEMORY`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryEstimate {
+    /// The tasks estimated (at most the tasks lowered, up to a call's chunk count).
+    pub tasks: u64,
+    /// Tasks (at [`BYTES_PER_TASK`]), chunks, and the rows put back to their sources (at
+    /// [`BYTES_PER_PUT_BACK_ROW`]): what each compiled graph holds on its own.
+    pub graph: u64,
+    /// The routing layouts, which every graph of one capacity mode shares.
+    pub layouts: u64,
+}
+
+impl MemoryEstimate {
+    /// Both parts.
+    pub fn total(&self) -> u64 {
+        self.graph.saturating_add(self.layouts)
+    }
+}
+
+/// The tilings of a taskflow's calls and their memory estimate; the task limit (E-code
+/// `LimitExceeded`) checked first.
+struct Plan {
+    tilings: Vec<Vec<TileDim>>,
+    memory: MemoryEstimate,
+}
+
+/// Tiles every call on every rank and estimates the tasks and memory, without making chunks.
+fn plan(
+    program: &Program,
+    tf: &Taskflow,
+    layouts: &[Option<RouteLayout>],
+    opts: &LowerOptions,
+) -> Result<Plan, Diagnostic> {
     let ranks = program.device.ranks() as usize;
-    // Tilings, and the task count before anything large is allocated.
-    let mut nodes = Vec::with_capacity(tf.nodes.len());
-    let mut total: u64 = 0;
     // Tasks and chunks are counted for every call and rank before any chunk is made, so a
     // program over the limit is refused with the whole estimate and allocates nothing large.
     let mut tilings = Vec::with_capacity(tf.nodes.len());
@@ -647,7 +684,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
             let mut tasks = 1u64;
             let mut chunks = 0u64;
             for d in &dims {
-                let c = dim_chunk_count(d, r, &layouts);
+                let c = dim_chunk_count(d, r, layouts);
                 tasks = tasks.saturating_mul(c);
                 chunks = chunks.saturating_add(c);
             }
@@ -686,13 +723,65 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     // Memory, from the same estimate: tasks, chunks and the routing layouts already built.
     let layout_bytes: u64 = layouts.iter().flatten().map(|l| l.resident_bytes() as u64).sum();
     let chunk_bytes = chunk_total.saturating_mul(std::mem::size_of::<Chunk>() as u64);
-    let need = estimate
-        .saturating_mul(BYTES_PER_TASK)
-        .saturating_add(chunk_bytes)
-        .saturating_add(layout_bytes);
+    let put_back: u64 = tf.nodes.iter().map(|node| put_back_rows(node, layouts)).sum();
+    let memory = MemoryEstimate {
+        tasks: estimate,
+        graph: estimate
+            .saturating_mul(BYTES_PER_TASK)
+            .saturating_add(chunk_bytes)
+            .saturating_add(put_back.saturating_mul(BYTES_PER_PUT_BACK_ROW)),
+        layouts: layout_bytes,
+    };
+    let need = memory.total();
     if need > MAX_MEMORY {
-        return Err(memory_exceeded(tf, estimate, None, need));
+        return Err(memory_exceeded(tf, estimate, None, need, put_back));
     }
+    Ok(Plan { tilings, memory })
+}
+
+/// The rows a call puts back to their source ranks (`put out @ r.src_rank(m)`), over all
+/// ranks: each is one write of its own. Several such puts in one body count the most rows of
+/// any (a put that is never evaluated writes nothing).
+fn put_back_rows(node: &ir::Node, layouts: &[Option<RouteLayout>]) -> u64 {
+    node.body
+        .stmts
+        .iter()
+        .filter_map(|st| match &st.target {
+            Target::Put {
+                rank:
+                    ir::Index::Route {
+                        route,
+                        func: ir::RouteFn::SrcRank,
+                        ..
+                    },
+                ..
+            } => layouts.get(route.0 as usize)?.as_ref(),
+            _ => None,
+        })
+        .map(|l| l.send.iter().map(|s| s.len() as u64).sum::<u64>())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The memory `tf` is expected to need when lowered with `opts` (the estimate [`lower`]
+/// holds to [`MAX_MEMORY`]), or the diagnostic [`lower`] would give for it.
+pub fn memory_estimate(
+    program: &Program,
+    tf: &Taskflow,
+    layouts: &[Option<RouteLayout>],
+    opts: &LowerOptions,
+) -> Result<MemoryEstimate, Diagnostic> {
+    plan(program, tf, layouts, opts).map(|p| p.memory)
+}
+
+/// Lowers one taskflow.
+pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOptions) -> Result<TaskGraph, Diagnostic> {
+    let ranks = program.device.ranks() as usize;
+    let Plan { tilings, memory } = plan(program, tf, &layouts, opts)?;
+    let need = memory.total();
+    // Tilings, and the task count before anything large is allocated.
+    let mut nodes = Vec::with_capacity(tf.nodes.len());
+    let mut total: u64 = 0;
     // What is left for the dependency edges, counted as they are made.
     let edge_budget = (MAX_MEMORY - need) / BYTES_PER_EDGE;
     for (node, dims) in tf.nodes.iter().zip(tilings) {
@@ -818,7 +907,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
             Some((c, edges)) => {
                 if (interner.idx.len() + edges as usize) as u64 > edge_budget {
                     let edges = (interner.idx.len() + edges as usize) as u64;
-                    return Err(memory_exceeded(tf, total, Some((edges, t as u64)), MAX_MEMORY + 1));
+                    return Err(memory_exceeded(tf, total, Some((edges, t as u64)), MAX_MEMORY + 1, 0));
                 }
                 c
             }
@@ -827,7 +916,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
                 let edges = preds.len();
                 if (interner.idx.len() + edges) as u64 > edge_budget {
                     let edges = (interner.idx.len() + edges) as u64;
-                    return Err(memory_exceeded(tf, total, Some((edges, t as u64)), MAX_MEMORY + 1));
+                    return Err(memory_exceeded(tf, total, Some((edges, t as u64)), MAX_MEMORY + 1, 0));
                 }
                 // Counters live on the consumer's rank: the rank is part of the key.
                 let c = if preds.is_empty() {
@@ -855,11 +944,16 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
 
 /// The refusal of a taskflow whose graph would not fit [`MAX_MEMORY`]: with the task count,
 /// the edges made so far (when lowering had started) and the estimate.
-fn memory_exceeded(tf: &Taskflow, tasks: u64, edges: Option<(u64, u64)>, need: u64) -> Diagnostic {
+fn memory_exceeded(tf: &Taskflow, tasks: u64, edges: Option<(u64, u64)>, need: u64, put_back: u64) -> Diagnostic {
     let mib = |b: u64| b.div_ceil(1 << 20);
+    let rows = if put_back > 0 {
+        format!(", {put_back} rows put back to their sources at {BYTES_PER_PUT_BACK_ROW} bytes")
+    } else {
+        String::new()
+    };
     let message = match edges {
         None => format!(
-            "`{}` would need about {} MiB to compile and simulate ({tasks} tasks at {BYTES_PER_TASK} bytes, tilings and routings), more than the {} MiB allowed",
+            "`{}` would need about {} MiB to compile and simulate ({tasks} tasks at {BYTES_PER_TASK} bytes{rows}, tilings and routings), more than the {} MiB allowed",
             tf.name,
             mib(need),
             mib(MAX_MEMORY)

@@ -438,3 +438,71 @@ fn merging_a_part_that_is_not_a_regular_file_is_an_error() {
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(err.contains("not a regular file"), "{err}");
 }
+
+/// `hpmoe run` of a program under a 4 GiB address-space cap (`prlimit`), two jobs side by
+/// side if they fit, kernel by kernel (one schedule each): its exit status and stderr.
+fn run_capped(dir: &Path, source: &str) -> (ExitStatus, String) {
+    let prlimit = ["/usr/bin/prlimit", "/bin/prlimit"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("prlimit (util-linux) is needed by this test");
+    let file = dir.join("p.hpm");
+    std::fs::write(&file, source).unwrap();
+    let child = Command::new(prlimit)
+        .arg("--as=4294967296")
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_hpmoe"))
+        .args(["run", "--jobs", "2", "--policy", "kernel_by_kernel"])
+        .arg(&file)
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_bounded(child, &format!("run {}", file.display()))
+}
+
+/// A dispatch and combine of `tokens` rows per rank on 4 ranks (top-2, 64 columns), tiled
+/// `tile` rows a task: few tasks, many routed rows.
+fn routed_rows(tokens: u64, tile: u64, taskflows: &[&str]) -> String {
+    let mut s = format!(
+        "import std::moe::{{dispatch, combine}};\nimport std::device::ascend_a3;\n\
+         param tokens = {tokens};\ndevice = ascend_a3 {{ ranks: 4 }};\n\
+         route r = balanced(experts: 8, topk: 2);\n"
+    );
+    for name in taskflows {
+        s += &format!(
+            "taskflow {name}(x: bf16[tokens, 64]) -> bf16[tokens, 64] {{\n    \
+             let xd = dispatch(x, r) tile(t: {tile});\n    \
+             return combine(xd, r) tile(m: {tile});\n}}\n"
+        );
+    }
+    s
+}
+
+/// Memory that grows with routed rows rather than tasks stays within the cap: two taskflows
+/// of a million tokens per rank each (8 M rows sent and 8 M put back, 125 K tasks) run side
+/// by side (their estimates fit together); a taskflow whose rows put back alone would pass
+/// the cap is refused with its estimate before it is lowered. Neither ends with a signal (an
+/// out-of-memory abort).
+#[test]
+fn routed_rows_count_against_the_memory_limit() {
+    let dir = tmp("routed-rows");
+    let (status, err) = run_capped(&dir, &routed_rows(1_000_000, 128, &["a", "b"]));
+    assert_eq!(status.code(), Some(0), "{status:?}\n{err}");
+    let (status, err) = run_capped(&dir, &routed_rows(4_000_000, 32, &["a"]));
+    assert_eq!(status.code(), Some(1), "{status:?}\n{err}");
+    // The message, its lines unwrapped.
+    let text = err
+        .split_whitespace()
+        .filter(|w| *w != "|")
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        text.contains("E1201") && text.contains("rows put back to their sources") && text.contains("MiB allowed"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -32,6 +32,7 @@
 //! for bit. The loop allocates nothing per event (flat arrays and one 4-ary heap; stale
 //! predictions of the HBM and link models are dropped by generation numbers).
 
+mod rowmap;
 pub mod workload;
 
 pub use workload::Workload;

@@ -15,6 +15,7 @@
 //! policy) padding rows are neither read, computed nor written (the reference runtime knows
 //! the real counts at run time; only the task, its overhead and its signal remain).
 
+use super::rowmap::RegionMap;
 use crate::model::{self, DeviceModel};
 use hpmoe_dsl::ir::{DType, Dim, Index, Program, Taskflow};
 use hpmoe_dsl::lower::regions::{tile_access, Scratch, WriterIndex};
@@ -370,13 +371,27 @@ impl Workload {
         let mut run_bytes: Vec<f64> = Vec::with_capacity(2 * n);
         let mut index = WriterIndex::new(tf, ranks);
         let mut scratch = Scratch::default();
-        let mut inputs: FxHashMap<Region, u32> = FxHashMap::default();
+        let mut inputs = RegionMap::new(NONE);
+        // Per call: whether a call reads its output (only then are its writes indexed).
+        let mut read_tensor = vec![false; tf.tensors.len()];
+        for node in &tf.nodes {
+            for &i in &node.inputs {
+                if let Some(x) = read_tensor.get_mut(i.0 as usize) {
+                    *x = true;
+                }
+            }
+        }
+        let is_read: Vec<bool> = tf
+            .nodes
+            .iter()
+            .map(|node| read_tensor.get(node.output.0 as usize) == Some(&true))
+            .collect();
         // Per rank a task wrote on: its bytes (and region volume, for reads of it).
         let mut per_rank: Vec<(u32, f64)> = Vec::new();
         let mut reads: Vec<(u32, f64)> = Vec::new();
         // Regions read, with their bytes.
         let mut regions: Vec<(Region, f64)> = Vec::new();
-        let mut memo: FxHashMap<Region, (usize, usize)> = FxHashMap::default();
+        let mut memo = RegionMap::new((usize::MAX, usize::MAX));
         let mut memo_arena: Vec<(u32, f64)> = Vec::new();
         let mut memo_key = (u32::MAX, u32::MAX);
         // Per op call: reads indexed by `group(m)` whose rows `m` are a receive-window task
@@ -446,6 +461,7 @@ impl Workload {
         let mut landed_node = u32::MAX;
         let mut pre_scratch = Scratch::default();
         let mut pre: Vec<(u32, i64, u32, f64)> = Vec::new();
+
         for t in 0..n {
             hpmoe_dsl::cancel::check_every(t);
             let rank = g.rank[t];
@@ -568,7 +584,7 @@ impl Workload {
                         memo_key = key;
                     }
                     let (a0, a1) = match memo.get(probe) {
-                        Some(&r) => r,
+                        Some(r) => r,
                         None => {
                             let a0 = memo_arena.len();
                             let bs = &w.block_size;
@@ -614,7 +630,7 @@ impl Workload {
                 }
                 let rest = bytes - covered;
                 if rest > bytes * 1e-9 {
-                    let id = *inputs.entry(*probe).or_insert_with(|| {
+                    let id = inputs.get_or_insert_with(probe, || {
                         w.block_rank.push(probe.rank);
                         w.block_size.push(rest);
                         w.block_input.push(true);
@@ -678,10 +694,14 @@ impl Workload {
             w.compute.push(compute);
             w.read_total.push(read_total);
             w.local_out.push(local_out);
-            for wr in &a.writes {
-                index.add(wr, t as u32);
+            // Only writes of a tensor some call reads are ever looked up.
+            if is_read[ni as usize] {
+                for wr in &a.writes {
+                    index.add(wr, t as u32);
+                }
             }
         }
+
         // Pairs of ranks, in order of first use.
         let mut pair_of: FxHashMap<(u32, u32), u32> = FxHashMap::default();
         for f in 0..w.flow_dst.len() {
@@ -735,6 +755,7 @@ impl Workload {
             w.min_duration.push(m.task_overhead + w.compute[t].max(mem).max(link));
         }
         w.set_schedule(g, s, m, &run_off, (run_first, run_count, run_bytes));
+
         w
     }
 

@@ -194,6 +194,18 @@ struct Job<'p> {
     numerics: Option<hpmoe_sim::numerics::NumericsOptions>,
 }
 
+/// How many of the runs `mems` may go side by side, at most `threads`: the most whose largest
+/// estimates fit [`hpmoe_dsl::lower::MAX_MEMORY`] together (at least one).
+fn side_by_side(mems: &[hpmoe_sim::pipeline::RunMemory], threads: usize) -> usize {
+    let mut by_size = mems.to_vec();
+    by_size.sort_by_key(|m| std::cmp::Reverse(m.graphs));
+    let mut n = threads.min(by_size.len()).max(1);
+    while n > 1 && hpmoe_sim::pipeline::RunMemory::together(&by_size[..n]) > hpmoe_dsl::lower::MAX_MEMORY {
+        n -= 1;
+    }
+    n.min(threads)
+}
+
 /// Lowers, schedules and simulates a taskflow under a policy; writes the trace and chart if
 /// asked. Prints nothing but notes of the trace and chart: failures are returned, so jobs can
 /// run side by side and still report in order.
@@ -563,6 +575,22 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     }
     .min(jobs.len())
     .max(1);
+    // Side by side, each job holds its own graphs: no more run at once than their memory
+    // estimates allow together (decided before any starts, so the output does not depend on
+    // it).
+    let threads = if threads > 1 {
+        let copts = CompileOptions {
+            max_tasks: o.max_tasks,
+            verify: o.verify,
+        };
+        let mems: Vec<hpmoe_sim::pipeline::RunMemory> = jobs
+            .iter()
+            .filter_map(|j| hpmoe_sim::pipeline::run_memory(&p, j.tf, &j.spec, &copts))
+            .collect();
+        side_by_side(&mems, threads)
+    } else {
+        threads
+    };
     // A progress display on a terminal (stage by stage, per job); nothing when piped.
     let progress = (std::io::stderr().is_terminal() && o.format == Format::Human)
         .then(|| indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::stderr()));
@@ -780,4 +808,38 @@ fn stage_bar(m: &indicatif::MultiProgress, name: &str, simulated: &hpmoe_sim::si
     b.set_message("lowering");
     b.enable_steady_tick(std::time::Duration::from_millis(200));
     b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::side_by_side;
+    use hpmoe_dsl::lower::MAX_MEMORY;
+    use hpmoe_sim::pipeline::RunMemory;
+
+    fn mem(graphs: u64, layouts: [u64; 2]) -> RunMemory {
+        RunMemory { graphs, layouts }
+    }
+
+    #[test]
+    fn jobs_run_side_by_side_only_when_their_estimates_fit_together() {
+        let gib = 1u64 << 30;
+        // Small runs: as many side by side as threads allow.
+        assert_eq!(side_by_side(&[mem(gib / 4, [gib / 4, 0]); 4], 2), 2);
+        assert_eq!(side_by_side(&[mem(gib / 4, [gib / 4, 0]); 4], 8), 4);
+        // Two of 1.25 GiB with 1 GiB of shared layouts: 3.5 GiB together, one at a time.
+        let big = mem(gib + gib / 4, [gib, 0]);
+        assert_eq!(side_by_side(&[big, big], 2), 1);
+        // The shared layouts count once: 1.25 + 0.5 + 1 GiB fits.
+        assert_eq!(side_by_side(&[big, mem(gib / 2, [gib, 0])], 2), 2);
+        // Layouts of both capacity modes both count: 1.25 + 0.5 + 1 + 1 GiB does not.
+        assert_eq!(side_by_side(&[big, mem(gib / 2, [0, gib])], 2), 1);
+        // The largest decide: three threads, but only two of the largest fit.
+        let third = mem(MAX_MEMORY / 3, [0, 0]);
+        assert_eq!(side_by_side(&[third, third, third, mem(1, [0, 0])], 3), 3);
+        let over = mem(MAX_MEMORY / 3 + 1, [0, 0]);
+        assert_eq!(side_by_side(&[over, over, over], 3), 2);
+        // Nothing estimated (every run refused): one.
+        assert_eq!(side_by_side(&[], 2), 1);
+        assert_eq!(side_by_side(&[mem(MAX_MEMORY * 2, [0, 0])], 2), 1);
+    }
 }
