@@ -356,8 +356,9 @@ option.";
     LimitExceeded = 1201, "limit-exceeded", "the program exceeds a size limit",
 "Inputs are bounded so that no program makes the tool run out of memory or time: nesting
 depth, the number of diagnostics, the number of tasks (`--max-tasks`), the memory a
-taskflow's graph would need (estimated from its tasks, tilings and routings before lowering,
-and its dependency edges while lowering: 3 GiB at most), and the size of a routing with its
+taskflow's graph would need (estimated from its tasks, tilings, routings and the rows it puts
+back to their source ranks before lowering, and its dependency edges while lowering: 3 GiB at
+most), and the size of a routing with its
 receive windows (1 GiB), checked from the sizes before anything is generated. The message
 names the numbers, the limit and how to raise it where that is possible.";
 

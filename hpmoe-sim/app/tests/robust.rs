@@ -506,3 +506,28 @@ fn routed_rows_count_against_the_memory_limit() {
     );
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// A taskflow its lowering refuses is reported before any other taskflow runs: here the
+/// third and fourth of four are over the task limit (the first of them is reported) while
+/// the others are large but within it (they would take minutes to simulate, and their
+/// results would not be shown).
+#[test]
+fn a_taskflow_over_the_limits_is_reported_before_the_others_run() {
+    let child = hpmoe()
+        .args([
+            "run",
+            "examples/comm_bench.hpm",
+            "--set",
+            "experts=1000000",
+            "--set",
+            "ranks=64",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, err) = wait_bounded(child, "run comm_bench.hpm over the task limit");
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("E1201") && err.contains("dispatch_int8"), "{err}");
+}

@@ -461,7 +461,6 @@ impl Workload {
         let mut landed_node = u32::MAX;
         let mut pre_scratch = Scratch::default();
         let mut pre: Vec<(u32, i64, u32, f64)> = Vec::new();
-
         for t in 0..n {
             hpmoe_dsl::cancel::check_every(t);
             let rank = g.rank[t];

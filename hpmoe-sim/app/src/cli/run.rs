@@ -566,6 +566,18 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         jobs[f].role = Role::Forward;
         jobs[b].role = Role::Backward;
     }
+    // Limits before any work: a taskflow its lowering would refuse (too many tasks, too much
+    // memory) is reported at once, not after the jobs before it have run.
+    let copts = CompileOptions {
+        max_tasks: o.max_tasks,
+        verify: o.verify,
+    };
+    for job in &jobs {
+        if let Err(d) = p.memory_estimate(job.tf, &job.spec, &copts) {
+            print_diags(&[d], &sources, o.format);
+            return 1;
+        }
+    }
     let setup = started.elapsed() - check_time;
     // Jobs run side by side (each holds its own graph); results are reported in job order,
     // and the first failure in that order is the one shown.
@@ -579,10 +591,6 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     // estimates allow together (decided before any starts, so the output does not depend on
     // it).
     let threads = if threads > 1 {
-        let copts = CompileOptions {
-            max_tasks: o.max_tasks,
-            verify: o.verify,
-        };
         let mems: Vec<hpmoe_sim::pipeline::RunMemory> = jobs
             .iter()
             .filter_map(|j| hpmoe_sim::pipeline::run_memory(&p, j.tf, &j.spec, &copts))
