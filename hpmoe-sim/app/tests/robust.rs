@@ -267,29 +267,12 @@ fn the_corpus_is_checked_under_a_memory_cap() {
     // space capped at 4 GiB (`prlimit`, util-linux) and a time limit: each ends with its
     // expected exit code, never with a signal (an out-of-memory abort, a stack overflow) or a
     // panic message.
-    let prlimit = ["/usr/bin/prlimit", "/bin/prlimit"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("prlimit (util-linux) is needed by this test");
     let mut cases: Vec<(PathBuf, i32)> = hpm_files("tests/err").into_iter().map(|p| (p, 1)).collect();
     cases.extend(hpm_files("tests/ok").into_iter().map(|p| (p, 0)));
     cases.extend(hpm_files("examples").into_iter().map(|p| (p, 0)));
     assert!(cases.len() > 50, "the corpus was found ({} files)", cases.len());
     for (file, want) in cases {
-        let child = Command::new(prlimit)
-            .arg("--as=4294967296")
-            .arg("--")
-            .arg(env!("CARGO_BIN_EXE_hpmoe"))
-            .arg("check")
-            .arg(&file)
-            .current_dir(root())
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (status, err) = wait_bounded(child, &format!("check {}", file.display()));
+        let (status, err) = capped(&["check".as_ref(), file.as_os_str()]);
         assert_eq!(status.code(), Some(want), "check {}: {status:?}\n{err}", file.display());
         assert!(!err.contains("panicked"), "check {}: {err}", file.display());
     }
@@ -439,21 +422,18 @@ fn merging_a_part_that_is_not_a_regular_file_is_an_error() {
     assert!(err.contains("not a regular file"), "{err}");
 }
 
-/// `hpmoe run` of a program under a 4 GiB address-space cap (`prlimit`), two jobs side by
-/// side if they fit, kernel by kernel (one schedule each): its exit status and stderr.
-fn run_capped(dir: &Path, source: &str) -> (ExitStatus, String) {
+/// The binary with `args`, its address space capped at 4 GiB (`prlimit`, util-linux) and a
+/// time limit: its exit status and stderr.
+fn capped(args: &[&std::ffi::OsStr]) -> (ExitStatus, String) {
     let prlimit = ["/usr/bin/prlimit", "/bin/prlimit"]
         .into_iter()
         .find(|p| Path::new(p).exists())
         .expect("prlimit (util-linux) is needed by this test");
-    let file = dir.join("p.hpm");
-    std::fs::write(&file, source).unwrap();
     let child = Command::new(prlimit)
         .arg("--as=4294967296")
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_hpmoe"))
-        .args(["run", "--jobs", "2", "--policy", "kernel_by_kernel"])
-        .arg(&file)
+        .args(args)
         .current_dir(root())
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
@@ -461,7 +441,19 @@ fn run_capped(dir: &Path, source: &str) -> (ExitStatus, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_bounded(child, &format!("run {}", file.display()))
+    let what: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
+    wait_bounded(child, &what.join(" "))
+}
+
+/// `hpmoe run` of a program under the cap ([`capped`]), two jobs side by side if they fit,
+/// kernel by kernel (one schedule each).
+fn run_capped(dir: &Path, source: &str) -> (ExitStatus, String) {
+    let file = dir.join("p.hpm");
+    std::fs::write(&file, source).unwrap();
+    let args = ["run", "--jobs", "2", "--policy", "kernel_by_kernel"];
+    let mut all: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    all.push(file.as_os_str());
+    capped(&all)
 }
 
 /// A dispatch and combine of `tokens` rows per rank on 4 ranks (top-2, 64 columns), tiled
