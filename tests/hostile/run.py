@@ -107,6 +107,8 @@ def routed_rows(tokens, tile, taskflows):
 
 
 case("limit_routed_rows", routed_rows(4000000, 32, ["a"]), args=("run",))
+case("ok_routed_rows_sweep", routed_rows(1000000, 128, ["a"]),
+     args=("sweep", "--vary", "tokens=3000000,3100000", "--threads", "2", "--policy", "kernel_by_kernel"), expect="ok")
 case("ok_routed_rows_two_jobs", routed_rows(1000000, 128, ["a", "b"]), args=("run", "--jobs", "2", "--policy", "kernel_by_kernel"), expect="ok")
 
 case("limit_set_tokens", moe(), args=("run", "--set", "tokens=10000000000000000000000"))

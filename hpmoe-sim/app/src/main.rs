@@ -72,6 +72,17 @@ fn tune_allocator() {
     }
 }
 
+/// Returns the memory this thread's heap holds free to the system: a worker that finished
+/// a large sweep point keeps it mapped otherwise (see [`tune_allocator`]), out of reach of
+/// the other workers' heaps.
+#[allow(unsafe_code)]
+pub(crate) fn return_freed_memory() {
+    // SAFETY: mi_collect takes a plain flag and only tidies the calling thread's heap.
+    unsafe {
+        libmimalloc_sys::mi_collect(true);
+    }
+}
+
 fn main() {
     tune_allocator();
     let code = cli::main();

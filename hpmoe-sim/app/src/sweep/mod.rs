@@ -372,30 +372,43 @@ impl Sweep {
         Ok((opts, sched))
     }
 
-    /// Checks, compiles and simulates one configuration under one policy.
+    /// Checks, compiles and simulates one configuration under one policy. Points side by
+    /// side share the memory budget ([`Admission`]): a point whose estimate does not fit
+    /// beside those running lets go of its checked program, waits, and checks it again.
     fn simulate(&self, values: &[String], policy: Policy) -> (String, Result<Metrics, String>) {
         let picks: Vec<(&Axis, &String)> = self.axes.iter().zip(values).collect();
         let (opts, sched) = match self.options(&picks) {
             Ok(x) => x,
             Err(e) => return (String::new(), Err(format!("--set {e}"))),
         };
-        let mut sources = SourceMap::new();
-        let outcome = hpmoe_dsl::driver::check_path(&self.file, &opts, &mut sources);
-        let Some(p) = outcome.checked else {
-            return (String::new(), Err(first_message(outcome.diagnostics.as_slice())));
-        };
-        let tf = match &self.taskflow {
-            Some(name) => match p.taskflow(name) {
-                Some(t) => t,
-                None => return (String::new(), Err(format!("no taskflow `{name}`"))),
-            },
-            None => match p.taskflows.first() {
-                Some(t) => t,
-                None => return (String::new(), Err("the program has no taskflow to run".to_string())),
-            },
-        };
-        let name = tf.name.clone();
-        (name, self.simulate_taskflow(&p, tf, policy, &sched))
+        let mut admitted: Option<Admitted> = None;
+        let mut pending: Option<u64> = None;
+        loop {
+            if let Some(need) = pending.take() {
+                crate::return_freed_memory();
+                admitted = Some(ADMISSION.admit(need));
+            }
+            let mut sources = SourceMap::new();
+            let outcome = hpmoe_dsl::driver::check_path(&self.file, &opts, &mut sources);
+            let Some(p) = outcome.checked else {
+                return (String::new(), Err(first_message(outcome.diagnostics.as_slice())));
+            };
+            let tf = match &self.taskflow {
+                Some(name) => match p.taskflow(name) {
+                    Some(t) => t,
+                    None => return (String::new(), Err(format!("no taskflow `{name}`"))),
+                },
+                None => match p.taskflows.first() {
+                    Some(t) => t,
+                    None => return (String::new(), Err("the program has no taskflow to run".to_string())),
+                },
+            };
+            let name = tf.name.clone();
+            match self.simulate_taskflow(&p, tf, policy, &sched, &mut admitted) {
+                Attempt::Done(r) => return (name, r),
+                Attempt::Wait(need) => pending = Some(need),
+            }
+        }
     }
 
     fn simulate_taskflow(
@@ -404,7 +417,8 @@ impl Sweep {
         tf: &hpmoe_dsl::ir::Taskflow,
         policy: Policy,
         sched: &BTreeMap<String, Value>,
-    ) -> Result<Metrics, String> {
+        admitted: &mut Option<Admitted>,
+    ) -> Attempt {
         // As `hpmoe run --policy`: the program's options apply when it selects this policy.
         let mut spec = p.select_policy(&tf.name, Some(policy));
         // Options this policy does not take leave it as it is (see `check_schedule_axes`).
@@ -413,12 +427,32 @@ impl Sweep {
             .filter(|(k, _)| hpmoe_dsl::policy::option(k).is_some_and(|o| o.under.contains(&policy)))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        spec.apply(p, &taken)?;
+        if let Err(e) = spec.apply(p, &taken) {
+            return Attempt::Done(Err(e));
+        }
         let opts = CompileOptions {
             max_tasks: self.max_tasks,
             verify: true,
         };
-        let c = hpmoe_sim::pipeline::compile(p, tf, &spec, &opts, &mut hpmoe_dsl::timing::Clock::new())
+        if admitted.is_none() {
+            let need = hpmoe_sim::pipeline::run_memory(p, tf, &spec, &opts)
+                .map_or(0, |m| hpmoe_sim::pipeline::RunMemory::together(&[m]));
+            match ADMISSION.try_admit(need) {
+                Some(a) => *admitted = Some(a),
+                None => return Attempt::Wait(need),
+            }
+        }
+        Attempt::Done(self.compile_and_simulate(p, tf, &spec, &opts))
+    }
+
+    fn compile_and_simulate(
+        &self,
+        p: &Checked,
+        tf: &hpmoe_dsl::ir::Taskflow,
+        spec: &hpmoe_dsl::schedule::PolicySpec,
+        opts: &CompileOptions,
+    ) -> Result<Metrics, String> {
+        let c = hpmoe_sim::pipeline::compile(p, tf, spec, opts, &mut hpmoe_dsl::timing::Clock::new())
             .map_err(|ds| first_message(&ds))?;
         let simd = match sim::simulate_compiled(p, tf, &c, SimOptions::default()) {
             Ok(x) => x,
@@ -439,6 +473,8 @@ impl Sweep {
         let policy = self.policies[index % np];
         let values = self.values(&configs[config]);
         let (taskflow, outcome) = self.simulate(&values, policy);
+        // What this point freed goes back to the system, not to this worker's heap alone.
+        crate::return_freed_memory();
         Row {
             index,
             config,
@@ -478,6 +514,64 @@ impl Sweep {
         });
         fill_speedups(&mut rows);
         Ok(rows)
+    }
+}
+
+/// The outcome of one attempt at a point: its result, or the memory it must wait for.
+enum Attempt {
+    Done(Result<Metrics, String>),
+    Wait(u64),
+}
+
+/// The memory of the points running side by side, held to
+/// [`hpmoe_dsl::lower::MAX_MEMORY`] together: a point is admitted when its estimate fits
+/// beside those running, or when none is running (its lowering then holds it to the budget
+/// alone). The order points are admitted in changes no result.
+struct Admission {
+    used: std::sync::Mutex<u64>,
+    freed: std::sync::Condvar,
+}
+
+static ADMISSION: Admission = Admission {
+    used: std::sync::Mutex::new(0),
+    freed: std::sync::Condvar::new(),
+};
+
+/// Memory admitted, given back when dropped.
+struct Admitted(u64);
+
+impl Admission {
+    fn fits(used: u64, bytes: u64) -> bool {
+        used == 0 || used.saturating_add(bytes) <= hpmoe_dsl::lower::MAX_MEMORY
+    }
+
+    /// Holds `bytes` if they fit beside the points running now.
+    fn try_admit(&'static self, bytes: u64) -> Option<Admitted> {
+        let bytes = bytes.min(hpmoe_dsl::lower::MAX_MEMORY);
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        Self::fits(*used, bytes).then(|| {
+            *used += bytes;
+            Admitted(bytes)
+        })
+    }
+
+    /// Waits until `bytes` fit beside the points running, then holds them.
+    fn admit(&'static self, bytes: u64) -> Admitted {
+        let bytes = bytes.min(hpmoe_dsl::lower::MAX_MEMORY);
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        while !Self::fits(*used, bytes) {
+            used = self.freed.wait(used).unwrap_or_else(|e| e.into_inner());
+        }
+        *used += bytes;
+        Admitted(bytes)
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut used = ADMISSION.used.lock().unwrap_or_else(|e| e.into_inner());
+        *used = used.saturating_sub(self.0);
+        ADMISSION.freed.notify_all();
     }
 }
 
