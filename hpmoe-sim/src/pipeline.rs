@@ -230,8 +230,8 @@ impl RunMemory {
 
 /// What [`run`] of `tf` under `spec` is expected to hold at its peak: its own graph and, for
 /// `interleaved` choosing among candidates on a graph small enough to compare them all, the
-/// largest expert-level tiling it compiles beside it (see [`other_tilings`]). `None` when the taskflow would be refused (its run
-/// says why).
+/// largest expert-level tiling it compiles beside it (see [`other_tilings`]). `None` when
+/// the taskflow would be refused (its run says why).
 pub fn run_memory(checked: &Checked, tf: &Taskflow, spec: &PolicySpec, opts: &CompileOptions) -> Option<RunMemory> {
     let own = checked.memory_estimate(tf, spec, opts).ok()?;
     let mut m = RunMemory {
@@ -239,9 +239,12 @@ pub fn run_memory(checked: &Checked, tf: &Taskflow, spec: &PolicySpec, opts: &Co
         layouts: [0; 2],
     };
     m.layouts[usize::from(spec.static_capacity)] = own.layouts;
-    // Other tilings are compiled only for graphs whose candidates are all compared (the
-    // estimate may count up to a call's chunks more than the tasks lowered: a margin).
-    let compared = own.tasks <= 2 * CANDIDATE_MAX_TASKS as u64;
+    // Other tilings are compiled only for graphs whose candidates are all compared. The
+    // estimate is at least the graph's size, so a graph estimated at most that large is one;
+    // a larger estimate does not size (and materialise the layouts of) tilings that will
+    // never be compiled, at the price of missing them for a graph whose estimate passes the
+    // limit only by a call's excess of chunks over tasks.
+    let compared = own.tasks <= CANDIDATE_MAX_TASKS as u64;
     if spec.policy == hpmoe_dsl::policy::Policy::Interleaved && spec.candidates && compared {
         for (el, e) in expert_level_estimates(checked, tf, opts) {
             m.layouts[usize::from(el.static_capacity)] = e.layouts;

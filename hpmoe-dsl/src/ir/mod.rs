@@ -197,6 +197,18 @@ impl Taskflow {
     pub fn tensor(&self, id: TensorId) -> &Tensor {
         &self.tensors[id.0 as usize]
     }
+    /// Per tensor: whether some call of the taskflow takes it as an input.
+    pub fn tensors_read(&self) -> Vec<bool> {
+        let mut read = vec![false; self.tensors.len()];
+        for node in &self.nodes {
+            for &i in &node.inputs {
+                if let Some(x) = read.get_mut(i.0 as usize) {
+                    *x = true;
+                }
+            }
+        }
+        read
+    }
     /// The tensor a name denotes in this taskflow: an input, a `let` or a named output.
     pub fn named(&self, name: &str) -> Option<TensorId> {
         self.outputs

@@ -640,7 +640,8 @@ fn dim_chunks(d: &TileDim, rank: usize, layouts: &[Option<RouteLayout>]) -> Vec<
 /// its tilings and routings before anything large is allocated (see [`MAX_MEMORY`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryEstimate {
-    /// The tasks estimated (at most the tasks lowered, up to a call's chunk count).
+    /// The tasks estimated: at least the tasks lowered (a call's chunk count where that is
+    /// larger).
     pub tasks: u64,
     /// Tasks (at [`BYTES_PER_TASK`]), chunks, and the rows put back to their sources (at
     /// [`BYTES_PER_PUT_BACK_ROW`]): what each compiled graph holds on its own.
@@ -852,14 +853,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     let mut interner = CounterInterner::default();
     let mut deps = DepMemo::default();
     // Only writes of tensors some call reads are ever looked up: index those alone.
-    let mut is_read = vec![false; tf.tensors.len()];
-    for node in &tf.nodes {
-        for &i in &node.inputs {
-            if let Some(x) = is_read.get_mut(i.0 as usize) {
-                *x = true;
-            }
-        }
-    }
+    let mut is_read = tf.tensors_read();
     // A call routing through a router the taskflow gates waits for the whole gate tensor on
     // its rank: the routing exists only once the logits do.
     let mut gate_regions: Vec<Region> = Vec::new();

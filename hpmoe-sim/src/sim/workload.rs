@@ -373,14 +373,7 @@ impl Workload {
         let mut scratch = Scratch::default();
         let mut inputs = RegionMap::new(NONE);
         // Per call: whether a call reads its output (only then are its writes indexed).
-        let mut read_tensor = vec![false; tf.tensors.len()];
-        for node in &tf.nodes {
-            for &i in &node.inputs {
-                if let Some(x) = read_tensor.get_mut(i.0 as usize) {
-                    *x = true;
-                }
-            }
-        }
+        let read_tensor = tf.tensors_read();
         let is_read: Vec<bool> = tf
             .nodes
             .iter()

@@ -203,7 +203,7 @@ fn side_by_side(mems: &[hpmoe_sim::pipeline::RunMemory], threads: usize) -> usiz
     while n > 1 && hpmoe_sim::pipeline::RunMemory::together(&by_size[..n]) > hpmoe_dsl::lower::MAX_MEMORY {
         n -= 1;
     }
-    n.min(threads)
+    n
 }
 
 /// Lowers, schedules and simulates a taskflow under a policy; writes the trace and chart if
