@@ -88,10 +88,21 @@ impl Clock {
 /// The peak resident set size of this process in bytes (`VmHWM` of `/proc/self/status`), or
 /// `None` where the platform does not report it.
 pub fn peak_rss_bytes() -> Option<u64> {
+    status_bytes("VmHWM:")
+}
+
+/// The resident set size of this process in bytes (`VmRSS` of `/proc/self/status`), or
+/// `None` where the platform does not report it.
+pub fn rss_bytes() -> Option<u64> {
+    status_bytes("VmRSS:")
+}
+
+/// A size in kB of `/proc/self/status`, in bytes.
+fn status_bytes(key: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
     let kib: u64 = line
-        .trim_start_matches("VmHWM:")
+        .trim_start_matches(key)
         .trim()
         .trim_end_matches("kB")
         .trim()

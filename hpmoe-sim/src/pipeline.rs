@@ -32,6 +32,16 @@
 //! kept schedule's own simulation ran to its end, and [`run`] reports it as it is (with its
 //! workload) instead of preparing and simulating the same schedule again, unless a trace
 //! asks for bandwidth samples; its time is then part of `candidates`.
+//!
+//! Two at once: with [`SimOptions::side_by_side`] (a job of `hpmoe run` running alone on a
+//! machine of several CPUs), the candidates of one graph are simulated by two threads, the
+//! second on a copy of the workload, each taking the next candidate when it is done
+//! ([`race`]), when the graph, its layouts, both workloads and both simulations' states fit
+//! [`hpmoe_dsl::lower::MAX_MEMORY`] with a quarter to spare. Each ended simulation's latency
+//! is the other's new limit ([`sim::Race`]). The schedule kept, its simulation and the report
+//! are the same to the bit as one candidate after the other; only how far a losing candidate
+//! is simulated depends on the threads' timing. The expert-level tilings are simulated one
+//! after the other.
 
 use crate::model::DeviceModel;
 use crate::report::Report;
@@ -77,7 +87,8 @@ pub fn run_with(
     let program = checked.program();
     // A trace needs the bandwidth samples, which the candidates' simulations do not record.
     let keep = reuse && !sim_opts.record_bandwidth;
-    let (c, kept) = self::compile_kept(checked, tf, spec, compile, clock, sim_opts.progress.as_ref(), keep)?;
+    let mut ch = Choice::new(sim_opts.progress.as_ref(), sim_opts.side_by_side);
+    let (c, kept) = self::compile_kept(checked, tf, spec, compile, clock, &mut ch, keep)?;
     let model = DeviceModel::new(&program.device).map_err(|msg| vec![Diagnostic::error(Code::BadOverride, msg)])?;
     let (workload, result) = match kept {
         Some(Kept {
@@ -134,7 +145,8 @@ pub fn compile_observed(
     clock: &mut Clock,
     progress: Option<&Progress>,
 ) -> Result<Compiled, Vec<Diagnostic>> {
-    compile_kept(checked, tf, spec, opts, clock, progress, false).map(|(c, _)| c)
+    let mut ch = Choice::new(progress, false);
+    compile_kept(checked, tf, spec, opts, clock, &mut ch, false).map(|(c, _)| c)
 }
 
 /// A simulation of the schedule kept by the choice among candidates, with its workload
@@ -155,25 +167,24 @@ fn compile_kept(
     spec: &PolicySpec,
     opts: &CompileOptions,
     clock: &mut Clock,
-    progress: Option<&Progress>,
+    ch: &mut Choice,
     keep: bool,
 ) -> Result<(Compiled, Option<Kept>), Vec<Diagnostic>> {
     let mut c = checked.compile_timed(tf, spec, opts, clock)?;
-    let all = c.graph.len() <= CANDIDATE_MAX_TASKS;
-    let mut ch = Choice { progress, kept: None };
-    if let Some((_, best, seen)) = choose_observed(checked.program(), tf, &mut c, opts.verify, &mut ch) {
+    let all = c.graph.len() <= ch.compared;
+    if let Some((_, best, seen)) = choose_observed(checked.program(), tf, &mut c, opts.verify, ch) {
         if !keep {
             ch.kept = None;
         }
         if all {
-            other_tilings(checked, tf, &mut c, opts, best, &seen, &mut ch);
+            other_tilings(checked, tf, &mut c, opts, best, &seen, ch);
         }
         clock.lap("candidates");
     }
-    if let Some(p) = progress {
+    if let Some(p) = ch.progress {
         p.candidate(0);
     }
-    let kept = match ch.kept {
+    let kept = match ch.kept.take() {
         Some(mut k) if keep => {
             if let (false, Some(w)) = (k.at_best, k.workload.as_mut()) {
                 let model = DeviceModel::new(&checked.program().device)
@@ -190,12 +201,25 @@ fn compile_kept(
     Ok((c, kept))
 }
 
-/// The state of a choice among candidates: who hears of each simulation, and the best
-/// simulation so far.
-#[derive(Default)]
+/// The state of a choice among candidates: who hears of each simulation, the best
+/// simulation so far, whether two candidates may be simulated at once (when memory allows),
+/// and the largest graph whose candidates are all compared.
 struct Choice<'p> {
     progress: Option<&'p Progress>,
     kept: Option<Best>,
+    side_by_side: bool,
+    compared: usize,
+}
+
+impl<'p> Choice<'p> {
+    fn new(progress: Option<&'p Progress>, side_by_side: bool) -> Choice<'p> {
+        Choice {
+            progress,
+            kept: None,
+            side_by_side,
+            compared: CANDIDATE_MAX_TASKS,
+        }
+    }
 }
 
 /// The simulation of the best schedule so far among candidates and the workload the
@@ -431,7 +455,7 @@ fn latency_of(
 /// policy is `interleaved` with `candidates`); returns how many candidates were tried
 /// (simulated, or skipped by their lower bound) and the latency of the schedule kept.
 pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) -> (usize, f64) {
-    choose_observed(program, tf, c, verify, &mut Choice::default())
+    choose_observed(program, tf, c, verify, &mut Choice::new(None, false))
         .map_or((0, f64::INFINITY), |(tried, best, _)| (tried, best))
 }
 
@@ -454,40 +478,220 @@ fn two_candidates(
     ch: &mut Choice,
 ) -> f64 {
     c.schedule.origin = "policy (of two candidates: above 2097152 tasks)";
-    let Some((mut other, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, spec, 2) else {
+    let Some((other, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, spec, 2) else {
         return f64::INFINITY;
     };
     if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &other).is_empty() {
         return f64::INFINITY;
     }
-    if let Some(p) = ch.progress {
-        p.candidate(1);
+    let w = Workload::new(program, tf, &c.graph, &other, model);
+    let items = [other, c.schedule.clone()];
+    // The bound of the second is computed alone: its durations are not kept through the
+    // simulations.
+    let two = ch.side_by_side && room_for_two(&c.graph, &w);
+    let mut raced = race(&c.graph, &items, w, model, ch.progress, None, two);
+    // The expert-level order stalled: as when it runs first, nothing is kept.
+    if matches!(raced.outcomes[0], Outcome::Stalled) {
+        return f64::INFINITY;
     }
-    let mut w = Workload::new(program, tf, &c.graph, &other, model);
-    // One bound is computed here: its durations are not kept through the simulation.
-    let Some(first) = latency_of(&w, c, &other, model, f64::INFINITY, ch.progress, &mut None) else {
+    let Some((won, result)) = raced.winner() else {
         return f64::INFINITY;
     };
-    if let Some(p) = ch.progress {
-        p.candidate(2);
+    let [mut other, _] = items;
+    if won == 0 {
+        other.origin = OTHER_OF_TWO;
+        c.schedule = other;
     }
-    w.reschedule(&c.graph, &c.schedule, model);
-    // The workload stays scheduled as the policy's own schedule, whichever wins.
-    let (result, at_best) = match latency_of(&w, c, &c.schedule, model, first.makespan, ch.progress, &mut None) {
-        Some(own) => (own, true),
-        None => {
-            other.origin = "expert-level order (of two candidates: above 2097152 tasks)";
-            c.schedule = other;
-            (first, false)
-        }
-    };
     let best = result.makespan;
     ch.kept = Some(Best {
-        workload: Some(w),
+        at_best: raced.at == Some(won),
+        workload: Some(raced.workload),
         result,
-        at_best,
     });
     best
+}
+
+/// Whether two simulations of `w` fit at once within [`hpmoe_dsl::lower::MAX_MEMORY`]: the
+/// graph, its routing layouts, the workload and its copy, and each simulation's state, with a
+/// quarter more for the allocator and the transient buffers of the copy's schedule.
+fn room_for_two(g: &hpmoe_dsl::lower::TaskGraph, w: &Workload) -> bool {
+    let layouts: usize = g.layouts.iter().flatten().map(|l| l.resident_bytes()).sum();
+    let held = (g.resident_bytes() + layouts) as u64;
+    let two = 2 * (w.heap_bytes() + sim::state_bytes(w));
+    held.saturating_add(two).saturating_mul(5) / 4 <= hpmoe_dsl::lower::MAX_MEMORY
+}
+
+/// The origin of the expert-level order when it wins a choice of two.
+const OTHER_OF_TWO: &str = "expert-level order (of two candidates: above 2097152 tasks)";
+
+/// How one candidate of a race ended.
+enum Outcome {
+    /// Simulated to its end.
+    Ended(Box<sim::SimResult>),
+    /// It stalled.
+    Stalled,
+    /// Not simulated to its end: its lower bound or its clock passed a latency reached by
+    /// another, so it is strictly slower than that one.
+    Lost,
+}
+
+/// The candidates of a race, what became of each, and the workload kept: scheduled as the
+/// candidate `at` (the last one simulated on it).
+struct Raced {
+    outcomes: Vec<Outcome>,
+    workload: Workload,
+    at: Option<usize>,
+}
+
+/// The fastest candidate that ended, the first of those as fast.
+fn fastest(outcomes: &[Outcome]) -> Option<usize> {
+    let mut won: Option<(usize, f64)> = None;
+    for (i, o) in outcomes.iter().enumerate() {
+        if let Outcome::Ended(r) = o {
+            if won.is_none_or(|(_, best)| r.makespan < best) {
+                won = Some((i, r.makespan));
+            }
+        }
+    }
+    won.map(|(i, _)| i)
+}
+
+impl Raced {
+    /// The fastest candidate, the first of those as fast, and its simulation.
+    fn winner(&mut self) -> Option<(usize, sim::SimResult)> {
+        let i = fastest(&self.outcomes)?;
+        match std::mem::replace(&mut self.outcomes[i], Outcome::Lost) {
+            Outcome::Ended(r) => Some((i, *r)),
+            _ => None,
+        }
+    }
+}
+
+/// Simulates the candidate schedules `items` of graph `g` on `w` (scheduled as `items[0]`),
+/// in order; with `two`, on a copy of `w` too, on a second thread, each thread taking the
+/// next candidate when it is done. The choice is that of one after the other: the fastest,
+/// the first of those as fast. A candidate is simulated only as far as it can still win:
+/// skipped when its lower bound ([`crate::report::bounds`], and for a schedule with kernel
+/// barriers [`crate::report::kernel_bound`], relaxed by a relative `1e-9` against rounding)
+/// is above the best latency so far, and stopped once its clock passes that latency, or as
+/// soon as a task starts whose queue still needs, at the least, more than what is left
+/// ([`crate::report::bounds_and_chains`]); each ended simulation's latency is the others'
+/// new limit ([`sim::Race`]). Only when a candidate stops, never what an ended one gives,
+/// depends on the threads' timing. `du`: the durations of `w`'s tasks
+/// ([`crate::report::durations`]) for the bounds, computed for each bound when `None`.
+/// `progress` hears of each candidate (numbered from 1) and of the simulations on `w`.
+fn race(
+    g: &hpmoe_dsl::lower::TaskGraph,
+    items: &[Schedule],
+    w: Workload,
+    model: &DeviceModel,
+    progress: Option<&Progress>,
+    du: Option<&crate::report::Durations>,
+    two: bool,
+) -> Raced {
+    let best = sim::Race::new();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let outcomes: std::sync::Mutex<Vec<Option<Outcome>>> =
+        std::sync::Mutex::new(std::iter::repeat_with(|| None).take(items.len()).collect());
+    let worker = |mut w: Workload, mut at: Option<usize>, progress: Option<&Progress>| {
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(s) = items.get(i) else { break };
+            if let Some(p) = progress {
+                p.candidate(i + 1);
+            }
+            if at != Some(i) {
+                w.reschedule(g, s, model);
+                at = Some(i);
+            }
+            let o = race_one(&w, g, s, model, &best, progress, du);
+            if let Ok(mut all) = outcomes.lock() {
+                all[i] = Some(o);
+            }
+        }
+        (w, at)
+    };
+    let (mine, theirs) = if two && items.len() > 1 {
+        // The copy is made here, where the memory the stages before freed can be reused.
+        let copy = w.clone();
+        std::thread::scope(|scope| {
+            let handle = std::thread::Builder::new()
+                .spawn_scoped(scope, || worker(copy, Some(0), None))
+                .ok();
+            let mine = worker(w, Some(0), progress);
+            let theirs = match handle.map(|h| h.join()) {
+                Some(Ok(t)) => Some(t),
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                // Without a second thread, this one simulated every candidate.
+                None => None,
+            };
+            (mine, theirs)
+        })
+    } else {
+        (worker(w, Some(0), progress), None)
+    };
+    let outcomes: Vec<Outcome> = outcomes
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|o| o.unwrap_or(Outcome::Lost))
+        .collect();
+    let mut raced = Raced {
+        outcomes,
+        workload: mine.0,
+        at: mine.1,
+    };
+    // The workload kept is the one scheduled as the winner, if either is.
+    let won = fastest(&raced.outcomes);
+    if let Some((tw, tat)) = theirs {
+        if won.is_some() && tat == won && raced.at != won {
+            raced.workload = tw;
+            raced.at = tat;
+        }
+    }
+    raced
+}
+
+/// One candidate of a [`race`], on `w` scheduled as `s`, against the best latency so far.
+fn race_one(
+    w: &Workload,
+    g: &hpmoe_dsl::lower::TaskGraph,
+    s: &Schedule,
+    model: &DeviceModel,
+    best: &sim::Race,
+    progress: Option<&Progress>,
+    du: Option<&crate::report::Durations>,
+) -> Outcome {
+    let limit = best.best();
+    let mut chains = Vec::new();
+    if limit.is_finite() {
+        let fresh;
+        let du = match du {
+            Some(du) => du,
+            None => {
+                fresh = crate::report::durations(w, model, &g.rank);
+                &fresh
+            }
+        };
+        let (b, ch) = crate::report::bounds_and_chains_with(w, s, model, &g.rank, true, du);
+        let lb = b
+            .max()
+            .0
+            .max(crate::report::kernel_bound_with(w, s, model, &g.rank, du));
+        if lb * (1.0 - 1e-9) >= limit {
+            return Outcome::Lost;
+        }
+        chains = ch;
+    }
+    let opts = SimOptions {
+        progress: progress.cloned(),
+        ..SimOptions::default()
+    };
+    match sim::simulate_racing(w, s, model, opts, limit, &chains, best) {
+        Ok(Some(r)) => Outcome::Ended(Box::new(r)),
+        Ok(None) => Outcome::Lost,
+        Err(_) => Outcome::Stalled,
+    }
 }
 
 /// [`choose`]; `progress` hears of each candidate's simulation. `None` when the policy has
@@ -504,7 +708,7 @@ fn choose_observed(
         return None;
     }
     let model = DeviceModel::new(&program.device).ok()?;
-    if c.graph.len() > CANDIDATE_MAX_TASKS {
+    if c.graph.len() > ch.compared {
         let best = two_candidates(program, tf, c, &spec, &model, verify, ch);
         return Some((1, best, Vec::new()));
     }
@@ -512,13 +716,10 @@ fn choose_observed(
         p.candidate(1);
     }
     // One workload for every schedule of the graph: the region work is done once.
-    let mut w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
-    let mut du = None;
-    let mut run = latency_of(&w, c, &c.schedule, &model, f64::INFINITY, ch.progress, &mut du);
-    let mut best = run.as_ref().map_or(f64::INFINITY, |r| r.makespan);
-    let mut at_best = true;
-    let mut tried = 0;
-    // A candidate that builds the same queues as one simulated before would run the same.
+    let w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
+    // The policy's own schedule first, then every other candidate that builds queues of its
+    // own (one that builds the same queues as another would run the same) and verifies.
+    let mut items = vec![c.schedule.clone()];
     let mut seen = vec![c.schedule.fingerprint()];
     for k in 0..CANDIDATES {
         let Some((s, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, &spec, k) else {
@@ -532,25 +733,150 @@ fn choose_observed(
         if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &s).is_empty() {
             continue;
         }
-        tried += 1;
-        if let Some(p) = ch.progress {
-            p.candidate(tried + 1);
+        items.push(s);
+    }
+    let tried = items.len() - 1;
+    let du = (items.len() > 1).then(|| crate::report::durations(&w, &model, &c.graph.rank));
+    let two = ch.side_by_side && room_for_two(&c.graph, &w);
+    let mut raced = race(&c.graph, &items, w, &model, ch.progress, du.as_ref(), two);
+    drop(du);
+    let won = raced.winner();
+    let best = won.as_ref().map_or(f64::INFINITY, |(_, r)| r.makespan);
+    if let Some((i, _)) = &won {
+        if *i > 0 {
+            c.schedule = items.swap_remove(*i);
         }
-        w.reschedule(&c.graph, &s, &model);
-        at_best = false;
-        if let Some(r) = latency_of(&w, c, &s, &model, best, ch.progress, &mut du) {
-            if r.makespan < best {
-                best = r.makespan;
-                c.schedule = s;
-                run = Some(r);
-                at_best = true;
+    }
+    ch.kept = won.map(|(i, result)| Best {
+        at_best: raced.at == Some(i),
+        workload: Some(raced.workload),
+        result,
+    });
+    Some((tried, best, seen))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hpmoe_dsl::check::{Options, Override};
+    use hpmoe_dsl::policy::Policy;
+
+    fn checked(file: &str, overrides: &[&str], routing: Option<&str>) -> Checked {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples")
+            .join(file);
+        let opts = Options {
+            overrides: overrides
+                .iter()
+                .map(|o| Override::parse(o).expect("an override"))
+                .collect(),
+            routing: routing.map(str::to_string),
+            ..Options::default()
+        };
+        let out = hpmoe_dsl::driver::check_path(&path, &opts, &mut hpmoe_dsl::SourceMap::new());
+        out.checked
+            .unwrap_or_else(|| panic!("{file} does not check: {:?}", out.diagnostics))
+    }
+
+    /// The choice among candidates of the first taskflow under `interleaved`, comparing every
+    /// candidate of graphs up to `compared` tasks (the choice of two above), the candidates
+    /// simulated two at once or not: the compiled taskflow and the simulation kept.
+    fn choice(p: &Checked, compared: usize, side_by_side: bool) -> (Compiled, Kept) {
+        let tf = &p.taskflows[0];
+        let spec = p.select_policy(&tf.name, Some(Policy::Interleaved));
+        let mut ch = Choice::new(None, side_by_side);
+        ch.compared = compared;
+        let mut clock = Clock::new();
+        let (c, kept) = compile_kept(p, tf, &spec, &CompileOptions::default(), &mut clock, &mut ch, true)
+            .unwrap_or_else(|ds| panic!("does not compile: {ds:?}"));
+        (c, kept.expect("a simulation of the schedule kept"))
+    }
+
+    #[test]
+    fn candidates_simulated_two_at_once_are_chosen_as_one_after_the_other() {
+        let mut origins = Vec::new();
+        for (file, overrides, routing) in [
+            ("deepseek_v3_ep4_fwd.hpm", &["tokens=512"][..], None),
+            ("deepseek_v3_ep4_bwd.hpm", &["tokens=512"][..], Some("zipf(s: 1.2)")),
+            (
+                "qwen_moe_ep8_fwd.hpm",
+                &["tokens=256"][..],
+                Some("hotspot(max_over_mean: 1.5)"),
+            ),
+            ("deepseek_v3_ep8_bwd.hpm", &["tokens=256"][..], None),
+        ] {
+            let p = checked(file, overrides, routing);
+            let model = DeviceModel::new(&p.device).expect("a model");
+            // Every candidate compared, then the choice of two (every graph above the limit).
+            for compared in [usize::MAX, 0] {
+                let (a, ka) = choice(&p, compared, false);
+                let (b, kb) = choice(&p, compared, true);
+                let what = format!("{file} (compared up to {compared} tasks)");
+                assert_eq!(a.schedule.fingerprint(), b.schedule.fingerprint(), "{what}");
+                assert_eq!(a.schedule.origin, b.schedule.origin, "{what}");
+                assert_eq!(ka.result.makespan.to_bits(), kb.result.makespan.to_bits(), "{what}");
+                assert_eq!(ka.result.end, kb.result.end, "{what}");
+                assert_eq!(ka.result.start, kb.result.start, "{what}");
+                // The workload kept (none when another tiling's took its place) is the schedule
+                // kept's: simulated again, the same result.
+                assert_eq!(ka.workload.is_some(), kb.workload.is_some(), "{what}");
+                let w = kb
+                    .workload
+                    .unwrap_or_else(|| Workload::new(&p, &p.taskflows[0], &b.graph, &b.schedule, &model));
+                if let Some(wa) = &ka.workload {
+                    assert_eq!(wa.plan.pos, w.plan.pos, "{what}");
+                }
+                let again = sim::simulate(&w, &b.schedule, &model, SimOptions::default()).expect("no stall");
+                assert_eq!(again.end, kb.result.end, "{what}");
+                origins.push(b.schedule.origin);
+            }
+        }
+        // Both ends of the choice of two were taken: the policy's schedule and the other.
+        assert!(origins.iter().any(|o| o.starts_with("policy (of two")), "{origins:?}");
+        assert!(
+            origins.iter().any(|o| o.starts_with("expert-level order (of two")),
+            "{origins:?}"
+        );
+    }
+
+    #[test]
+    fn the_choice_is_the_fastest_candidate_simulated_to_its_end() {
+        for (file, overrides, routing) in [
+            ("deepseek_v3_ep4_fwd.hpm", &["tokens=512"][..], Some("zipf(s: 0.8)")),
+            ("qwen_moe_ep8_bwd.hpm", &["tokens=256"][..], None),
+        ] {
+            let p = checked(file, overrides, routing);
+            let tf = &p.taskflows[0];
+            let spec = p.select_policy(&tf.name, Some(Policy::Interleaved));
+            let c = p.compile(tf, &spec, &CompileOptions::default()).expect("compiles");
+            let model = DeviceModel::new(&p.device).expect("a model");
+            // Every candidate with queues of its own, simulated to its end: the first fastest.
+            let mut all = vec![c.schedule.clone()];
+            for k in 0..CANDIDATES {
+                if let Some((s, _)) = hpmoe_dsl::schedule::candidate(&p, tf, &c.graph, &spec, k) {
+                    if all.iter().all(|a| a.fingerprint() != s.fingerprint()) {
+                        all.push(s);
+                    }
+                }
+            }
+            let latency = |s: &Schedule| {
+                let w = Workload::new(&p, tf, &c.graph, s, &model);
+                sim::simulate(&w, s, &model, SimOptions::default()).map_or(f64::INFINITY, |r| r.makespan)
+            };
+            let latencies: Vec<f64> = all.iter().map(latency).collect();
+            let first = (0..all.len()).fold(0, |b, i| if latencies[i] < latencies[b] { i } else { b });
+            for side_by_side in [false, true] {
+                let mut chosen = c.clone();
+                let mut ch = Choice::new(None, side_by_side);
+                let (tried, best, _) = choose_observed(&p, tf, &mut chosen, true, &mut ch).expect("candidates");
+                assert_eq!(tried, all.len() - 1, "{file}");
+                assert_eq!(best.to_bits(), latencies[first].to_bits(), "{file}: {latencies:?}");
+                assert_eq!(
+                    chosen.schedule.fingerprint(),
+                    all[first].fingerprint(),
+                    "{file}: {latencies:?}"
+                );
             }
         }
     }
-    ch.kept = run.map(|result| Best {
-        workload: Some(w),
-        result,
-        at_best,
-    });
-    Some((tried, best, seen))
 }

@@ -258,6 +258,45 @@ fn full_size_deepseek_ep8_forward_keeps_the_invariants() {
     }
 }
 
+/// A simulation beside others ([`sim::simulate_racing`]) gives what a simulation alone gives
+/// when it ends, offers its latency, and gives up only once its clock is strictly past a
+/// latency offered.
+#[test]
+fn a_racing_simulation_ends_as_one_alone_or_gives_up_strictly_past_another() {
+    let p = program_file(&root().join("examples/deepseek_v3_ep8_fwd.hpm"), &[]);
+    let c = compile(&p, Some(Policy::KernelByKernel));
+    let (alone, _) = simulated(&p, &c, false);
+    let (w, m) = (&alone.workload, &alone.model);
+    let makespan = alone.result.makespan;
+    assert!(alone.result.events > 3 * 4096, "enough events to give up midway");
+    let run = |offered: Option<f64>, limit: f64| {
+        let race = sim::Race::new();
+        if let Some(o) = offered {
+            race.offer(o);
+        }
+        let r = sim::simulate_racing(w, &c.schedule, m, SimOptions::default(), limit, &[], &race).expect("no stall");
+        (r, race.best())
+    };
+    // Alone in its race: the same result, to the bit, and its latency offered.
+    let (r, best) = run(None, f64::INFINITY);
+    let r = r.expect("ends");
+    assert_eq!(r.end, alone.result.end);
+    assert_eq!(r.makespan.to_bits(), makespan.to_bits());
+    assert_eq!(best.to_bits(), makespan.to_bits());
+    // Another ended at a third of its latency: it gives up, and the best stays the other's.
+    let (r, best) = run(Some(makespan / 3.0), f64::INFINITY);
+    assert!(r.is_none());
+    assert_eq!(best, makespan / 3.0);
+    // Another as fast (or its own limit that far): it is never strictly past it, so it ends.
+    let (r, _) = run(Some(makespan), f64::INFINITY);
+    assert_eq!(r.expect("ends at the latency offered").end, alone.result.end);
+    let (r, _) = run(None, makespan);
+    assert!(r.is_some());
+    // Its own limit below its latency: it gives up too.
+    let (r, _) = run(None, makespan * 0.999);
+    assert!(r.is_none());
+}
+
 #[test]
 fn runs_are_byte_identical() {
     let f = root().join("examples/deepseek_v3_ep4_bwd.hpm");

@@ -51,6 +51,10 @@ pub struct SimOptions {
     pub record_bandwidth: bool,
     /// Where the event loop publishes how many tasks have ended, for a progress display.
     pub progress: Option<Progress>,
+    /// Whether the choice among candidate schedules that precedes a run
+    /// ([`crate::pipeline::run`]) may simulate two candidates at once, on a second thread,
+    /// when memory allows (the result is the same either way).
+    pub side_by_side: bool,
 }
 
 /// How far a simulation is, shared with another thread: the tasks it simulates (set when it
@@ -371,6 +375,9 @@ struct Sim<'a> {
     chains: &'a [f64],
     limit: f64,
     over: bool,
+    /// The latency a simulation run beside this one reached, if any: past it, this one gives
+    /// up.
+    race: Option<&'a Race>,
     s: &'a Schedule,
     m: &'a DeviceModel,
     opts: SimOptions,
@@ -402,7 +409,62 @@ struct Sim<'a> {
 
 /// Simulates a schedule.
 pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -> Result<SimResult, Stall> {
-    simulate_within(w, s, m, opts, f64::INFINITY, &[]).map(|r| r.expect("an unbounded simulation runs to its end"))
+    simulate_within(w, s, m, opts, f64::INFINITY, &[], None)
+        .map(|r| r.expect("an unbounded simulation runs to its end"))
+}
+
+/// Bytes a simulation of `w` allocates besides the workload, at most: per task its state,
+/// times, counters waited on and result; per flow its end; per counter its state and time.
+pub fn state_bytes(w: &Workload) -> u64 {
+    use std::mem::size_of;
+    let per_task =
+        size_of::<TaskState>() + size_of::<Times>() + size_of::<u32>() + 2 * size_of::<f64>() + 2 * size_of::<f32>();
+    let per_counter = size_of::<Ctr>() + size_of::<f64>();
+    (w.tasks() * per_task + w.flows() * size_of::<f64>() + w.delay.len() * per_counter) as u64
+}
+
+/// The least latency among simulations run side by side, shared between their threads: each
+/// offers its makespan when it ends and gives up once its clock passes the least offered.
+#[derive(Debug, Default)]
+pub struct Race(std::sync::atomic::AtomicU64);
+
+impl Race {
+    pub fn new() -> Race {
+        Race(std::sync::atomic::AtomicU64::new(f64::INFINITY.to_bits()))
+    }
+    /// The least makespan offered so far (infinite when none).
+    pub fn best(&self) -> f64 {
+        f64::from_bits(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+    /// Offers a makespan (non-negative: the bits of such floats order as their values).
+    pub fn offer(&self, makespan: f64) {
+        if makespan >= 0.0 {
+            self.0
+                .fetch_min(makespan.to_bits(), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// [`simulate_below_chained`] beside other simulations sharing `race`: `Ok(None)` when it gave
+/// up (its clock past `limit` or past a makespan another offered, or a task start whose
+/// chain reaches `limit`: its makespan is then strictly later than that one), else the
+/// result, the same as [`simulate`]'s, its makespan offered to the others. Whether it gives up
+/// depends on timing, never what it returns when it does not.
+pub fn simulate_racing(
+    w: &Workload,
+    s: &Schedule,
+    m: &DeviceModel,
+    opts: SimOptions,
+    limit: f64,
+    chains: &[f64],
+    race: &Race,
+) -> Result<Option<SimResult>, Stall> {
+    let chains = if chains.len() == w.plan.info.len() { chains } else { &[] };
+    let r = simulate_within(w, s, m, opts, limit, chains, Some(race))?;
+    if let Some(r) = &r {
+        race.offer(r.makespan);
+    }
+    Ok(r)
 }
 
 /// The makespan of a schedule if it is below `limit` seconds, or `None` (the simulation
@@ -433,13 +495,14 @@ pub fn simulate_below_chained(
     chains: &[f64],
 ) -> Option<SimResult> {
     let chains = if chains.len() == w.plan.info.len() { chains } else { &[] };
-    match simulate_within(w, s, m, opts, limit, chains) {
+    match simulate_within(w, s, m, opts, limit, chains, None) {
         Ok(Some(r)) if r.makespan < limit => Some(r),
         _ => None,
     }
 }
 
-/// [`simulate`], giving up (`Ok(None)`) at the first event later than `limit`.
+/// [`simulate`], giving up (`Ok(None)`) at the first event later than `limit`, or (checked
+/// every few thousand events) later than the best makespan offered to `race`.
 fn simulate_within(
     w: &Workload,
     s: &Schedule,
@@ -447,6 +510,7 @@ fn simulate_within(
     opts: SimOptions,
     limit: f64,
     chains: &[f64],
+    race: Option<&Race>,
 ) -> Result<Option<SimResult>, Stall> {
     let n = w.tasks();
     if let Some(p) = &opts.progress {
@@ -476,6 +540,7 @@ fn simulate_within(
         w,
         chains: &[],
         limit: f64::INFINITY,
+        race,
         over: false,
         s,
         m,
@@ -584,6 +649,9 @@ impl Sim<'_> {
             // Every 4096 events: a cancellation check point, and the progress published.
             if self.events.is_multiple_of(4096) {
                 hpmoe_dsl::cancel::check();
+                if self.race.is_some_and(|r| self.now > r.best()) && self.done < self.ts.len() {
+                    return false;
+                }
                 if let Some(p) = &self.opts.progress {
                     p.set(self.done);
                 }

@@ -323,7 +323,54 @@ fn overlap(a: &Region, b: &Region) -> Region {
     r
 }
 
+/// Bytes a vector holds on the heap.
+fn heap<T>(v: &Vec<T>) -> u64 {
+    (v.capacity() * std::mem::size_of::<T>()) as u64
+}
+
+impl Plan {
+    /// Bytes it holds on the heap.
+    pub fn heap_bytes(&self) -> u64 {
+        heap(&self.info)
+            + heap(&self.pos)
+            + heap(&self.core)
+            + heap(&self.queue)
+            + heap(&self.queue_off)
+            + heap(&self.runs)
+            + heap(&self.sig)
+            + heap(&self.waiters.off)
+            + heap(&self.waiters.idx)
+            + heap(&self.waits)
+    }
+}
+
 impl Workload {
+    /// Bytes it holds on the heap: what a copy of it costs.
+    pub fn heap_bytes(&self) -> u64 {
+        heap(&self.class)
+            + heap(&self.compute)
+            + heap(&self.read_total)
+            + heap(&self.local_out)
+            + heap(&self.flow_off)
+            + heap(&self.flow_dst)
+            + heap(&self.flow_bytes)
+            + heap(&self.flow_block)
+            + heap(&self.flow_task)
+            + heap(&self.flow_pair)
+            + heap(&self.pairs)
+            + heap(&self.flow_contact)
+            + heap(&self.flow_cap)
+            + heap(&self.block_rank)
+            + heap(&self.block_size)
+            + heap(&self.block_input)
+            + heap(&self.node_comm)
+            + heap(&self.delay)
+            + heap(&self.waiters.off)
+            + heap(&self.waiters.idx)
+            + heap(&self.min_duration)
+            + self.plan.heap_bytes()
+    }
+
     /// Prepares a compiled taskflow for simulation.
     pub fn new(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Schedule, m: &DeviceModel) -> Workload {
         let n = g.len();

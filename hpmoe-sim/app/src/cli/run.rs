@@ -215,6 +215,7 @@ fn one(
     o: &RunCli,
     outputs: Option<&Filter>,
     progress: Option<&indicatif::MultiProgress>,
+    side_by_side: bool,
 ) -> Result<Done, Failure> {
     let p: &Program = checked;
     let tf = job.tf;
@@ -243,6 +244,7 @@ fn one(
     let opts = SimOptions {
         record_bandwidth: outputs.is_some() && o.trace.is_some(),
         progress: bar.is_some().then_some(simulated),
+        side_by_side,
     };
     let hpmoe_sim::pipeline::Ran {
         compiled: c,
@@ -602,7 +604,18 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     // A progress display on a terminal (stage by stage, per job); nothing when piped.
     let progress = (std::io::stderr().is_terminal() && o.format == Format::Human)
         .then(|| indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::stderr()));
-    let run_job = |job: &Job| one(&p, job, o, job.outputs.then_some(&filter), progress.as_ref());
+    // Jobs one at a time leave the other CPUs to each job's choice among candidates.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let alone = threads <= 1 && cpus > 1;
+    let run_job = |job: &Job| {
+        let done = one(&p, job, o, job.outputs.then_some(&filter), progress.as_ref(), alone);
+        // What the job freed goes back to the system, so that the next job's choice of
+        // whether it has room for two simulations at once sees the memory in use.
+        if alone {
+            crate::return_freed_memory();
+        }
+        done
+    };
     let results: Vec<Result<Done, Failure>> = if threads <= 1 {
         jobs.iter().map(run_job).collect()
     } else {
