@@ -40,8 +40,9 @@
 //! [`hpmoe_dsl::lower::MAX_MEMORY`] with a quarter to spare. Each ended simulation's latency
 //! is the other's new limit ([`sim::Race`]). The schedule kept, its simulation and the report
 //! are the same to the bit as one candidate after the other; only how far a losing candidate
-//! is simulated depends on the threads' timing. The expert-level tilings are simulated one
-//! after the other.
+//! is simulated depends on the threads' timing. Each expert-level tiling's two schedules race
+//! the same way, against the best latency of the graphs before (the policy's own graph then
+//! counts against the memory too).
 
 use crate::model::DeviceModel;
 use crate::report::Report;
@@ -348,107 +349,57 @@ fn other_tilings(
         if let Some(k) = ch.kept.as_mut() {
             k.workload = None;
         }
-        let mut w = Workload::new(program, tf, &other.graph, &other.schedule, &model);
-        let mut du = None;
-        // The schedule that won, whether the workload is scheduled as it, and its simulation
-        // when it can stand for the schedule as relabelled (the same kernel launches).
-        let mut won = None;
-        let mut won_run = None;
-        let mut at_won = false;
-        if let Some(r) = latency_of(&w, &other, &other.schedule, &model, best, ch.progress, &mut du) {
-            if r.makespan < best {
-                best = r.makespan;
-                let mut s = other.schedule.clone();
-                s.origin = if static_capacity {
-                    "expert-level tiling and order (static capacity)"
-                } else {
-                    "expert-level tiling and order"
-                };
-                won_run = (s.policy.launch_overhead == spec.launch_overhead).then_some(r);
-                won = Some(s);
-                at_won = true;
-            }
-        }
-        // The policy's own list scheduler on the expert-level tiling.
+        let w = Workload::new(program, tf, &other.graph, &other.schedule, &model);
+        // The expert-level order, then the policy's own list scheduler on the expert-level
+        // tiling.
+        let mut items = vec![other.schedule.clone()];
         let mut list_spec = spec.clone();
         list_spec.candidates = false;
         list_spec.static_capacity = static_capacity;
         let list = hpmoe_dsl::schedule::schedule(program, tf, &other.graph, &list_spec);
         if !opts.verify || hpmoe_dsl::verify::verify_schedule(program, tf, &other.graph, &list).is_empty() {
-            if let Some(p) = ch.progress {
-                p.candidate(p.candidates() + 1);
-            }
-            w.reschedule(&other.graph, &list, &model);
-            at_won = false;
-            if let Some(r) = latency_of(&w, &other, &list, &model, best, ch.progress, &mut du) {
-                if r.makespan < best {
-                    best = r.makespan;
-                    won_run = Some(r);
-                    at_won = true;
-                    let mut list = list;
-                    list.origin = if static_capacity {
-                        "list on expert-level tiling (static capacity)"
-                    } else {
-                        "list on expert-level tiling"
-                    };
-                    won = Some(list);
-                }
-            }
+            items.push(list);
         }
-        if let Some(mut s) = won {
-            s.policy = PolicySpec {
-                static_capacity,
-                ..spec.clone()
-            };
-            s.estimate = 0.0;
-            other.schedule = s;
-            *c = other;
-            ch.kept = won_run.map(|result| Best {
-                workload: Some(w),
-                result,
-                at_best: at_won,
-            });
-        }
+        let du = crate::report::durations(&w, &model, &other.graph.rank);
+        // The policy's own graph stays held beside this one's.
+        let two = ch.side_by_side && room_for_two(&other.graph, &w, c.graph.resident_bytes() as u64);
+        let how = How {
+            progress: ch.progress,
+            numbered: ch.progress.map_or(0, |p| p.candidates().saturating_sub(1)),
+            du: Some(&du),
+            two,
+            limit: best,
+        };
+        let mut raced = race(&other.graph, &items, w, &model, how);
+        drop(du);
+        // Only a schedule strictly faster than the best so far replaces it.
+        let Some((i, result)) = raced.winner().filter(|(_, r)| r.makespan < best) else {
+            continue;
+        };
+        best = result.makespan;
+        let mut s = items.swap_remove(i);
+        // Its simulation stands for the schedule as relabelled when it has the same kernel
+        // launches.
+        let same_launches = s.policy.launch_overhead == spec.launch_overhead;
+        s.origin = match (i, static_capacity) {
+            (0, true) => "expert-level tiling and order (static capacity)",
+            (0, false) => "expert-level tiling and order",
+            (_, true) => "list on expert-level tiling (static capacity)",
+            (_, false) => "list on expert-level tiling",
+        };
+        s.policy = PolicySpec {
+            static_capacity,
+            ..spec.clone()
+        };
+        s.estimate = 0.0;
+        other.schedule = s;
+        *c = other;
+        ch.kept = same_launches.then(|| Best {
+            at_best: raced.at == Some(i),
+            workload: Some(raced.workload),
+            result,
+        });
     }
-}
-
-/// The simulation of the workload `w` under schedule `s` of `c`'s graph if its latency is strictly
-/// below `best`, else `None` (also when it stalls): without simulating when the schedule's
-/// lower bound ([`crate::report::bounds`], and for a schedule with kernel barriers
-/// [`crate::report::kernel_bound`]) shows it cannot be (the bound relaxed by a
-/// relative `1e-9` against rounding, so a schedule is skipped only when it is slower by more
-/// than that), and with the simulation stopped once it passes `best`
-/// ([`sim::simulate_below_chained`], also as soon as a task's start and the least time
-/// its queue still needs reach `best`). `progress` hears of the simulation.
-///
-/// `du`: the durations of `w`'s tasks ([`crate::report::durations`]), computed at the first
-/// bound and kept for the next schedules of the same workload (they do not depend on the
-/// schedule); the caller empties it for a new workload.
-fn latency_of(
-    w: &Workload,
-    c: &Compiled,
-    s: &Schedule,
-    model: &DeviceModel,
-    best: f64,
-    progress: Option<&Progress>,
-    du: &mut Option<crate::report::Durations>,
-) -> Option<sim::SimResult> {
-    let mut chains = Vec::new();
-    if best.is_finite() {
-        let rank = &c.graph.rank;
-        let du = du.get_or_insert_with(|| crate::report::durations(w, model, rank));
-        let (b, ch) = crate::report::bounds_and_chains_with(w, s, model, rank, true, du);
-        let lb = b.max().0.max(crate::report::kernel_bound_with(w, s, model, rank, du));
-        if lb * (1.0 - 1e-9) >= best {
-            return None;
-        }
-        chains = ch;
-    }
-    let opts = SimOptions {
-        progress: progress.cloned(),
-        ..SimOptions::default()
-    };
-    sim::simulate_below_chained(w, s, model, opts, best, &chains)
 }
 
 /// Replaces `c.schedule` by the fastest of the candidates of its policy (none unless the
@@ -488,8 +439,15 @@ fn two_candidates(
     let items = [other, c.schedule.clone()];
     // The bound of the second is computed alone: its durations are not kept through the
     // simulations.
-    let two = ch.side_by_side && room_for_two(&c.graph, &w);
-    let mut raced = race(&c.graph, &items, w, model, ch.progress, None, two);
+    let two = ch.side_by_side && room_for_two(&c.graph, &w, 0);
+    let how = How {
+        progress: ch.progress,
+        numbered: 0,
+        du: None,
+        two,
+        limit: f64::INFINITY,
+    };
+    let mut raced = race(&c.graph, &items, w, model, how);
     // The expert-level order stalled: as when it runs first, nothing is kept.
     if matches!(raced.outcomes[0], Outcome::Stalled) {
         return f64::INFINITY;
@@ -512,11 +470,12 @@ fn two_candidates(
 }
 
 /// Whether two simulations of `w` fit at once within [`hpmoe_dsl::lower::MAX_MEMORY`]: the
-/// graph, its routing layouts, the workload and its copy, and each simulation's state, with a
-/// quarter more for the allocator and the transient buffers of the copy's schedule.
-fn room_for_two(g: &hpmoe_dsl::lower::TaskGraph, w: &Workload) -> bool {
+/// graph, its routing layouts, what else is held (`beside`), the workload and its copy, and
+/// each simulation's state, with a quarter more for the allocator and the transient buffers
+/// of the copy's schedule.
+fn room_for_two(g: &hpmoe_dsl::lower::TaskGraph, w: &Workload, beside: u64) -> bool {
     let layouts: usize = g.layouts.iter().flatten().map(|l| l.resident_bytes()).sum();
-    let held = (g.resident_bytes() + layouts) as u64;
+    let held = ((g.resident_bytes() + layouts) as u64).saturating_add(beside);
     let two = 2 * (w.heap_bytes() + sim::state_bytes(w));
     held.saturating_add(two).saturating_mul(5) / 4 <= hpmoe_dsl::lower::MAX_MEMORY
 }
@@ -568,28 +527,29 @@ impl Raced {
 }
 
 /// Simulates the candidate schedules `items` of graph `g` on `w` (scheduled as `items[0]`),
-/// in order; with `two`, on a copy of `w` too, on a second thread, each thread taking the
-/// next candidate when it is done. The choice is that of one after the other: the fastest,
-/// the first of those as fast. A candidate is simulated only as far as it can still win:
-/// skipped when its lower bound ([`crate::report::bounds`], and for a schedule with kernel
-/// barriers [`crate::report::kernel_bound`], relaxed by a relative `1e-9` against rounding)
-/// is above the best latency so far, and stopped once its clock passes that latency, or as
-/// soon as a task starts whose queue still needs, at the least, more than what is left
-/// ([`crate::report::bounds_and_chains`]); each ended simulation's latency is the others'
-/// new limit ([`sim::Race`]). Only when a candidate stops, never what an ended one gives,
-/// depends on the threads' timing. `du`: the durations of `w`'s tasks
-/// ([`crate::report::durations`]) for the bounds, computed for each bound when `None`.
-/// `progress` hears of each candidate (numbered from 1) and of the simulations on `w`.
-fn race(
-    g: &hpmoe_dsl::lower::TaskGraph,
-    items: &[Schedule],
-    w: Workload,
-    model: &DeviceModel,
-    progress: Option<&Progress>,
-    du: Option<&crate::report::Durations>,
-    two: bool,
-) -> Raced {
+/// in order; with `how.two`, on a copy of `w` too, on a second thread, each thread taking
+/// the next candidate when it is done. The choice is that of one after the other: the
+/// fastest, the first of those as fast. A candidate is simulated only as far as it can still
+/// win: skipped when its lower bound ([`crate::report::bounds`], and for a schedule with
+/// kernel barriers [`crate::report::kernel_bound`], relaxed by a relative `1e-9` against
+/// rounding) is above the best latency so far (`how.limit` at first), and stopped once its
+/// clock passes that latency, or as soon as a task starts whose queue still needs, at the
+/// least, more than what is left ([`crate::report::bounds_and_chains`]); each ended
+/// simulation's latency is the others' new limit ([`sim::Race`]). Only when a candidate
+/// stops, never what an ended one gives, depends on the threads' timing. `how.progress`
+/// hears of each candidate (numbered from `how.numbered + 1`) and of the simulations on `w`.
+fn race(g: &hpmoe_dsl::lower::TaskGraph, items: &[Schedule], w: Workload, model: &DeviceModel, how: How) -> Raced {
+    let How {
+        progress,
+        numbered,
+        du,
+        two,
+        limit,
+    } = how;
     let best = sim::Race::new();
+    if limit.is_finite() {
+        best.offer(limit);
+    }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let outcomes: std::sync::Mutex<Vec<Option<Outcome>>> =
         std::sync::Mutex::new(std::iter::repeat_with(|| None).take(items.len()).collect());
@@ -598,7 +558,7 @@ fn race(
             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let Some(s) = items.get(i) else { break };
             if let Some(p) = progress {
-                p.candidate(i + 1);
+                p.candidate(numbered + i + 1);
             }
             if at != Some(i) {
                 w.reschedule(g, s, model);
@@ -650,6 +610,18 @@ fn race(
         }
     }
     raced
+}
+
+/// How a [`race`] runs: who hears of it and the number of the candidate before its first,
+/// the durations of the workload's tasks for the bounds (computed for each bound when
+/// `None`), whether on two threads, and a latency from before to beat (infinite when none: a
+/// candidate no faster than it is not simulated to its end).
+struct How<'a> {
+    progress: Option<&'a Progress>,
+    numbered: usize,
+    du: Option<&'a crate::report::Durations>,
+    two: bool,
+    limit: f64,
 }
 
 /// One candidate of a [`race`], on `w` scheduled as `s`, against the best latency so far.
@@ -737,8 +709,15 @@ fn choose_observed(
     }
     let tried = items.len() - 1;
     let du = (items.len() > 1).then(|| crate::report::durations(&w, &model, &c.graph.rank));
-    let two = ch.side_by_side && room_for_two(&c.graph, &w);
-    let mut raced = race(&c.graph, &items, w, &model, ch.progress, du.as_ref(), two);
+    let two = ch.side_by_side && room_for_two(&c.graph, &w, 0);
+    let how = How {
+        progress: ch.progress,
+        numbered: 0,
+        du: du.as_ref(),
+        two,
+        limit: f64::INFINITY,
+    };
+    let mut raced = race(&c.graph, &items, w, &model, how);
     drop(du);
     let won = raced.winner();
     let best = won.as_ref().map_or(f64::INFINITY, |(_, r)| r.makespan);

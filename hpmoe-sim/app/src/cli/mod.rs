@@ -210,6 +210,8 @@ enum Command {
         resimulate: bool,
         /// Taskflows and policies to run at once (0: one per CPU). Each holds its own task
         /// graph, so fewer jobs use less memory; the output is the same whatever the number.
+        /// A job running alone simulates its candidate schedules two at a time when memory
+        /// allows.
         #[arg(long, default_value_t = 0, value_parser = jobs_parser())]
         jobs: usize,
     },
