@@ -68,9 +68,11 @@ LIMITS = {
              "active pairs of the fabric (thousands at EP256, each rank's cores putting to "
              "every other rank, all sharing ports), so a simulation grows about as ranks^4: "
              "a forward simulation solves 109 K times, over 7.2 K pairs on average, and the "
-             "solve is about 70% of the run (perf). `candidates` simulates two schedules of "
-             "each 3.1 M-task graph (the kept one's simulation is the run's); without the "
-             "solve they would still take about 80 s",
+             "solve is about 70% of a simulation (perf). `candidates` simulates two schedules "
+             "of each 3.1 M-task graph at once on the machine's two CPUs (the kept one's "
+             "simulation is the run's; the other stops once past its latency), so the wall "
+             "time is about that of the longer of the two; without the solve they would "
+             "still take about 80 s of CPU (estimated from profiles, not measured)",
 }
 
 
