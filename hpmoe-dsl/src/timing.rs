@@ -97,6 +97,21 @@ pub fn rss_bytes() -> Option<u64> {
     status_bytes("VmRSS:")
 }
 
+/// The address space this process may still map: its soft limit (`Max address space` of
+/// `/proc/self/limits`) less what it maps (`VmSize`); `None` when there is no limit or the
+/// platform does not report one.
+pub fn address_space_left() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max address space"))?;
+    let soft: u64 = line
+        .trim_start_matches("Max address space")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(soft.saturating_sub(status_bytes("VmSize:")?))
+}
+
 /// A size in kB of `/proc/self/status`, in bytes.
 fn status_bytes(key: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

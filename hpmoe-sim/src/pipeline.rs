@@ -36,13 +36,16 @@
 //! Two at once: with [`SimOptions::side_by_side`] (a job of `hpmoe run` running alone on a
 //! machine of several CPUs), the candidates of one graph are simulated by two threads, the
 //! second on a copy of the workload, each taking the next candidate when it is done
-//! ([`race`]), when the graph, its layouts, both workloads and both simulations' states fit
-//! [`hpmoe_dsl::lower::MAX_MEMORY`] with a quarter to spare. Each ended simulation's latency
+//! ([`race`]), when the graph, its layouts, its candidates' schedules, both workloads and both
+//! simulations' states fit [`hpmoe_dsl::lower::MAX_MEMORY`] with a quarter to spare (and, under
+//! a limit on the address space, the copy and a fresh allocator arena fit half of what is
+//! left). Each ended simulation's latency
 //! is the other's new limit ([`sim::Race`]). The schedule kept, its simulation and the report
 //! are the same to the bit as one candidate after the other; only how far a losing candidate
-//! is simulated depends on the threads' timing. Each expert-level tiling's two schedules race
-//! the same way, against the best latency of the graphs before (the policy's own graph then
-//! counts against the memory too).
+//! is simulated depends on the threads' timing. Two at once holds every candidate schedule
+//! of the graph (counted against the memory too); one at a time, each is made when its turn
+//! comes, as it always was. Each expert-level tiling's two schedules race the same way against
+//! the best latency so far, on one thread.
 
 use crate::model::DeviceModel;
 use crate::report::Report;
@@ -361,8 +364,9 @@ fn other_tilings(
             items.push(list);
         }
         let du = crate::report::durations(&w, &model, &other.graph.rank);
-        // The policy's own graph stays held beside this one's.
-        let two = ch.side_by_side && room_for_two(&other.graph, &w, c.graph.resident_bytes() as u64);
+        // One thread: the policy's own graph stays held beside this one, so there is seldom
+        // room for a second workload, and two threads measured no faster here.
+        let two = false;
         let how = How {
             progress: ch.progress,
             numbered: ch.progress.map_or(0, |p| p.candidates().saturating_sub(1)),
@@ -400,6 +404,45 @@ fn other_tilings(
             result,
         });
     }
+}
+
+/// The simulation of the workload `w` under schedule `s` of `c`'s graph if its latency is strictly
+/// below `best`, else `None` (also when it stalls): without simulating when the schedule's
+/// lower bound ([`crate::report::bounds`], and for a schedule with kernel barriers
+/// [`crate::report::kernel_bound`]) shows it cannot be (the bound relaxed by a
+/// relative `1e-9` against rounding, so a schedule is skipped only when it is slower by more
+/// than that), and with the simulation stopped once it passes `best`
+/// ([`sim::simulate_below_chained`], also as soon as a task's start and the least time
+/// its queue still needs reach `best`). `progress` hears of the simulation.
+///
+/// `du`: the durations of `w`'s tasks ([`crate::report::durations`]), computed at the first
+/// bound and kept for the next schedules of the same workload (they do not depend on the
+/// schedule); the caller empties it for a new workload.
+fn latency_of(
+    w: &Workload,
+    c: &Compiled,
+    s: &Schedule,
+    model: &DeviceModel,
+    best: f64,
+    progress: Option<&Progress>,
+    du: &mut Option<crate::report::Durations>,
+) -> Option<sim::SimResult> {
+    let mut chains = Vec::new();
+    if best.is_finite() {
+        let rank = &c.graph.rank;
+        let du = du.get_or_insert_with(|| crate::report::durations(w, model, rank));
+        let (b, ch) = crate::report::bounds_and_chains_with(w, s, model, rank, true, du);
+        let lb = b.max().0.max(crate::report::kernel_bound_with(w, s, model, rank, du));
+        if lb * (1.0 - 1e-9) >= best {
+            return None;
+        }
+        chains = ch;
+    }
+    let opts = SimOptions {
+        progress: progress.cloned(),
+        ..SimOptions::default()
+    };
+    sim::simulate_below_chained(w, s, model, opts, best, &chains)
 }
 
 /// Replaces `c.schedule` by the fastest of the candidates of its policy (none unless the
@@ -472,12 +515,32 @@ fn two_candidates(
 /// Whether two simulations of `w` fit at once within [`hpmoe_dsl::lower::MAX_MEMORY`]: the
 /// graph, its routing layouts, what else is held (`beside`), the workload and its copy, and
 /// each simulation's state, with a quarter more for the allocator and the transient buffers
-/// of the copy's schedule.
+/// of the copy's schedule; and, when the process's address space is limited, the copy, the
+/// second state and a fresh allocator arena (1 GiB) within half of what is left to map.
 fn room_for_two(g: &hpmoe_dsl::lower::TaskGraph, w: &Workload, beside: u64) -> bool {
     let layouts: usize = g.layouts.iter().flatten().map(|l| l.resident_bytes()).sum();
     let held = ((g.resident_bytes() + layouts) as u64).saturating_add(beside);
     let two = 2 * (w.heap_bytes() + sim::state_bytes(w));
-    held.saturating_add(two).saturating_mul(5) / 4 <= hpmoe_dsl::lower::MAX_MEMORY
+    // Under a limit on the address space, the copy and the second state are also mapped
+    // beside what is mapped now, with room for the allocator to reserve a fresh arena.
+    let extra = w.heap_bytes() + sim::state_bytes(w);
+    let mappable = hpmoe_dsl::timing::address_space_left().is_none_or(|left| left / 2 >= extra.saturating_add(1 << 30));
+    mappable && held.saturating_add(two).saturating_mul(5) / 4 <= hpmoe_dsl::lower::MAX_MEMORY
+}
+
+/// Bytes a schedule holds on the heap.
+fn schedule_bytes(s: &Schedule) -> u64 {
+    let words = s.core.len()
+        + s.queues.off.len()
+        + s.queues.idx.len()
+        + s.waits.off.len()
+        + s.waits.idx.len()
+        + s.signals.off.len()
+        + s.signals.idx.len()
+        + s.threshold.len()
+        + s.counter_rank.len()
+        + s.kernel.len();
+    (words * std::mem::size_of::<u32>()) as u64
 }
 
 /// The origin of the expert-level order when it wins a choice of two.
@@ -689,6 +752,11 @@ fn choose_observed(
     }
     // One workload for every schedule of the graph: the region work is done once.
     let w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
+    // Two at once holds every candidate's schedule (about the size of the policy's own).
+    let schedules = schedule_bytes(&c.schedule).saturating_mul(CANDIDATES as u64);
+    if !(ch.side_by_side && room_for_two(&c.graph, &w, schedules)) {
+        return Some(one_by_one(program, tf, c, verify, ch, w, &model, &spec));
+    }
     // The policy's own schedule first, then every other candidate that builds queues of its
     // own (one that builds the same queues as another would run the same) and verifies.
     let mut items = vec![c.schedule.clone()];
@@ -709,12 +777,11 @@ fn choose_observed(
     }
     let tried = items.len() - 1;
     let du = (items.len() > 1).then(|| crate::report::durations(&w, &model, &c.graph.rank));
-    let two = ch.side_by_side && room_for_two(&c.graph, &w, 0);
     let how = How {
         progress: ch.progress,
         numbered: 0,
         du: du.as_ref(),
-        two,
+        two: true,
         limit: f64::INFINITY,
     };
     let mut raced = race(&c.graph, &items, w, &model, how);
@@ -732,6 +799,63 @@ fn choose_observed(
         result,
     });
     Some((tried, best, seen))
+}
+
+/// [`choose_observed`] on one thread, one candidate after the other, each made when its turn
+/// comes (so that only one is held besides the policy's own), `w` prepared for the policy's
+/// schedule.
+#[allow(clippy::too_many_arguments)]
+fn one_by_one(
+    program: &Program,
+    tf: &Taskflow,
+    c: &mut Compiled,
+    verify: bool,
+    ch: &mut Choice,
+    w: Workload,
+    model: &DeviceModel,
+    spec: &PolicySpec,
+) -> (usize, f64, Vec<u64>) {
+    let mut w = w;
+    let mut du = None;
+    let mut run = latency_of(&w, c, &c.schedule, model, f64::INFINITY, ch.progress, &mut du);
+    let mut best = run.as_ref().map_or(f64::INFINITY, |r| r.makespan);
+    let mut at_best = true;
+    let mut tried = 0;
+    // A candidate that builds the same queues as one simulated before would run the same.
+    let mut seen = vec![c.schedule.fingerprint()];
+    for k in 0..CANDIDATES {
+        let Some((s, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, spec, k) else {
+            continue;
+        };
+        let print = s.fingerprint();
+        if seen.contains(&print) {
+            continue;
+        }
+        seen.push(print);
+        if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &s).is_empty() {
+            continue;
+        }
+        tried += 1;
+        if let Some(p) = ch.progress {
+            p.candidate(tried + 1);
+        }
+        w.reschedule(&c.graph, &s, model);
+        at_best = false;
+        if let Some(r) = latency_of(&w, c, &s, model, best, ch.progress, &mut du) {
+            if r.makespan < best {
+                best = r.makespan;
+                c.schedule = s;
+                run = Some(r);
+                at_best = true;
+            }
+        }
+    }
+    ch.kept = run.map(|result| Best {
+        workload: Some(w),
+        result,
+        at_best,
+    });
+    (tried, best, seen)
 }
 
 #[cfg(test)]
