@@ -762,17 +762,9 @@ fn choose_observed(
     let mut items = vec![c.schedule.clone()];
     let mut seen = vec![c.schedule.fingerprint()];
     for k in 0..CANDIDATES {
-        let Some((s, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, &spec, k) else {
+        let Some(s) = new_candidate(program, tf, &c.graph, &spec, k, verify, &mut seen) else {
             continue;
         };
-        let print = s.fingerprint();
-        if seen.contains(&print) {
-            continue;
-        }
-        seen.push(print);
-        if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &s).is_empty() {
-            continue;
-        }
         items.push(s);
     }
     let tried = items.len() - 1;
@@ -801,6 +793,28 @@ fn choose_observed(
     Some((tried, best, seen))
 }
 
+/// Candidate `k` of graph `g` under `spec` if it builds queues no schedule in `seen` built
+/// (its fingerprint then joins them: one with the same queues would run the same) and,
+/// with `verify`, verifies.
+fn new_candidate(
+    program: &Program,
+    tf: &Taskflow,
+    g: &hpmoe_dsl::lower::TaskGraph,
+    spec: &PolicySpec,
+    k: usize,
+    verify: bool,
+    seen: &mut Vec<u64>,
+) -> Option<Schedule> {
+    let (s, _) = hpmoe_dsl::schedule::candidate(program, tf, g, spec, k)?;
+    let print = s.fingerprint();
+    if seen.contains(&print) {
+        return None;
+    }
+    seen.push(print);
+    let ok = !verify || hpmoe_dsl::verify::verify_schedule(program, tf, g, &s).is_empty();
+    ok.then_some(s)
+}
+
 /// [`choose_observed`] on one thread, one candidate after the other, each made when its turn
 /// comes (so that only one is held besides the policy's own), `w` prepared for the policy's
 /// schedule.
@@ -824,17 +838,9 @@ fn one_by_one(
     // A candidate that builds the same queues as one simulated before would run the same.
     let mut seen = vec![c.schedule.fingerprint()];
     for k in 0..CANDIDATES {
-        let Some((s, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, spec, k) else {
+        let Some(s) = new_candidate(program, tf, &c.graph, spec, k, verify, &mut seen) else {
             continue;
         };
-        let print = s.fingerprint();
-        if seen.contains(&print) {
-            continue;
-        }
-        seen.push(print);
-        if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &s).is_empty() {
-            continue;
-        }
         tried += 1;
         if let Some(p) = ch.progress {
             p.candidate(tried + 1);
