@@ -91,12 +91,6 @@ pub fn peak_rss_bytes() -> Option<u64> {
     status_bytes("VmHWM:")
 }
 
-/// The resident set size of this process in bytes (`VmRSS` of `/proc/self/status`), or
-/// `None` where the platform does not report it.
-pub fn rss_bytes() -> Option<u64> {
-    status_bytes("VmRSS:")
-}
-
 /// The address space this process may still map: its soft limit (`Max address space` of
 /// `/proc/self/limits`) less what it maps (`VmSize`); `None` when there is no limit or the
 /// platform does not report one.

@@ -355,14 +355,16 @@ fn other_tilings(
         let w = Workload::new(program, tf, &other.graph, &other.schedule, &model);
         // The expert-level order, then the policy's own list scheduler on the expert-level
         // tiling.
-        let mut items = vec![other.schedule.clone()];
         let mut list_spec = spec.clone();
         list_spec.candidates = false;
         list_spec.static_capacity = static_capacity;
         let list = hpmoe_dsl::schedule::schedule(program, tf, &other.graph, &list_spec);
-        if !opts.verify || hpmoe_dsl::verify::verify_schedule(program, tf, &other.graph, &list).is_empty() {
-            items.push(list);
-        }
+        let verified = !opts.verify || hpmoe_dsl::verify::verify_schedule(program, tf, &other.graph, &list).is_empty();
+        let items: &[&Schedule] = if verified {
+            &[&other.schedule, &list]
+        } else {
+            &[&other.schedule]
+        };
         let du = crate::report::durations(&w, &model, &other.graph.rank);
         // One thread: the policy's own graph stays held beside this one, so there is seldom
         // room for a second workload, and two threads measured no faster here.
@@ -374,14 +376,17 @@ fn other_tilings(
             two,
             limit: best,
         };
-        let mut raced = race(&other.graph, &items, w, &model, how);
+        let mut raced = race(&other.graph, items, w, &model, how);
         drop(du);
         // Only a schedule strictly faster than the best so far replaces it.
         let Some((i, result)) = raced.winner().filter(|(_, r)| r.makespan < best) else {
             continue;
         };
         best = result.makespan;
-        let mut s = items.swap_remove(i);
+        if i > 0 {
+            other.schedule = list;
+        }
+        let s = &mut other.schedule;
         // Its simulation stands for the schedule as relabelled when it has the same kernel
         // launches.
         let same_launches = s.policy.launch_overhead == spec.launch_overhead;
@@ -396,7 +401,6 @@ fn other_tilings(
             ..spec.clone()
         };
         s.estimate = 0.0;
-        other.schedule = s;
         *c = other;
         ch.kept = same_launches.then(|| Best {
             at_best: raced.at == Some(i),
@@ -479,7 +483,6 @@ fn two_candidates(
         return f64::INFINITY;
     }
     let w = Workload::new(program, tf, &c.graph, &other, model);
-    let items = [other, c.schedule.clone()];
     // The bound of the second is computed alone: its durations are not kept through the
     // simulations.
     let two = ch.side_by_side && room_for_two(&c.graph, &w, 0);
@@ -490,7 +493,7 @@ fn two_candidates(
         two,
         limit: f64::INFINITY,
     };
-    let mut raced = race(&c.graph, &items, w, model, how);
+    let mut raced = race(&c.graph, &[&other, &c.schedule], w, model, how);
     // The expert-level order stalled: as when it runs first, nothing is kept.
     if matches!(raced.outcomes[0], Outcome::Stalled) {
         return f64::INFINITY;
@@ -498,7 +501,7 @@ fn two_candidates(
     let Some((won, result)) = raced.winner() else {
         return f64::INFINITY;
     };
-    let [mut other, _] = items;
+    let mut other = other;
     if won == 0 {
         other.origin = OTHER_OF_TWO;
         c.schedule = other;
@@ -601,7 +604,7 @@ impl Raced {
 /// simulation's latency is the others' new limit ([`sim::Race`]). Only when a candidate
 /// stops, never what an ended one gives, depends on the threads' timing. `how.progress`
 /// hears of each candidate (numbered from `how.numbered + 1`) and of the simulations on `w`.
-fn race(g: &hpmoe_dsl::lower::TaskGraph, items: &[Schedule], w: Workload, model: &DeviceModel, how: How) -> Raced {
+fn race(g: &hpmoe_dsl::lower::TaskGraph, items: &[&Schedule], w: Workload, model: &DeviceModel, how: How) -> Raced {
     let How {
         progress,
         numbered,
@@ -619,7 +622,7 @@ fn race(g: &hpmoe_dsl::lower::TaskGraph, items: &[Schedule], w: Workload, model:
     let worker = |mut w: Workload, mut at: Option<usize>, progress: Option<&Progress>| {
         loop {
             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let Some(s) = items.get(i) else { break };
+            let Some(&s) = items.get(i) else { break };
             if let Some(p) = progress {
                 p.candidate(numbered + i + 1);
             }
@@ -759,16 +762,16 @@ fn choose_observed(
     }
     // The policy's own schedule first, then every other candidate that builds queues of its
     // own (one that builds the same queues as another would run the same) and verifies.
-    let mut items = vec![c.schedule.clone()];
+    let mut others = Vec::new();
     let mut seen = vec![c.schedule.fingerprint()];
     for k in 0..CANDIDATES {
-        let Some(s) = new_candidate(program, tf, &c.graph, &spec, k, verify, &mut seen) else {
-            continue;
-        };
-        items.push(s);
+        if let Some(s) = new_candidate(program, tf, &c.graph, &spec, k, verify, &mut seen) {
+            others.push(s);
+        }
     }
-    let tried = items.len() - 1;
-    let du = (items.len() > 1).then(|| crate::report::durations(&w, &model, &c.graph.rank));
+    let tried = others.len();
+    let items: Vec<&Schedule> = std::iter::once(&c.schedule).chain(&others).collect();
+    let du = (tried > 0).then(|| crate::report::durations(&w, &model, &c.graph.rank));
     let how = How {
         progress: ch.progress,
         numbered: 0,
@@ -777,12 +780,12 @@ fn choose_observed(
         limit: f64::INFINITY,
     };
     let mut raced = race(&c.graph, &items, w, &model, how);
-    drop(du);
+    drop((du, items));
     let won = raced.winner();
     let best = won.as_ref().map_or(f64::INFINITY, |(_, r)| r.makespan);
     if let Some((i, _)) = &won {
         if *i > 0 {
-            c.schedule = items.swap_remove(*i);
+            c.schedule = others.swap_remove(*i - 1);
         }
     }
     ch.kept = won.map(|(i, result)| Best {

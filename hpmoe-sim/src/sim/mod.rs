@@ -459,7 +459,6 @@ pub fn simulate_racing(
     chains: &[f64],
     race: &Race,
 ) -> Result<Option<SimResult>, Stall> {
-    let chains = if chains.len() == w.plan.info.len() { chains } else { &[] };
     let r = simulate_within(w, s, m, opts, limit, chains, Some(race))?;
     if let Some(r) = &r {
         race.offer(r.makespan);
@@ -494,7 +493,6 @@ pub fn simulate_below_chained(
     limit: f64,
     chains: &[f64],
 ) -> Option<SimResult> {
-    let chains = if chains.len() == w.plan.info.len() { chains } else { &[] };
     match simulate_within(w, s, m, opts, limit, chains, None) {
         Ok(Some(r)) if r.makespan < limit => Some(r),
         _ => None,
@@ -587,7 +585,8 @@ fn simulate_within(
         },
     };
     sim.push(w.start_time, KICK, 0, 0);
-    sim.chains = chains;
+    // Chains of another workload's tasks (or none) mean no such test.
+    sim.chains = if chains.len() == w.plan.info.len() { chains } else { &[] };
     sim.limit = limit * (1.0 + 1e-9);
     let ended = sim.run(limit);
     if let Some(p) = &sim.opts.progress {

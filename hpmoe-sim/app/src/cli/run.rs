@@ -607,15 +607,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     // Jobs one at a time leave the other CPUs to each job's choice among candidates.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let alone = threads <= 1 && cpus > 1;
-    let run_job = |job: &Job| {
-        let done = one(&p, job, o, job.outputs.then_some(&filter), progress.as_ref(), alone);
-        // What the job freed goes back to the system, so that the next job's choice of
-        // whether it has room for two simulations at once sees the memory in use.
-        if alone {
-            crate::return_freed_memory();
-        }
-        done
-    };
+    let run_job = |job: &Job| one(&p, job, o, job.outputs.then_some(&filter), progress.as_ref(), alone);
     let results: Vec<Result<Done, Failure>> = if threads <= 1 {
         jobs.iter().map(run_job).collect()
     } else {
