@@ -54,11 +54,18 @@
 //! connected component of active pairs reachable from the dirty ones through shared
 //! resources: `O(P log R + A)` for a component of `P` active pairs and `R` resources among
 //! `A` active pairs in all (a heap of the resources' saturation levels, each freeze updating
-//! at most six resources, merged with the pairs' own caps in order: the own caps of all
+//! at most six resources' remaining capacity; a level only rises as users freeze, so the
+//! heap keeps a lower bound of each and moves an entry up only when it reaches the top,
+//! merged with the pairs' own caps in order: the own caps of all
 //! active pairs are kept sorted between solves, a changed pair moved in `O(A)`, and a
 //! component of at least a quarter of them walks that list; a smaller one sorts its own, `O(P
 //! log P)`). The solve is the same sequence of floating-point operations whichever way its
-//! own caps are ordered, so the rates do not depend on it. Most instants
+//! own caps are ordered, so the rates do not depend on it. When the last closure found
+//! (nearly) every active pair in the component, as in an all-to-all where every port is
+//! shared, the next solves take all active pairs at once and skip the closure: each resource
+//! sees its own component's freezes in the same order either way, so the rates are the same
+//! to the bit, and the new rates are set (their finish events queued) in the order of the
+//! own caps either way. Most instants
 //! need no solve: when every changed pair is held by its own cap (its link or its flows'
 //! windows) and no resource on its path freezes anyone, before or after the change, every
 //! other rate stays what the solve would give, to the bit, and only the changed pairs move
@@ -75,6 +82,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 const NONE: u32 = u32::MAX;
+
+/// Solves of all active pairs at once between two measures of the component's share.
+const WHOLE_RECHECK: u32 = 63;
 
 /// A finish event to schedule: pair, time, generation.
 pub type Wake = (u32, f64, u32);
@@ -311,10 +321,11 @@ struct Hot {
     n: u32,
     /// Component search mark.
     mark: u32,
-    /// The rate found by the last solve.
-    next: f64,
+    /// The pair's rate now (as [`Pair::rate`], here for the solve's comparison of old and
+    /// new rates).
+    rate: f64,
     /// The heap entry that froze it in the last solve of its component: (level bits, kind,
-    /// id), as in [`Links::reshare`].
+    /// id), as in [`Links::reshare`]; its level is the rate that solve found.
     key: Key,
 }
 
@@ -360,6 +371,18 @@ pub struct Links {
     res_mark: Vec<u32>,
     res_rem: Vec<f64>,
     res_w: Vec<f64>,
+    /// Per resource: the active flows of its users (kept up to date at every start and
+    /// finish; a count, so its sum is exact in any order).
+    res_n: Vec<f64>,
+    /// Per resource: its saturation level in the solve under way, `max(rem / w, level of its
+    /// last freeze)`, as bits. The heap holds a lower bound of it (see [`Links::fresh_top`]).
+    res_key: Vec<u64>,
+    /// How the next solves find their pairs: by the component of the changed pairs, or all
+    /// active pairs at once; and the choice forced (tests), or made by the last closure.
+    whole: bool,
+    force_whole: Option<bool>,
+    /// Solves left before the next measure of the component's share of the active pairs.
+    whole_left: u32,
     /// Resources that lost shares since the last [`Links::requeue`].
     touched: Vec<u32>,
     touched_mark: Vec<bool>,
@@ -433,7 +456,7 @@ impl Links {
                         frozen: false,
                         n: 0,
                         mark: 0,
-                        next: 0.0,
+                        rate: 0.0,
                         key: (0, 1, NONE),
                     }
                 })
@@ -446,6 +469,11 @@ impl Links {
             res_mark: vec![0; nres],
             res_rem: vec![0.0; nres],
             res_w: vec![0.0; nres],
+            res_n: vec![0.0; nres],
+            res_key: vec![0; nres],
+            whole: false,
+            force_whole: None,
+            whole_left: 0,
             touched: Vec::new(),
             touched_mark: vec![false; nres],
             comp: Vec::new(),
@@ -477,6 +505,13 @@ impl Links {
     /// components) or on; the rates are the same either way, to the bit.
     pub fn set_local(&mut self, on: bool) {
         self.local = on;
+    }
+
+    /// Forces every solve to take all active pairs at once (`Some(true)`), or only the
+    /// component of the changed pairs (`Some(false)`); `None` chooses by the last closure.
+    /// The rates are the same either way, to the bit.
+    pub fn set_whole(&mut self, whole: Option<bool>) {
+        self.force_whole = whole;
     }
 
     /// A fresh mark for pairs and resources.
@@ -531,13 +566,14 @@ impl Links {
     /// keeping the ports' totals, and waking its flows); nothing when the rate stays.
     #[inline]
     fn set_rate(&mut self, p: usize, new: f64, now: f64, wakes: &mut Vec<Wake>) {
-        let old = self.pairs[p].rate;
+        let old = self.hot[p].rate;
         if new == old {
             return;
         }
         self.settle(p, now);
         let (s, d, n) = (self.pairs[p].src as usize, self.pairs[p].dst as usize, self.hot[p].n);
         self.pairs[p].rate = new;
+        self.hot[p].rate = new;
         self.out_rate[s] += n as f64 * (new - old);
         self.in_rate[d] += n as f64 * (new - old);
         self.wake(p, wakes);
@@ -551,6 +587,14 @@ impl Links {
                 pr.sched = t;
                 wakes.push((p as u32, t, pr.gen));
             }
+        }
+    }
+
+    /// Adds `k` flows of pair `p` to the counts of the resources on its path.
+    fn count_flows(&mut self, p: usize, k: f64) {
+        let h = &self.hot[p];
+        for &r in &h.path[..h.plen as usize] {
+            self.res_n[r as usize] += k;
         }
     }
 
@@ -570,6 +614,7 @@ impl Links {
         let pr = &mut self.pairs[p];
         pr.last = now;
         pr.rate = 0.0;
+        self.hot[p].rate = 0.0;
     }
 
     fn deactivate(&mut self, p: usize) {
@@ -586,6 +631,7 @@ impl Links {
             }
             self.pairs[p].pos[k] = NONE;
         }
+        self.hot[p].rate = 0.0;
         let pr = &mut self.pairs[p];
         pr.rate = 0.0;
         pr.sched = f64::INFINITY;
@@ -625,6 +671,7 @@ impl Links {
         let vf = pr.virt + bytes;
         pr.flows.push(Reverse((vf.to_bits(), f)));
         self.hot[pu].n += 1;
+        self.count_flows(pu, 1.0);
         // The new flow moves at the pair's current rate until the next solve.
         self.out_rate[s] += rate;
         self.in_rate[d] += rate;
@@ -686,6 +733,7 @@ impl Links {
             }
         }
         self.hot[pu].n -= k;
+        self.count_flows(pu, -f64::from(k));
         if self.hot[pu].n == 0 {
             self.pairs[pu].wcap = 0.0;
             self.pairs[pu].free = 0;
@@ -714,24 +762,36 @@ impl Links {
         if self.res_mark[r] == ep {
             return;
         }
-        self.res_mark[r] = ep;
-        comp_res.push(r as u32);
-        let mut w = 0.0;
+        self.start_resource(r, ep, comp_res);
         for &q in &self.users[r] {
             let qp = &mut self.hot[q as usize];
-            w += qp.n as f64;
             if qp.mark != ep {
                 qp.mark = ep;
                 comp.push(q);
             }
         }
-        // The solve's starting point for this resource: all its capacity, every flow unfrozen.
+    }
+
+    /// Resource `r` joins the solve (mark `ep`) at its starting point: all its capacity,
+    /// every flow unfrozen.
+    #[inline]
+    fn start_resource(&mut self, r: usize, ep: u32, comp_res: &mut Vec<u32>) {
+        self.res_mark[r] = ep;
+        comp_res.push(r as u32);
         self.res_rem[r] = self.cap[r];
-        self.res_w[r] = w;
+        self.res_w[r] = self.res_n[r];
     }
 
     /// Solves the max-min rates of every component touched since the last call; pairs whose
     /// rate changed are re-predicted into `wakes`.
+    ///
+    /// A component is found by a closure from the changed pairs through shared resources;
+    /// when the last closure found (nearly) every active pair, the next solves take all
+    /// active pairs at once, without the closure. Both give every pair the same rate to the
+    /// bit: components share no resource, so each resource sees the freezes of its own
+    /// component in the same order, and the entries of one component pop in the same order
+    /// whatever is interleaved with them. Every [`WHOLE_RECHECK`] solves a closure measures
+    /// the component again.
     pub fn reshare(&mut self, now: f64, wakes: &mut Vec<Wake>) {
         if self.dirty_pairs.is_empty() {
             return;
@@ -750,30 +810,47 @@ impl Links {
         let mut comp_res = std::mem::take(&mut self.comp_res);
         comp.clear();
         comp_res.clear();
-        // Seeds: the dirty pairs still active, and every active pair of a dirty resource.
-        for k in 0..self.dirty_pairs.len() {
-            let p = self.dirty_pairs[k] as usize;
-            if self.hot[p].n > 0 && self.hot[p].mark != ep {
-                self.hot[p].mark = ep;
-                comp.push(p as u32);
+        let whole = self.force_whole.unwrap_or(self.whole && self.whole_left > 0);
+        if whole {
+            self.whole_left = self.whole_left.saturating_sub(1);
+            comp.extend(self.own_all.iter().map(|&(_, p)| p));
+            for &p in &comp {
+                let h = &self.hot[p as usize];
+                let (path, plen) = (h.path, h.plen as usize);
+                for &r in &path[..plen] {
+                    if self.res_mark[r as usize] != ep {
+                        self.start_resource(r as usize, ep, &mut comp_res);
+                    }
+                }
             }
-        }
-        for k in 0..self.dirty_res.len() {
-            let r = self.dirty_res[k] as usize;
-            self.visit_resource(r, ep, &mut comp, &mut comp_res);
+        } else {
+            // Seeds: the dirty pairs still active, and every active pair of a dirty resource.
+            for k in 0..self.dirty_pairs.len() {
+                let p = self.dirty_pairs[k] as usize;
+                if self.hot[p].n > 0 && self.hot[p].mark != ep {
+                    self.hot[p].mark = ep;
+                    comp.push(p as u32);
+                }
+            }
+            for k in 0..self.dirty_res.len() {
+                let r = self.dirty_res[k] as usize;
+                self.visit_resource(r, ep, &mut comp, &mut comp_res);
+            }
+            // Closure through shared resources.
+            let mut i = 0;
+            while i < comp.len() {
+                let p = comp[i] as usize;
+                i += 1;
+                for k in 0..self.hot[p].plen as usize {
+                    let r = self.hot[p].path[k] as usize;
+                    self.visit_resource(r, ep, &mut comp, &mut comp_res);
+                }
+            }
+            self.whole = comp.len() * 8 >= self.own_all.len() * 7;
+            self.whole_left = WHOLE_RECHECK;
         }
         self.dirty_pairs.clear();
         self.dirty_res.clear();
-        // Closure through shared resources.
-        let mut i = 0;
-        while i < comp.len() {
-            let p = comp[i] as usize;
-            i += 1;
-            for k in 0..self.hot[p].plen as usize {
-                let r = self.hot[p].path[k] as usize;
-                self.visit_resource(r, ep, &mut comp, &mut comp_res);
-            }
-        }
         self.stats.solves += 1;
         self.stats.pairs += comp.len() as u64;
         self.stats.resources += comp_res.len() as u64;
@@ -784,7 +861,9 @@ impl Links {
             let r = r as usize;
             let w = self.res_w[r];
             if w > 0.0 {
-                self.heap.set(r, (self.cap[r] / w).to_bits());
+                let key = (self.cap[r] / w).to_bits();
+                self.res_key[r] = key;
+                self.heap.set(r, key);
             }
         }
         // The pairs' own caps never move during the solve: a sorted list, merged with the
@@ -798,6 +877,7 @@ impl Links {
         for &p in &comp {
             let p = p as usize;
             self.hot[p].frozen = false;
+            self.hot[p].mark = ep;
             if !shared {
                 own.push((self.own_level(p).to_bits(), p as u32));
             }
@@ -810,7 +890,8 @@ impl Links {
         let mut next_own = 0;
         let mut left = comp.len();
         while left > 0 {
-            if shared {
+            // (Solving all active pairs, every listed pair is of the solve.)
+            if shared && !whole {
                 while own
                     .get(next_own)
                     .is_some_and(|&(_, op)| self.hot[op as usize].mark != ep)
@@ -818,7 +899,7 @@ impl Links {
                     next_own += 1;
                 }
             }
-            let from_own = match (self.heap.peek(), own.get(next_own)) {
+            let from_own = match (self.fresh_top(), own.get(next_own)) {
                 (Some((l, id)), Some(&(ol, op))) => (ol, 1, op) < (l, 0, id),
                 (None, Some(_)) => true,
                 (_, None) => false,
@@ -857,15 +938,20 @@ impl Links {
             }
             self.requeue(level);
         }
+        // The new rates, in the order of the own caps (level, pair): the same order whether
+        // the component was found by a closure or all active pairs were solved (the ports'
+        // running totals and the order of the finish events depend on it).
+        for &(_, p) in &own {
+            let p = p as usize;
+            if self.hot[p].mark == ep {
+                let new = f64::from_bits(self.hot[p].key.0);
+                self.set_rate(p, new, now, wakes);
+            }
+        }
         if shared {
             std::mem::swap(&mut own, &mut self.own_all);
         }
         self.own = own;
-        for &p in &comp {
-            let p = p as usize;
-            let new = self.hot[p].next;
-            self.set_rate(p, new, now, wakes);
-        }
         self.comp = comp;
         self.comp_res = comp_res;
     }
@@ -944,13 +1030,12 @@ impl Links {
             }
         }
         if ok {
+            // In the order of a solve: by own cap (level, pair).
+            ds.retain(|&p| self.hot[p as usize].n > 0);
+            ds.sort_unstable_by_key(|&p| (self.own_level(p as usize).to_bits(), p));
             for &p in &ds {
                 let p = p as usize;
-                if self.hot[p].n == 0 {
-                    continue;
-                }
                 let new = self.own_level(p);
-                self.hot[p].next = new;
                 self.hot[p].key = (new.to_bits(), 1, p as u32);
                 self.set_rate(p, new, now, wakes);
             }
@@ -1030,7 +1115,6 @@ impl Links {
     fn freeze(&mut self, p: usize, level: f64, key: Key) {
         let pr = &mut self.hot[p];
         pr.frozen = true;
-        pr.next = level;
         pr.key = key;
         let n = pr.n as f64;
         let (path, plen) = (pr.path, pr.plen as usize);
@@ -1046,20 +1130,42 @@ impl Links {
     }
 
     /// The resources that lost shares in the freezes at `level` take their new saturation
-    /// level in the heap (never below `level`), or leave it when no unfrozen user is left.
+    /// level (never below `level`), or leave the heap when no unfrozen user is left.
+    ///
+    /// A resource's level only rises as its users freeze (up to rounding), so the heap keeps
+    /// a lower bound of it and moves an entry up only when it reaches the top
+    /// ([`Links::fresh_top`]); an entry is moved down at once when rounding lowered its
+    /// level. The heap's least true level is the same as if every level were moved at once.
     fn requeue(&mut self, level: f64) {
         for k in 0..self.touched.len() {
             let r = self.touched[k] as usize;
             self.touched_mark[r] = false;
             if self.res_w[r] > 0.5 {
-                let l = (self.res_rem[r] / self.res_w[r]).max(level);
-                self.heap.set(r, l.to_bits());
+                let l = (self.res_rem[r] / self.res_w[r]).max(level).to_bits();
+                self.res_key[r] = l;
+                if self.heap.stored(r).is_none_or(|k| l < k) {
+                    self.heap.set(r, l);
+                }
             } else {
                 self.res_w[r] = 0.0;
                 self.heap.remove(r);
             }
         }
         self.touched.clear();
+    }
+
+    /// The resource of least true level (level bits, id), the heap's stale entries on top
+    /// moved to their levels first.
+    #[inline]
+    fn fresh_top(&mut self) -> Option<(u64, u32)> {
+        loop {
+            let (k, r) = self.heap.peek()?;
+            let want = self.res_key[r as usize];
+            if want == k {
+                return Some((k, r));
+            }
+            self.heap.set(r as usize, want);
+        }
     }
 
     pub fn src(&self, p: u32) -> u32 {
@@ -1505,6 +1611,45 @@ mod tests {
         per_pair
     }
 
+    /// A random fabric of 4 or 8 ranks (by `shape`: nodes of 2 or 4, packages of 1 or 2, cross
+    /// ports and uplinks or not), every ordered pair, and `flows` as starts (pair, bytes,
+    /// window cap, time) in time order.
+    fn small_fabric(
+        shape: usize,
+        rates: (usize, usize, usize),
+        flows: &[(u32, usize, usize, u32)],
+    ) -> (Topology, Vec<(u32, u32)>, Vec<(u32, f64, f64, f64)>) {
+        let ranks = if shape & 1 == 0 { 4 } else { 8 };
+        let mut t = topo(
+            ranks,
+            if shape & 2 == 0 { 2 } else { 4 },
+            [10.0, 12.0][rates.0],
+            [8.0, 10.0, 12.0][rates.1],
+            [3.0, 5.0, 10.0][rates.2],
+        );
+        t.dies_per_package = if shape & 4 == 0 { 1 } else { 2 };
+        if shape & 8 != 0 {
+            t.uplink_ratio = 0.5;
+            t.cross_port_bandwidth = t.port_bandwidth / 2.0;
+        }
+        let pairs: Vec<(u32, u32)> = (0..ranks)
+            .flat_map(|s| (0..ranks).filter(move |&d| d != s).map(move |d| (s, d)))
+            .collect();
+        let mut starts: Vec<(u32, f64, f64, f64)> = flows
+            .iter()
+            .map(|&(p, b, c, at)| {
+                (
+                    p % pairs.len() as u32,
+                    [1.0, 2.0, 5.0, 10.0, 30.0][b],
+                    [f64::INFINITY, 1.0, 2.0, 3.0, 5.0][c],
+                    f64::from(at),
+                )
+            })
+            .collect();
+        starts.sort_by(|a, b| a.3.total_cmp(&b.3));
+        (t, pairs, starts)
+    }
+
     /// Runs `starts` (pair, bytes, window cap, time) on `l` as [`replay`] does, and after
     /// every solve compares each active pair's rate with [`reference_rates`] of the flows
     /// active then; returns the largest relative difference and the flows finished.
@@ -1609,28 +1754,7 @@ mod tests {
             rates in (0usize..2, 0usize..3, 0usize..3),
             flows in proptest::collection::vec((0u32..56, 0usize..5, 0usize..5, 0u32..6), 1..40),
         ) {
-            let ranks = if shape & 1 == 0 { 4 } else { 8 };
-            let mut t = topo(ranks, if shape & 2 == 0 { 2 } else { 4 }, [10.0, 12.0][rates.0], [8.0, 10.0, 12.0][rates.1], [3.0, 5.0, 10.0][rates.2]);
-            t.dies_per_package = if shape & 4 == 0 { 1 } else { 2 };
-            if shape & 8 != 0 {
-                t.uplink_ratio = 0.5;
-                t.cross_port_bandwidth = t.port_bandwidth / 2.0;
-            }
-            let pairs: Vec<(u32, u32)> = (0..ranks)
-                .flat_map(|s| (0..ranks).filter(move |&d| d != s).map(move |d| (s, d)))
-                .collect();
-            let mut starts: Vec<(u32, f64, f64, f64)> = flows
-                .iter()
-                .map(|&(p, b, c, at)| {
-                    (
-                        p % pairs.len() as u32,
-                        [1.0, 2.0, 5.0, 10.0, 30.0][b],
-                        [f64::INFINITY, 1.0, 2.0, 3.0, 5.0][c],
-                        f64::from(at),
-                    )
-                })
-                .collect();
-            starts.sort_by(|a, b| a.3.total_cmp(&b.3));
+            let (t, pairs, starts) = small_fabric(shape, rates, &flows);
             let mut full = Links::new(&t, &pairs);
             full.set_local(false);
             let (ra, wa, fa, la) = replay(Links::new(&t, &pairs), &starts);
@@ -1641,6 +1765,31 @@ mod tests {
             proptest::prop_assert_eq!(fa, fb);
             proptest::prop_assert_eq!(lb.stats().local, 0);
             proptest::prop_assert!(la.stats().solves <= lb.stats().solves);
+        }
+
+        /// Solving all active pairs at once gives the rates, events (in order) and finishes of
+        /// solving only the component of the changed pairs, to the bit, and so does the
+        /// choice between the two by the last closure; with and without the local update.
+        /// The fabrics have several components (pairs of one package share no resource).
+        #[test]
+        fn solving_all_pairs_at_once_equals_solving_the_component(
+            shape in 0usize..16,
+            rates in (0usize..2, 0usize..3, 0usize..3),
+            flows in proptest::collection::vec((0u32..56, 0usize..5, 0usize..5, 0u32..6), 1..60),
+            local in proptest::bool::ANY,
+        ) {
+            let (t, pairs, starts) = small_fabric(shape, rates, &flows);
+            let run = |whole: Option<bool>| {
+                let mut l = Links::new(&t, &pairs);
+                l.set_local(local);
+                l.set_whole(whole);
+                let (r, w, f, _) = replay(l, &starts);
+                (r, w, f)
+            };
+            let component = run(Some(false));
+            proptest::prop_assert_eq!(component.2.len(), starts.len());
+            proptest::prop_assert!(run(Some(true)) == component, "all pairs at once");
+            proptest::prop_assert!(run(None) == component, "chosen by the closure");
         }
 
         /// After every solve (local updates, solves of a component, flows starting and
@@ -1689,8 +1838,9 @@ mod tests {
 }
 
 /// The progressive filling's resources by saturation level: a binary min-heap of resource
-/// ids ordered by (level bits, id), with each resource's position, so that a level is
-/// updated in place (one entry per resource, never a stale one).
+/// ids ordered by (level bits, id), with each resource's position, so that a key is updated
+/// in place (one entry per resource). The solve stores a lower bound of a resource's level
+/// here and raises it when it reaches the top ([`Links::fresh_top`]).
 #[derive(Clone, Debug)]
 struct LevelHeap {
     heap: Vec<u32>,
@@ -1714,6 +1864,10 @@ impl LevelHeap {
     }
     fn less(&self, a: u32, b: u32) -> bool {
         (self.key[a as usize], a) < (self.key[b as usize], b)
+    }
+    /// The key resource `r` is stored at, if it is in the heap.
+    fn stored(&self, r: usize) -> Option<u64> {
+        (self.pos[r] != NONE).then(|| self.key[r])
     }
     /// The least (level bits, resource).
     fn peek(&self) -> Option<(u64, u32)> {
