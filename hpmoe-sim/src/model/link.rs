@@ -1611,6 +1611,9 @@ mod tests {
         per_pair
     }
 
+    /// A flow to start: (pair, bytes, window cap, time).
+    type Start = (u32, f64, f64, f64);
+
     /// A random fabric of 4 or 8 ranks (by `shape`: nodes of 2 or 4, packages of 1 or 2, cross
     /// ports and uplinks or not), every ordered pair, and `flows` as starts (pair, bytes,
     /// window cap, time) in time order.
@@ -1618,7 +1621,7 @@ mod tests {
         shape: usize,
         rates: (usize, usize, usize),
         flows: &[(u32, usize, usize, u32)],
-    ) -> (Topology, Vec<(u32, u32)>, Vec<(u32, f64, f64, f64)>) {
+    ) -> (Topology, Vec<(u32, u32)>, Vec<Start>) {
         let ranks = if shape & 1 == 0 { 4 } else { 8 };
         let mut t = topo(
             ranks,
@@ -1635,7 +1638,7 @@ mod tests {
         let pairs: Vec<(u32, u32)> = (0..ranks)
             .flat_map(|s| (0..ranks).filter(move |&d| d != s).map(move |d| (s, d)))
             .collect();
-        let mut starts: Vec<(u32, f64, f64, f64)> = flows
+        let mut starts: Vec<Start> = flows
             .iter()
             .map(|&(p, b, c, at)| {
                 (
