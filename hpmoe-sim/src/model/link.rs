@@ -329,6 +329,18 @@ struct Hot {
     key: Key,
 }
 
+/// A resource in the solve under way: its capacity left and its unfrozen users' flows; its
+/// saturation level, `max(rem / w, level of its last freeze)`, as bits (the heap holds a
+/// lower bound of it, see [`Links::fresh_top`]); whether it lost shares since the last
+/// [`Links::requeue`].
+#[derive(Clone, Copy, Debug, Default)]
+struct Filling {
+    rem: f64,
+    w: f64,
+    key: u64,
+    touched: bool,
+}
+
 /// A heap entry of the progressive filling without its version: (level bits, kind, id);
 /// kind 0 a resource, 1 a pair's own cap.
 type Key = (u64, u8, u32);
@@ -369,14 +381,11 @@ pub struct Links {
     dirty_res: Vec<u32>,
     epoch: u32,
     res_mark: Vec<u32>,
-    res_rem: Vec<f64>,
-    res_w: Vec<f64>,
+    /// Per resource: its state in the solve under way.
+    res: Vec<Filling>,
     /// Per resource: the active flows of its users (kept up to date at every start and
     /// finish; a count, so its sum is exact in any order).
     res_n: Vec<f64>,
-    /// Per resource: its saturation level in the solve under way, `max(rem / w, level of its
-    /// last freeze)`, as bits. The heap holds a lower bound of it (see [`Links::fresh_top`]).
-    res_key: Vec<u64>,
     /// How the next solves find their pairs: by the component of the changed pairs, or all
     /// active pairs at once; and the choice forced (tests), or made by the last closure.
     whole: bool,
@@ -385,7 +394,6 @@ pub struct Links {
     whole_left: u32,
     /// Resources that lost shares since the last [`Links::requeue`].
     touched: Vec<u32>,
-    touched_mark: Vec<bool>,
     comp: Vec<u32>,
     comp_res: Vec<u32>,
     heap: LevelHeap,
@@ -467,15 +475,12 @@ impl Links {
             dirty_res: Vec::new(),
             epoch: 0,
             res_mark: vec![0; nres],
-            res_rem: vec![0.0; nres],
-            res_w: vec![0.0; nres],
+            res: vec![Filling::default(); nres],
             res_n: vec![0.0; nres],
-            res_key: vec![0; nres],
             whole: false,
             force_whole: None,
             whole_left: 0,
             touched: Vec::new(),
-            touched_mark: vec![false; nres],
             comp: Vec::new(),
             comp_res: Vec::new(),
             heap: LevelHeap::new(nres),
@@ -778,8 +783,8 @@ impl Links {
     fn start_resource(&mut self, r: usize, ep: u32, comp_res: &mut Vec<u32>) {
         self.res_mark[r] = ep;
         comp_res.push(r as u32);
-        self.res_rem[r] = self.cap[r];
-        self.res_w[r] = self.res_n[r];
+        self.res[r].rem = self.cap[r];
+        self.res[r].w = self.res_n[r];
     }
 
     /// Solves the max-min rates of every component touched since the last call; pairs whose
@@ -812,10 +817,13 @@ impl Links {
         comp_res.clear();
         let whole = self.force_whole.unwrap_or(self.whole && self.whole_left > 0);
         if whole {
+            // The pairs are those listed by own cap (`comp` stays empty); each is made
+            // ready for the solve here.
             self.whole_left = self.whole_left.saturating_sub(1);
-            comp.extend(self.own_all.iter().map(|&(_, p)| p));
-            for &p in &comp {
-                let h = &self.hot[p as usize];
+            for k in 0..self.own_all.len() {
+                let h = &mut self.hot[self.own_all[k].1 as usize];
+                h.frozen = false;
+                h.mark = ep;
                 let (path, plen) = (h.path, h.plen as usize);
                 for &r in &path[..plen] {
                     if self.res_mark[r as usize] != ep {
@@ -851,18 +859,19 @@ impl Links {
         }
         self.dirty_pairs.clear();
         self.dirty_res.clear();
+        let pairs = if whole { self.own_all.len() } else { comp.len() };
         self.stats.solves += 1;
-        self.stats.pairs += comp.len() as u64;
+        self.stats.pairs += pairs as u64;
         self.stats.resources += comp_res.len() as u64;
         // Progressive filling: a heap of (saturation level, kind, id, version); kind 0 a
         // resource, 1 a pair's own cap.
         self.heap.clear();
         for &r in &comp_res {
             let r = r as usize;
-            let w = self.res_w[r];
+            let w = self.res[r].w;
             if w > 0.0 {
                 let key = (self.cap[r] / w).to_bits();
-                self.res_key[r] = key;
+                self.res[r].key = key;
                 self.heap.set(r, key);
             }
         }
@@ -871,7 +880,7 @@ impl Links {
         // component of at least a quarter of the active pairs walks the list of all of them
         // (kept sorted between solves), skipping the pairs of other components; a smaller one
         // sorts its own. Either way its own caps come in the same order.
-        let shared = comp.len() * 4 >= self.own_all.len();
+        let shared = pairs * 4 >= self.own_all.len();
         let mut own = std::mem::take(&mut self.own);
         own.clear();
         for &p in &comp {
@@ -888,7 +897,7 @@ impl Links {
             own.sort_unstable();
         }
         let mut next_own = 0;
-        let mut left = comp.len();
+        let mut left = pairs;
         while left > 0 {
             // (Solving all active pairs, every listed pair is of the solve.)
             if shared && !whole {
@@ -917,18 +926,19 @@ impl Links {
             let level = f64::from_bits(lvl);
             if kind == 0 {
                 let r = id as usize;
-                if self.res_w[r] <= 0.0 {
+                if self.res[r].w <= 0.0 {
                     continue;
                 }
-                let mut j = 0;
-                while j < self.users[r].len() {
-                    let q = self.users[r][j] as usize;
-                    j += 1;
+                // (Freezing does not change who uses a resource.)
+                let users = std::mem::take(&mut self.users[r]);
+                for &q in &users {
+                    let q = q as usize;
                     if !self.hot[q].frozen {
                         self.freeze(q, level, (lvl, kind, id));
                         left -= 1;
                     }
                 }
+                self.users[r] = users;
             } else {
                 let p = id as usize;
                 if !self.hot[p].frozen {
@@ -1120,10 +1130,11 @@ impl Links {
         let (path, plen) = (pr.path, pr.plen as usize);
         for &r in &path[..plen] {
             let r = r as usize;
-            self.res_rem[r] -= n * level;
-            self.res_w[r] -= n;
-            if !self.touched_mark[r] {
-                self.touched_mark[r] = true;
+            let f = &mut self.res[r];
+            f.rem -= n * level;
+            f.w -= n;
+            if !f.touched {
+                f.touched = true;
                 self.touched.push(r as u32);
             }
         }
@@ -1139,15 +1150,16 @@ impl Links {
     fn requeue(&mut self, level: f64) {
         for k in 0..self.touched.len() {
             let r = self.touched[k] as usize;
-            self.touched_mark[r] = false;
-            if self.res_w[r] > 0.5 {
-                let l = (self.res_rem[r] / self.res_w[r]).max(level).to_bits();
-                self.res_key[r] = l;
+            let f = &mut self.res[r];
+            f.touched = false;
+            if f.w > 0.5 {
+                let l = (f.rem / f.w).max(level).to_bits();
+                f.key = l;
                 if self.heap.stored(r).is_none_or(|k| l < k) {
                     self.heap.set(r, l);
                 }
             } else {
-                self.res_w[r] = 0.0;
+                f.w = 0.0;
                 self.heap.remove(r);
             }
         }
@@ -1160,7 +1172,7 @@ impl Links {
     fn fresh_top(&mut self) -> Option<(u64, u32)> {
         loop {
             let (k, r) = self.heap.peek()?;
-            let want = self.res_key[r as usize];
+            let want = self.res[r as usize].key;
             if want == k {
                 return Some((k, r));
             }
