@@ -315,8 +315,9 @@ struct Hot {
     /// Shared resources on its path.
     path: [u32; 6],
     plen: u8,
-    /// Frozen in the solve under way.
-    frozen: bool,
+    /// The solve (its epoch) that froze it last: frozen in the solve under way when that
+    /// is the current epoch.
+    frozen: u32,
     /// Its active flows.
     n: u32,
     /// Component search mark.
@@ -461,7 +462,7 @@ impl Links {
                     Hot {
                         path,
                         plen,
-                        frozen: false,
+                        frozen: 0,
                         n: 0,
                         mark: 0,
                         rate: 0.0,
@@ -525,6 +526,7 @@ impl Links {
         if self.epoch == 0 {
             for h in &mut self.hot {
                 h.mark = 0;
+                h.frozen = 0;
             }
             self.res_mark.fill(0);
             self.epoch = 1;
@@ -817,17 +819,24 @@ impl Links {
         comp_res.clear();
         let whole = self.force_whole.unwrap_or(self.whole && self.whole_left > 0);
         if whole {
-            // The pairs are those listed by own cap (`comp` stays empty); each is made
-            // ready for the solve here.
+            // The pairs are those listed by own cap (`comp` stays empty; no pair needs a
+            // mark); the resources are those with an active flow, found by a scan of their
+            // counts when there are few of them beside the pairs, else from the pairs' paths.
             self.whole_left = self.whole_left.saturating_sub(1);
-            for k in 0..self.own_all.len() {
-                let h = &mut self.hot[self.own_all[k].1 as usize];
-                h.frozen = false;
-                h.mark = ep;
-                let (path, plen) = (h.path, h.plen as usize);
-                for &r in &path[..plen] {
-                    if self.res_mark[r as usize] != ep {
-                        self.start_resource(r as usize, ep, &mut comp_res);
+            if self.res.len() <= 4 * self.own_all.len() {
+                for r in 0..self.res.len() {
+                    if self.res_n[r] > 0.5 {
+                        self.start_resource(r, ep, &mut comp_res);
+                    }
+                }
+            } else {
+                for k in 0..self.own_all.len() {
+                    let h = &self.hot[self.own_all[k].1 as usize];
+                    let (path, plen) = (h.path, h.plen as usize);
+                    for &r in &path[..plen] {
+                        if self.res_mark[r as usize] != ep {
+                            self.start_resource(r as usize, ep, &mut comp_res);
+                        }
                     }
                 }
             }
@@ -885,7 +894,6 @@ impl Links {
         own.clear();
         for &p in &comp {
             let p = p as usize;
-            self.hot[p].frozen = false;
             self.hot[p].mark = ep;
             if !shared {
                 own.push((self.own_level(p).to_bits(), p as u32));
@@ -933,7 +941,7 @@ impl Links {
                 let users = std::mem::take(&mut self.users[r]);
                 for &q in &users {
                     let q = q as usize;
-                    if !self.hot[q].frozen {
+                    if self.hot[q].frozen != ep {
                         self.freeze(q, level, (lvl, kind, id));
                         left -= 1;
                     }
@@ -941,7 +949,7 @@ impl Links {
                 self.users[r] = users;
             } else {
                 let p = id as usize;
-                if !self.hot[p].frozen {
+                if self.hot[p].frozen != ep {
                     self.freeze(p, level, (lvl, kind, id));
                     left -= 1;
                 }
@@ -953,7 +961,7 @@ impl Links {
         // running totals and the order of the finish events depend on it).
         for &(_, p) in &own {
             let p = p as usize;
-            if self.hot[p].mark == ep {
+            if whole || self.hot[p].mark == ep {
                 let new = f64::from_bits(self.hot[p].key.0);
                 self.set_rate(p, new, now, wakes);
             }
@@ -1124,7 +1132,7 @@ impl Links {
     /// for [`Links::requeue`]).
     fn freeze(&mut self, p: usize, level: f64, key: Key) {
         let pr = &mut self.hot[p];
-        pr.frozen = true;
+        pr.frozen = self.epoch;
         pr.key = key;
         let n = pr.n as f64;
         let (path, plen) = (pr.path, pr.plen as usize);
