@@ -423,6 +423,8 @@ pub struct Links {
     /// each [`Links::reshare`]; and per pair the level bits it is listed at.
     own_all: Vec<(u64, u32)>,
     own_listed: Vec<Option<u64>>,
+    /// The pairs whose rate the solve under way changed.
+    changed: Vec<u32>,
 }
 
 /// Relative tolerance under which a flow counts as delivered.
@@ -504,6 +506,7 @@ impl Links {
             own: Vec::new(),
             own_all: Vec::new(),
             own_listed: vec![None; pairs.len()],
+            changed: Vec::new(),
         }
     }
 
@@ -959,16 +962,19 @@ impl Links {
         // The new rates, in the order of the own caps (level, pair): the same order whether
         // the component was found by a closure or all active pairs were solved (the ports'
         // running totals and the order of the finish events depend on it).
-        for &(_, p) in &own {
-            let p = p as usize;
-            if whole || self.hot[p].mark == ep {
-                let new = f64::from_bits(self.hot[p].key.0);
-                self.set_rate(p, new, now, wakes);
-            }
-        }
+        // Only the pairs whose rate changed (listed as they froze) do anything there.
         if shared {
             std::mem::swap(&mut own, &mut self.own_all);
         }
+        let mut changed = std::mem::take(&mut self.changed);
+        changed.sort_unstable_by_key(|&p| (self.own_listed[p as usize], p));
+        for &p in &changed {
+            let p = p as usize;
+            let new = f64::from_bits(self.hot[p].key.0);
+            self.set_rate(p, new, now, wakes);
+        }
+        changed.clear();
+        self.changed = changed;
         self.own = own;
         self.comp = comp;
         self.comp_res = comp_res;
@@ -1134,6 +1140,10 @@ impl Links {
         let pr = &mut self.hot[p];
         pr.frozen = self.epoch;
         pr.key = key;
+        if level != pr.rate {
+            self.changed.push(p as u32);
+        }
+        let pr = &self.hot[p];
         let n = pr.n as f64;
         let (path, plen) = (pr.path, pr.plen as usize);
         for &r in &path[..plen] {
