@@ -1870,14 +1870,15 @@ mod tests {
     }
 }
 
-/// The progressive filling's resources by saturation level: a binary min-heap of resource
-/// ids ordered by (level bits, id), with each resource's position, so that a key is updated
-/// in place (one entry per resource). The solve stores a lower bound of a resource's level
-/// here and raises it when it reaches the top ([`Links::fresh_top`]).
+/// The progressive filling's resources by saturation level: a 4-ary min-heap of (level
+/// bits, resource id) entries, ordered as such pairs, with each resource's position, so that
+/// a key is updated in place (one entry per resource). The solve stores a lower bound of a
+/// resource's level here and raises it when it reaches the top ([`Links::fresh_top`]), so
+/// most updates move an entry down from the root: four children per node halve the depth,
+/// and the keys sit in the entries (no lookup per comparison).
 #[derive(Clone, Debug)]
 struct LevelHeap {
-    heap: Vec<u32>,
-    key: Vec<u64>,
+    heap: Vec<(u64, u32)>,
     pos: Vec<u32>,
 }
 
@@ -1885,26 +1886,25 @@ impl LevelHeap {
     fn new(resources: usize) -> LevelHeap {
         LevelHeap {
             heap: Vec::new(),
-            key: vec![0; resources],
             pos: vec![NONE; resources],
         }
     }
     fn clear(&mut self) {
-        for &r in &self.heap {
+        for &(_, r) in &self.heap {
             self.pos[r as usize] = NONE;
         }
         self.heap.clear();
     }
-    fn less(&self, a: u32, b: u32) -> bool {
-        (self.key[a as usize], a) < (self.key[b as usize], b)
-    }
     /// The key resource `r` is stored at, if it is in the heap.
     fn stored(&self, r: usize) -> Option<u64> {
-        (self.pos[r] != NONE).then(|| self.key[r])
+        match self.pos[r] {
+            NONE => None,
+            i => Some(self.heap[i as usize].0),
+        }
     }
     /// The least (level bits, resource).
     fn peek(&self) -> Option<(u64, u32)> {
-        self.heap.first().map(|&r| (self.key[r as usize], r))
+        self.heap.first().copied()
     }
     fn pop(&mut self) -> Option<(u64, u32)> {
         let top = self.peek()?;
@@ -1913,17 +1913,22 @@ impl LevelHeap {
     }
     /// Inserts resource `r` at `key`, or moves it there.
     fn set(&mut self, r: usize, key: u64) {
-        self.key[r] = key;
-        let i = match self.pos[r] {
+        let e = (key, r as u32);
+        match self.pos[r] {
             NONE => {
-                self.heap.push(r as u32);
-                self.heap.len() - 1
+                self.heap.push(e);
+                let i = self.heap.len() - 1;
+                self.place_up(i, e);
             }
-            i => i as usize,
-        };
-        self.pos[r] = i as u32;
-        let i = self.up(i);
-        self.down(i);
+            i => {
+                let i = i as usize;
+                if e < self.heap[i] {
+                    self.place_up(i, e);
+                } else {
+                    self.place_down(i, e);
+                }
+            }
+        }
     }
     fn remove(&mut self, r: usize) {
         let i = self.pos[r];
@@ -1934,43 +1939,49 @@ impl LevelHeap {
         self.pos[r] = NONE;
         let last = self.heap.pop().expect("a resource in the heap");
         if i < self.heap.len() {
-            self.heap[i] = last;
-            self.pos[last as usize] = i as u32;
-            let i = self.up(i);
-            self.down(i);
+            if last < self.heap[i] {
+                self.place_up(i, last);
+            } else {
+                self.place_down(i, last);
+            }
         }
     }
-    fn up(&mut self, mut i: usize) -> usize {
+    /// Puts entry `e` in the hole at `i`, moving it towards the root.
+    fn place_up(&mut self, mut i: usize, e: (u64, u32)) {
         while i > 0 {
-            let p = (i - 1) / 2;
-            if !self.less(self.heap[i], self.heap[p]) {
+            let p = (i - 1) / 4;
+            if e >= self.heap[p] {
                 break;
             }
-            self.swap(i, p);
+            self.heap[i] = self.heap[p];
+            self.pos[self.heap[i].1 as usize] = i as u32;
             i = p;
         }
-        i
+        self.heap[i] = e;
+        self.pos[e.1 as usize] = i as u32;
     }
-    fn down(&mut self, mut i: usize) -> usize {
+    /// Puts entry `e` in the hole at `i`, moving it towards the leaves.
+    fn place_down(&mut self, mut i: usize, e: (u64, u32)) {
+        let n = self.heap.len();
         loop {
-            let (l, r) = (2 * i + 1, 2 * i + 2);
-            let mut m = i;
-            if l < self.heap.len() && self.less(self.heap[l], self.heap[m]) {
-                m = l;
+            let c = 4 * i + 1;
+            if c >= n {
+                break;
             }
-            if r < self.heap.len() && self.less(self.heap[r], self.heap[m]) {
-                m = r;
+            let mut m = c;
+            for j in c + 1..(c + 4).min(n) {
+                if self.heap[j] < self.heap[m] {
+                    m = j;
+                }
             }
-            if m == i {
-                return i;
+            if self.heap[m] >= e {
+                break;
             }
-            self.swap(i, m);
+            self.heap[i] = self.heap[m];
+            self.pos[self.heap[i].1 as usize] = i as u32;
             i = m;
         }
-    }
-    fn swap(&mut self, a: usize, b: usize) {
-        self.heap.swap(a, b);
-        self.pos[self.heap[a] as usize] = a as u32;
-        self.pos[self.heap[b] as usize] = b as u32;
+        self.heap[i] = e;
+        self.pos[e.1 as usize] = i as u32;
     }
 }
