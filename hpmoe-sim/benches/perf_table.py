@@ -68,14 +68,15 @@ LIMITS = {
              "active pairs of the fabric (thousands at EP256, each rank's cores putting to "
              "every other rank, all sharing ports), so a simulation grows about as ranks^4: "
              "a forward simulation solves 109 K times, over 7.2 K pairs on average. Each solve "
-             "now takes every active pair at once (no search for its component) and moves a "
-             "resource in its heap only when it reaches the top, but the solves are still about "
-             "two thirds of a forward run's CPU time (perf, one thread); only about 2% of the "
+             "now takes every active pair at once (no search for its component), moves a "
+             "resource in its heap only when it reaches the top and sets only the rates that "
+             "changed, but the solves are still about three fifths of a forward run's CPU time "
+             "(perf, one thread): a progressive filling over every active pair; only about 2% of the "
              "pairs' rates change per solve, so a solve that touched only those is the next "
              "factor. `candidates` simulates two schedules of each 3.1 M-task graph at once on "
              "the machine's two CPUs (the kept one's simulation is the run's; the other stops "
              "once past its latency), so the wall time is about that of the longer of the two; "
-             "without the solves the run would still take about 35 s of CPU (from the "
+             "without the solves the run would still take about 30 s of CPU (from the "
              "profile's share, not measured)",
 }
 
