@@ -1665,6 +1665,13 @@ mod tests {
             t.uplink_ratio = 0.5;
             t.cross_port_bandwidth = t.port_bandwidth / 2.0;
         }
+        let (pairs, starts) = pairs_and_starts(ranks, flows);
+        (t, pairs, starts)
+    }
+
+    /// Every ordered pair of `ranks` ranks, and `flows` (pair index, bytes choice, window cap
+    /// choice, time) as starts in time order.
+    fn pairs_and_starts(ranks: u32, flows: &[(u32, usize, usize, u32)]) -> (Vec<(u32, u32)>, Vec<Start>) {
         let pairs: Vec<(u32, u32)> = (0..ranks)
             .flat_map(|s| (0..ranks).filter(move |&d| d != s).map(move |d| (s, d)))
             .collect();
@@ -1680,7 +1687,7 @@ mod tests {
             })
             .collect();
         starts.sort_by(|a, b| a.3.total_cmp(&b.3));
-        (t, pairs, starts)
+        (pairs, starts)
     }
 
     /// Runs `starts` (pair, bytes, window cap, time) on `l` as [`replay`] does, and after
@@ -1844,21 +1851,7 @@ mod tests {
                 t.uplink_ratio = 0.5;
                 t.cross_port_bandwidth = t.port_bandwidth / 2.0;
             }
-            let pairs: Vec<(u32, u32)> = (0..ranks)
-                .flat_map(|s| (0..ranks).filter(move |&d| d != s).map(move |d| (s, d)))
-                .collect();
-            let mut starts: Vec<(u32, f64, f64, f64)> = flows
-                .iter()
-                .map(|&(p, b, c, at)| {
-                    (
-                        p % pairs.len() as u32,
-                        [1.0, 2.0, 5.0, 10.0, 30.0][b],
-                        [f64::INFINITY, 1.0, 2.0, 3.0, 5.0][c],
-                        f64::from(at),
-                    )
-                })
-                .collect();
-            starts.sort_by(|a, b| a.3.total_cmp(&b.3));
+            let (pairs, starts) = pairs_and_starts(ranks, &flows);
             for local in [true, false] {
                 let mut l = Links::new(&t, &pairs);
                 l.set_local(local);
