@@ -366,14 +366,13 @@ fn other_tilings(
             &[&other.schedule]
         };
         let du = crate::report::durations(&w, &model, &other.graph.rank);
-        // One thread: the policy's own graph stays held beside this one, so there is seldom
-        // room for a second workload, and two threads measured no faster here.
-        let two = false;
         let how = How {
             progress: ch.progress,
             numbered: ch.progress.map_or(0, |p| p.candidates().saturating_sub(1)),
             du: Some(&du),
-            two,
+            // One thread: the policy's own graph stays held beside this one, so there is
+            // seldom room for a second workload, and two threads measured no faster here.
+            two: false,
             limit: best,
         };
         let mut raced = race(&other.graph, items, w, &model, how);
@@ -529,21 +528,6 @@ fn room_for_two(g: &hpmoe_dsl::lower::TaskGraph, w: &Workload, beside: u64) -> b
     let extra = w.heap_bytes() + sim::state_bytes(w);
     let mappable = hpmoe_dsl::timing::address_space_left().is_none_or(|left| left / 2 >= extra.saturating_add(1 << 30));
     mappable && held.saturating_add(two).saturating_mul(5) / 4 <= hpmoe_dsl::lower::MAX_MEMORY
-}
-
-/// Bytes a schedule holds on the heap.
-fn schedule_bytes(s: &Schedule) -> u64 {
-    let words = s.core.len()
-        + s.queues.off.len()
-        + s.queues.idx.len()
-        + s.waits.off.len()
-        + s.waits.idx.len()
-        + s.signals.off.len()
-        + s.signals.idx.len()
-        + s.threshold.len()
-        + s.counter_rank.len()
-        + s.kernel.len();
-    (words * std::mem::size_of::<u32>()) as u64
 }
 
 /// The origin of the expert-level order when it wins a choice of two.
@@ -756,7 +740,7 @@ fn choose_observed(
     // One workload for every schedule of the graph: the region work is done once.
     let w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
     // Two at once holds every candidate's schedule (about the size of the policy's own).
-    let schedules = schedule_bytes(&c.schedule).saturating_mul(CANDIDATES as u64);
+    let schedules = (c.schedule.resident_bytes() as u64).saturating_mul(CANDIDATES as u64);
     if !(ch.side_by_side && room_for_two(&c.graph, &w, schedules)) {
         return Some(one_by_one(program, tf, c, verify, ch, w, &model, &spec));
     }

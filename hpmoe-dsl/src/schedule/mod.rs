@@ -66,6 +66,21 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// Memory the schedule holds (its per-task, per-core and per-counter arrays), in bytes.
+    pub fn resident_bytes(&self) -> usize {
+        let words = self.core.len()
+            + self.queues.off.len()
+            + self.queues.idx.len()
+            + self.waits.off.len()
+            + self.waits.idx.len()
+            + self.signals.off.len()
+            + self.signals.idx.len()
+            + self.threshold.len()
+            + self.counter_rank.len()
+            + self.kernel.len();
+        words * std::mem::size_of::<u32>()
+    }
+
     pub fn cores_per_rank(&self) -> u32 {
         self.aic_cores + self.aiv_cores
     }

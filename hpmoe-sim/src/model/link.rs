@@ -288,8 +288,6 @@ struct Pair {
     src: u32,
     dst: u32,
     virt: f64,
-    /// Rate of each of its flows.
-    rate: f64,
     last: f64,
     /// Flows by virtual finish (non-negative f64 bits).
     flows: BinaryHeap<Reverse<(u64, u32)>>,
@@ -322,8 +320,7 @@ struct Hot {
     n: u32,
     /// Component search mark.
     mark: u32,
-    /// The pair's rate now (as [`Pair::rate`], here for the solve's comparison of old and
-    /// new rates).
+    /// The rate of each of its flows now.
     rate: f64,
     /// The heap entry that froze it in the last solve of its component: (level bits, kind,
     /// id), as in [`Links::reshare`]; its level is the rate that solve found.
@@ -445,7 +442,6 @@ impl Links {
                     src,
                     dst,
                     virt: 0.0,
-                    rate: 0.0,
                     last: 0.0,
                     flows: BinaryHeap::new(),
                     gen: 0,
@@ -538,13 +534,13 @@ impl Links {
     }
 
     fn settle(&mut self, p: usize, now: f64) {
-        let n = self.hot[p].n;
+        let (n, rate) = (self.hot[p].n, self.hot[p].rate);
         let pr = &mut self.pairs[p];
         let dt = now - pr.last;
         if dt > 0.0 {
             if n > 0 {
-                pr.virt += pr.rate * dt;
-                self.moved_out[pr.src as usize] += n as f64 * pr.rate * dt;
+                pr.virt += rate * dt;
+                self.moved_out[pr.src as usize] += n as f64 * rate * dt;
             }
             pr.last = now;
         }
@@ -564,11 +560,12 @@ impl Links {
     /// The predicted finish of pair `p`'s first flow.
     fn predict(&self, p: usize) -> Option<f64> {
         let pr = &self.pairs[p];
+        let rate = self.hot[p].rate;
         let Reverse((vf, _)) = pr.flows.peek()?;
-        if pr.rate <= 0.0 {
+        if rate <= 0.0 {
             return None;
         }
-        Some(pr.last + ((f64::from_bits(*vf) - pr.virt) / pr.rate).max(0.0))
+        Some(pr.last + ((f64::from_bits(*vf) - pr.virt) / rate).max(0.0))
     }
 
     /// Pushes an event for `p` if its predicted finish is earlier than the pending one.
@@ -582,7 +579,6 @@ impl Links {
         }
         self.settle(p, now);
         let (s, d, n) = (self.pairs[p].src as usize, self.pairs[p].dst as usize, self.hot[p].n);
-        self.pairs[p].rate = new;
         self.hot[p].rate = new;
         self.out_rate[s] += n as f64 * (new - old);
         self.in_rate[d] += n as f64 * (new - old);
@@ -621,9 +617,7 @@ impl Links {
             self.pairs[p].pos[k] = self.users[r].len() as u32;
             self.users[r].push(p as u32);
         }
-        let pr = &mut self.pairs[p];
-        pr.last = now;
-        pr.rate = 0.0;
+        self.pairs[p].last = now;
         self.hot[p].rate = 0.0;
     }
 
@@ -643,7 +637,6 @@ impl Links {
         }
         self.hot[p].rate = 0.0;
         let pr = &mut self.pairs[p];
-        pr.rate = 0.0;
         pr.sched = f64::INFINITY;
         pr.gen = pr.gen.wrapping_add(1);
     }
@@ -676,7 +669,7 @@ impl Links {
         } else {
             self.settle(pu, now);
         }
-        let rate = self.pairs[pu].rate;
+        let rate = self.hot[pu].rate;
         let pr = &mut self.pairs[pu];
         let vf = pr.virt + bytes;
         pr.flows.push(Reverse((vf.to_bits(), f)));
@@ -706,6 +699,7 @@ impl Links {
         self.settle(pu, now);
         let (s, d) = (self.pairs[pu].src as usize, self.pairs[pu].dst as usize);
         let first = done.len();
+        let rate = self.hot[pu].rate;
         loop {
             let pr = &self.pairs[pu];
             let Some(&Reverse((vf, f))) = pr.flows.peek() else {
@@ -714,7 +708,7 @@ impl Links {
             let vf = f64::from_bits(vf);
             // Delivered, or so close that no time step would change anything.
             let left = vf - pr.virt;
-            if !(close(vf, pr.virt) || (done.len() == first && pr.rate > 0.0 && now + left / pr.rate <= now)) {
+            if !(close(vf, pr.virt) || (done.len() == first && rate > 0.0 && now + left / rate <= now)) {
                 break;
             }
             let pr = &mut self.pairs[pu];
@@ -729,7 +723,6 @@ impl Links {
         }
         self.mark_busy(s, d, now);
         let k = (done.len() - first) as u32;
-        let rate = self.pairs[pu].rate;
         for &f in &done[first..] {
             let b = flow_bytes[f as usize];
             self.sent[s] += b;
@@ -1210,7 +1203,7 @@ impl Links {
     }
     /// The rate of each flow of pair `p` now.
     pub fn rate(&self, p: u32) -> f64 {
-        self.pairs[p as usize].rate
+        self.hot[p as usize].rate
     }
     pub fn stats(&self) -> SolveStats {
         self.stats
