@@ -261,7 +261,7 @@ fn pairwise_alltoall_runs_steps_in_order() {
                 waiters.entry(cn as usize).or_default().push(t as u32);
             }
         }
-        for &cn in sc.signals.row(t) {
+        for cn in sc.signals(t) {
             if steps.contains(&(cn as usize)) {
                 signallers.entry(cn as usize).or_default().push(t as u32);
             }
@@ -328,4 +328,46 @@ fn step_counters_are_named_in_the_schedule_json() {
     // Dependencies first, then steps, then kernel barriers (4 calls after the first, x 4 ranks).
     assert!(kinds[n - 16..].iter().all(|&k| k == "barrier"));
     assert!(kinds[n - 40..n - 16].iter().all(|&k| k == "step"));
+}
+
+/// Kernel barriers: the barrier of call k on rank r is waited on by call k's tasks on r and
+/// signalled by call k-1's tasks on every rank when either call communicates (dispatch and
+/// the first GMM, the second GMM and combine), else by those on r alone; its threshold is
+/// that count. The signals of a barrier over every rank are not listed task by task: the
+/// schedule holds no more than the same queues without barriers, plus a word per barrier.
+#[test]
+fn kernel_barriers_wait_for_the_previous_call() {
+    let p = program("");
+    let c = compile(&p, &spec(&p, Policy::KernelByKernel, &[]));
+    let (g, sc) = (&c.graph, &c.schedule);
+    let calls = g.nodes.len();
+    assert_eq!(sc.barriers as usize, (calls - 1) * RANKS as usize);
+    let first = sc.threshold.len() - sc.barriers as usize;
+    let communicates = |k: usize| k == DISPATCH || k == COMBINE;
+    let by = sc.signallers();
+    for k in 1..calls {
+        for r in 0..RANKS {
+            let b = first + (k - 1) * RANKS as usize + r as usize;
+            assert_eq!(sc.counter_rank[b], r);
+            let every = communicates(k) || communicates(k - 1);
+            let want: Vec<u32> = (0..g.len() as u32)
+                .filter(|&t| g.node[t as usize] as usize == k - 1 && (every || g.rank[t as usize] == r))
+                .collect();
+            assert!(!want.is_empty());
+            assert_eq!(by.row(b), &want[..], "barrier of call {k} on rank {r}");
+            assert_eq!(sc.threshold[b] as usize, want.len());
+            let waiters: Vec<u32> = (0..g.len() as u32)
+                .filter(|&t| sc.waits.row(t as usize).contains(&(b as u32)))
+                .collect();
+            let want: Vec<u32> = (0..g.len() as u32)
+                .filter(|&t| g.node[t as usize] as usize == k && g.rank[t as usize] == r)
+                .collect();
+            assert_eq!(waiters, want, "waiters of call {k}'s barrier on rank {r}");
+        }
+    }
+    // Listed signals: the graph's dependencies and the AllToAll's steps only.
+    let listed = sc.signal_list.idx.len();
+    let steps: usize = collective::step_counters(g, sc).map(|c| sc.threshold[c] as usize).sum();
+    assert_eq!(listed, g.counters.idx.len() + steps);
+    assert!(hpmoe_dsl::verify::verify_schedule(p.program(), &p.taskflows[0], g, sc).is_empty());
 }

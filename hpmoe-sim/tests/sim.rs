@@ -122,7 +122,7 @@ fn check_invariants(name: &str, p: &Program, c: &Compiled, s: &Simulated, r: &Re
         }
     }
     // No task starts before its predecessors' signals arrive.
-    let signallers = sch.signals.transpose_into(sch.threshold.len());
+    let signallers = sch.signallers();
     for k in 0..sch.threshold.len() {
         if sch.threshold[k] == 0 {
             continue;

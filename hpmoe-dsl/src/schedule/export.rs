@@ -74,17 +74,11 @@ fn queues_json(s: &Schedule) -> Vec<J> {
 
 /// Signalling and waiting tasks per counter, as CSR rows.
 fn counter_tasks(g: &TaskGraph, s: &Schedule) -> (crate::lower::Csr, crate::lower::Csr) {
-    let mut sig: Vec<(u32, u32)> = Vec::new();
     let mut wait: Vec<(u32, u32)> = Vec::new();
     for t in 0..g.len() {
-        sig.extend(s.signals.row(t).iter().map(|&c| (c, t as u32)));
         wait.extend(s.waits.row(t).iter().map(|&c| (c, t as u32)));
     }
-    let n = s.threshold.len();
-    (
-        crate::lower::Csr::from_pairs(n, &sig),
-        crate::lower::Csr::from_pairs(n, &wait),
-    )
+    (s.signallers(), crate::lower::Csr::from_pairs(s.threshold.len(), &wait))
 }
 
 fn counter_json(g: &TaskGraph, s: &Schedule, c: usize, by: &crate::lower::Csr, waiters: &crate::lower::Csr) -> J {

@@ -277,7 +277,8 @@ fn strip_barriers(g: &TaskGraph, s: &mut Schedule) {
         Csr::from_pairs(n, &pairs)
     };
     s.waits = keep(&s.waits);
-    s.signals = keep(&s.signals);
+    s.signal_list = keep(&s.signal_list);
+    s.fanout.clear();
     s.threshold.truncate(gc as usize);
     s.counter_rank.truncate(gc as usize);
     s.barriers = 0;

@@ -46,9 +46,14 @@ pub struct Schedule {
     pub queues: Csr,
     /// Counters: those of the task graph, then the step counters of `kernel_by_kernel`'s
     /// pairwise AllToAll ([`collective::step_counters`]), then the kernel barriers of
-    /// `kernel_by_kernel`. Per task, the counters it waits on and those it signals.
+    /// `kernel_by_kernel`. Per task, the counters it waits on, and those it signals besides
+    /// its kernel's barriers (all of them: [`Schedule::signals`]).
     pub waits: Csr,
-    pub signals: Csr,
+    pub signal_list: Csr,
+    /// Per kernel (indexed by [`Schedule::kernel`]): the kernel barriers each of its tasks
+    /// signals, the next kernel's. A barrier that waits for every rank would take a list
+    /// entry per task and rank; described here, it takes none.
+    pub fanout: Vec<Option<Fanout>>,
     /// Per counter: the number of signals it waits for (derived from `signals`).
     pub threshold: Vec<u32>,
     /// Per counter: the rank holding it.
@@ -65,7 +70,71 @@ pub struct Schedule {
     pub origin: &'static str,
 }
 
+/// The kernel barriers every task of one kernel signals: `first + r` is the next kernel's
+/// barrier on rank `r`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fanout {
+    /// The barrier of the task's own rank.
+    OwnRank { first: u32 },
+    /// The barriers of every rank, `first..first + ranks` (the next kernel, or this one, is
+    /// a collective).
+    EveryRank { first: u32, ranks: u32 },
+}
+
 impl Schedule {
+    /// The counters task `t` signals: its list, then its kernel's barriers (rank order).
+    pub fn signals(&self, t: usize) -> impl Iterator<Item = u32> + Clone + '_ {
+        let list = self.signal_list.row(t).iter().copied();
+        list.chain(self.fanout_of(t))
+    }
+
+    /// The kernel barriers task `t` signals (an empty range when none).
+    pub fn fanout_of(&self, t: usize) -> std::ops::Range<u32> {
+        let f = self
+            .kernel
+            .get(t)
+            .and_then(|&k| self.fanout.get(k as usize))
+            .copied()
+            .flatten();
+        match f {
+            Some(Fanout::OwnRank { first }) => {
+                let r = self.core.get(t).map_or(0, |&c| self.core_rank(c));
+                let c = first.saturating_add(r);
+                c..c.saturating_add(1)
+            }
+            Some(Fanout::EveryRank { first, ranks }) => first..first.saturating_add(ranks),
+            None => 0..0,
+        }
+    }
+
+    /// Every counter's signalling tasks (the transpose of [`Schedule::signals`]).
+    pub fn signallers(&self) -> Csr {
+        let n = self.core.len();
+        let counters = self.threshold.len();
+        let mut off = vec![0u32; counters + 1];
+        for t in 0..n {
+            for c in self.signals(t) {
+                if let Some(x) = off.get_mut(c as usize + 1) {
+                    *x += 1;
+                }
+            }
+        }
+        for c in 0..counters {
+            off[c + 1] += off[c];
+        }
+        let mut fill = off.clone();
+        let mut idx = vec![0u32; off[counters] as usize];
+        for t in 0..n {
+            for c in self.signals(t) {
+                if let Some(at) = fill.get_mut(c as usize) {
+                    idx[*at as usize] = t as u32;
+                    *at += 1;
+                }
+            }
+        }
+        Csr { off, idx }
+    }
+
     /// Memory the schedule holds (its per-task, per-core and per-counter arrays), in bytes.
     pub fn resident_bytes(&self) -> usize {
         let words = self.core.len()
@@ -73,8 +142,9 @@ impl Schedule {
             + self.queues.idx.len()
             + self.waits.off.len()
             + self.waits.idx.len()
-            + self.signals.off.len()
-            + self.signals.idx.len()
+            + self.signal_list.off.len()
+            + self.signal_list.idx.len()
+            + self.fanout.len() * 3
             + self.threshold.len()
             + self.counter_rank.len()
             + self.kernel.len();
@@ -103,10 +173,11 @@ impl Schedule {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (self.aic_cores, self.aiv_cores, self.barriers).hash(&mut h);
         self.core.hash(&mut h);
-        for c in [&self.queues, &self.waits, &self.signals] {
+        for c in [&self.queues, &self.waits, &self.signal_list] {
             c.off.hash(&mut h);
             c.idx.hash(&mut h);
         }
+        self.fanout.hash(&mut h);
         self.threshold.hash(&mut h);
         self.counter_rank.hash(&mut h);
         self.kernel.hash(&mut h);
@@ -306,37 +377,46 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
     };
     let gc = gc + steps;
     let mut barriers = 0;
+    // Kernel k's barrier on rank r waits for kernel k-1's tasks: those of every rank when
+    // either kernel is a collective (their signals are described by a fanout, not listed).
+    let mut fanout: Vec<Option<Fanout>> = Vec::new();
+    let mut barrier_threshold: Vec<u32> = Vec::new();
     if spec.policy == Policy::KernelByKernel {
         let nodes = tf.nodes.len();
+        fanout = vec![None; nodes];
         for k in 1..nodes {
             let collective = is_comm(tf, k) || is_comm(tf, k - 1);
+            let first = gc + barriers;
+            let prev = &g.nodes[k - 1];
+            let every: u32 = prev.per_rank.iter().map(|p| p.count).sum();
             for r in 0..g.ranks {
-                let b = gc + barriers;
                 barriers += 1;
                 counter_rank.push(r);
                 let nt = &g.nodes[k];
                 let base = nt.base[r as usize];
                 for t in base..base + nt.per_rank[r as usize].count {
-                    wait_pairs.push((t, b));
+                    wait_pairs.push((t, first + r));
                 }
-                let prev = &g.nodes[k - 1];
-                let sources: Vec<u32> = if collective { (0..g.ranks).collect() } else { vec![r] };
-                for s in sources {
-                    let pb = prev.base[s as usize];
-                    for t in pb..pb + prev.per_rank[s as usize].count {
-                        signal_pairs.push((t, b));
-                    }
-                }
+                barrier_threshold.push(if collective {
+                    every
+                } else {
+                    prev.per_rank[r as usize].count
+                });
             }
+            fanout[k - 1] = Some(if collective {
+                Fanout::EveryRank { first, ranks: g.ranks }
+            } else {
+                Fanout::OwnRank { first }
+            });
         }
     }
     let waits = Csr::from_pairs(n, &wait_pairs);
-    let signals = Csr::from_pairs(n, &signal_pairs);
-    let total = (gc + barriers) as usize;
-    let mut threshold = vec![0u32; total];
+    let signal_list = Csr::from_pairs(n, &signal_pairs);
+    let mut threshold = vec![0u32; gc as usize];
     for &(_, c) in &signal_pairs {
         threshold[c as usize] += 1;
     }
+    threshold.extend_from_slice(&barrier_threshold);
     Schedule {
         policy: spec.clone(),
         aic_cores: aic,
@@ -344,7 +424,8 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
         core,
         queues,
         waits,
-        signals,
+        signal_list,
+        fanout,
         threshold,
         counter_rank,
         kernel,

@@ -537,7 +537,7 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
     }
     for c in 0..g.counters.len() {
         for &p in g.counters.row(c) {
-            if !s.signals.row(p as usize).contains(&(c as u32)) {
+            if !s.signals(p as usize).any(|x| x == c as u32) {
                 out.push(
                     Diagnostic::error(
                         Code::Race,
@@ -556,7 +556,7 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
     let mut arriving = vec![0u32; s.threshold.len()];
     for t in 0..n {
         crate::cancel::check_every(t);
-        for &c in s.signals.row(t) {
+        for c in s.signals(t) {
             if let Some(a) = arriving.get_mut(c as usize) {
                 *a += 1;
             }
@@ -632,9 +632,10 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
         if let Some(&next) = s.queues.row(core).get(head[core]) {
             ready.push(next);
         }
-        for &c in s.signals.row(tu) {
-            count[c as usize] += 1;
-            if count[c as usize] >= s.threshold[c as usize] {
+        for c in s.signals(tu) {
+            let Some(k) = count.get_mut(c as usize) else { continue };
+            *k += 1;
+            if *k >= s.threshold[c as usize] {
                 pending.append(&mut blocked_on[c as usize]);
                 ready.append(&mut pending);
             }
@@ -659,7 +660,7 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
             };
             let missing: Vec<String> = (0..n)
                 .filter(|&p| {
-                    s.signals.row(p).contains(&ctr)
+                    s.signals(p).any(|x| x == ctr)
                         && s.queues
                             .row(s.core[p] as usize)
                             .iter()

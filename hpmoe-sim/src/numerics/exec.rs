@@ -278,7 +278,7 @@ pub fn execute_tiled(
     let mut signallers = vec![Vec::new(); s.threshold.len()];
     for t in 0..n {
         hpmoe_dsl::cancel::check_every(t);
-        for &c in s.signals.row(t) {
+        for c in s.signals(t) {
             signallers[c as usize].push(t as u32);
         }
     }

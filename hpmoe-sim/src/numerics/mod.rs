@@ -221,7 +221,7 @@ pub fn schedule_order(g: &TaskGraph, s: &Schedule) -> Vec<u32> {
                 }
                 order.push(t);
                 head[c] += 1;
-                for &k in s.signals.row(t as usize) {
+                for k in s.signals(t as usize) {
                     count[k as usize] += 1;
                 }
                 progressed = true;

@@ -379,7 +379,7 @@ pub fn heads_tails(
                 to_rank[dst as usize] += w.flow_bytes[f];
             }
         }
-        for &c in s.signals.row(t) {
+        for c in s.signals(t) {
             let c = c as usize;
             ready[c] = ready[c].max(fin + lat(t, c));
             let cr = s.counter_rank[c];
@@ -421,7 +421,7 @@ pub fn heads_tails(
     for &t in order.iter().rev() {
         let t = t as usize;
         let mut q = 0.0f64;
-        for &c in s.signals.row(t) {
+        for c in s.signals(t) {
             let c = c as usize;
             if after[c].is_nan() {
                 after[c] = w.waiters.row(c).iter().map(|&x| span[x as usize]).fold(0.0, f64::max);

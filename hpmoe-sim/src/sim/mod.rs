@@ -969,7 +969,7 @@ impl Sim<'_> {
         if info.sigs < info.sig_split {
             self.push(now + self.m.event_latency, SIG_LOCAL, i as u32, 0);
         }
-        if info.sig_split < info.sig_end {
+        if info.sig_split < info.sig_end || info.fanout != NONE {
             self.push(now + info.sig_latency, SIG_REMOTE, i as u32, 0);
         }
         self.try_start(c);
@@ -984,16 +984,29 @@ impl Sim<'_> {
             (info.sig_split, info.sig_end)
         };
         for &k in &w.plan.sig[a as usize..b as usize] {
-            let k = k as usize;
-            let c = &mut self.ctr[k];
-            c.count += 1;
-            if c.count == c.threshold {
-                let delay = c.delay;
-                if delay > 0.0 {
-                    self.push(self.now + delay, COUNTER_READY, k as u32, 0);
-                } else {
-                    self.satisfy(k);
+            self.bump(k as usize);
+        }
+        if !local && info.fanout != NONE {
+            let (first, ranks) = w.plan.fanout[info.fanout as usize];
+            let rank = info.rank;
+            for k in first..first + ranks {
+                if self.s.counter_rank[k as usize] != rank {
+                    self.bump(k as usize);
                 }
+            }
+        }
+    }
+
+    /// One signal arrives at counter `k`.
+    fn bump(&mut self, k: usize) {
+        let c = &mut self.ctr[k];
+        c.count += 1;
+        if c.count == c.threshold {
+            let delay = c.delay;
+            if delay > 0.0 {
+                self.push(self.now + delay, COUNTER_READY, k as u32, 0);
+            } else {
+                self.satisfy(k);
             }
         }
     }
@@ -1018,7 +1031,7 @@ impl Sim<'_> {
         const SHOWN: usize = 8;
         const MISSING: usize = 4;
         let s = self.s;
-        let signallers = s.signals.transpose_into(s.threshold.len());
+        let signallers = s.signallers();
         let mut waits = Vec::new();
         let mut blocked = 0;
         let plan = &self.w.plan;

@@ -46,6 +46,9 @@ pub struct TaskInfo {
     pub sigs: u32,
     pub sig_split: u32,
     pub sig_end: u32,
+    /// Its remote kernel barriers, `first..first + ranks` but its own rank's (an index into
+    /// [`Plan::fanout`]), or [`NONE`].
+    pub fanout: u32,
     /// Its flows `flows..flow_end` (flow ids).
     pub flows: u32,
     pub flow_end: u32,
@@ -81,6 +84,10 @@ pub struct Plan {
     pub runs: Vec<ReadRun>,
     /// Counters signalled, per internal task (local first).
     pub sig: Vec<u32>,
+    /// Kernel barriers of every rank signalled by a whole kernel's tasks, as (first, ranks):
+    /// a task signals those of other ranks through [`TaskInfo::fanout`] (its own rank's is
+    /// in its local list).
+    pub fanout: Vec<(u32, u32)>,
     /// Per counter: the internal ids waiting on it.
     pub waiters: Csr,
     /// Per internal task: the number of counters with a threshold it waits on.
@@ -907,10 +914,34 @@ impl Workload {
             queue,
             queue_off,
             runs: plan_runs,
-            sig: Vec::with_capacity(s.signals.idx.len()),
+            sig: Vec::with_capacity(s.signal_list.idx.len() + n),
+            fanout: Vec::new(),
             waiters: Csr::default(),
             waits: Vec::with_capacity(n),
         };
+        // A fanout's remote signals arrive together, after the longest latency to another
+        // rank (as a task's listed remote signals do).
+        let mut fanout_of_kernel: Vec<u32> = vec![NONE; s.fanout.len()];
+        let mut far: Vec<f64> = Vec::new();
+        for (k, f) in s.fanout.iter().enumerate() {
+            if let Some(hpmoe_dsl::schedule::Fanout::EveryRank { first, ranks }) = *f {
+                if ranks < 2 {
+                    continue;
+                }
+                fanout_of_kernel[k] = p.fanout.len() as u32;
+                p.fanout.push((first, ranks));
+                if far.is_empty() {
+                    far = (0..self.ranks)
+                        .map(|a| {
+                            (0..self.ranks)
+                                .filter(|&b| b != a)
+                                .map(|b| topo.latency(a, b))
+                                .fold(0.0, f64::max)
+                        })
+                        .collect();
+                }
+            }
+        }
         let mut next_run = 0u32;
         for &t in &order {
             let t = t as usize;
@@ -919,11 +950,34 @@ impl Workload {
             let read_end = next_run;
             let sigs = p.sig.len() as u32;
             let rank = g.rank[t];
-            p.sig
-                .extend(s.signals.row(t).iter().filter(|&&c| s.counter_rank[c as usize] == rank));
+            let fanout = s
+                .kernel
+                .get(t)
+                .and_then(|&k| fanout_of_kernel.get(k as usize))
+                .copied()
+                .unwrap_or(NONE);
+            if fanout == NONE {
+                p.sig
+                    .extend(s.signals(t).filter(|&c| s.counter_rank[c as usize] == rank));
+            } else {
+                p.sig.extend(
+                    s.signal_list
+                        .row(t)
+                        .iter()
+                        .filter(|&&c| s.counter_rank[c as usize] == rank),
+                );
+                p.sig
+                    .extend(s.fanout_of(t).filter(|&c| s.counter_rank[c as usize] == rank));
+            }
             let sig_split = p.sig.len() as u32;
-            p.sig
-                .extend(s.signals.row(t).iter().filter(|&&c| s.counter_rank[c as usize] != rank));
+            p.sig.extend(
+                s.signal_list
+                    .row(t)
+                    .iter()
+                    .copied()
+                    .chain(if fanout == NONE { s.fanout_of(t) } else { 0..0 })
+                    .filter(|&c| s.counter_rank[c as usize] != rank),
+            );
             p.waits
                 .push(s.waits.row(t).iter().filter(|&&c| s.threshold[c as usize] > 0).count() as u32);
             let core = s
@@ -948,9 +1002,11 @@ impl Workload {
                 flows: self.flow_off[t],
                 flow_end: self.flow_off[t + 1],
                 local_block: if self.local_out[t] > 0.0 { t as u32 } else { NONE },
+                fanout,
                 sig_latency: p.sig[sig_split as usize..]
                     .iter()
                     .map(|&c| topo.latency(rank, s.counter_rank[c as usize]))
+                    .chain((fanout != NONE).then(|| far.get(rank as usize).copied().unwrap_or(0.0)))
                     .fold(0.0, f64::max),
                 class: self.class[t],
             });

@@ -294,7 +294,7 @@ pub fn write(out: &mut dyn Write, run: &Run, filter: &Filter) -> io::Result<()> 
         if w.task_flows(t).is_empty() || !kept(t) {
             continue;
         }
-        for &c in s.signals.row(t) {
+        for c in s.signals(t) {
             let c = c as usize;
             if c >= graph_counters || s.counter_rank[c] == g.rank[t] {
                 continue;

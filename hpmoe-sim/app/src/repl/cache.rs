@@ -73,8 +73,7 @@ pub(crate) struct SimRun {
 
 impl SimRun {
     pub fn signallers(&self, s: &schedule::Schedule) -> &Csr {
-        self.signallers
-            .get_or_init(|| s.signals.transpose_into(s.threshold.len()))
+        self.signallers.get_or_init(|| s.signallers())
     }
     pub fn positions(&self, s: &schedule::Schedule) -> &[u32] {
         self.positions
