@@ -1158,3 +1158,50 @@ fn task_durations_do_not_depend_on_the_schedule() {
         );
     }
 }
+
+/// A kernel-by-kernel schedule describes the signals of its barriers over every rank by a
+/// fanout per kernel; the simulator delivers them and the bounds gather them per source rank
+/// without a list. Written out as a list, task by task (the plain form every consumer also
+/// reads), the same schedule must simulate and bound the same, to the bit.
+#[test]
+fn barrier_fanouts_simulate_and_bound_as_their_signals_listed() {
+    for (file, overrides) in [
+        ("deepseek_v3_ep4_fwd.hpm", &["tokens=256"][..]),
+        ("deepseek_v3_ep8_bwd.hpm", &["tokens=128"][..]),
+        ("qwen_moe_ep8_fwd.hpm", &["tokens=128", "ranks=16"][..]),
+    ] {
+        let p = program_file(&root().join("examples").join(file), overrides);
+        let tf = &p.taskflows[0];
+        let c = compile(&p, Some(Policy::KernelByKernel));
+        let s = &c.schedule;
+        assert!(
+            s.fanout
+                .iter()
+                .any(|f| matches!(f, Some(hpmoe_dsl::schedule::Fanout::EveryRank { .. }))),
+            "{file}: a barrier over every rank"
+        );
+        let mut listed = s.clone();
+        let pairs: Vec<(u32, u32)> = (0..c.graph.len())
+            .flat_map(|t| s.signals(t).map(move |k| (t as u32, k)))
+            .collect();
+        listed.signal_list = hpmoe_dsl::lower::Csr::from_pairs(c.graph.len(), &pairs);
+        listed.fanout.clear();
+        assert!(hpmoe_dsl::verify::verify_schedule(&p, tf, &c.graph, &listed).is_empty());
+        let m = DeviceModel::new(&p.device).expect("a model");
+        let wa = hpmoe_sim::sim::Workload::new(&p, tf, &c.graph, s, &m);
+        let wb = hpmoe_sim::sim::Workload::new(&p, tf, &c.graph, &listed, &m);
+        let a = simulate(&wa, s, &m, SimOptions::default()).expect("runs");
+        let b = simulate(&wb, &listed, &m, SimOptions::default()).expect("runs");
+        assert_eq!(a.makespan.to_bits(), b.makespan.to_bits(), "{file}");
+        assert_eq!(a.start, b.start, "{file}");
+        assert_eq!(a.end, b.end, "{file}");
+        assert_eq!(a.counter_time, b.counter_time, "{file}");
+        let du = hpmoe_sim::report::durations(&wa, &m, &c.graph.rank);
+        let (ha, ta, sa) = hpmoe_sim::report::heads_tails(&wa, s, &m, &c.graph.rank, &du);
+        let (hb, tb, sb) = hpmoe_sim::report::heads_tails(&wb, &listed, &m, &c.graph.rank, &du);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&ha), bits(&hb), "{file}: heads");
+        assert_eq!(bits(&ta), bits(&tb), "{file}: tails");
+        assert_eq!(bits(&sa), bits(&sb), "{file}: spans");
+    }
+}

@@ -333,6 +333,82 @@ pub fn durations(w: &Workload, m: &DeviceModel, rank: &[u32]) -> Durations {
     out
 }
 
+/// Marks counter `c` reached: its ready time then (the bytes crossing into its rank
+/// included), given to its waiters; those with nothing left to wait for go on `stack`.
+#[allow(clippy::too_many_arguments)]
+fn release(
+    c: usize,
+    ready: &mut [f64],
+    inflow: &[(f64, f64, f64, u32)],
+    head: &mut [f64],
+    indeg: &mut [u32],
+    stack: &mut Vec<u32>,
+    w: &Workload,
+    m: &DeviceModel,
+) {
+    let (rel, bytes, l, _) = inflow[c];
+    if bytes > 0.0 {
+        let last = rel + bytes / m.topology.port_bandwidth + m.task_overhead + l;
+        ready[c] = ready[c].max(last);
+    }
+    let at = ready[c] + w.delay[c];
+    for &x in w.waiters.row(c) {
+        let x = x as usize;
+        head[x] = head[x].max(at);
+        indeg[x] -= 1;
+        if indeg[x] == 0 {
+            stack.push(x as u32);
+        }
+    }
+}
+
+/// A schedule's kernel barriers over every rank (`Fanout::EveryRank` of two ranks or more)
+/// laid out as [`heads_tails`] gathers them: barrier `first + r` on rank `r`, one threshold
+/// for all. Any other fanout is walked counter by counter.
+struct Fans {
+    /// Per kernel: its index in `list`, or `None`.
+    by_kernel: Vec<Option<usize>>,
+    /// (first counter, ranks).
+    list: Vec<(u32, u32)>,
+    ranks: usize,
+}
+
+impl Fans {
+    fn new(s: &Schedule, ranks: u32) -> Fans {
+        let mut by_kernel = vec![None; s.fanout.len()];
+        let mut list = Vec::new();
+        for (k, f) in s.fanout.iter().enumerate() {
+            let Some(hpmoe_dsl::schedule::Fanout::EveryRank { first, ranks: n }) = *f else {
+                continue;
+            };
+            let (lo, hi) = (first as usize, first as usize + n as usize);
+            let laid_out = n == ranks
+                && n >= 2
+                && hi <= s.threshold.len()
+                && (lo..hi).all(|c| s.counter_rank[c] as usize == c - lo && s.threshold[c] == s.threshold[lo]);
+            if laid_out {
+                by_kernel[k] = Some(list.len());
+                list.push((first, n));
+            }
+        }
+        Fans {
+            by_kernel,
+            list,
+            ranks: ranks as usize,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// The gathered fanout task `t` signals, if any.
+    fn of(&self, s: &Schedule, t: usize) -> Option<usize> {
+        let k = *s.kernel.get(t)? as usize;
+        *self.by_kernel.get(k)?
+    }
+}
+
 /// Heads, tails and spans of every task (see the module doc) for shortest durations `du`.
 /// Tasks on a dependency cycle (never ready) keep the first launch as head and no tail.
 pub fn heads_tails(
@@ -368,6 +444,14 @@ pub fn heads_tails(
     let mut stack: Vec<u32> = (0..n as u32).filter(|&t| indeg[t as usize] == 0).collect();
     stack.reverse();
     let mut order: Vec<u32> = Vec::with_capacity(n);
+    // Barriers over every rank (`Fanout::EveryRank`) take the same values as if each task's
+    // signals were walked one by one, gathered per source rank instead: a counter's ready
+    // time is the largest `finish + latency` over its signallers, which is the largest
+    // finish per source rank plus that rank's latency (adding a latency keeps the order of
+    // finishes), and all of a fanout's counters fill together, at its last task.
+    let fans = Fans::new(s, w.ranks);
+    let mut fan_fin = vec![f64::NEG_INFINITY; fans.len() * fans.ranks];
+    let mut fan_count = vec![0u32; fans.len()];
     while let Some(t) = stack.pop() {
         order.push(t);
         let t = t as usize;
@@ -379,7 +463,10 @@ pub fn heads_tails(
                 to_rank[dst as usize] += w.flow_bytes[f];
             }
         }
-        for c in s.signals(t) {
+        let fan = fans.of(s, t);
+        let listed = s.signal_list.row(t).iter().copied();
+        let own = if fan.is_some() { 0..0 } else { s.fanout_of(t) };
+        for c in listed.chain(own) {
             let c = c as usize;
             ready[c] = ready[c].max(fin + lat(t, c));
             let cr = s.counter_rank[c];
@@ -393,19 +480,39 @@ pub fn heads_tails(
             }
             count[c] += 1;
             if count[c] == s.threshold[c] {
-                let (rel, bytes, l, _) = inflow[c];
-                if bytes > 0.0 {
-                    let last = rel + bytes / topo.port_bandwidth + m.task_overhead + l;
-                    ready[c] = ready[c].max(last);
+                release(c, &mut ready, &inflow, &mut head, &mut indeg, &mut stack, w, m);
+            }
+        }
+        if let Some(fi) = fan {
+            let (first, _) = fans.list[fi];
+            let rt = rank[t] as usize;
+            let x = &mut fan_fin[fi * fans.ranks + rt];
+            *x = x.max(fin);
+            // Bytes moved to each other rank, once per destination.
+            for f in flows.clone() {
+                let cr = w.flow_dst[f];
+                let c = (first + cr) as usize;
+                if cr != rank[t] && to_rank[cr as usize] > 0.0 && inflow[c].3 != t as u32 {
+                    let e = &mut inflow[c];
+                    e.3 = t as u32;
+                    e.0 = e.0.min(head[t] + du.release[t]);
+                    e.1 += to_rank[cr as usize];
+                    e.2 = e.2.min(topo.latency(rank[t], cr));
                 }
-                let at = ready[c] + w.delay[c];
-                for &x in w.waiters.row(c) {
-                    let x = x as usize;
-                    head[x] = head[x].max(at);
-                    indeg[x] -= 1;
-                    if indeg[x] == 0 {
-                        stack.push(x as u32);
+            }
+            fan_count[fi] += 1;
+            if fan_count[fi] == s.threshold[first as usize] {
+                for r in 0..fans.ranks {
+                    let c = first as usize + r;
+                    for (src, &f) in fan_fin[fi * fans.ranks..(fi + 1) * fans.ranks].iter().enumerate() {
+                        let l = if src == r {
+                            m.event_latency
+                        } else {
+                            topo.latency(src as u32, r as u32)
+                        };
+                        ready[c] = ready[c].max(f + l);
                     }
+                    release(c, &mut ready, &inflow, &mut head, &mut indeg, &mut stack, w, m);
                 }
             }
         }
@@ -418,17 +525,36 @@ pub fn heads_tails(
     let mut tail = vec![0.0f64; n];
     let mut span = vec![0.0f64; n];
     let mut after = vec![f64::NAN; counters];
+    // Per (fanout, source rank): the largest `latency + delay + after` over its counters
+    // (the same for every task of that rank, all of the fanout's waiters being later).
+    let mut fan_q = vec![f64::NAN; fans.len() * fans.ranks];
     for &t in order.iter().rev() {
         let t = t as usize;
         let mut q = 0.0f64;
-        for c in s.signals(t) {
-            let c = c as usize;
+        let fan = fans.of(s, t);
+        let own = if fan.is_some() { 0..0 } else { s.fanout_of(t) };
+        let through = |c: usize, after: &mut [f64]| {
             if after[c].is_nan() {
                 after[c] = w.waiters.row(c).iter().map(|&x| span[x as usize]).fold(0.0, f64::max);
             }
-            if !w.waiters.row(c).is_empty() {
-                q = q.max(lat(t, c) + w.delay[c] + after[c]);
+            if w.waiters.row(c).is_empty() {
+                f64::NEG_INFINITY
+            } else {
+                lat(t, c) + w.delay[c] + after[c]
             }
+        };
+        for c in s.signal_list.row(t).iter().copied().chain(own) {
+            q = q.max(through(c as usize, &mut after));
+        }
+        if let Some(fi) = fan {
+            let k = fi * fans.ranks + rank[t] as usize;
+            if fan_q[k].is_nan() {
+                let (first, ranks) = fans.list[fi];
+                fan_q[k] = (first..first + ranks)
+                    .map(|c| through(c as usize, &mut after))
+                    .fold(f64::NEG_INFINITY, f64::max);
+            }
+            q = q.max(fan_q[k]);
         }
         tail[t] = q;
         span[t] = (d[t] + q).max(du.landing[t]);
