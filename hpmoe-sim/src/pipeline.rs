@@ -603,7 +603,20 @@ fn race(g: &hpmoe_dsl::lower::TaskGraph, items: &[&Schedule], w: Workload, model
     let next = std::sync::atomic::AtomicUsize::new(0);
     let outcomes: std::sync::Mutex<Vec<Option<Outcome>>> =
         std::sync::Mutex::new(std::iter::repeat_with(|| None).take(items.len()).collect());
-    let worker = |mut w: Workload, mut at: Option<usize>, progress: Option<&Progress>| {
+    // The second thread makes its own copy of the workload while this one simulates the
+    // first candidate on the shared one (the copy costs as long as a fresh allocation takes
+    // to fill); this one changes the workload only once the copy is made.
+    let (copied, copy_made) = std::sync::mpsc::channel::<()>();
+    let worker = |mut w: std::sync::Arc<Workload>,
+                  mut at: Option<usize>,
+                  progress: Option<&Progress>,
+                  copy: Option<std::sync::mpsc::Sender<()>>,
+                  copy_made: Option<std::sync::mpsc::Receiver<()>>| {
+        if let Some(done) = copy {
+            w = std::sync::Arc::new(Workload::clone(&w));
+            let _ = done.send(());
+        }
+        let mut waited = false;
         loop {
             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let Some(&s) = items.get(i) else { break };
@@ -611,7 +624,12 @@ fn race(g: &hpmoe_dsl::lower::TaskGraph, items: &[&Schedule], w: Workload, model
                 p.candidate(numbered + i + 1);
             }
             if at != Some(i) {
-                w.reschedule(g, s, model);
+                if let (false, Some(made)) = (waited, &copy_made) {
+                    // (An error: the other thread never ran, and holds nothing.)
+                    let _ = made.recv();
+                    waited = true;
+                }
+                std::sync::Arc::make_mut(&mut w).reschedule(g, s, model);
                 at = Some(i);
             }
             let o = race_one(&w, g, s, model, &best, progress, du);
@@ -621,14 +639,15 @@ fn race(g: &hpmoe_dsl::lower::TaskGraph, items: &[&Schedule], w: Workload, model
         }
         (w, at)
     };
+    let unwrap = |w: std::sync::Arc<Workload>| std::sync::Arc::try_unwrap(w).unwrap_or_else(|w| Workload::clone(&w));
+    let w = std::sync::Arc::new(w);
     let (mine, theirs) = if two && items.len() > 1 {
-        // The copy is made here, where the memory the stages before freed can be reused.
-        let copy = w.clone();
         std::thread::scope(|scope| {
+            let shared = std::sync::Arc::clone(&w);
             let handle = std::thread::Builder::new()
-                .spawn_scoped(scope, || worker(copy, Some(0), None))
+                .spawn_scoped(scope, || worker(shared, Some(0), None, Some(copied), None))
                 .ok();
-            let mine = worker(w, Some(0), progress);
+            let mine = worker(w, Some(0), progress, None, Some(copy_made));
             let theirs = match handle.map(|h| h.join()) {
                 Some(Ok(t)) => Some(t),
                 Some(Err(panic)) => std::panic::resume_unwind(panic),
@@ -638,8 +657,11 @@ fn race(g: &hpmoe_dsl::lower::TaskGraph, items: &[&Schedule], w: Workload, model
             (mine, theirs)
         })
     } else {
-        (worker(w, Some(0), progress), None)
+        drop((copied, copy_made));
+        (worker(w, Some(0), progress, None, None), None)
     };
+    let mine = (unwrap(mine.0), mine.1);
+    let theirs = theirs.map(|(w, at)| (unwrap(w), at));
     let outcomes: Vec<Outcome> = outcomes
         .into_inner()
         .unwrap_or_else(|e| e.into_inner())
