@@ -365,6 +365,17 @@ fn kernel_barriers_wait_for_the_previous_call() {
             assert_eq!(waiters, want, "waiters of call {k}'s barrier on rank {r}");
         }
     }
+    // The index that does not write the fanouts out names the same tasks, for every counter
+    // (under this policy and under one without barriers).
+    let index = sc.signaller_index();
+    for k in 0..sc.threshold.len() {
+        assert_eq!(index.row(sc, k).collect::<Vec<_>>(), by.row(k), "counter {k}");
+    }
+    let e = compile(&p, &spec(&p, Policy::ExpertLevel, &[]));
+    let (ei, eb) = (e.schedule.signaller_index(), e.schedule.signallers());
+    for k in 0..e.schedule.threshold.len() {
+        assert_eq!(ei.row(&e.schedule, k).collect::<Vec<_>>(), eb.row(k), "counter {k}");
+    }
     // Listed signals: the graph's dependencies and the AllToAll's steps only.
     let listed = sc.signal_list.idx.len();
     let steps: usize = collective::step_counters(g, sc).map(|c| sc.threshold[c] as usize).sum();

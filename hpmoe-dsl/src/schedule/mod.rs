@@ -81,6 +81,53 @@ pub enum Fanout {
     EveryRank { first: u32, ranks: u32 },
 }
 
+/// The tasks that signal each counter of a schedule ([`Schedule::signaller_index`]).
+#[derive(Clone, Debug, Default)]
+pub struct SignallerIndex {
+    /// Per counter: the tasks whose list names it.
+    listed: Csr,
+    /// Per kernel with a fanout: its tasks.
+    by_kernel: Csr,
+}
+
+impl SignallerIndex {
+    /// The tasks that signal counter `c` (those listing it, then those of the kernel whose
+    /// barriers it is among), in task order within each part.
+    pub fn row<'a>(&'a self, s: &'a Schedule, c: usize) -> impl Iterator<Item = u32> + 'a {
+        let listed = if c + 1 < self.listed.off.len() {
+            self.listed.row(c)
+        } else {
+            &[]
+        };
+        // The kernel whose fanout holds `c`, and the rank a barrier per rank belongs to.
+        let fan = s.fanout.iter().enumerate().find_map(|(k, f)| {
+            let (first, end, rank) = match (*f)? {
+                Fanout::OwnRank { first } => {
+                    let ranks = s.queues.len() as u32 / s.cores_per_rank().max(1);
+                    (
+                        first,
+                        first.saturating_add(ranks),
+                        Some(s.counter_rank.get(c).copied().unwrap_or(u32::MAX)),
+                    )
+                }
+                Fanout::EveryRank { first, ranks } => (first, first.saturating_add(ranks), None),
+            };
+            ((first as usize..end as usize).contains(&c)).then_some((k, rank))
+        });
+        let kernel_tasks = match fan {
+            Some((k, _)) if k + 1 < self.by_kernel.off.len() => self.by_kernel.row(k),
+            _ => &[],
+        };
+        let own = fan.and_then(|(_, r)| r);
+        listed.iter().copied().chain(
+            kernel_tasks
+                .iter()
+                .copied()
+                .filter(move |&t| own.is_none_or(|r| s.core.get(t as usize).is_some_and(|&cr| s.core_rank(cr) == r))),
+        )
+    }
+}
+
 impl Schedule {
     /// The counters task `t` signals: its list, then its kernel's barriers (rank order).
     pub fn signals(&self, t: usize) -> impl Iterator<Item = u32> + Clone + '_ {
@@ -105,6 +152,28 @@ impl Schedule {
             Some(Fanout::EveryRank { first, ranks }) => first..first.saturating_add(ranks),
             None => 0..0,
         }
+    }
+
+    /// Every counter's signalling tasks without writing out the fanouts: the transpose of
+    /// the signal lists, and each kernel's tasks (memory linear in the tasks and edges, where
+    /// [`Schedule::signallers`] holds a row entry per task and rank of a barrier over every
+    /// rank).
+    pub fn signaller_index(&self) -> SignallerIndex {
+        let n = self.core.len();
+        let listed = self.signal_list.transpose_into(self.threshold.len());
+        let kernels = self.fanout.len();
+        let pairs: Vec<(u32, u32)> = (0..n)
+            .filter_map(|t| {
+                let k = *self.kernel.get(t)?;
+                ((k as usize) < kernels && self.fanout[k as usize].is_some()).then_some((k, t as u32))
+            })
+            .collect();
+        let by_kernel = if pairs.is_empty() {
+            Csr::default()
+        } else {
+            Csr::from_pairs(kernels, &pairs)
+        };
+        SignallerIndex { listed, by_kernel }
     }
 
     /// Every counter's signalling tasks (the transpose of [`Schedule::signals`]).

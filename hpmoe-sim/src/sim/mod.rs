@@ -1031,7 +1031,7 @@ impl Sim<'_> {
         const SHOWN: usize = 8;
         const MISSING: usize = 4;
         let s = self.s;
-        let signallers = s.signallers();
+        let signallers = s.signaller_index();
         let mut waits = Vec::new();
         let mut blocked = 0;
         let plan = &self.w.plan;
@@ -1053,9 +1053,7 @@ impl Sim<'_> {
                 .find(|&&k| self.ctr[k as usize].count < s.threshold[k as usize])
             {
                 let missing: Vec<u32> = signallers
-                    .row(k as usize)
-                    .iter()
-                    .copied()
+                    .row(s, k as usize)
                     .filter(|&x| self.times[plan.pos[x as usize] as usize].end.is_nan())
                     .take(MISSING)
                     .collect();

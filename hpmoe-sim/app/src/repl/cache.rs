@@ -15,7 +15,7 @@ use hpmoe_dsl::check::{Options, Override};
 use hpmoe_dsl::diag::{self, Diagnostic};
 use hpmoe_dsl::driver::{CompileOptions, Compiled};
 use hpmoe_dsl::ir::Taskflow;
-use hpmoe_dsl::lower::{Csr, Layouts};
+use hpmoe_dsl::lower::Layouts;
 use hpmoe_dsl::schedule::{self, PolicySpec};
 use hpmoe_dsl::{Code, SourceMap};
 use hpmoe_sim::report::Report;
@@ -66,14 +66,14 @@ pub(crate) struct SimRun {
     pub sim: Simulated,
     pub report: Report,
     /// Per counter: the tasks that signal it.
-    signallers: OnceCell<Csr>,
+    signallers: OnceCell<schedule::SignallerIndex>,
     /// Per task: its position in its core's queue.
     positions: OnceCell<Vec<u32>>,
 }
 
 impl SimRun {
-    pub fn signallers(&self, s: &schedule::Schedule) -> &Csr {
-        self.signallers.get_or_init(|| s.signallers())
+    pub fn signallers(&self, s: &schedule::Schedule) -> &schedule::SignallerIndex {
+        self.signallers.get_or_init(|| s.signaller_index())
     }
     pub fn positions(&self, s: &schedule::Schedule) -> &[u32] {
         self.positions

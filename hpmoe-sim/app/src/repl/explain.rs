@@ -103,7 +103,7 @@ impl Session {
             for &k in s.waits.row(t) {
                 let k = k as usize;
                 let ready = r.counter_time[k];
-                if !signallers.row(k).is_empty() && best.is_none_or(|(_, b)| ready > b) {
+                if signallers.row(s, k).next().is_some() && best.is_none_or(|(_, b)| ready > b) {
                     best = Some((k, ready));
                 }
             }
@@ -117,9 +117,8 @@ impl Session {
                         }
                     };
                     let from = signallers
-                        .row(k)
-                        .iter()
-                        .map(|&p| p as usize)
+                        .row(s, k)
+                        .map(|p| p as usize)
                         .max_by(|&a, &b| (r.end[a] + lat(a).0).total_cmp(&(r.end[b] + lat(b).0)).then(b.cmp(&a)))
                         .unwrap_or(0);
                     let (latency, remote) = lat(from);
