@@ -333,6 +333,17 @@ pub fn durations(w: &Workload, m: &DeviceModel, rank: &[u32]) -> Durations {
     out
 }
 
+/// Counts task `t`'s puts to a counter's rank (released at `release`, `bytes` in all, at
+/// `latency`) in that counter's inflow, once per task.
+fn note_inflow(e: &mut (f64, f64, f64, u32), t: usize, release: f64, bytes: f64, latency: impl FnOnce() -> f64) {
+    if e.3 != t as u32 {
+        e.3 = t as u32;
+        e.0 = e.0.min(release);
+        e.1 += bytes;
+        e.2 = e.2.min(latency());
+    }
+}
+
 /// Marks counter `c` reached: its ready time then (the bytes crossing into its rank
 /// included), given to its waiters; those with nothing left to wait for go on `stack`.
 #[allow(clippy::too_many_arguments)]
@@ -471,12 +482,11 @@ pub fn heads_tails(
             ready[c] = ready[c].max(fin + lat(t, c));
             let cr = s.counter_rank[c];
             // (A task signalling a counter twice moves its bytes once.)
-            if cr != rank[t] && (cr as usize) < to_rank.len() && to_rank[cr as usize] > 0.0 && inflow[c].3 != t as u32 {
-                let e = &mut inflow[c];
-                e.3 = t as u32;
-                e.0 = e.0.min(head[t] + du.release[t]);
-                e.1 += to_rank[cr as usize];
-                e.2 = e.2.min(topo.latency(rank[t], cr));
+            if cr != rank[t] && (cr as usize) < to_rank.len() && to_rank[cr as usize] > 0.0 {
+                let release = head[t] + du.release[t];
+                note_inflow(&mut inflow[c], t, release, to_rank[cr as usize], || {
+                    topo.latency(rank[t], cr)
+                });
             }
             count[c] += 1;
             if count[c] == s.threshold[c] {
@@ -492,12 +502,11 @@ pub fn heads_tails(
             for f in flows.clone() {
                 let cr = w.flow_dst[f];
                 let c = (first + cr) as usize;
-                if cr != rank[t] && to_rank[cr as usize] > 0.0 && inflow[c].3 != t as u32 {
-                    let e = &mut inflow[c];
-                    e.3 = t as u32;
-                    e.0 = e.0.min(head[t] + du.release[t]);
-                    e.1 += to_rank[cr as usize];
-                    e.2 = e.2.min(topo.latency(rank[t], cr));
+                if cr != rank[t] && to_rank[cr as usize] > 0.0 {
+                    let release = head[t] + du.release[t];
+                    note_inflow(&mut inflow[c], t, release, to_rank[cr as usize], || {
+                        topo.latency(rank[t], cr)
+                    });
                 }
             }
             fan_count[fi] += 1;
