@@ -72,16 +72,20 @@ fn queues_json(s: &Schedule) -> Vec<J> {
     queues
 }
 
-/// Signalling and waiting tasks per counter, as CSR rows.
-fn counter_tasks(g: &TaskGraph, s: &Schedule) -> (crate::lower::Csr, crate::lower::Csr) {
+/// Signalling and waiting tasks per counter (the signallers without writing out the kernel
+/// barriers' fanouts, whose rows are made one at a time as they are written).
+fn counter_tasks(g: &TaskGraph, s: &Schedule) -> (super::SignallerIndex, crate::lower::Csr) {
     let mut wait: Vec<(u32, u32)> = Vec::new();
     for t in 0..g.len() {
         wait.extend(s.waits.row(t).iter().map(|&c| (c, t as u32)));
     }
-    (s.signallers(), crate::lower::Csr::from_pairs(s.threshold.len(), &wait))
+    (
+        s.signaller_index(),
+        crate::lower::Csr::from_pairs(s.threshold.len(), &wait),
+    )
 }
 
-fn counter_json(g: &TaskGraph, s: &Schedule, c: usize, by: &crate::lower::Csr, waiters: &crate::lower::Csr) -> J {
+fn counter_json(g: &TaskGraph, s: &Schedule, c: usize, by: &super::SignallerIndex, waiters: &crate::lower::Csr) -> J {
     json!({
         "id": c,
         "rank": s.counter_rank[c],
@@ -93,7 +97,7 @@ fn counter_json(g: &TaskGraph, s: &Schedule, c: usize, by: &crate::lower::Csr, w
             "barrier"
         },
         "threshold": s.threshold[c],
-        "signalled_by": by.row(c),
+        "signalled_by": by.row(s, c).collect::<Vec<u32>>(),
         "waited_by": waiters.row(c),
     })
 }
