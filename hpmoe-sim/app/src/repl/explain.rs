@@ -32,7 +32,9 @@ enum Why {
         latency: f64,
         remote: bool,
         delay: f64,
-        barrier: bool,
+        /// What the counter is: a dependency counter, a step of a pairwise AllToAll or a
+        /// kernel barrier.
+        what: &'static str,
     },
     Core {
         prev: usize,
@@ -129,7 +131,13 @@ impl Session {
                         latency,
                         remote,
                         delay: w.delay.get(k).copied().unwrap_or(0.0),
-                        barrier: k >= g.counters.len(),
+                        what: if k < g.counters.len() {
+                            "counter"
+                        } else if hpmoe_dsl::schedule::collective::step_counters(g, s).contains(&k) {
+                            "AllToAll step counter"
+                        } else {
+                            "kernel barrier"
+                        },
                     }
                 }
                 _ => match prev {
@@ -184,9 +192,8 @@ impl Session {
                     latency,
                     remote,
                     delay,
-                    barrier,
+                    what,
                 } => {
-                    let what = if barrier { "kernel barrier" } else { "counter" };
                     let mut l = format!(
                         "<- dependency: waited for {what} {counter} (rank {}, {} signal{}), ready at {} us; the last signal came from task {from}, which ended at {} us",
                         s.counter_rank.get(counter).copied().unwrap_or(0),
