@@ -176,32 +176,15 @@ impl Schedule {
         SignallerIndex { listed, by_kernel }
     }
 
-    /// Every counter's signalling tasks (the transpose of [`Schedule::signals`]).
+    /// Every counter's signalling tasks (the transpose of [`Schedule::signals`], a row entry
+    /// per task and rank of a barrier over every rank: for tests and small schedules).
     pub fn signallers(&self) -> Csr {
-        let n = self.core.len();
         let counters = self.threshold.len();
-        let mut off = vec![0u32; counters + 1];
-        for t in 0..n {
-            for c in self.signals(t) {
-                if let Some(x) = off.get_mut(c as usize + 1) {
-                    *x += 1;
-                }
-            }
-        }
-        for c in 0..counters {
-            off[c + 1] += off[c];
-        }
-        let mut fill = off.clone();
-        let mut idx = vec![0u32; off[counters] as usize];
-        for t in 0..n {
-            for c in self.signals(t) {
-                if let Some(at) = fill.get_mut(c as usize) {
-                    idx[*at as usize] = t as u32;
-                    *at += 1;
-                }
-            }
-        }
-        Csr { off, idx }
+        let pairs: Vec<(u32, u32)> = (0..self.core.len())
+            .flat_map(|t| self.signals(t).map(move |c| (c, t as u32)))
+            .filter(|&(c, _)| (c as usize) < counters)
+            .collect();
+        Csr::from_pairs(counters, &pairs)
     }
 
     /// Memory the schedule holds (its per-task, per-core and per-counter arrays), in bytes.

@@ -956,19 +956,8 @@ impl Workload {
                 .and_then(|&k| fanout_of_kernel.get(k as usize))
                 .copied()
                 .unwrap_or(NONE);
-            if fanout == NONE {
-                p.sig
-                    .extend(s.signals(t).filter(|&c| s.counter_rank[c as usize] == rank));
-            } else {
-                p.sig.extend(
-                    s.signal_list
-                        .row(t)
-                        .iter()
-                        .filter(|&&c| s.counter_rank[c as usize] == rank),
-                );
-                p.sig
-                    .extend(s.fanout_of(t).filter(|&c| s.counter_rank[c as usize] == rank));
-            }
+            p.sig
+                .extend(s.signals(t).filter(|&c| s.counter_rank[c as usize] == rank));
             let sig_split = p.sig.len() as u32;
             p.sig.extend(
                 s.signal_list
