@@ -67,17 +67,19 @@ LIMITS = {
     "ep256": "the link model: every flow start and finish re-solves the max-min rates of the "
              "active pairs of the fabric (thousands at EP256, each rank's cores putting to "
              "every other rank, all sharing ports), so a simulation grows about as ranks^4: "
-             "a forward simulation solves 109 K times, over 7.2 K pairs on average. Each solve "
-             "now takes every active pair at once (no search for its component), moves a "
-             "resource in its heap only when it reaches the top and sets only the rates that "
-             "changed, but the solves are still about three fifths of a forward run's CPU time "
-             "(perf, one thread): a progressive filling over every active pair; only about 2% of the "
-             "pairs' rates change per solve, so a solve that touched only those is the next "
-             "factor. `candidates` simulates two schedules of each 3.1 M-task graph at once on "
-             "the machine's two CPUs (the kept one's simulation is the run's; the other stops "
-             "once past its latency), so the wall time is about that of the longer of the two; "
-             "without the solves the run would still take about 30 s of CPU (from the "
-             "profile's share, not measured)",
+             "a forward simulation solves 75 K times (109 K for the other candidate) over about "
+             "7 K active pairs. Each solve takes every active pair at once, moves a resource in "
+             "its heap only when it reaches the top and sets only the rates that changed, and "
+             "nine in ten now resume from a point saved in the previous one, the last before the "
+             "first pop a change can alter (about 3 K freezes per solve instead of 7 K); the "
+             "solves are still about half of a forward run's CPU time (perf, one thread). Only "
+             "about 2% of the rates change per solve, but a change at one port moves the level "
+             "of every later freeze in the last bits, so an exact solve cannot stop there, and "
+             "an approximate one would change the model's answers. `candidates` simulates two "
+             "schedules of each 3.1 M-task graph at once on the machine's two CPUs (the kept "
+             "one's simulation is the run's; the other stops once past its latency), so the wall "
+             "time is about that of the longer of the two; without the solves the run would "
+             "still take about 30 s of CPU (from the profile's share, not measured)",
 }
 
 

@@ -992,9 +992,16 @@ impl Links {
         let mut left = pairs - from.frozen;
         let mut pops = from.pops;
         let mut top = from.top;
+        // The freezes at which the next point is saved (never when not tracked).
+        let mut next_point = if track {
+            from.frozen + self.ck_step as usize
+        } else {
+            usize::MAX
+        };
         while left > 0 {
-            if track && self.flog.len() as u32 >= self.ck.last().map_or(0, |c| c.frozen) + self.ck_step {
+            if self.flog.len() >= next_point {
                 self.checkpoint(pops, next_own, top, &comp_res);
+                next_point = self.flog.len() + self.ck_step as usize;
             }
             // (Solving all active pairs, every listed pair is of the solve.)
             if shared && !whole {
