@@ -448,6 +448,8 @@ pub struct Links {
     flog: Vec<u32>,
     slot: Vec<u32>,
     ck_step: u32,
+    /// The active pairs of the solve that chose `ck_step`.
+    ck_pairs: usize,
     /// The fewest freezes between two points.
     ck_min: u32,
     /// What changed since the last solve, for the point a resumed solve starts from: the
@@ -547,6 +549,7 @@ impl Links {
             flog: Vec::new(),
             slot: vec![NONE; nres],
             ck_step: 0,
+            ck_pairs: 0,
             ck_min: 16,
             pend_pairs: Vec::new(),
             pend_res: Vec::new(),
@@ -948,8 +951,11 @@ impl Links {
         self.dirty_res.clear();
         let pairs = if whole { self.own_all.len() } else { comp.len() };
         let fep = self.solve_ep;
+        // (The pairs frozen at the point are active pairs left as they were.)
+        debug_assert!(from.frozen <= pairs);
+        let left0 = pairs.saturating_sub(from.frozen);
         self.stats.solves += 1;
-        self.stats.pairs += (pairs - from.frozen) as u64;
+        self.stats.pairs += left0 as u64;
         self.stats.resources += comp_res.len() as u64;
         if at == 0 {
             // Progressive filling: a heap of (saturation level, kind, id, version); kind 0 a
@@ -989,7 +995,7 @@ impl Links {
             own.sort_unstable();
         }
         let mut next_own = from.own;
-        let mut left = pairs - from.frozen;
+        let mut left = left0;
         let mut pops = from.pops;
         let mut top = from.top;
         // The freezes at which the next point is saved (never when not tracked).

@@ -87,6 +87,7 @@ impl Links {
             self.slot[r as usize] = i as u32;
         }
         self.ck_step = ((pairs / POINTS) as u32).max(self.ck_min);
+        self.ck_pairs = pairs;
         self.ck.push(Checkpoint {
             pops: 0,
             own: 0,
@@ -181,7 +182,10 @@ impl Links {
     /// The point the next solve of all active pairs resumes from (0: the beginning), given
     /// what changed since the last one (see the module's doc).
     pub(super) fn resume_point(&mut self) -> usize {
-        if !self.resume || self.ck.len() > 2 * POINTS + 2 {
+        // Points far more than planned (the active pairs more than doubled since the solve
+        // that spaced them): start again, which spaces them anew.
+        let planned = self.ck_pairs.max(1);
+        if !self.resume || self.ck.len() > 2 * POINTS + 2 || self.own_all.len() > 2 * planned {
             return 0;
         }
         // The first stretch that popped an entry above `k` (`strict`) or at least `k`: an
