@@ -1938,7 +1938,7 @@ mod tests {
 
         /// Resuming a solve of all active pairs from a point of the previous one gives the
         /// rates, events (in order) and finishes of solving them from the start, to the bit;
-        /// with a point after every freeze (so that most solves resume, from any point), with
+        /// with a point every one to three freezes (so that most solves resume, from any point), with
         /// and without the local update.
         #[test]
         fn resuming_a_solve_equals_solving_from_the_start(

@@ -14,17 +14,25 @@
 //! point before that pop is the saved state with those counts moved, and going on from
 //! there gives every rate the full solve gives, to the bit.
 //!
-//! The first such pop is bounded from below, point by point, with the pops' levels (they
-//! never decrease): a changed pair froze in the previous solve at the level it keeps, and
-//! its new own cap pops at its new level; a changed resource popped at a known pop, and in
-//! the new solve its level (`max(rem / w, level of its last loss)`) only rises between two
-//! points, so it cannot pop in a stretch whose pops all stay below its level at the
-//! stretch's start (with a margin for rounding). The solve resumes from the last point
-//! before every such bound.
+//! The first such pop is bounded from below with the previous solve's entries. Before it,
+//! an entry present all along pops at the first pop of a larger key, and the points keep
+//! the largest key popped so far, so a key gives the last point it cannot precede:
+//! - a changed pair froze in the previous solve at the entry it keeps (its own cap or a
+//!   resource on its path); its new own cap pops after the first larger key;
+//! - a changed resource's level, replayed over its unchanged users' freezes in the order of
+//!   their entries (the changed ones stay unfrozen), stays between two of them and rises
+//!   (`max(rem / w, level of its last loss)`); it pops once that level is below the next
+//!   freeze's, so at no less than that level (less a margin for rounding).
 //!
-//! Cost: a point saves every resource of the solve (`O(R)`); the solve keeps about
-//! [`POINTS`] of them, so a resumed solve skips on average about half of the previous one's
-//! pops less a stretch, for `O(R × POINTS)` of saving and `O(changed × POINTS)` of bounds.
+//! A changed resource's pop in the previous solve needs no bound of its own: it froze every
+//! user still unfrozen, so a changed pair that was a user then froze no later; and when none
+//! was (only new pairs on it), its level is now lower all along and it pops no later. The
+//! solve resumes from the last point before every bound (a test compares every rate, event
+//! and finish with solving from the start).
+//!
+//! Cost: a point saves every resource of the solve (`O(R)`), about [`POINTS`] points a solve
+//! (spaced by freezes); the bounds replay each changed resource's users (`O(U log U)`). In an
+//! all-to-all a resumed solve skips about half of the freezes of one from the start.
 
 use super::{Key, Links};
 
@@ -98,7 +106,8 @@ impl Links {
         });
     }
 
-    /// Saves a point before pop `pops`, after the pop at `last_level`.
+    /// Saves a point before pop `pops` (`own` own caps consumed), `top` the largest entry
+    /// popped so far.
     pub(super) fn checkpoint(&mut self, pops: u32, own: usize, top: Key, comp_res: &[u32]) {
         if let Some(c) = self.ck.last_mut() {
             c.top = top;
