@@ -896,56 +896,11 @@ impl Links {
             comp_res.clear();
             self.solve_ep = ep;
             self.forget_solve();
-        }
-        if at > 0 {
-            // Restored by `restore`.
-        } else if whole {
-            // The pairs are those listed by own cap (`comp` stays empty; no pair needs a
-            // mark); the resources are those with an active flow, found by a scan of their
-            // counts when there are few of them beside the pairs, else from the pairs' paths.
-            self.whole_left = self.whole_left.saturating_sub(1);
-            if self.res.len() <= 4 * self.own_all.len() {
-                for r in 0..self.res.len() {
-                    if self.res_n[r] > 0.5 {
-                        self.start_resource(r, ep, &mut comp_res);
-                    }
-                }
+            if whole {
+                self.start_whole(ep, &mut comp_res);
             } else {
-                for k in 0..self.own_all.len() {
-                    let h = &self.hot[self.own_all[k].1 as usize];
-                    let (path, plen) = (h.path, h.plen as usize);
-                    for &r in &path[..plen] {
-                        if self.res_mark[r as usize] != ep {
-                            self.start_resource(r as usize, ep, &mut comp_res);
-                        }
-                    }
-                }
+                self.start_component(ep, &mut comp, &mut comp_res);
             }
-        } else {
-            // Seeds: the dirty pairs still active, and every active pair of a dirty resource.
-            for k in 0..self.dirty_pairs.len() {
-                let p = self.dirty_pairs[k] as usize;
-                if self.hot[p].n > 0 && self.hot[p].mark != ep {
-                    self.hot[p].mark = ep;
-                    comp.push(p as u32);
-                }
-            }
-            for k in 0..self.dirty_res.len() {
-                let r = self.dirty_res[k] as usize;
-                self.visit_resource(r, ep, &mut comp, &mut comp_res);
-            }
-            // Closure through shared resources.
-            let mut i = 0;
-            while i < comp.len() {
-                let p = comp[i] as usize;
-                i += 1;
-                for k in 0..self.hot[p].plen as usize {
-                    let r = self.hot[p].path[k] as usize;
-                    self.visit_resource(r, ep, &mut comp, &mut comp_res);
-                }
-            }
-            self.whole = comp.len() * 8 >= self.own_all.len() * 7;
-            self.whole_left = WHOLE_RECHECK;
         }
         self.dirty_pairs.clear();
         self.dirty_res.clear();
@@ -1095,6 +1050,62 @@ impl Links {
         self.own = own;
         self.comp = comp;
         self.comp_res = comp_res;
+    }
+
+    /// A solve of all active pairs from the start: its resources (mark `ep`) at their
+    /// starting point in `comp_res`.
+    fn start_whole(&mut self, ep: u32, comp_res: &mut Vec<u32>) {
+        // The pairs are those listed by own cap (`comp` stays empty; no pair needs a
+        // mark); the resources are those with an active flow, found by a scan of their
+        // counts when there are few of them beside the pairs, else from the pairs' paths.
+        self.whole_left = self.whole_left.saturating_sub(1);
+        if self.res.len() <= 4 * self.own_all.len() {
+            for r in 0..self.res.len() {
+                if self.res_n[r] > 0.5 {
+                    self.start_resource(r, ep, comp_res);
+                }
+            }
+        } else {
+            for k in 0..self.own_all.len() {
+                let h = &self.hot[self.own_all[k].1 as usize];
+                let (path, plen) = (h.path, h.plen as usize);
+                for &r in &path[..plen] {
+                    if self.res_mark[r as usize] != ep {
+                        self.start_resource(r as usize, ep, comp_res);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A solve of the component of the changed pairs: its pairs in `comp` and its resources
+    /// at their starting point in `comp_res` (mark `ep`, found by a closure through shared
+    /// resources).
+    fn start_component(&mut self, ep: u32, comp: &mut Vec<u32>, comp_res: &mut Vec<u32>) {
+        // Seeds: the dirty pairs still active, and every active pair of a dirty resource.
+        for k in 0..self.dirty_pairs.len() {
+            let p = self.dirty_pairs[k] as usize;
+            if self.hot[p].n > 0 && self.hot[p].mark != ep {
+                self.hot[p].mark = ep;
+                comp.push(p as u32);
+            }
+        }
+        for k in 0..self.dirty_res.len() {
+            let r = self.dirty_res[k] as usize;
+            self.visit_resource(r, ep, comp, comp_res);
+        }
+        // Closure through shared resources.
+        let mut i = 0;
+        while i < comp.len() {
+            let p = comp[i] as usize;
+            i += 1;
+            for k in 0..self.hot[p].plen as usize {
+                let r = self.hot[p].path[k] as usize;
+                self.visit_resource(r, ep, comp, comp_res);
+            }
+        }
+        self.whole = comp.len() * 8 >= self.own_all.len() * 7;
+        self.whole_left = WHOLE_RECHECK;
     }
 
     /// Pair `p`'s own level ([`Pair::own_level`]) with its active flows.
