@@ -134,6 +134,8 @@ pub struct SimResult {
     pub link_samples: Vec<Sample>,
     /// Events processed.
     pub events: u64,
+    /// The link model's solves.
+    pub link: crate::model::link::SolveStats,
 }
 
 impl SimResult {
@@ -159,6 +161,7 @@ impl SimResult {
             hbm_samples: Vec::new(),
             link_samples: Vec::new(),
             events: 0,
+            link: Default::default(),
         }
     }
 }
@@ -625,6 +628,7 @@ fn simulate_within(
     r.hbm_writeback = (0..ranks).map(|d| sim.hbm.writeback_bytes(d)).collect();
     r.hbm_busy = (0..ranks).map(|d| sim.hbm.busy(d)).collect();
     r.events = sim.events;
+    r.link = sim.links.stats();
     Ok(Some(r))
 }
 

@@ -81,6 +81,8 @@ struct RunTiming {
     edges: u64,
     counter_entries: usize,
     graph_bytes: usize,
+    /// The link model's solves in the reported simulation.
+    link: hpmoe_sim::model::link::SolveStats,
     clock: Clock,
 }
 
@@ -99,6 +101,13 @@ impl RunTiming {
             "edges": self.edges,
             "counter_entries": self.counter_entries,
             "graph_bytes": self.graph_bytes,
+            "link_solves": {
+                "solves": self.link.solves,
+                "resumed": self.link.resumed,
+                "freezes": self.link.pairs,
+                "freezes_kept": self.link.kept,
+                "local": self.link.local,
+            },
             "stages_s": stages,
             "total_s": self.clock.total().as_secs_f64(),
         })
@@ -152,6 +161,12 @@ impl Timings {
             for (n, d) in r.clock.laps() {
                 let _ = writeln!(s, "    {n:<20} {:>10.3} s", d.as_secs_f64());
             }
+            let l = &r.link;
+            let _ = writeln!(
+                s,
+                "    link model: {} solves ({} resumed, {} pair freezes, {} more kept from the solve before), {} instants settled locally",
+                l.solves, l.resumed, l.pairs, l.kept, l.local
+            );
         }
         let _ = writeln!(s, "  {:<22} {:>10.3} s", "total", self.total.as_secs_f64());
         match self.peak_rss {
@@ -341,6 +356,7 @@ fn one(
         edges: c.graph.edges(),
         counter_entries: c.graph.counters.idx.len(),
         graph_bytes: c.graph.resident_bytes(),
+        link: simd.result.link,
         clock,
     };
     let deferred = deferred_order.map(|order| (c, order));

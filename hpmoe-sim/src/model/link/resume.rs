@@ -42,8 +42,7 @@ const POINTS: usize = 16;
 /// A point between two pops of the last solve.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Checkpoint {
-    /// Pops before it, own caps consumed, pairs frozen (the length of the freeze log).
-    pub(super) pops: u32,
+    /// Own caps consumed and pairs frozen (the length of the freeze log) before it.
     pub(super) own: u32,
     pub(super) frozen: u32,
     /// Where its resources' states start in the saved states, and how many (the first
@@ -64,10 +63,9 @@ pub(super) struct Saved {
     last: f64,
 }
 
-/// Where a resumed solve goes on: pops done, own caps consumed, pairs frozen.
+/// Where a resumed solve goes on: own caps consumed, pairs frozen.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Resumed {
-    pub(super) pops: u32,
     pub(super) own: usize,
     pub(super) frozen: usize,
     /// The largest entry popped before it.
@@ -97,7 +95,6 @@ impl Links {
         self.ck_step = ((pairs / POINTS) as u32).max(self.ck_min);
         self.ck_pairs = pairs;
         self.ck.push(Checkpoint {
-            pops: 0,
             own: 0,
             frozen: 0,
             saved: self.saved.len() as u32,
@@ -106,9 +103,8 @@ impl Links {
         });
     }
 
-    /// Saves a point before pop `pops` (`own` own caps consumed), `top` the largest entry
-    /// popped so far.
-    pub(super) fn checkpoint(&mut self, pops: u32, own: usize, top: Key, comp_res: &[u32]) {
+    /// Saves a point here (`own` own caps consumed), `top` the largest entry popped so far.
+    pub(super) fn checkpoint(&mut self, own: usize, top: Key, comp_res: &[u32]) {
         if let Some(c) = self.ck.last_mut() {
             c.top = top;
         }
@@ -123,7 +119,6 @@ impl Links {
             });
         }
         self.ck.push(Checkpoint {
-            pops,
             own: own as u32,
             frozen: self.flog.len() as u32,
             saved: at as u32,
@@ -286,9 +281,8 @@ impl Links {
         self.pend_pairs.clear();
         self.pend_res.clear();
         self.stats.resumed += 1;
-        self.stats.pops_kept += u64::from(c.pops);
+        self.stats.kept += u64::from(c.frozen);
         Resumed {
-            pops: c.pops,
             own: c.own as usize,
             frozen: c.frozen as usize,
             top: if at > 0 { self.ck[at - 1].top } else { (0, 0, 0) },
