@@ -149,6 +149,18 @@ impl<'s> Lexer<'s> {
         self
     }
 
+    /// A lexer whose first token is the one at byte `at` (spans stay offsets into the
+    /// whole source). `at` must be where a token or the space before one starts, and a
+    /// char boundary; otherwise the lexer starts at the source's end.
+    pub(crate) fn starting_at(mut self, at: usize) -> Self {
+        if at <= self.src.len() && self.src.is_char_boundary(at) {
+            self.inner.bump(at);
+        } else {
+            self.inner.bump(self.src.len());
+        }
+        self
+    }
+
     fn comment(&mut self, span: Span, text: std::ops::Range<usize>) {
         if self.keep_comments {
             self.comments.push(Comment {

@@ -4,6 +4,7 @@
 //! - [`token`]: the token type and the [`token::TokenSource`] trait every front end feeds;
 //! - [`lexer`]: the logos lexer for files and REPL lines;
 //! - [`parser`]: the recursive-descent parser with error recovery;
+//! - [`parts`]: a large source parsed in parts on several threads, as if whole;
 //! - [`ast`]: the tree;
 //! - [`fmt`]: the canonical formatter;
 //! - `proc` (feature `proc-macro2`): the `taskflow!` macro's token source.
@@ -15,6 +16,7 @@ pub mod ast;
 pub mod fmt;
 pub mod lexer;
 pub mod parser;
+mod parts;
 #[cfg(feature = "proc-macro2")]
 pub mod proc;
 #[cfg(feature = "reference-grammar")]
@@ -31,7 +33,16 @@ pub fn parse_text(src: &str, file: FileId) -> (ast::File, Vec<Diagnostic>, Vec<l
 
 /// Lexes and parses a file's text for reading its code only: as [`parse_text`], without
 /// collecting the comments.
+///
+/// A source of several MiB is parsed in parts on the machine's threads ([`parts`]), with
+/// the same result.
 pub fn parse_code(src: &str, file: FileId) -> (ast::File, Vec<Diagnostic>) {
+    if src.len() >= 2 * parts::MIN_PART_BYTES {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(out) = parts::parse_in_parts(src, file, threads) {
+            return out;
+        }
+    }
     let (f, diags, _) = parse_with(lexer::Lexer::new(src, file).without_comments());
     (f, diags)
 }

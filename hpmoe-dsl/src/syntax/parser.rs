@@ -21,6 +21,17 @@ pub const ITEM_KEYWORDS: &[&str] = &[
 /// Keywords that start a call annotation: `max(a, b) tile(...)` is a call, not a reduction.
 pub const ANNOTATION_KEYWORDS: &[&str] = &["tile", "on", "order", "priority"];
 
+/// How [`Parser::items_until`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PartEnd {
+    /// The source ended.
+    Eof,
+    /// The next item starts at this stop (an index into the stops).
+    Stop(usize),
+    /// The caller asked it to stop.
+    Cancelled,
+}
+
 /// Marker for "an error was reported; recover".
 #[derive(Debug)]
 pub struct Reported;
@@ -433,17 +444,60 @@ impl<'a> Parser<'a> {
 
     pub fn file(&mut self) -> File {
         let mut file = File::default();
+        self.inner_docs(&mut file.docs);
+        self.items_until(&mut file.items, &[], &|_| {}, &|| false);
+        file
+    }
+
+    /// The `//!` lines at the start of a file.
+    pub(crate) fn inner_docs(&mut self, docs: &mut Vec<String>) {
         while matches!(self.peek_kind(), TokenKind::InnerDoc(_)) {
             if let TokenKind::InnerDoc(d) = self.bump().kind {
-                file.docs.push(d);
+                docs.push(d);
             }
         }
-        while !self.at_eof() {
+    }
+
+    /// Parses items into `items` until the end of the source, until the next item starts
+    /// exactly at one of the byte offsets `stops` (sorted), or until `cancelled` says so
+    /// (asked between items). `passed` hears of each stop it went past (its index) as soon
+    /// as it knows. The parser's state between two items is its position alone
+    /// (and whether it reported the depth limit, see [`Parser::reported_depth_limit`]), so
+    /// parsing on from a stop gives what parsing through it would.
+    pub(crate) fn items_until(
+        &mut self,
+        items: &mut Vec<Item>,
+        stops: &[usize],
+        passed: &dyn Fn(usize),
+        cancelled: &dyn Fn() -> bool,
+    ) -> PartEnd {
+        let mut next = 0;
+        loop {
+            if self.at_eof() {
+                return PartEnd::Eof;
+            }
+            if next < stops.len() {
+                let at = self.peek().span.lo as usize;
+                while next < stops.len() && stops[next] < at {
+                    passed(next);
+                    next += 1;
+                }
+                if next < stops.len() && stops[next] == at {
+                    return PartEnd::Stop(next);
+                }
+                if cancelled() {
+                    return PartEnd::Cancelled;
+                }
+            }
             if let Some(item) = self.item() {
-                file.items.push(item);
+                items.push(item);
             }
         }
-        file
+    }
+
+    /// Whether the parser reported the depth limit (which it reports once per source).
+    pub(crate) fn reported_depth_limit(&self) -> bool {
+        self.too_deep
     }
 
     fn docs(&mut self) -> Vec<String> {
