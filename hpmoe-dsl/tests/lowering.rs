@@ -675,3 +675,39 @@ fn a_call_priority_places_its_tiles_first() {
         assert!(both > 0, "some queue runs tiles of both calls");
     }
 }
+
+/// Lowering works the tiles out on the threads of the current pool: on one thread or on
+/// several, the graph is the same, task for task, to the bit (costs, counters, producers,
+/// the reverse tables), forward and backward, with ragged windows and a static one.
+#[test]
+fn the_graph_does_not_depend_on_the_threads() {
+    let p = program(&moe(
+        96,
+        32,
+        32,
+        8,
+        2,
+        4,
+        "zipf(experts: experts, topk: topk, s: 1.1, seed: 5)",
+        (16, 32, 32, 16),
+        true,
+    ));
+    for static_capacity in [false, true] {
+        let layouts = lower::layouts(&p, static_capacity).unwrap();
+        for tf in &p.taskflows {
+            let on = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                pool.install(|| lower::lower(&p, tf, layouts.clone(), &LowerOptions::default()).unwrap())
+            };
+            let one = on(1);
+            assert!(one.edges() > 0);
+            for threads in [2, 3, 5] {
+                let g = on(threads);
+                assert!(one.same_tasks(&g), "{} on {threads} threads", tf.name);
+                assert_eq!(one.signals, g.signals);
+                assert_eq!(one.waiters, g.waiters);
+                assert!((0..g.len()).all(|t| one.preds(t) == g.preds(t)));
+            }
+        }
+    }
+}

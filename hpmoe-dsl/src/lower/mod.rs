@@ -9,6 +9,10 @@
 //! of the writers of every tensor some call reads, on every rank (never by comparing all
 //! pairs), and are stored as CSR arrays of `u32` task ids; per-task fields are
 //! struct-of-arrays. Tasks are numbered call by call, so producers precede consumers.
+//!
+//! The tiles of a call on each rank are worked out on the threads of the current rayon
+//! pool (a call reads only what earlier calls wrote), then joined in task order on one
+//! thread: the graph is the same whatever the threads.
 
 pub mod layout;
 pub mod regions;
@@ -828,10 +832,10 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
         rank: Vec::with_capacity(n),
         node: Vec::with_capacity(n),
         tile: Vec::with_capacity(n),
-        flops: Vec::with_capacity(n),
-        bytes_in: Vec::with_capacity(n),
-        bytes_out: Vec::with_capacity(n),
-        remote: Vec::with_capacity(n),
+        flops: Vec::new(),
+        bytes_in: Vec::new(),
+        bytes_out: Vec::new(),
+        remote: Vec::new(),
         wait: Vec::with_capacity(n),
         counters: Csr::default(),
         counter_rank: Vec::new(),
@@ -849,14 +853,11 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     }
     // Costs and dependencies from the regions.
     let mut index = regions::WriterIndex::new(tf, ranks);
-    let mut acc = regions::Scratch::default();
     let mut interner = CounterInterner::default();
-    let mut deps = DepMemo::default();
     // Only writes of tensors some call reads are ever looked up: index those alone.
     let mut is_read = tf.tensors_read();
     // A call routing through a router the taskflow gates waits for the whole gate tensor on
     // its rank: the routing exists only once the logits do.
-    let mut gate_regions: Vec<Region> = Vec::new();
     let gates: Vec<Vec<(crate::ir::TensorId, [u64; 2])>> =
         (0..tf.nodes.len()).map(|ni| program.gate_reads(tf, ni)).collect();
     for &(z, _) in gates.iter().flatten() {
@@ -864,73 +865,95 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
             *x = true;
         }
     }
-    for (ni, node) in tf.nodes.iter().enumerate() {
-        if is_read.get(node.output.0 as usize) == Some(&true) {
-            // About one write per task, mostly on the task's rank.
-            for (r, rt) in g.nodes[ni].per_rank.iter().enumerate() {
-                index.reserve(node.output, r as u32, rt.count as usize);
-            }
-        }
-    }
-    for t in 0..n {
-        deps.enter(g.node[t], g.rank[t]);
-        let access = regions::tile_access(program, tf, &g, t, &mut acc);
-        g.flops.push(access.flops as f32);
-        g.bytes_in.push(access.bytes_in as f32);
-        g.bytes_out.push(access.bytes_out as f32);
-        g.remote.push(access.remote as f32);
-        gate_regions.clear();
-        gate_regions.extend(
-            gates[g.node[t] as usize]
-                .iter()
-                .map(|&(z, shape)| Region::whole(z, g.rank[t], &shape)),
-        );
-        deps.keys.clear();
-        for rd in access.reads.iter().chain(&gate_regions) {
-            if tf.tensor(rd.tensor).producer.is_none() {
-                continue;
-            }
-            let list = deps.writers_of(rd, &mut index);
-            deps.keys.push(list);
-        }
-        // The producers are the union of the read regions' writer lists: the same lists give
-        // the same counter.
-        deps.keys.sort_unstable();
-        deps.keys.dedup();
-        let counter = match deps.known() {
-            Some((c, edges)) => {
-                if (interner.idx.len() + edges as usize) as u64 > edge_budget {
-                    let edges = (interner.idx.len() + edges as usize) as u64;
-                    return Err(memory_exceeded(tf, total, Some((edges, t as u64)), MAX_MEMORY + 1, 0));
+    let cx = SegmentCx {
+        program,
+        tf,
+        is_read: &is_read,
+        gates: &gates,
+    };
+    // A deliberate corruption of the regions is the starting thread's, whichever thread
+    // works a task out.
+    #[cfg(feature = "fault-injection")]
+    let fault = regions::fault::current();
+    // One worker per thread of the pool the segments run on, each on cache lines of its own.
+    let workers: Vec<Padded<std::sync::Mutex<Worker>>> = (0..rayon::current_num_threads().max(1))
+        .map(|_| Padded(std::sync::Mutex::new(Worker::default())))
+        .collect();
+    // The costs are written in place by the threads, each into its own tasks' entries.
+    let mut costs: [Vec<f32>; 4] = std::array::from_fn(|_| vec![0.0; n]);
+    // Call by call: the tiles of a call on each rank are worked out side by side (their
+    // regions, costs and producers read only the writes of earlier calls), then joined in
+    // task order: counters interned, writes indexed.
+    for ni in 0..tf.nodes.len() {
+        crate::cancel::check();
+        index.sort_all();
+        let segments: Vec<(u32, u32)> = (g.nodes[ni].per_rank.iter().enumerate())
+            .filter(|(_, rt)| rt.count > 0)
+            .map(|(r, rt)| (g.nodes[ni].base[r], rt.count))
+            .collect();
+        let outs: Vec<Segment> = {
+            use rayon::prelude::*;
+            let (g, index) = (&g, &index);
+            // Each segment's entries of the four cost arrays (segments are consecutive).
+            let mut places: Vec<[&mut [f32]; 4]> = Vec::with_capacity(segments.len());
+            let from = segments.first().map_or(0, |s| s.0 as usize);
+            let mut rest: [&mut [f32]; 4] = costs.each_mut().map(|c| &mut c[from..]);
+            for &(_, count) in &segments {
+                let mut here: [&mut [f32]; 4] = Default::default();
+                for (h, r) in here.iter_mut().zip(rest.iter_mut()) {
+                    (*h, *r) = std::mem::take(r).split_at_mut(count as usize);
                 }
-                c
+                places.push(here);
             }
-            None => {
-                let preds = deps.union();
-                let edges = preds.len();
+            segments
+                .par_iter()
+                .zip(places)
+                .map(|(&(first, count), place)| {
+                    // This thread's worker (its scratch space keeps each call's plan).
+                    let i = rayon::current_thread_index().unwrap_or(0) % workers.len();
+                    let mut w = workers[i].0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    #[cfg(feature = "fault-injection")]
+                    let before = regions::fault::current();
+                    #[cfg(feature = "fault-injection")]
+                    regions::fault::inject(fault);
+                    let out = w.segment(&cx, g, index, first, count, place);
+                    #[cfg(feature = "fault-injection")]
+                    regions::fault::inject(before);
+                    out
+                })
+                .collect()
+        };
+        for (&(first, _), out) in segments.iter().zip(outs) {
+            let rank = g.rank[first as usize];
+            let mut global: Vec<u32> = vec![NO_COUNTER; out.sets.len()];
+            let mut seen = vec![false; out.sets.len()];
+            for (i, &set) in out.set.iter().enumerate() {
+                let t = first as usize + i;
+                let s = set as usize;
+                let edges = out.sets.list(s).len();
                 if (interner.idx.len() + edges) as u64 > edge_budget {
                     let edges = (interner.idx.len() + edges) as u64;
                     return Err(memory_exceeded(tf, total, Some((edges, t as u64)), MAX_MEMORY + 1, 0));
                 }
-                // Counters live on the consumer's rank: the rank is part of the key.
-                let c = if preds.is_empty() {
-                    NO_COUNTER
-                } else {
-                    interner.intern(g.rank[t], preds)
-                };
-                deps.remember(c, edges as u32);
-                c
+                // A set's first task interns its producers; the call's later tasks with the
+                // same set share the counter.
+                if !seen[s] {
+                    seen[s] = true;
+                    let preds = out.sets.list(s);
+                    global[s] = if preds.is_empty() {
+                        NO_COUNTER
+                    } else {
+                        interner.intern(rank, preds)
+                    };
+                }
+                g.wait.push(global[s]);
             }
-        };
-        g.wait.push(counter);
-        // Writes are visible to later calls; tasks of one call never read its own output and
-        // calls are in topological order, so adding them now is equivalent.
-        for w in &access.writes {
-            if is_read.get(w.tensor.0 as usize) == Some(&true) {
-                index.add(w, t as u32);
-            }
+            // Writes are visible to later calls; tasks of one call never read its own output
+            // and calls are in topological order, so adding them after the call is the same.
+            index.append(out.writes);
         }
     }
+    [g.flops, g.bytes_in, g.bytes_out, g.remote] = costs;
     (g.counters, g.counter_rank) = interner.finish();
     g.rebuild_reverse();
     Ok(g)
@@ -963,6 +986,134 @@ fn memory_exceeded(tf: &Taskflow, tasks: u64, edges: Option<(u64, u64)>, need: u
         .help("use larger tiles, fewer ranks or fewer tokens")
 }
 
+/// What every call's tiles share while they are worked out.
+struct SegmentCx<'a> {
+    program: &'a Program,
+    tf: &'a Taskflow,
+    /// Whether some call reads a tensor (only those writes are indexed).
+    is_read: &'a [bool],
+    /// Per call, the gate tensors (and shapes) it waits for whole.
+    gates: &'a [Vec<(crate::ir::TensorId, [u64; 2])>],
+}
+
+/// The tiles of one call on one rank, worked out.
+#[derive(Default)]
+struct Segment {
+    /// Per task: its set of producers in `sets`.
+    set: Vec<u32>,
+    /// The distinct sets of writer lists the tasks read, in order of first use, each as its
+    /// producers (sorted, without repeats; empty for none).
+    sets: Lists,
+    /// The writes to index, in task order.
+    writes: regions::RecordRuns,
+}
+
+/// Lists of `u32` in one arena: list `i` is `idx[off[i]..off[i + 1]]`.
+struct Lists {
+    off: Vec<u32>,
+    idx: Vec<u32>,
+}
+
+impl Default for Lists {
+    fn default() -> Self {
+        Lists {
+            off: vec![0],
+            idx: Vec::new(),
+        }
+    }
+}
+
+impl Lists {
+    fn len(&self) -> usize {
+        self.off.len() - 1
+    }
+    fn list(&self, i: usize) -> &[u32] {
+        &self.idx[self.off[i] as usize..self.off[i + 1] as usize]
+    }
+    fn push(&mut self, l: &[u32]) -> u32 {
+        self.idx.extend_from_slice(l);
+        self.off.push(self.idx.len() as u32);
+        (self.off.len() - 2) as u32
+    }
+}
+
+/// A value alone on its cache lines (two threads writing next to each other slow both).
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// One thread's scratch space for working out segments.
+#[derive(Default)]
+struct Worker {
+    acc: regions::Scratch,
+    deps: DepMemo,
+    gate_regions: Vec<Region>,
+}
+
+impl Worker {
+    /// Works out tasks `first..first + count` (one call on one rank) against the writes of
+    /// the calls before; their costs go to `costs` (flops, bytes in, bytes out, remote
+    /// bytes; `count` entries each).
+    fn segment(
+        &mut self,
+        cx: &SegmentCx<'_>,
+        g: &TaskGraph,
+        index: &regions::WriterIndex,
+        first: u32,
+        count: u32,
+        costs: [&mut [f32]; 4],
+    ) -> Segment {
+        let mut out = Segment {
+            set: Vec::with_capacity(count as usize),
+            // About one write per task, mostly on the task's rank.
+            writes: regions::RecordRuns::with_room(count as usize),
+            ..Segment::default()
+        };
+        let deps = &mut self.deps;
+        let [flops, bytes_in, bytes_out, remote] = costs;
+        for (i, t) in (first as usize..(first + count) as usize).enumerate() {
+            deps.enter(g.node[t], g.rank[t]);
+            let access = regions::tile_access(cx.program, cx.tf, g, t, &mut self.acc);
+            flops[i] = access.flops as f32;
+            bytes_in[i] = access.bytes_in as f32;
+            bytes_out[i] = access.bytes_out as f32;
+            remote[i] = access.remote as f32;
+            self.gate_regions.clear();
+            self.gate_regions.extend(
+                cx.gates[g.node[t] as usize]
+                    .iter()
+                    .map(|&(z, shape)| Region::whole(z, g.rank[t], &shape)),
+            );
+            deps.keys.clear();
+            for rd in access.reads.iter().chain(&self.gate_regions) {
+                if cx.tf.tensor(rd.tensor).producer.is_none() {
+                    continue;
+                }
+                let list = deps.writers_of(rd, index);
+                deps.keys.push(list);
+            }
+            // The producers are the union of the read regions' writer lists: the same lists
+            // give the same set.
+            deps.keys.sort_unstable();
+            deps.keys.dedup();
+            let set = match deps.known() {
+                Some(set) => set,
+                None => {
+                    let set = out.sets.push(deps.union());
+                    deps.remember(set);
+                    set
+                }
+            };
+            out.set.push(set);
+            for w in &access.writes {
+                if cx.is_read.get(w.tensor.0 as usize) == Some(&true) {
+                    out.writes.push(index, w, t as u32);
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The producers of the tasks of one call on one rank, remembered across its tiles: the
 /// writers of every region read (sorted, without repeats, one list per distinct content) and
 /// the counter of every set of such lists.
@@ -981,11 +1132,11 @@ struct DepMemo {
     by_content: rustc_hash::FxHashMap<u64, Vec<u32>>,
     /// The current task's writer lists, sorted, without repeats.
     keys: Vec<u32>,
-    /// Counter and producer count by set of writer lists.
-    by_keys: rustc_hash::FxHashMap<Vec<u32>, (u32, u32)>,
-    /// The set looked up or remembered last, and its counter and producer count.
+    /// The segment's set (see [`Segment::sets`]) by set of writer lists.
+    by_keys: rustc_hash::FxHashMap<Vec<u32>, u32>,
+    /// The set of writer lists looked up or remembered last, and its set.
     last_keys: Vec<u32>,
-    last_counter: Option<(u32, u32)>,
+    last_set: Option<u32>,
     /// Union of several lists.
     preds: Vec<u32>,
 }
@@ -1005,7 +1156,7 @@ impl DepMemo {
         self.by_content.clear();
         self.by_keys.clear();
         self.last_keys.clear();
-        self.last_counter = None;
+        self.last_set = None;
     }
 
     fn list(&self, i: u32) -> &[u32] {
@@ -1017,7 +1168,7 @@ impl DepMemo {
     }
 
     /// The writer list of region `rd`.
-    fn writers_of(&mut self, rd: &Region, index: &mut regions::WriterIndex) -> u32 {
+    fn writers_of(&mut self, rd: &Region, index: &regions::WriterIndex) -> u32 {
         use std::hash::{Hash, Hasher};
         let mut probe = *rd;
         probe.accumulate = false;
@@ -1032,7 +1183,7 @@ impl DepMemo {
             return l;
         }
         let a = self.arena.len();
-        index.writers(rd, &mut |w| self.arena.push(w));
+        index.writers_sorted(rd, &mut |w| self.arena.push(w));
         self.arena[a..].sort_unstable();
         let mut end = a;
         for i in a..self.arena.len() {
@@ -1066,14 +1217,14 @@ impl DepMemo {
         l
     }
 
-    /// The counter and producer count of the current task's lists, if a task had them.
-    fn known(&mut self) -> Option<(u32, u32)> {
-        if self.last_counter.is_some() && self.last_keys == self.keys {
-            return self.last_counter;
+    /// The set of the current task's lists, if a task had them.
+    fn known(&mut self) -> Option<u32> {
+        if self.last_set.is_some() && self.last_keys == self.keys {
+            return self.last_set;
         }
         let c = self.by_keys.get(self.keys.as_slice()).copied()?;
         self.last_keys.clone_from(&self.keys);
-        self.last_counter = Some(c);
+        self.last_set = Some(c);
         Some(c)
     }
 
@@ -1093,11 +1244,11 @@ impl DepMemo {
         &self.preds
     }
 
-    /// Remembers the counter and producer count of the current task's lists.
-    fn remember(&mut self, counter: u32, edges: u32) {
-        self.by_keys.insert(self.keys.clone(), (counter, edges));
+    /// Remembers the set of the current task's lists.
+    fn remember(&mut self, set: u32) {
+        self.by_keys.insert(self.keys.clone(), set);
         self.last_keys.clone_from(&self.keys);
-        self.last_counter = Some((counter, edges));
+        self.last_set = Some(set);
     }
 }
 

@@ -759,9 +759,15 @@ pub mod fault {
         static FAULT: Cell<Option<Fault>> = const { Cell::new(None) };
     }
 
-    /// Sets (or with `None` clears) the fault of this thread's lowerings.
+    /// Sets (or with `None` clears) the fault of this thread's lowerings (the threads a
+    /// lowering works on take the fault of the thread that started it).
     pub fn inject(f: Option<Fault>) {
         FAULT.with(|c| c.set(f));
+    }
+
+    /// This thread's fault.
+    pub fn current() -> Option<Fault> {
+        FAULT.with(Cell::get)
     }
 
     pub(super) fn apply(t: usize, a: &mut Access) {
@@ -792,6 +798,73 @@ pub struct WriterIndex {
     ranks: usize,
     /// `[tensor * ranks + rank]`: the writes of a tensor on a rank.
     lists: Vec<Writes>,
+}
+
+/// Write records made apart from the index (by one of several threads), to be added to it
+/// later with [`WriterIndex::append`]: one run of records per tensor and rank, in the order
+/// the writes came.
+#[derive(Debug, Default)]
+pub struct RecordRuns {
+    runs: Vec<Run>,
+    /// The run written last (writes of a task segment mostly go to one tensor and rank).
+    last: usize,
+    /// Room for this many writes is made in the first run.
+    room: usize,
+}
+
+#[derive(Debug)]
+struct Run {
+    tensor: u32,
+    rank: u32,
+    records: Vec<i64>,
+    max_len: i64,
+}
+
+impl RecordRuns {
+    /// Runs whose first makes room for `writes` writes at once.
+    pub fn with_room(writes: usize) -> Self {
+        RecordRuns {
+            room: writes,
+            ..RecordRuns::default()
+        }
+    }
+
+    /// Records write `w` of `task`, in the layout of `index`'s lists (writes of tensors or
+    /// ranks it does not have are dropped, as [`WriterIndex::add`] drops them).
+    pub fn push(&mut self, index: &WriterIndex, w: &Region, task: u32) {
+        let (ti, r) = (w.tensor.0, w.rank);
+        let Some(&nd) = index.ndim.get(ti as usize) else { return };
+        if r as usize >= index.ranks {
+            return;
+        }
+        let at = match self.runs.get(self.last) {
+            Some(run) if run.tensor == ti && run.rank == r => self.last,
+            _ => match self.runs.iter().position(|run| run.tensor == ti && run.rank == r) {
+                Some(i) => i,
+                None => {
+                    let room = if self.runs.is_empty() {
+                        self.room * (2 * nd + 1)
+                    } else {
+                        0
+                    };
+                    self.runs.push(Run {
+                        tensor: ti,
+                        rank: r,
+                        records: Vec::with_capacity(room),
+                        max_len: 0,
+                    });
+                    self.runs.len() - 1
+                }
+            },
+        };
+        self.last = at;
+        let run = &mut self.runs[at];
+        for d in 0..nd {
+            run.records.extend_from_slice(&[w.lo[d], w.hi[d]]);
+        }
+        run.records.push(task as i64 | (i64::from(w.accumulate) << 32));
+        run.max_len = run.max_len.max(w.hi[0] - w.lo[0]);
+    }
 }
 
 /// The writes of one tensor on one rank.
@@ -889,6 +962,27 @@ impl WriterIndex {
         }
     }
 
+    /// Adds the records a segment of tasks made (see [`RecordRuns`]), list by list, as if
+    /// each write had been added in turn with [`WriterIndex::add`]. A list that had no
+    /// record takes over the run's memory.
+    pub fn append(&mut self, runs: RecordRuns) {
+        for run in runs.runs {
+            let Some(l) = self.list_mut(run.tensor as usize, run.rank as usize) else {
+                continue;
+            };
+            if run.records.is_empty() {
+                continue;
+            }
+            if l.records.is_empty() {
+                l.records = run.records;
+            } else {
+                l.records.extend_from_slice(&run.records);
+            }
+            l.sorted = None;
+            l.max_len = l.max_len.max(run.max_len);
+        }
+    }
+
     pub fn add(&mut self, w: &Region, task: u32) {
         let (ti, r) = (w.tensor.0 as usize, w.rank as usize);
         let Some(&nd) = self.ndim.get(ti) else { return };
@@ -950,15 +1044,43 @@ impl WriterIndex {
             return;
         }
         self.sort(ti, r);
+        self.scan_sorted(rd, f);
+    }
+
+    /// Sorts every list that records were added to since it was last sorted, so that
+    /// [`WriterIndex::writers_sorted`] finds its records by position.
+    pub fn sort_all(&mut self) {
+        for ti in 0..self.ndim.len() {
+            for r in 0..self.ranks {
+                self.sort(ti, r);
+            }
+        }
+    }
+
+    /// As [`WriterIndex::writers`], without sorting first (so the index can be shared): a
+    /// list added to since [`WriterIndex::sort_all`] is read record by record.
+    pub fn writers_sorted(&self, rd: &Region, f: &mut impl FnMut(u32)) {
+        self.scan_sorted(rd, &mut |rec, nd| f(rec[2 * nd] as u32));
+    }
+
+    /// [`WriterIndex::scan`] over the list as it is.
+    fn scan_sorted(&self, rd: &Region, f: &mut impl FnMut(&[i64], usize)) {
+        let (ti, r) = (rd.tensor.0 as usize, rd.rank as usize);
+        if ti >= self.ndim.len() || r >= self.ranks {
+            return;
+        }
         let nd = self.ndim[ti];
         let st = self.stride(ti);
         let Some(l) = self.list(ti, r) else { return };
         let list = &l.records;
         let n = list.len() / st;
         let from = rd.lo[0].saturating_sub(l.max_len);
+        let sorted = l.sorted.is_some();
+        // Visits the record at `o`; `false` once it lies wholly past `rd` in dimension 0
+        // (in sorted order, every later one does too).
         let mut visit = |o: usize| -> bool {
             let rec = &list[o..o + st];
-            if rec[0] >= rd.hi[0] {
+            if sorted && rec[0] >= rd.hi[0] {
                 return false;
             }
             if (0..nd).all(|d| rec[2 * d] < rd.hi[d] && rd.lo[d] < rec[2 * d + 1]) {
@@ -976,7 +1098,13 @@ impl WriterIndex {
                     }
                 }
             }
-            _ => {
+            None => {
+                // Not sorted: every record.
+                for i in 0..n {
+                    visit(i * st);
+                }
+            }
+            Some(Order::Inserted) => {
                 let mut lo = 0;
                 let mut hi = n;
                 while lo < hi {
