@@ -91,11 +91,8 @@ fn parse_at_cuts(src: &str, file: FileId, cuts: &[usize]) -> (File, Vec<Diagnost
         let first = parse_part(src, file, 0, cuts, &|k| dead[k].store(true, Ordering::Relaxed), &|| {
             false
         });
-        if let PartEnd::Stop(k) = first.end {
-            for d in &dead[..k] {
-                d.store(true, Ordering::Relaxed);
-            }
-        } else {
+        // The parts it went past already know; when it went to the end, no part is used.
+        if !matches!(first.end, PartEnd::Stop(_)) {
             for d in &dead {
                 d.store(true, Ordering::Relaxed);
             }
