@@ -330,6 +330,69 @@ fn overlap(a: &Region, b: &Region) -> Region {
     r
 }
 
+/// A region's writers as [`Workload::new`] remembers them for the tiles of a call on a rank.
+#[derive(Clone, Copy, PartialEq)]
+struct Memo {
+    /// The writers' blocks and bytes, sorted by block (stably).
+    list: (u32, u32),
+    /// The runs of consecutive blocks they make.
+    runs: (u32, u32),
+    /// Their bytes, summed in the order they were found.
+    sum: f64,
+}
+
+impl Memo {
+    const NONE: Memo = Memo {
+        list: (u32::MAX, u32::MAX),
+        runs: (u32::MAX, u32::MAX),
+        sum: 0.0,
+    };
+}
+
+/// A piece of a task's reads, with its lowest and highest block.
+struct Piece {
+    lo: u32,
+    hi: u32,
+    what: Read,
+}
+
+enum Read {
+    /// A region's writers; with `scale = Some((bytes, covered))` when they covered the
+    /// region's `bytes` more than once, so each of theirs counts `bytes / covered` of itself.
+    Writers { memo: Memo, scale: Option<(f64, f64)> },
+    /// An input block (the piece's block) and its bytes.
+    Input(f64),
+}
+
+/// Whether every task's runs are made by merging its reads (tests compare it with joining
+/// the pieces' runs).
+fn merge_always() -> bool {
+    #[cfg(test)]
+    return tests::MERGE_ALWAYS.with(std::cell::Cell::get);
+    #[cfg(not(test))]
+    false
+}
+
+/// Appends the runs of consecutive blocks that `reads` (sorted by block) make: first block,
+/// count, and bytes summed in order (a block read twice adds to its run's bytes).
+fn push_runs(reads: &[(u32, f64)], out: &mut Vec<(u32, u32, f64)>) {
+    let mut run: Option<(u32, u32, f64)> = None;
+    for &(b, bytes) in reads {
+        match &mut run {
+            Some((first, count, sum)) if *first + *count == b => {
+                *count += 1;
+                *sum += bytes;
+            }
+            Some((first, count, sum)) if *first + *count - 1 == b => *sum += bytes,
+            _ => {
+                out.extend(run.take());
+                run = Some((b, 1, bytes));
+            }
+        }
+    }
+    out.extend(run);
+}
+
 /// Bytes a vector holds on the heap.
 fn heap<T>(v: &Vec<T>) -> u64 {
     (v.capacity() * std::mem::size_of::<T>()) as u64
@@ -438,8 +501,18 @@ impl Workload {
         let mut reads: Vec<(u32, f64)> = Vec::new();
         // Regions read, with their bytes.
         let mut regions: Vec<(Region, f64)> = Vec::new();
-        let mut memo = RegionMap::new((usize::MAX, usize::MAX));
+        // Per region read by the current call on the current rank: its writers' blocks (in
+        // `memo_arena`, sorted by block, stably), the sum of their bytes (in the order the
+        // writers were found), and the runs of consecutive blocks they make (in
+        // `memo_runs`: first block, count, bytes).
+        let mut memo = RegionMap::new(Memo::NONE);
         let mut memo_arena: Vec<(u32, f64)> = Vec::new();
+        let mut memo_runs: Vec<(u32, u32, f64)> = Vec::new();
+        // The current task's reads as pieces: a region's writers (unscaled) or one input
+        // block, each with its lowest and highest block.
+        let mut pieces: Vec<Piece> = Vec::new();
+        let mut task_runs: Vec<(u32, u32, f64)> = Vec::new();
+        let mut by_lo: Vec<u32> = Vec::new();
         let mut memo_key = (u32::MAX, u32::MAX);
         // Per op call: reads indexed by `group(m)` whose rows `m` are a receive-window task
         // dimension: (tensor, dimension of the group index, task dimension of `m`). The
@@ -619,7 +692,6 @@ impl Workload {
                 }
                 read_total += bytes;
                 let mut covered = 0.0;
-                let start = reads.len();
                 if tf.tensor(probe.tensor).producer.is_some() {
                     // The producers of a region repeat across the tiles of a call (and
                     // nothing a call reads is written while its tasks are prepared).
@@ -627,9 +699,10 @@ impl Workload {
                     if key != memo_key {
                         memo.clear();
                         memo_arena.clear();
+                        memo_runs.clear();
                         memo_key = key;
                     }
-                    let (a0, a1) = match memo.get(probe) {
+                    let m = match memo.get(probe) {
                         Some(r) => r,
                         None => {
                             let a0 = memo_arena.len();
@@ -658,20 +731,38 @@ impl Workload {
                                     memo_arena.push((block, b));
                                 }
                             });
-                            memo.insert(*probe, (a0, memo_arena.len()));
-                            (a0, memo_arena.len())
+                            let a1 = memo_arena.len();
+                            let sum = memo_arena[a0..a1].iter().fold(0.0, |s, e| s + e.1);
+                            // Sorted stably here, the lists joined below need only merging
+                            // into the same order.
+                            memo_arena[a0..a1].sort_by_key(|e| e.0);
+                            let r0 = memo_runs.len();
+                            push_runs(&memo_arena[a0..a1], &mut memo_runs);
+                            let m = Memo {
+                                list: (a0 as u32, a1 as u32),
+                                runs: (r0 as u32, memo_runs.len() as u32),
+                                sum,
+                            };
+                            memo.insert(*probe, m);
+                            m
                         }
                     };
-                    for &(block, b) in &memo_arena[a0..a1] {
-                        covered += b;
-                        reads.push((block, b));
+                    covered = m.sum;
+                    let list = &memo_arena[m.list.0 as usize..m.list.1 as usize];
+                    if let (Some(lo), Some(hi)) = (list.first(), list.last()) {
+                        pieces.push(Piece {
+                            lo: lo.0,
+                            hi: hi.0,
+                            what: Read::Writers {
+                                memo: m,
+                                // Accumulated writes may cover a row several times: read it
+                                // once.
+                                scale: (covered > bytes).then_some((bytes, covered)),
+                            },
+                        });
                     }
                 }
-                // Accumulated writes may cover a row several times: read it once.
                 if covered > bytes {
-                    for e in &mut reads[start..] {
-                        e.1 *= bytes / covered;
-                    }
                     covered = bytes;
                 }
                 let rest = bytes - covered;
@@ -682,31 +773,76 @@ impl Workload {
                         w.block_input.push(true);
                         (w.block_rank.len() - 1) as u32
                     });
-                    reads.push((id, rest));
+                    pieces.push(Piece {
+                        lo: id,
+                        hi: id,
+                        what: Read::Input(rest),
+                    });
                 }
             }
-            // Runs of consecutive blocks.
-            reads.sort_by_key(|e| e.0);
-            for &(b, bytes) in reads.iter() {
-                let n_runs = run_first.len();
-                let last = if n_runs > run_off[t] as usize {
-                    Some(n_runs - 1)
-                } else {
-                    None
-                };
-                match last {
-                    Some(i) if run_first[i] + run_count[i] == b => {
-                        run_count[i] += 1;
-                        run_bytes[i] += bytes;
-                    }
-                    Some(i) if run_first[i] + run_count[i] - 1 == b => run_bytes[i] += bytes,
-                    _ => {
-                        run_first.push(b);
-                        run_count.push(1);
-                        run_bytes.push(bytes);
+            // Runs of consecutive blocks (a block read twice adds to its run's bytes). The
+            // reads are sorted pieces (each region's writers, then its input block). When no
+            // piece was scaled and no two overlap or touch, the sorted reads are the pieces
+            // one after the other, and their runs each piece's own: those of a region's
+            // writers were made once, when they were first looked up.
+            by_lo.clear();
+            by_lo.extend(0..pieces.len() as u32);
+            by_lo.sort_unstable_by_key(|&i| pieces[i as usize].lo);
+            let apart = !merge_always()
+                && pieces
+                    .iter()
+                    .all(|p| !matches!(p.what, Read::Writers { scale: Some(_), .. }))
+                && by_lo
+                    .windows(2)
+                    .all(|w| u64::from(pieces[w[0] as usize].hi) + 1 < u64::from(pieces[w[1] as usize].lo));
+            if apart {
+                #[cfg(test)]
+                tests::JOINED.with(|c| c.set(c.get() + 1));
+                for &i in &by_lo {
+                    let p = &pieces[i as usize];
+                    match p.what {
+                        Read::Writers { memo: m, .. } => {
+                            for &(first, count, sum) in &memo_runs[m.runs.0 as usize..m.runs.1 as usize] {
+                                run_first.push(first);
+                                run_count.push(count);
+                                run_bytes.push(sum);
+                            }
+                        }
+                        Read::Input(bytes) => {
+                            run_first.push(p.lo);
+                            run_count.push(1);
+                            run_bytes.push(bytes);
+                        }
                     }
                 }
+            } else {
+                // The reads piece by piece, then a stable sort merges them into the order
+                // of their blocks.
+                reads.clear();
+                for p in &pieces {
+                    match p.what {
+                        Read::Writers { memo: m, scale } => {
+                            let start = reads.len();
+                            reads.extend_from_slice(&memo_arena[m.list.0 as usize..m.list.1 as usize]);
+                            if let Some((bytes, covered)) = scale {
+                                for e in &mut reads[start..] {
+                                    e.1 *= bytes / covered;
+                                }
+                            }
+                        }
+                        Read::Input(bytes) => reads.push((p.lo, bytes)),
+                    }
+                }
+                reads.sort_by_key(|e| e.0);
+                task_runs.clear();
+                push_runs(&reads, &mut task_runs);
+                for &(first, count, sum) in &task_runs {
+                    run_first.push(first);
+                    run_count.push(count);
+                    run_bytes.push(sum);
+                }
             }
+            pieces.clear();
             run_off.push(run_first.len() as u32);
             // Blocks written: the local one (block `t`), then one per destination.
             w.block_size[t] = local_out;
@@ -1056,6 +1192,66 @@ mod tests {
     use super::*;
     use hpmoe_dsl::ir::{RouteKind, RouteSpec};
     use hpmoe_dsl::route::Routing;
+
+    thread_local! {
+        /// Makes every task's runs by merging its reads.
+        pub(super) static MERGE_ALWAYS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// Tasks whose runs were joined from their pieces' runs.
+        pub(super) static JOINED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// A task's read runs joined from its pieces' runs (each region's writers, each input
+    /// block) are those that merging all its reads gives, to the bit, under every policy,
+    /// ragged and static windows, forward and backward, skewed routing.
+    #[test]
+    fn runs_joined_from_pieces_are_the_merged_runs() {
+        use hpmoe_dsl::check::{Options, Override};
+        use hpmoe_dsl::schedule::Policy;
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let mut joined = 0;
+        for (file, sets) in [
+            ("deepseek_v3_ep8_fwd.hpm", &["ranks=8"][..]),
+            ("deepseek_v3_ep8_bwd.hpm", &["ranks=16"][..]),
+            ("qwen_moe_ep8_fwd.hpm", &[][..]),
+            ("deepseek_v3_train_layer.hpm", &[][..]),
+        ] {
+            let opts = Options {
+                overrides: sets.iter().map(|o| Override::parse(o).expect("an override")).collect(),
+                ..Options::default()
+            };
+            let out = hpmoe_dsl::driver::check_path(&root.join(file), &opts, &mut hpmoe_dsl::SourceMap::new());
+            let p = out.checked.expect("the example checks");
+            let model = crate::model::DeviceModel::new(&p.device).expect("a model");
+            for tf in &p.taskflows {
+                for policy in [Policy::Interleaved, Policy::ExpertLevel] {
+                    let spec = p.select_policy(&tf.name, Some(policy));
+                    let Ok(c) = p.compile(tf, &spec, &hpmoe_dsl::driver::CompileOptions::default()) else {
+                        continue;
+                    };
+                    JOINED.with(|j| j.set(0));
+                    let fast = Workload::new(&p, tf, &c.graph, &c.schedule, &model);
+                    joined += JOINED.with(std::cell::Cell::get);
+                    MERGE_ALWAYS.with(|m| m.set(true));
+                    let merged = Workload::new(&p, tf, &c.graph, &c.schedule, &model);
+                    MERGE_ALWAYS.with(|m| m.set(false));
+                    let key = |w: &Workload| -> Vec<(u32, u32, u64)> {
+                        w.plan
+                            .runs
+                            .iter()
+                            .map(|r| (r.first, r.count, r.bytes.to_bits()))
+                            .collect()
+                    };
+                    assert_eq!(key(&fast), key(&merged), "{file} {} {policy:?}", tf.name);
+                    let ends = |w: &Workload| -> Vec<(u32, u32)> {
+                        w.plan.info.iter().map(|i| (i.reads, i.read_end)).collect()
+                    };
+                    assert_eq!(ends(&fast), ends(&merged), "{file} {} {policy:?}", tf.name);
+                }
+            }
+        }
+        // The joining is what most tasks take.
+        assert!(joined > 1000, "{joined} tasks joined");
+    }
 
     /// The prefix sums give the rows the segment-by-segment count gives, on every range of
     /// every rank of skewed static windows.
