@@ -11,7 +11,9 @@ pub struct SourceFile {
     pub name: String,
     /// The path on disk, when the text came from a file (imports are relative to it).
     pub path: Option<PathBuf>,
-    pub text: Arc<str>,
+    /// The text, shared. A `String` in an `Arc` rather than an `Arc<str>`, so that a file
+    /// read into a `String` is kept as it is (an `Arc<str>` would copy it).
+    pub text: Arc<String>,
 }
 
 /// All sources of one compilation, indexed by [`FileId`].
@@ -78,12 +80,12 @@ impl SourceMap {
         Self::default()
     }
 
-    pub fn add(&mut self, name: impl Into<String>, path: Option<PathBuf>, text: impl Into<Arc<str>>) -> FileId {
+    pub fn add(&mut self, name: impl Into<String>, path: Option<PathBuf>, text: impl Into<String>) -> FileId {
         let id = FileId(self.files.len() as u32);
         self.files.push(SourceFile {
             name: name.into(),
             path,
-            text: text.into(),
+            text: Arc::new(text.into()),
         });
         self.lines.push(OnceLock::new());
         id

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// excerpt, not a scan of the whole file (and the text is shared, not copied).
 struct Excerpts {
     name: String,
-    text: Arc<str>,
+    text: Arc<String>,
     lines: Arc<LineTable>,
 }
 

@@ -887,9 +887,19 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
     for ni in 0..tf.nodes.len() {
         crate::cancel::check();
         index.sort_all();
+        // Each rank's tiles, in pieces small enough that the threads share the call's work
+        // evenly (about eight pieces a thread), but not smaller than `SEGMENT_TASKS` (a
+        // piece remembers its producers anew).
+        let node_tasks: u64 = g.nodes[ni].per_rank.iter().map(|rt| u64::from(rt.count)).sum();
+        let piece =
+            (node_tasks / (8 * workers.len() as u64)).clamp(u64::from(SEGMENT_TASKS), u64::from(u32::MAX)) as u32;
         let segments: Vec<(u32, u32)> = (g.nodes[ni].per_rank.iter().enumerate())
-            .filter(|(_, rt)| rt.count > 0)
-            .map(|(r, rt)| (g.nodes[ni].base[r], rt.count))
+            .flat_map(|(r, rt)| {
+                let base = g.nodes[ni].base[r];
+                (0..rt.count)
+                    .step_by(piece as usize)
+                    .map(move |i| (base + i, (rt.count - i).min(piece)))
+            })
             .collect();
         let outs: Vec<Segment> = {
             use rayon::prelude::*;
@@ -1037,6 +1047,10 @@ impl Lists {
     }
 }
 
+/// The fewest tasks of one call and rank worked out at once by one thread (unless the rank
+/// has fewer).
+const SEGMENT_TASKS: u32 = 1024;
+
 /// A value alone on its cache lines (two threads writing next to each other slow both).
 #[repr(align(128))]
 struct Padded<T>(T);
@@ -1068,7 +1082,9 @@ impl Worker {
             writes: regions::RecordRuns::with_room(count as usize),
             ..Segment::default()
         };
+        // The memo's sets are this segment's: start it anew, even for the same call and rank.
         let deps = &mut self.deps;
+        deps.at = None;
         let [flops, bytes_in, bytes_out, remote] = costs;
         for (i, t) in (first as usize..(first + count) as usize).enumerate() {
             deps.enter(g.node[t], g.rank[t]);

@@ -146,7 +146,7 @@ impl Analysis {
 
     /// The text of a loaded source.
     pub fn source_text(&self, file: FileId) -> Option<&str> {
-        self.sources.get(file).map(|f| &*f.text)
+        self.sources.get(file).map(|f| f.text.as_str())
     }
 
     /// The location of a span of any loaded source: the document, an imported file, or a
