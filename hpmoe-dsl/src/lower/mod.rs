@@ -171,6 +171,15 @@ impl Csr {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Appends a row; returns its index.
+    pub fn push_row(&mut self, row: &[u32]) -> u32 {
+        if self.off.is_empty() {
+            self.off.push(0);
+        }
+        self.idx.extend_from_slice(row);
+        self.off.push(self.idx.len() as u32);
+        (self.off.len() - 2) as u32
+    }
     /// Builds the CSR from (row, value) pairs.
     pub fn from_pairs(rows: usize, pairs: &[(u32, u32)]) -> Csr {
         let mut off = vec![0u32; rows + 1];
@@ -940,7 +949,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
             for (i, &set) in out.set.iter().enumerate() {
                 let t = first as usize + i;
                 let s = set as usize;
-                let edges = out.sets.list(s).len();
+                let edges = out.sets.row(s).len();
                 if (interner.idx.len() + edges) as u64 > edge_budget {
                     let edges = (interner.idx.len() + edges) as u64;
                     return Err(memory_exceeded(tf, total, Some((edges, t as u64)), MAX_MEMORY + 1, 0));
@@ -949,7 +958,7 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
                 // same set share the counter.
                 if !seen[s] {
                     seen[s] = true;
-                    let preds = out.sets.list(s);
+                    let preds = out.sets.row(s);
                     global[s] = if preds.is_empty() {
                         NO_COUNTER
                     } else {
@@ -1013,38 +1022,9 @@ struct Segment {
     set: Vec<u32>,
     /// The distinct sets of writer lists the tasks read, in order of first use, each as its
     /// producers (sorted, without repeats; empty for none).
-    sets: Lists,
+    sets: Csr,
     /// The writes to index, in task order.
     writes: regions::RecordRuns,
-}
-
-/// Lists of `u32` in one arena: list `i` is `idx[off[i]..off[i + 1]]`.
-struct Lists {
-    off: Vec<u32>,
-    idx: Vec<u32>,
-}
-
-impl Default for Lists {
-    fn default() -> Self {
-        Lists {
-            off: vec![0],
-            idx: Vec::new(),
-        }
-    }
-}
-
-impl Lists {
-    fn len(&self) -> usize {
-        self.off.len() - 1
-    }
-    fn list(&self, i: usize) -> &[u32] {
-        &self.idx[self.off[i] as usize..self.off[i + 1] as usize]
-    }
-    fn push(&mut self, l: &[u32]) -> u32 {
-        self.idx.extend_from_slice(l);
-        self.off.push(self.idx.len() as u32);
-        (self.off.len() - 2) as u32
-    }
 }
 
 /// The fewest tasks of one call and rank worked out at once by one thread (unless the rank
@@ -1082,12 +1062,11 @@ impl Worker {
             writes: regions::RecordRuns::with_room(count as usize),
             ..Segment::default()
         };
-        // The memo's sets are this segment's: start it anew, even for the same call and rank.
+        // The memo's sets are this segment's: it starts anew, even for the same call and rank.
         let deps = &mut self.deps;
-        deps.at = None;
+        deps.reset();
         let [flops, bytes_in, bytes_out, remote] = costs;
         for (i, t) in (first as usize..(first + count) as usize).enumerate() {
-            deps.enter(g.node[t], g.rank[t]);
             let access = regions::tile_access(cx.program, cx.tf, g, t, &mut self.acc);
             flops[i] = access.flops as f32;
             bytes_in[i] = access.bytes_in as f32;
@@ -1114,7 +1093,7 @@ impl Worker {
             let set = match deps.known() {
                 Some(set) => set,
                 None => {
-                    let set = out.sets.push(deps.union());
+                    let set = out.sets.push_row(deps.union());
                     deps.remember(set);
                     set
                 }
@@ -1135,8 +1114,6 @@ impl Worker {
 /// the counter of every set of such lists.
 #[derive(Default)]
 struct DepMemo {
-    /// The (call, rank) remembered.
-    at: Option<(u32, u32)>,
     /// Read region (without its accumulation flag) -> writer list.
     by_region: rustc_hash::FxHashMap<Region, u32>,
     /// The region looked up last, and its list.
@@ -1158,12 +1135,8 @@ struct DepMemo {
 }
 
 impl DepMemo {
-    /// Starts the tiles of call `node` on `rank` (forgetting another call's or rank's).
-    fn enter(&mut self, node: u32, rank: u32) {
-        if self.at == Some((node, rank)) {
-            return;
-        }
-        self.at = Some((node, rank));
+    /// Forgets everything remembered (a new segment's tiles follow).
+    fn reset(&mut self) {
         self.by_region.clear();
         self.last_region = None;
         self.off.clear();
@@ -1199,7 +1172,7 @@ impl DepMemo {
             return l;
         }
         let a = self.arena.len();
-        index.writers_sorted(rd, &mut |w| self.arena.push(w));
+        index.writers(rd, &mut |w| self.arena.push(w));
         self.arena[a..].sort_unstable();
         let mut end = a;
         for i in a..self.arena.len() {

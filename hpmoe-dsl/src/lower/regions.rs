@@ -1048,7 +1048,7 @@ impl WriterIndex {
     }
 
     /// Sorts every list that records were added to since it was last sorted, so that
-    /// [`WriterIndex::writers_sorted`] finds its records by position.
+    /// [`WriterIndex::writers`] finds its records by position.
     pub fn sort_all(&mut self) {
         for ti in 0..self.ndim.len() {
             for r in 0..self.ranks {
@@ -1057,9 +1057,10 @@ impl WriterIndex {
         }
     }
 
-    /// As [`WriterIndex::writers`], without sorting first (so the index can be shared): a
-    /// list added to since [`WriterIndex::sort_all`] is read record by record.
-    pub fn writers_sorted(&self, rd: &Region, f: &mut impl FnMut(u32)) {
+    /// Calls `f` with every task whose write overlaps `rd`. The index is only read (so it
+    /// can be shared): a list added to since [`WriterIndex::sort_all`] is read record by
+    /// record.
+    pub fn writers(&self, rd: &Region, f: &mut impl FnMut(u32)) {
         self.scan_sorted(rd, &mut |rec, nd| f(rec[2 * nd] as u32));
     }
 
@@ -1122,11 +1123,6 @@ impl WriterIndex {
                 }
             }
         }
-    }
-
-    /// Calls `f` with every task whose write overlaps `rd`.
-    pub fn writers(&mut self, rd: &Region, f: &mut impl FnMut(u32)) {
-        self.scan(rd, &mut |rec, nd| f(rec[2 * nd] as u32));
     }
 
     /// Calls `f` with every write record overlapping `rd`: the writing task and the record's
