@@ -54,6 +54,15 @@ impl<'a> L2<'a> {
         self.state[b as usize] & RESIDENT != 0
     }
 
+    /// Fetches the state of block `b` into the processor's caches ahead of a read of it.
+    #[inline]
+    pub fn prefetch(&self, b: u32) {
+        if let (Some(st), Some(size)) = (self.state.get(b as usize), self.size.get(b as usize)) {
+            super::prefetch(st);
+            super::prefetch(size);
+        }
+    }
+
     /// Bytes held by a die.
     pub fn used(&self, die: usize) -> f64 {
         self.used[die]

@@ -38,6 +38,38 @@ pub mod hbm;
 pub mod l2;
 pub mod link;
 
+/// Asks the processor to bring the memory of `x` (every cache line it spans) into its
+/// caches ahead of use. A hint: it changes no value and never faults; on targets without a
+/// stable prefetch instruction it does nothing.
+#[inline(always)]
+pub fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let p = (x as *const T).cast::<i8>();
+        let size = std::mem::size_of::<T>();
+        let mut at = 0;
+        while at < size {
+            prefetch_line(p.wrapping_add(at));
+            at += 64;
+        }
+        if size > 0 {
+            prefetch_line(p.wrapping_add(size - 1));
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(unsafe_code)]
+fn prefetch_line(p: *const i8) {
+    // SAFETY: a prefetch is only a hint to the cache: it reads nothing the program sees,
+    // writes nothing and never faults, whatever the address (here always within a live
+    // reference). SSE, which it needs, is part of every x86_64 target.
+    unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p) }
+}
+
 /// A first-in-first-out queue: a vector and the index of its head, compacted when the head
 /// passed half of it (cheaper per operation than a ring buffer; amortised O(1)).
 #[derive(Clone, Debug)]

@@ -40,7 +40,7 @@ pub use workload::Workload;
 use crate::model::hbm::Hbm;
 use crate::model::l2::L2;
 use crate::model::link::Links;
-use crate::model::{DeviceModel, Fifo};
+use crate::model::{prefetch, DeviceModel, Fifo};
 use hpmoe_dsl::schedule::Schedule;
 use workload::NONE;
 
@@ -230,6 +230,12 @@ impl Heap4 {
         ((a.time as u128) << 64 | a.key as u128) < ((b.time as u128) << 64 | b.key as u128)
     }
 
+    /// The place of the earlier of the events at `i` and `j`.
+    #[inline]
+    fn lesser(&self, i: usize, j: usize) -> usize {
+        std::hint::select_unpredictable(Self::less(&self.v[j], &self.v[i]), j, i)
+    }
+
     #[inline]
     fn peek(&self) -> Option<&Ev> {
         self.v.first()
@@ -265,12 +271,20 @@ impl Heap4 {
             if c >= n {
                 break;
             }
-            let mut m = c;
-            for j in c + 1..(c + 4).min(n) {
-                if Self::less(&self.v[j], &self.v[m]) {
-                    m = j;
+            // The least child, chosen without branches: which child is least is as good
+            // as random, and a mispredicted branch per comparison cost more than the pop's
+            // memory traffic.
+            let m = if c + 4 <= n {
+                let a = self.lesser(c, c + 1);
+                let b = self.lesser(c + 2, c + 3);
+                self.lesser(a, b)
+            } else {
+                let mut m = c;
+                for j in c + 1..n {
+                    m = self.lesser(m, j);
                 }
-            }
+                m
+            };
             if !Self::less(&self.v[m], &last) {
                 break;
             }
@@ -728,6 +742,31 @@ impl Sim<'_> {
         let class = info.class as usize;
         let die = info.rank as usize;
         self.times[i].start = now;
+        // The core's next tasks start after this one, each from memory the event loop has
+        // not touched since the workload was prepared. Each start fetches ahead what later
+        // starts read, in stages, each from what an earlier start fetched: the description
+        // of the task three ahead, the first read runs of the task two ahead, and for the
+        // next task the L2 state of its first blocks and its own state.
+        if let Some(later) = plan.info.get(i + 3) {
+            prefetch(later);
+        }
+        if let Some(after) = plan.info.get(i + 2) {
+            if let Some(run) = plan.runs.get(after.reads as usize) {
+                prefetch(run);
+            }
+        }
+        if let Some(next) = plan.info.get(i + 1) {
+            if next.reads < next.read_end {
+                if let Some(run) = plan.runs.get(next.reads as usize) {
+                    self.l2.prefetch(run.first);
+                }
+            }
+            if let (Some(u), Some(x), Some(st)) = (self.unsat.get(i + 1), self.times.get(i + 1), self.ts.get(i + 1)) {
+                prefetch(u);
+                prefetch(x);
+                prefetch(st);
+            }
+        }
         if let Some(&c) = self.chains.get(i) {
             if now + c >= self.limit {
                 self.over = true;
