@@ -326,8 +326,6 @@ struct Hot {
     frozen: u32,
     /// Its active flows.
     n: u32,
-    /// Component search mark.
-    mark: u32,
     /// The rate of each of its flows now.
     rate: f64,
     /// The heap entry that froze it in the last solve of its component: (level bits, kind,
@@ -393,6 +391,9 @@ pub struct Links {
     dirty_pairs: Vec<u32>,
     dirty_res: Vec<u32>,
     epoch: u32,
+    /// Per pair: its component search mark (apart from [`Hot`], so that a walk of many
+    /// pairs' marks reads a small array).
+    mark: Vec<u32>,
     res_mark: Vec<u32>,
     /// Per resource: its state in the solve under way.
     res: Vec<Filling>,
@@ -503,7 +504,6 @@ impl Links {
                         plen,
                         frozen: 0,
                         n: 0,
-                        mark: 0,
                         rate: 0.0,
                         key: (0, 1, NONE),
                     }
@@ -514,6 +514,7 @@ impl Links {
             dirty_pairs: Vec::new(),
             dirty_res: Vec::new(),
             epoch: 0,
+            mark: vec![0; pairs.len()],
             res_mark: vec![0; nres],
             res: vec![Filling::default(); nres],
             res_n: vec![0.0; nres],
@@ -585,9 +586,9 @@ impl Links {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
             for h in &mut self.hot {
-                h.mark = 0;
                 h.frozen = 0;
             }
+            self.mark.fill(0);
             self.res_mark.fill(0);
             self.epoch = 1;
             // The freezes of the last solve are gone with its epoch.
@@ -840,9 +841,9 @@ impl Links {
         }
         self.start_resource(r, ep, comp_res);
         for &q in &self.users[r] {
-            let qp = &mut self.hot[q as usize];
-            if qp.mark != ep {
-                qp.mark = ep;
+            let m = &mut self.mark[q as usize];
+            if *m != ep {
+                *m = ep;
                 comp.push(q);
             }
         }
@@ -946,7 +947,7 @@ impl Links {
         own.clear();
         for &p in &comp {
             let p = p as usize;
-            self.hot[p].mark = ep;
+            self.mark[p] = ep;
             if !shared {
                 own.push((self.own_level(p).to_bits(), p as u32));
             }
@@ -972,10 +973,7 @@ impl Links {
             }
             // (Solving all active pairs, every listed pair is of the solve.)
             if shared && !whole {
-                while own
-                    .get(next_own)
-                    .is_some_and(|&(_, op)| self.hot[op as usize].mark != ep)
-                {
+                while own.get(next_own).is_some_and(|&(_, op)| self.mark[op as usize] != ep) {
                     next_own += 1;
                 }
             }
@@ -1090,8 +1088,8 @@ impl Links {
         // Seeds: the dirty pairs still active, and every active pair of a dirty resource.
         for k in 0..self.dirty_pairs.len() {
             let p = self.dirty_pairs[k] as usize;
-            if self.hot[p].n > 0 && self.hot[p].mark != ep {
-                self.hot[p].mark = ep;
+            if self.hot[p].n > 0 && self.mark[p] != ep {
+                self.mark[p] = ep;
                 comp.push(p as u32);
             }
         }
@@ -1157,8 +1155,8 @@ impl Links {
         let mut ok = true;
         for k in 0..self.dirty_pairs.len() {
             let p = self.dirty_pairs[k] as usize;
-            if self.hot[p].mark != ep {
-                self.hot[p].mark = ep;
+            if self.mark[p] != ep {
+                self.mark[p] = ep;
                 ds.push(p as u32);
             }
         }
@@ -1219,7 +1217,7 @@ impl Links {
                     None => continue,
                 }
             } else {
-                if qp.mark == ep || (qp.key.1 == 0 && qp.key.2 as usize == r) || qp.key.2 == NONE {
+                if self.mark[q as usize] == ep || (qp.key.1 == 0 && qp.key.2 as usize == r) || qp.key.2 == NONE {
                     ok = false;
                     break;
                 }

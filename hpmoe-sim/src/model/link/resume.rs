@@ -138,10 +138,10 @@ impl Links {
         v.clear();
         let mut ok = true;
         for &q in &self.users[r] {
-            let h = &self.hot[q as usize];
-            if h.mark == ep {
+            if self.mark[q as usize] == ep {
                 continue;
             }
+            let h = &self.hot[q as usize];
             if h.frozen != self.solve_ep {
                 ok = false;
                 break;
@@ -221,7 +221,7 @@ impl Links {
         }
         for k in 0..self.pend_pairs.len() {
             let p = self.pend_pairs[k].0 as usize;
-            self.hot[p].mark = ep;
+            self.mark[p] = ep;
         }
         for k in 0..self.pend_res.len() {
             let r = self.pend_res[k] as usize;
