@@ -54,7 +54,7 @@ SECRET = "hostile_secret_7f3a9c"
 
 def case(name, text=None, args=("check",), expect="fail", files=None, stdin=None, stdout=None, twice=False):
     """`files`: extra files in the case's directory (`@DIR/NAME`), by name: text, bytes,
-    ("symlink", TARGET), ("fifo",) or ("dir",). `stdout`: "full" (/dev/full) or "closed" (a
+    ("symlink", TARGET), ("fifo",), ("dir",) or ("sparse", HEAD, SIZE). `stdout`: "full" (/dev/full) or "closed" (a
     pipe closed at once). `twice`: run it again and require the same stdout and stderr."""
     CASES.append(dict(name=name, text=text, args=list(args), expect=expect, files=files or {}, stdin=stdin,
                       stdout=stdout, twice=twice))
@@ -383,6 +383,58 @@ case("grad2_fmt_expand", QUANT_HEAD + "taskflow b = grad(q, wrt: [x, w], straigh
      args=("fmt", "--expand-grad", "--stdout"), expect="ok")
 
 
+# ---- Third round: limits on what files, device ratios and chart windows can make the tool do.
+
+def sparse(head, size):
+    """A file of `size` bytes that starts with `head` and is holes after it (costs no disk)."""
+    return ("sparse", head, size)
+
+
+GIB = 1 << 30
+ROUTE_FILE = moe().replace("balanced(experts: experts, topk: 2)", 'file(path: "r.npy", experts: experts)')
+ROUTER_LOGITS = moe().replace("balanced(experts: experts, topk: 2)", 'router(experts: experts, topk: 2, logits: "l.npy")')
+ELEM = elementwise("out[m, n] = x[m, n];")
+# `.npy` files whose header announces more than the program needs: refused from the header.
+case("npy3_input_2gib_f32", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": sparse(npy("<f4", "(536870912,)"), 2 * GIB + 128)})
+case("npy3_input_2gib_i8", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": sparse(npy("|i1", "(2147483648,)"), 2 * GIB + 128)})
+case("npy3_input_right_shape_2gib_f64", elementwise("out[m, n] = x[m, n];", "[16384, 16384]"), args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": sparse(npy("<f8", "(1, 16384, 16384)"), 2 * GIB + 128)})
+case("npy3_input_trailing_2gib", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), expect="ok",
+     files={"h.npy": sparse(npy("<f4", "(1, 64, 64)"), 2 * GIB)})
+case("npy3_input_header_4gib", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": b"\x93NUMPY\x02\x00\xff\xff\xff\xff{'descr'"})
+case("npy3_input_header_longer_than_file", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": b"\x93NUMPY\x01\x00\xff\xff{'descr': '<f4'"})
+case("npy3_input_40_dims", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": npy("<f4", "(" + "1, " * 40 + ")", bytes(4))})
+case("npy3_input_negative_dim", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": npy("<f4", "(1, -64, 64)")})
+case("npy3_input_truncated", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": npy("<f4", "(1, 64, 64)", bytes(100))})
+case("npy3_input_big_endian", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": npy(">f4", "(1, 64, 64)", bytes(4 * 64 * 64))})
+case("npy3_route_file_2gib", ROUTE_FILE, args=("run",), files={"r.npy": sparse(npy("<i4", "(4, 134217728, 2)"), 4 * GIB + 128)})
+case("npy3_route_file_topk_2gib", ROUTE_FILE, args=("check",), files={"r.npy": sparse(npy("<i4", "(4, 64, 67108864)"), 2 * GIB)})
+case("npy3_route_weights_2gib", ROUTE_FILE.replace('experts: experts)', 'experts: experts, weights: "w.npy")'), args=("run",),
+     files={"r.npy": npy("<i4", "(4, 64, 2)", bytes(4 * 64 * 2 * 4)), "w.npy": sparse(npy("<f4", "(536870912,)"), 2 * GIB + 128)})
+case("npy3_router_logits_2gib", ROUTER_LOGITS, args=("run",), files={"l.npy": sparse(npy("<f4", "(4, 64, 2097152)"), 2 * GIB + 128)})
+case("npy3_router_bias_2gib", moe().replace("balanced(experts: experts, topk: 2)", 'router(experts: experts, topk: 2, bias: "b.npy")'), args=("run",),
+     files={"b.npy": sparse(npy("<f8", "(268435456,)"), 2 * GIB + 128)})
+# Device ratios so small that the times they give leave the clock's range.
+case("ratio3_link_efficiency_tiny", moe(dev=", link_efficiency: 1e-300 ratio"), args=("run",))
+case("ratio3_cube_efficiency_subnormal", moe(), args=("run", "--set", "device.cube_efficiency=5e-324"))
+case("ratio3_uplink_tiny", moe(), args=("run", "--set", "device.cross_uplink_ratio=0.0001"))
+case("ratio3_sweep_tiny", SMALL, args=("sweep", "--vary", "device.cube_efficiency=0.5,1e-300"))
+case("ratio3_repl_tiny", SMALL, args=("repl",), stdin=":set device.link_efficiency = 1e-300\n:run\n")
+case("ratio3_ok_small", moe(), args=("run", "--set", "device.link_efficiency=0.001"), expect="ok")
+# A routing's `tokens` below zero.
+case("route3_tokens_negative", moe(extra=", tokens: -5"))
+case("route3_tokens_negative_router", moe(route="router", extra=", tokens: -1"))
+case("route3_tokens_negative_flag", moe(), args=("check", "--routing", "zipf(s: 1.0, tokens: -9223372036854775807 - 1)"))
+# Chart windows too narrow for the axis step to advance.
+case("gantt3_window_tiny", SMALL, args=("run", "--gantt", "@DIR/gantt3.svg", "--trace-window", "0..1e-300"), expect="any")
+case("gantt3_window_subnormal", SMALL, args=("run", "--gantt", "@DIR/gantt3b.svg", "--trace-window", "5e-324..1e-323"), expect="any")
+case("gantt3_window_far", SMALL, args=("run", "--gantt", "@DIR/gantt3c.svg", "--trace", "@DIR/gantt3c.json", "--trace-window", "1e20..1e20000"), expect="any")
+case("gantt3_repl_window_tiny", SMALL, args=("repl",), stdin=":run\n:gantt @DIR/gantt3d.svg window=0..1e-300\n", expect="any")
+case("gantt3_window_tiny_twice", SMALL, args=("run", "--gantt", "@DIR/gantt3e.svg", "--trace-window", "0..0.000001"), expect="ok", twice=True)
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
@@ -422,7 +474,7 @@ def main():
     counts = {}
     for c in CASES:
         args = [a.replace("@DIR", work).replace("@FIFO", fifo).replace("@SECRET", secret_dir) for a in c["args"]]
-        c["files"] = {k: (tuple(x.replace("@SECRET", secret_dir) for x in v) if isinstance(v, tuple) else v)
+        c["files"] = {k: (tuple(x.replace("@SECRET", secret_dir) if isinstance(x, str) else x for x in v) if isinstance(v, tuple) else v)
                       for k, v in c["files"].items()}
         if c["text"] is not None:
             path = os.path.join(work, c["name"] + ".hpm")
@@ -441,6 +493,10 @@ def main():
             if isinstance(content, tuple):
                 if content[0] == "symlink":
                     os.symlink(content[1].replace("@DIR", cdir).replace("@WORK", work), fpath)
+                elif content[0] == "sparse":
+                    with open(fpath, "wb") as f:
+                        f.write(content[1])
+                        f.truncate(content[2])
                 elif content[0] == "fifo":
                     os.mkfifo(fpath)
                 else:
@@ -454,8 +510,9 @@ def main():
             src = os.path.join(cdir, "main.hpm")
             shutil.copy(args[1], src)
             args[1] = src
-        stdin = (c["stdin"] or "").replace("@CDIR", cdir).replace("@DIR", work)
+        stdin = c["stdin"] or ""
         stdin = stdin.encode() if isinstance(stdin, str) else stdin
+        stdin = stdin.replace(b"@CDIR", cdir.encode()).replace(b"@DIR", work.encode())
         cmd = ["prlimit", "--as=4000000000", "--", "timeout", "20", BIN] + args
         env = dict(os.environ, NO_COLOR="1", HPMOE_REPL_NO_TIMINGS="1")
 

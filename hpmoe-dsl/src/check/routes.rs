@@ -402,6 +402,16 @@ impl Checker<'_> {
                 );
             }
         }
+        if let Some((t, ts)) = tokens {
+            if t < 0 {
+                bad(
+                    self,
+                    ts,
+                    format!("`tokens` must be 0 (from the first tensor routed) or positive, got {t}"),
+                    None,
+                );
+            }
+        }
         if !(cf.is_finite() && cf >= 0.0) {
             bad(
                 self,
@@ -611,7 +621,7 @@ impl Checker<'_> {
         // For file routings topk comes from the file; read its header now.
         let topk = match (&kind, topk) {
             (_, Some((k, _))) => k,
-            (RouteKind::File { path, resolved, .. }, None) => match crate::npy::read(resolved) {
+            (RouteKind::File { path, resolved, .. }, None) => match crate::npy::read_header(resolved) {
                 Ok(a) if a.shape.len() == 3 => a.shape[2] as i64,
                 Ok(a) => {
                     self.err(
