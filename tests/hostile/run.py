@@ -434,6 +434,35 @@ case("gantt3_window_far", SMALL, args=("run", "--gantt", "@DIR/gantt3c.svg", "--
 case("gantt3_repl_window_tiny", SMALL, args=("repl",), stdin=":run\n:gantt @DIR/gantt3d.svg window=0..1e-300\n", expect="any")
 case("gantt3_window_tiny_twice", SMALL, args=("run", "--gantt", "@DIR/gantt3e.svg", "--trace-window", "0..0.000001"), expect="ok", twice=True)
 
+# Errors repeated once per item, each listing or matching every name of the program: linear.
+N3 = 20000
+TF3 = "".join(f"taskflow t{i}(x: f32[4]) -> f32[4] {{ return x; }}\n" for i in range(N3))
+ROUTES3 = DEV % "" + "".join(f"route r{i} = balanced(experts: 8, topk: 2, tokens: 8);\n" for i in range(N3))
+SETS3 = []
+for i in range(10000):
+    SETS3 += ["--set", f"zz{i}=1"]
+case("quad3_set_unknown_many", "".join(f"param p{i} = {i};\n" for i in range(50000)), args=["check"] + SETS3)
+case("quad3_gate_unknown_many", TF3 + DEV % "" + "".join(f"route g{i} = router(experts: 8, topk: 2, gate: zz{i}.z);\n" for i in range(N3)))
+case("quad3_by_rank_unknown_many", ROUTES3 + "".join(f"route v{i} = by_rank(of: zz{i});\n" for i in range(N3)))
+case("quad3_schedule_unknown_policy_many", "".join(f"policy p{i}(a: int = 1);\n" for i in range(N3)) + TF3
+     + "".join(f"schedule t{i} = zz{i} {{}};\n" for i in range(N3)))
+case("quad3_schedule_unknown_taskflow_many", TF3 + "".join(f"schedule zz{i} = interleaved {{}};\n" for i in range(N3)))
+case("quad3_grad_unknown_many", TF3 + "".join(f"taskflow g{i} = grad(zz{i}, wrt: [x]);\n" for i in range(N3)))
+case("quad3_routing_kind_unknown_many", "".join(f"routing k{i}(experts: int);\n" for i in range(N3))
+     + "".join(f"route r{i} = zz{i}(experts: 8);\n" for i in range(N3)))
+case("quad3_routing_missing_args_many", "routing k0(" + ", ".join(f"a{j}: int" for j in range(2000)) + ");\n"
+     + "".join(f"route r{i} = k0(zz{i}: 8);\n" for i in range(N3)))
+case("quad3_builtin_missing_args_many", DEV % "" + "".join(f"route r{i} = zipf();\n" for i in range(N3)))
+case("quad3_routing_long_arg_list", DEV % "" + "route r = balanced(" + ", ".join(f"a{j}: 1" for j in range(N3)) + ");\n")
+case("quad3_policy_redeclared_many", "policy interleaved(" + ", ".join(f"a{j}: int" for j in range(5000)) + ");\n" + TF3
+     + "".join(f"schedule t{i} = interleaved {{}};\n" for i in range(N3)))
+case("quad3_policy_long_option_list", DEV % "" + "taskflow t(x: f32[4]) -> f32[4] { return x; }\nschedule t = interleaved {"
+     + ", ".join(f"a{j}: 1" for j in range(N3)) + "};\n")
+# A routing kind the program declares has no generator, even under a builtin's name.
+case("accept3_user_routing_kind", "routing k0(a: int);\nroute r = k0(a: 1);\n")
+case("accept3_user_routing_shadows_builtin", "routing balanced(a: int);\nroute r = balanced(a: 1);\n")
+case("accept3_user_routing_shadows_zipf", "routing zipf(experts: int, topk: int);\nroute r = zipf(experts: 8, topk: 2);\n")
+
 
 def classify(rc, err, expect):
     if rc == 124:

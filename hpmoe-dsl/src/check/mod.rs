@@ -316,6 +316,9 @@ pub(crate) struct Checker<'a> {
     pub fits: FitCache,
     pub taskflows: Vec<ir::Taskflow>,
     pub schedules: Vec<ir::ScheduleSpec>,
+    /// The `policy` declarations that passed their checks (a schedule matches its options
+    /// only against one of them).
+    pub valid_policies: Vec<ItemRef>,
     /// Set once every loaded module's scope is built; modules loaded later build their own.
     pub scopes_built: bool,
 }
@@ -347,6 +350,7 @@ impl<'a> Checker<'a> {
             fits: Default::default(),
             taskflows: Vec::new(),
             schedules: Vec::new(),
+            valid_policies: Vec::new(),
             scopes_built: false,
         }
     }
