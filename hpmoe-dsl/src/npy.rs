@@ -275,6 +275,10 @@ fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
 /// header announces.
 fn open(path: &std::path::Path) -> Result<(std::fs::File, Header), String> {
     use std::io::Read;
+    // Asked before opening: opening a FIFO would wait for a writer.
+    if !std::fs::metadata(path).map_err(|e| e.to_string())?.is_file() {
+        return Err("not a regular file".into());
+    }
     let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let meta = f.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {

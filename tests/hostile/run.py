@@ -416,6 +416,8 @@ case("npy3_route_weights_2gib", ROUTE_FILE.replace('experts: experts)', 'experts
 case("npy3_router_logits_2gib", ROUTER_LOGITS, args=("run",), files={"l.npy": sparse(npy("<f4", "(4, 64, 2097152)"), 2 * GIB + 128)})
 case("npy3_router_bias_2gib", moe().replace("balanced(experts: experts, topk: 2)", 'router(experts: experts, topk: 2, bias: "b.npy")'), args=("run",),
      files={"b.npy": sparse(npy("<f8", "(268435456,)"), 2 * GIB + 128)})
+case("npy3_route_file_fifo", ROUTE_FILE, args=("check",), files={"r.npy": ("fifo",)})
+case("npy3_router_logits_fifo", ROUTER_LOGITS, args=("run",), files={"l.npy": ("fifo",)})
 # Device ratios so small that the times they give leave the clock's range.
 case("ratio3_link_efficiency_tiny", moe(dev=", link_efficiency: 1e-300 ratio"), args=("run",))
 case("ratio3_cube_efficiency_subnormal", moe(), args=("run", "--set", "device.cube_efficiency=5e-324"))
@@ -462,6 +464,17 @@ case("quad3_policy_long_option_list", DEV % "" + "taskflow t(x: f32[4]) -> f32[4
 case("accept3_user_routing_kind", "routing k0(a: int);\nroute r = k0(a: 1);\n")
 case("accept3_user_routing_shadows_builtin", "routing balanced(a: int);\nroute r = balanced(a: 1);\n")
 case("accept3_user_routing_shadows_zipf", "routing zipf(experts: int, topk: int);\nroute r = zipf(experts: 8, topk: 2);\n")
+
+# Sources under the size limit whose every byte or two is a token or a statement.
+BODY3 = "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\nop e<T>(x: T[M, N]) -> T[M, N] on aiv { %s }\n"
+case("mem3_tokens_dense_syntax_error", "param p = [" + ",".join(["1"] * 30000000) + "];\n")
+case("mem3_tokens_dense_syntax_error_lower", "param p = (" + ",".join(["1"] * 30000000) + ";\n", args=("lower", "--emit", "ops"))
+case("mem3_body_statements_one_op", BODY3 % ("out[m,n]=x[m,n];" * 3500000))
+case("mem3_body_statements_many_ops", "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n"
+     + "".join(f"op e{k}<T>(x: T[M, N]) -> T[M, N] on aiv {{ " + "out[m,n]=x[m,n];" * 60000 + " }\n" for k in range(55)))
+case("mem3_body_lets_one_op", BODY3 % ("let a = x[m,n];" * 3500000 + "out[m,n]=a;"))
+case("mem3_body_statements_ok", BODY3 % ("".join(f"let v{i} = x[m,n];" for i in range(60000)) + "out[m,n]=x[m,n];")
+     + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return e(x); }\n", args=("run",), expect="ok")
 
 
 def classify(rc, err, expect):

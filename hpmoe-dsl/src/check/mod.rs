@@ -319,6 +319,8 @@ pub(crate) struct Checker<'a> {
     /// The `policy` declarations that passed their checks (a schedule matches its options
     /// only against one of them).
     pub valid_policies: Vec<ItemRef>,
+    /// Statements of the op bodies analysed so far, held against [`ops::MAX_BODY_STATEMENTS`].
+    pub body_statements: usize,
     /// Set once every loaded module's scope is built; modules loaded later build their own.
     pub scopes_built: bool,
 }
@@ -351,6 +353,7 @@ impl<'a> Checker<'a> {
             taskflows: Vec::new(),
             schedules: Vec::new(),
             valid_policies: Vec::new(),
+            body_statements: 0,
             scopes_built: false,
         }
     }
