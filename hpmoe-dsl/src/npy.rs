@@ -51,29 +51,61 @@ pub struct Array {
     pub data: Vec<f64>,
 }
 
-/// Largest array accepted (elements), so a corrupt header cannot exhaust memory.
-pub const MAX_ELEMENTS: usize = 1 << 31;
+/// Largest array accepted (elements), so a corrupt header cannot exhaust memory: its values
+/// are held as f64, so this is 2 GiB of them.
+pub const MAX_ELEMENTS: usize = 1 << 28;
 
-/// Parses `.npy` bytes.
-pub fn parse(bytes: &[u8]) -> Result<Array, String> {
-    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+/// Most dimensions accepted (NumPy's own limit is 64).
+pub const MAX_DIMS: usize = 32;
+
+/// Longest header accepted (bytes): NumPy writes a few hundred at most; a header announcing
+/// more is corrupt, and is refused before it is read.
+pub const MAX_HEADER: usize = 1 << 20;
+
+/// What a `.npy` header says: the element type, the shape, and where the data starts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Header {
+    pub dtype: NpyType,
+    pub shape: Vec<usize>,
+    /// The byte offset of the first element.
+    pub data_start: usize,
+    /// The number of elements (the product of the shape, at most [`MAX_ELEMENTS`]).
+    pub count: usize,
+}
+
+impl Header {
+    /// The bytes of the data.
+    pub fn data_bytes(&self) -> usize {
+        self.count * self.dtype.size()
+    }
+}
+
+/// The length of the header that `prefix` (the first 12 bytes of a file, or fewer) announces,
+/// and the offset where it starts.
+fn header_len(prefix: &[u8]) -> Result<(usize, usize), String> {
+    if prefix.len() < 10 || &prefix[..6] != b"\x93NUMPY" {
         return Err("not a .npy file (missing the \\x93NUMPY magic)".into());
     }
-    let major = bytes[6];
-    let (hlen, start): (usize, usize) = match major {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+    let (hlen, start) = match prefix[6] {
+        1 => (usize::from(u16::from_le_bytes([prefix[8], prefix[9]])), 10),
         2 | 3 => {
-            if bytes.len() < 12 {
-                return Err("truncated header".into());
-            }
-            (
-                u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-                12,
-            )
+            let b = prefix.get(8..12).ok_or("truncated header")?;
+            (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, 12)
         }
         v => return Err(format!("unsupported .npy format version {v}")),
     };
-    let header = bytes.get(start..start.saturating_add(hlen)).ok_or("truncated header")?;
+    if hlen > MAX_HEADER {
+        return Err(format!(
+            "the header announces {hlen} bytes, more than the {MAX_HEADER} accepted"
+        ));
+    }
+    Ok((hlen, start))
+}
+
+/// Parses the header at the start of `bytes` (which must hold all of it).
+pub fn parse_header(bytes: &[u8]) -> Result<Header, String> {
+    let (hlen, start) = header_len(bytes)?;
+    let header = bytes.get(start..start + hlen).ok_or("truncated header")?;
     let header = std::str::from_utf8(header).map_err(|_| "the header is not text")?;
     let descr = dict_value(header, "descr").ok_or("the header has no 'descr'")?;
     let descr = descr.trim().trim_matches(|c| c == '\'' || c == '"');
@@ -114,6 +146,9 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
         if p.is_empty() {
             continue;
         }
+        if shape.len() == MAX_DIMS {
+            return Err(format!("the array has more than {MAX_DIMS} dimensions"));
+        }
         shape.push(
             p.parse::<usize>()
                 .map_err(|_| format!("malformed dimension '{p}' in 'shape'"))?,
@@ -123,26 +158,46 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
         .filter(|&n| n <= MAX_ELEMENTS)
-        .ok_or("the array is too large")?;
-    let data_start = start + hlen;
-    let need = count * dtype.size();
+        .ok_or_else(|| format!("the array of shape {shape:?} is too large (at most {MAX_ELEMENTS} elements)"))?;
+    Ok(Header {
+        dtype,
+        shape,
+        data_start: start + hlen,
+        count,
+    })
+}
+
+/// Decodes `raw` (whole elements of `dtype`) onto the end of `out`.
+fn decode(dtype: NpyType, raw: &[u8], out: &mut Vec<f64>) {
+    out.extend(raw.chunks_exact(dtype.size()).map(|c| match dtype {
+        NpyType::I8 => f64::from(c[0] as i8),
+        NpyType::U8 => f64::from(c[0]),
+        NpyType::F16 => f16_decode(u16::from_le_bytes([c[0], c[1]])),
+        NpyType::Bf16 => bf16_decode(u16::from_le_bytes([c[0], c[1]])),
+        NpyType::I32 => f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        NpyType::F32 => f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        NpyType::I64 => i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64,
+        NpyType::F64 => f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
+    }));
+}
+
+fn fewer(count: usize) -> String {
+    format!("the file holds fewer than the {count} elements its header announces")
+}
+
+/// Parses `.npy` bytes.
+pub fn parse(bytes: &[u8]) -> Result<Array, String> {
+    let h = parse_header(bytes)?;
     let raw = bytes
-        .get(data_start..data_start + need)
-        .ok_or_else(|| format!("the file holds fewer than the {count} elements its header announces"))?;
-    let data = raw
-        .chunks_exact(dtype.size())
-        .map(|c| match dtype {
-            NpyType::I8 => c[0] as i8 as f64,
-            NpyType::U8 => c[0] as f64,
-            NpyType::F16 => f16_decode(u16::from_le_bytes([c[0], c[1]])),
-            NpyType::Bf16 => bf16_decode(u16::from_le_bytes([c[0], c[1]])),
-            NpyType::I32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            NpyType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            NpyType::I64 => i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64,
-            NpyType::F64 => f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
-        })
-        .collect();
-    Ok(Array { dtype, shape, data })
+        .get(h.data_start..h.data_start + h.data_bytes())
+        .ok_or_else(|| fewer(h.count))?;
+    let mut data = Vec::with_capacity(h.count);
+    decode(h.dtype, raw, &mut data);
+    Ok(Array {
+        dtype: h.dtype,
+        shape: h.shape,
+        data,
+    })
 }
 
 /// The value of an IEEE half-precision bit pattern.
@@ -215,17 +270,76 @@ fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
     Some(&rest[..end])
 }
 
-/// Reads a file.
-pub fn read(path: &std::path::Path) -> Result<Array, String> {
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+/// Opens a `.npy` file and reads its header, and only its header (at most [`MAX_HEADER`]
+/// bytes, however long the file): the file must be a regular file holding every element the
+/// header announces.
+fn open(path: &std::path::Path) -> Result<(std::fs::File, Header), String> {
+    use std::io::Read;
+    // Asked before opening: opening a FIFO would wait for a writer.
+    if !std::fs::metadata(path).map_err(|e| e.to_string())?.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("not a regular file".into());
     }
-    if meta.len() > (MAX_ELEMENTS as u64) * 8 + 4096 {
-        return Err("the file is too large".into());
+    let mut prefix = Vec::with_capacity(12);
+    (&mut f).take(12).read_to_end(&mut prefix).map_err(|e| e.to_string())?;
+    let (hlen, start) = header_len(&prefix)?;
+    let mut bytes = prefix;
+    let more = (start + hlen).saturating_sub(bytes.len());
+    (&mut f)
+        .take(more as u64)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    let h = parse_header(&bytes)?;
+    if meta.len() < (h.data_start + h.data_bytes()) as u64 {
+        return Err(fewer(h.count));
     }
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    parse(&bytes)
+    Ok((f, h))
+}
+
+/// Reads the header of a file (its type and shape), not its data.
+pub fn read_header(path: &std::path::Path) -> Result<Header, String> {
+    open(path).map(|(_, h)| h)
+}
+
+/// Reads a file.
+pub fn read(path: &std::path::Path) -> Result<Array, String> {
+    read_checked(path, |_| Ok(()))
+}
+
+/// Reads a file whose header `check` accepts: the data is read only after the check, so an
+/// array of the wrong shape costs no more than its header.
+pub fn read_checked(
+    path: &std::path::Path,
+    check: impl FnOnce(&Header) -> Result<(), String>,
+) -> Result<Array, String> {
+    use std::io::{Read, Seek};
+    let (mut f, h) = open(path)?;
+    check(&h)?;
+    f.seek(std::io::SeekFrom::Start(h.data_start as u64))
+        .map_err(|e| e.to_string())?;
+    let mut data = Vec::with_capacity(h.count);
+    // The data in pieces of whole elements, so the raw bytes are never held all at once.
+    let piece = (1 << 20) * h.dtype.size();
+    let mut raw = vec![0u8; piece.min(h.data_bytes())];
+    let mut left = h.data_bytes();
+    while left > 0 {
+        let n = left.min(piece);
+        f.read_exact(&mut raw[..n]).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => fewer(h.count),
+            _ => e.to_string(),
+        })?;
+        decode(h.dtype, &raw[..n], &mut data);
+        left -= n;
+    }
+    Ok(Array {
+        dtype: h.dtype,
+        shape: h.shape,
+        data,
+    })
 }
 
 /// Encodes an array as `.npy` (version 1.0).
@@ -350,6 +464,40 @@ mod tests {
         assert!(parse(&b).unwrap_err().contains("fewer"));
         let huge = encode(NpyType::F32, &[1 << 40, 1 << 40], &[]);
         assert!(parse(&huge).is_err());
+    }
+
+    /// A header that announces more than [`MAX_HEADER`] bytes, more than [`MAX_DIMS`]
+    /// dimensions or more than [`MAX_ELEMENTS`] elements is refused from the header alone.
+    #[test]
+    fn refuses_oversized_headers() {
+        let mut long = b"\x93NUMPY\x02\x00".to_vec();
+        long.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(parse(&long).unwrap_err().contains("header announces"));
+        let dims = encode(NpyType::U8, &[1; 40], &[0.0]);
+        assert!(parse(&dims).unwrap_err().contains("dimensions"));
+        let big = encode(NpyType::U8, &[MAX_ELEMENTS + 1], &[]);
+        assert!(parse_header(&big).unwrap_err().contains("too large"));
+    }
+
+    /// `read_checked` reads the header, asks the check, and only then the data; a file
+    /// shorter than its header says is refused without reading it.
+    #[test]
+    fn read_checked_checks_the_header_first() {
+        let dir = std::env::temp_dir().join(format!("hpmoe-npy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.npy");
+        let data: Vec<f64> = (0..6).map(f64::from).collect();
+        std::fs::write(&path, encode(NpyType::F32, &[2, 3], &data)).unwrap();
+        let err = read_checked(&path, |h| Err(format!("shape {:?}", h.shape))).unwrap_err();
+        assert_eq!(err, "shape [2, 3]");
+        assert_eq!(read(&path).unwrap().data, data);
+        assert_eq!(read_header(&path).unwrap().shape, vec![2, 3]);
+        // A header announcing a million elements over a few bytes of data.
+        let mut short = encode(NpyType::F32, &[1 << 20], &[]);
+        short.extend_from_slice(&[0; 8]);
+        std::fs::write(&path, short).unwrap();
+        assert!(read_checked(&path, |_| Ok(())).unwrap_err().contains("fewer"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Half-precision conversions against NumPy 2.4: `np.float16(x)`'s bits (round to

@@ -28,6 +28,27 @@ pub fn has_budget() -> bool {
     LEFT.with(Cell::get) > 0
 }
 
+/// How many names a list in a help message shows.
+pub const LISTED: usize = 12;
+
+/// Names for a help message ("the params are: ..."): all of them, or past [`LISTED`] the
+/// first ones and how many there are, so that a program with thousands of names and as many
+/// errors does not print every name once per error.
+pub fn listing<S: AsRef<str>>(names: &[S]) -> String {
+    listing_of(names, names.len())
+}
+
+/// [`listing`] of the first of `total` names (at least [`LISTED`] of them, when there are
+/// more), for a caller that writes out only the names listed.
+pub fn listing_of<S: AsRef<str>>(first: &[S], total: usize) -> String {
+    let shown: Vec<&str> = first.iter().take(LISTED).map(AsRef::as_ref).collect();
+    let mut s = shown.join(", ");
+    if total > LISTED {
+        s.push_str(&format!(", ... ({total} in all)"));
+    }
+    s
+}
+
 /// The candidate closest to `name` by edit distance, if it is close enough to be a likely typo.
 /// Returns `None` without comparing once this thread's budget is spent.
 pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
@@ -64,6 +85,17 @@ mod tests {
         reset_budget();
         assert_eq!(closest("tokns", ["tokens", "hidden"].into_iter()), Some("tokens"));
         assert_eq!(closest("zzz", ["tokens", "hidden"].into_iter()), None);
+    }
+
+    #[test]
+    fn a_long_listing_is_cut() {
+        assert_eq!(listing(&["a", "b"]), "a, b");
+        let names: Vec<String> = (0..100).map(|i| format!("n{i}")).collect();
+        let l = listing(&names);
+        assert!(
+            l.starts_with("n0, n1, ") && l.ends_with(", n11, ... (100 in all)"),
+            "{l}"
+        );
     }
 
     #[test]

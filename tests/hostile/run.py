@@ -54,7 +54,7 @@ SECRET = "hostile_secret_7f3a9c"
 
 def case(name, text=None, args=("check",), expect="fail", files=None, stdin=None, stdout=None, twice=False):
     """`files`: extra files in the case's directory (`@DIR/NAME`), by name: text, bytes,
-    ("symlink", TARGET), ("fifo",) or ("dir",). `stdout`: "full" (/dev/full) or "closed" (a
+    ("symlink", TARGET), ("fifo",), ("dir",) or ("sparse", HEAD, SIZE). `stdout`: "full" (/dev/full) or "closed" (a
     pipe closed at once). `twice`: run it again and require the same stdout and stderr."""
     CASES.append(dict(name=name, text=text, args=list(args), expect=expect, files=files or {}, stdin=stdin,
                       stdout=stdout, twice=twice))
@@ -383,6 +383,100 @@ case("grad2_fmt_expand", QUANT_HEAD + "taskflow b = grad(q, wrt: [x, w], straigh
      args=("fmt", "--expand-grad", "--stdout"), expect="ok")
 
 
+# ---- Third round: limits on what files, device ratios and chart windows can make the tool do.
+
+def sparse(head, size):
+    """A file of `size` bytes that starts with `head` and is holes after it (costs no disk)."""
+    return ("sparse", head, size)
+
+
+GIB = 1 << 30
+ROUTE_FILE = moe().replace("balanced(experts: experts, topk: 2)", 'file(path: "r.npy", experts: experts)')
+ROUTER_LOGITS = moe().replace("balanced(experts: experts, topk: 2)", 'router(experts: experts, topk: 2, logits: "l.npy")')
+ELEM = elementwise("out[m, n] = x[m, n];")
+# `.npy` files whose header announces more than the program needs: refused from the header.
+case("npy3_input_2gib_f32", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": sparse(npy("<f4", "(536870912,)"), 2 * GIB + 128)})
+case("npy3_input_2gib_i8", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": sparse(npy("|i1", "(2147483648,)"), 2 * GIB + 128)})
+case("npy3_input_right_shape_2gib_f64", elementwise("out[m, n] = x[m, n];", "[16384, 16384]"), args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": sparse(npy("<f8", "(1, 16384, 16384)"), 2 * GIB + 128)})
+case("npy3_input_trailing_2gib", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), expect="ok",
+     files={"h.npy": sparse(npy("<f4", "(1, 64, 64)"), 2 * GIB)})
+case("npy3_input_header_4gib", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": b"\x93NUMPY\x02\x00\xff\xff\xff\xff{'descr'"})
+case("npy3_input_header_longer_than_file", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": b"\x93NUMPY\x01\x00\xff\xff{'descr': '<f4'"})
+case("npy3_input_40_dims", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": npy("<f4", "(" + "1, " * 40 + ")", bytes(4))})
+case("npy3_input_negative_dim", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": npy("<f4", "(1, -64, 64)")})
+case("npy3_input_truncated", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": npy("<f4", "(1, 64, 64)", bytes(100))})
+case("npy3_input_big_endian", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), files={"h.npy": npy(">f4", "(1, 64, 64)", bytes(4 * 64 * 64))})
+case("npy3_route_file_2gib", ROUTE_FILE, args=("run",), files={"r.npy": sparse(npy("<i4", "(4, 134217728, 2)"), 4 * GIB + 128)})
+case("npy3_route_file_topk_2gib", ROUTE_FILE, args=("check",), files={"r.npy": sparse(npy("<i4", "(4, 64, 67108864)"), 2 * GIB)})
+case("npy3_route_weights_2gib", ROUTE_FILE.replace('experts: experts)', 'experts: experts, weights: "w.npy")'), args=("run",),
+     files={"r.npy": npy("<i4", "(4, 64, 2)", bytes(4 * 64 * 2 * 4)), "w.npy": sparse(npy("<f4", "(536870912,)"), 2 * GIB + 128)})
+case("npy3_router_logits_2gib", ROUTER_LOGITS, args=("run",), files={"l.npy": sparse(npy("<f4", "(4, 64, 2097152)"), 2 * GIB + 128)})
+case("npy3_router_bias_2gib", moe().replace("balanced(experts: experts, topk: 2)", 'router(experts: experts, topk: 2, bias: "b.npy")'), args=("run",),
+     files={"b.npy": sparse(npy("<f8", "(268435456,)"), 2 * GIB + 128)})
+case("npy3_route_file_fifo", ROUTE_FILE, args=("check",), files={"r.npy": ("fifo",)})
+case("npy3_router_logits_fifo", ROUTER_LOGITS, args=("run",), files={"l.npy": ("fifo",)})
+# Device ratios so small that the times they give leave the clock's range.
+case("ratio3_link_efficiency_tiny", moe(dev=", link_efficiency: 1e-300 ratio"), args=("run",))
+case("ratio3_cube_efficiency_subnormal", moe(), args=("run", "--set", "device.cube_efficiency=5e-324"))
+case("ratio3_uplink_tiny", moe(), args=("run", "--set", "device.cross_uplink_ratio=0.0001"))
+case("ratio3_sweep_tiny", SMALL, args=("sweep", "--vary", "device.cube_efficiency=0.5,1e-300"))
+case("ratio3_repl_tiny", SMALL, args=("repl",), stdin=":set device.link_efficiency = 1e-300\n:run\n")
+case("ratio3_ok_small", moe(), args=("run", "--set", "device.link_efficiency=0.001"), expect="ok")
+# A routing's `tokens` below zero.
+case("route3_tokens_negative", moe(extra=", tokens: -5"))
+case("route3_tokens_negative_router", moe(route="router", extra=", tokens: -1"))
+case("route3_tokens_negative_flag", moe(), args=("check", "--routing", "zipf(s: 1.0, tokens: -9223372036854775807 - 1)"))
+# Chart windows too narrow for the axis step to advance.
+case("gantt3_window_tiny", SMALL, args=("run", "--gantt", "@DIR/gantt3.svg", "--trace-window", "0..1e-300"), expect="any")
+case("gantt3_window_subnormal", SMALL, args=("run", "--gantt", "@DIR/gantt3b.svg", "--trace-window", "5e-324..1e-323"), expect="any")
+case("gantt3_window_far", SMALL, args=("run", "--gantt", "@DIR/gantt3c.svg", "--trace", "@DIR/gantt3c.json", "--trace-window", "1e20..1e20000"), expect="any")
+case("gantt3_repl_window_tiny", SMALL, args=("repl",), stdin=":run\n:gantt @DIR/gantt3d.svg window=0..1e-300\n", expect="any")
+case("gantt3_window_tiny_twice", SMALL, args=("run", "--gantt", "@DIR/gantt3e.svg", "--trace-window", "0..0.000001"), expect="ok", twice=True)
+
+# Errors repeated once per item, each listing or matching every name of the program: linear.
+N3 = 20000
+TF3 = "".join(f"taskflow t{i}(x: f32[4]) -> f32[4] {{ return x; }}\n" for i in range(N3))
+ROUTES3 = DEV % "" + "".join(f"route r{i} = balanced(experts: 8, topk: 2, tokens: 8);\n" for i in range(N3))
+SETS3 = []
+for i in range(10000):
+    SETS3 += ["--set", f"zz{i}=1"]
+case("quad3_set_unknown_many", "".join(f"param p{i} = {i};\n" for i in range(50000)), args=["check"] + SETS3)
+case("quad3_gate_unknown_many", TF3 + DEV % "" + "".join(f"route g{i} = router(experts: 8, topk: 2, gate: zz{i}.z);\n" for i in range(N3)))
+case("quad3_by_rank_unknown_many", ROUTES3 + "".join(f"route v{i} = by_rank(of: zz{i});\n" for i in range(N3)))
+case("quad3_schedule_unknown_policy_many", "".join(f"policy p{i}(a: int = 1);\n" for i in range(N3)) + TF3
+     + "".join(f"schedule t{i} = zz{i} {{}};\n" for i in range(N3)))
+case("quad3_schedule_unknown_taskflow_many", TF3 + "".join(f"schedule zz{i} = interleaved {{}};\n" for i in range(N3)))
+case("quad3_grad_unknown_many", TF3 + "".join(f"taskflow g{i} = grad(zz{i}, wrt: [x]);\n" for i in range(N3)))
+case("quad3_routing_kind_unknown_many", "".join(f"routing k{i}(experts: int);\n" for i in range(N3))
+     + "".join(f"route r{i} = zz{i}(experts: 8);\n" for i in range(N3)))
+case("quad3_routing_missing_args_many", "routing k0(" + ", ".join(f"a{j}: int" for j in range(2000)) + ");\n"
+     + "".join(f"route r{i} = k0(zz{i}: 8);\n" for i in range(N3)))
+case("quad3_builtin_missing_args_many", DEV % "" + "".join(f"route r{i} = zipf();\n" for i in range(N3)))
+case("quad3_routing_long_arg_list", DEV % "" + "route r = balanced(" + ", ".join(f"a{j}: 1" for j in range(N3)) + ");\n")
+case("quad3_policy_redeclared_many", "policy interleaved(" + ", ".join(f"a{j}: int" for j in range(5000)) + ");\n" + TF3
+     + "".join(f"schedule t{i} = interleaved {{}};\n" for i in range(N3)))
+case("quad3_policy_long_option_list", DEV % "" + "taskflow t(x: f32[4]) -> f32[4] { return x; }\nschedule t = interleaved {"
+     + ", ".join(f"a{j}: 1" for j in range(N3)) + "};\n")
+# A routing kind the program declares has no generator, even under a builtin's name.
+case("accept3_user_routing_kind", "routing k0(a: int);\nroute r = k0(a: 1);\n")
+case("accept3_user_routing_shadows_builtin", "routing balanced(a: int);\nroute r = balanced(a: 1);\n")
+case("accept3_user_routing_shadows_zipf", "routing zipf(experts: int, topk: int);\nroute r = zipf(experts: 8, topk: 2);\n")
+
+# Sources under the size limit whose every byte or two is a token or a statement.
+BODY3 = "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\nop e<T>(x: T[M, N]) -> T[M, N] on aiv { %s }\n"
+case("mem3_tokens_dense_syntax_error", "param p = [" + ",".join(["1"] * 30000000) + "];\n")
+case("mem3_tokens_dense_syntax_error_lower", "param p = (" + ",".join(["1"] * 30000000) + ";\n", args=("lower", "--emit", "ops"))
+case("mem3_body_statements_one_op", BODY3 % ("out[m,n]=x[m,n];" * 3500000))
+case("mem3_body_statements_many_ops", "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n"
+     + "".join(f"op e{k}<T>(x: T[M, N]) -> T[M, N] on aiv {{ " + "out[m,n]=x[m,n];" * 60000 + " }\n" for k in range(55)))
+case("mem3_body_lets_one_op", BODY3 % ("let a = x[m,n];" * 3500000 + "out[m,n]=a;"))
+case("mem3_body_statements_ok", BODY3 % ("".join(f"let v{i} = x[m,n];" for i in range(60000)) + "out[m,n]=x[m,n];")
+     + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return e(x); }\n", args=("run",), expect="ok")
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
@@ -422,7 +516,7 @@ def main():
     counts = {}
     for c in CASES:
         args = [a.replace("@DIR", work).replace("@FIFO", fifo).replace("@SECRET", secret_dir) for a in c["args"]]
-        c["files"] = {k: (tuple(x.replace("@SECRET", secret_dir) for x in v) if isinstance(v, tuple) else v)
+        c["files"] = {k: (tuple(x.replace("@SECRET", secret_dir) if isinstance(x, str) else x for x in v) if isinstance(v, tuple) else v)
                       for k, v in c["files"].items()}
         if c["text"] is not None:
             path = os.path.join(work, c["name"] + ".hpm")
@@ -441,6 +535,10 @@ def main():
             if isinstance(content, tuple):
                 if content[0] == "symlink":
                     os.symlink(content[1].replace("@DIR", cdir).replace("@WORK", work), fpath)
+                elif content[0] == "sparse":
+                    with open(fpath, "wb") as f:
+                        f.write(content[1])
+                        f.truncate(content[2])
                 elif content[0] == "fifo":
                     os.mkfifo(fpath)
                 else:
@@ -454,8 +552,9 @@ def main():
             src = os.path.join(cdir, "main.hpm")
             shutil.copy(args[1], src)
             args[1] = src
-        stdin = (c["stdin"] or "").replace("@CDIR", cdir).replace("@DIR", work)
+        stdin = c["stdin"] or ""
         stdin = stdin.encode() if isinstance(stdin, str) else stdin
+        stdin = stdin.replace(b"@CDIR", cdir.encode()).replace(b"@DIR", work.encode())
         cmd = ["prlimit", "--as=4000000000", "--", "timeout", "20", BIN] + args
         env = dict(os.environ, NO_COLOR="1", HPMOE_REPL_NO_TIMINGS="1")
 

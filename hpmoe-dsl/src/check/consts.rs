@@ -41,17 +41,21 @@ impl Checker<'_> {
                     self.params.insert(r, ParamState::Done(Some(v)));
                 }
                 _ => {
-                    let names = self.names_where(root, |k| matches!(k, ItemKind::Param(_)));
                     let mut d = Diagnostic::error(
                         Code::BadOverride,
                         format!("`--set {}`: the program has no param `{}`", ov.name, ov.name),
                     );
-                    if let Some(b) = crate::suggest::closest(&ov.name, names.iter().map(|s| s.as_str())) {
-                        d = d.help(format!("did you mean `{b}`?"));
-                    } else if names.is_empty() {
-                        d = d.help("the program defines no params");
-                    } else {
-                        d = d.help(format!("the params are: {}", names.join(", ")));
+                    // Names are gathered only while the suggestion budget lasts: thousands of
+                    // `--set`s of a program with thousands of params stay linear.
+                    if crate::suggest::has_budget() {
+                        let names = self.names_where(root, |k| matches!(k, ItemKind::Param(_)));
+                        if let Some(b) = crate::suggest::closest(&ov.name, names.iter().map(|s| s.as_str())) {
+                            d = d.help(format!("did you mean `{b}`?"));
+                        } else if names.is_empty() {
+                            d = d.help("the program defines no params");
+                        } else {
+                            d = d.help(format!("the params are: {}", crate::suggest::listing(&names)));
+                        }
                     }
                     self.err(d);
                 }

@@ -31,8 +31,8 @@ impl Checker<'_> {
         let route = self.routes[i].spec.name.clone();
         let Some(ti) = self.taskflows.iter().position(|t| t.name == tfn) else {
             // A taskflow that failed its own checks is already reported.
-            let declared = self.names_where(self.root, |k| matches!(k, ItemKind::Taskflow(_) | ItemKind::Grad(_)));
-            if declared.iter().any(|n| n == tfn) {
+            let is_tf = |k: &ItemKind| matches!(k, ItemKind::Taskflow(_) | ItemKind::Grad(_));
+            if self.lookup(self.root, tfn).is_some_and(|r| is_tf(&self.item(r).kind)) {
                 return None;
             }
             let mut d = Diagnostic::error(
@@ -40,11 +40,14 @@ impl Checker<'_> {
                 format!("no taskflow `{tfn}` computes the gate of `{route}`"),
             )
             .primary(span, "not a taskflow of this program");
-            d = match crate::suggest::closest(tfn, declared.iter().map(|s| s.as_str())) {
-                Some(b) => d.help(format!("did you mean `{b}.{tn}`?")),
-                None if declared.is_empty() => d.help("declare the taskflow that computes the logits"),
-                None => d.help(format!("the taskflows are: {}", declared.join(", "))),
-            };
+            if crate::suggest::has_budget() {
+                let declared = self.names_where(self.root, is_tf);
+                d = match crate::suggest::closest(tfn, declared.iter().map(|s| s.as_str())) {
+                    Some(b) => d.help(format!("did you mean `{b}.{tn}`?")),
+                    None if declared.is_empty() => d.help("declare the taskflow that computes the logits"),
+                    None => d.help(format!("the taskflows are: {}", crate::suggest::listing(&declared))),
+                };
+            }
             self.err(d);
             return None;
         };

@@ -503,13 +503,23 @@ fn declared_names(text: &str, file: FileId) -> std::collections::BTreeSet<String
     const DEFINING: &[&str] = &[
         "param", "route", "op", "comm", "taskflow", "profile", "routing", "policy", "let",
     ];
-    let (toks, _, _) = crate::syntax::lexer::tokenize(text, file);
-    toks.windows(2)
-        .filter_map(|w| match (&w[0].kind, &w[1].kind) {
-            (TokenKind::Ident(kw), TokenKind::Ident(name)) if DEFINING.contains(&kw.as_str()) => Some(name.clone()),
-            _ => None,
-        })
-        .collect()
+    use crate::syntax::token::TokenSource;
+    // Token by token, two at a time: a large file's tokens are never held all at once.
+    let mut lx = crate::syntax::lexer::Lexer::new(text, file).without_comments();
+    let mut names = std::collections::BTreeSet::new();
+    let mut prev = TokenKind::Eof;
+    loop {
+        let t = lx.next_token();
+        if t.kind == TokenKind::Eof {
+            return names;
+        }
+        if let (TokenKind::Ident(kw), TokenKind::Ident(name)) = (&prev, &t.kind) {
+            if DEFINING.contains(&kw.as_str()) {
+                names.insert(name.clone());
+            }
+        }
+        prev = t.kind;
+    }
 }
 
 /// A file's identity: (device, inode) on Unix, so the names of one file are recognised.

@@ -316,6 +316,11 @@ pub(crate) struct Checker<'a> {
     pub fits: FitCache,
     pub taskflows: Vec<ir::Taskflow>,
     pub schedules: Vec<ir::ScheduleSpec>,
+    /// The `policy` declarations that passed their checks (a schedule matches its options
+    /// only against one of them).
+    pub valid_policies: Vec<ItemRef>,
+    /// Statements of the op bodies analysed so far, held against [`ops::MAX_BODY_STATEMENTS`].
+    pub body_statements: usize,
     /// Set once every loaded module's scope is built; modules loaded later build their own.
     pub scopes_built: bool,
 }
@@ -347,6 +352,8 @@ impl<'a> Checker<'a> {
             fits: Default::default(),
             taskflows: Vec::new(),
             schedules: Vec::new(),
+            valid_policies: Vec::new(),
+            body_statements: 0,
             scopes_built: false,
         }
     }

@@ -329,6 +329,9 @@ enum Local {
     Let(Expr),
 }
 
+/// The most statements (`let`s, writes and puts) all op bodies of a program may hold together.
+pub const MAX_BODY_STATEMENTS: usize = 1 << 18;
+
 impl Checker<'_> {
     /// The checked signature of an op item (checked once).
     pub(crate) fn op_sig(&mut self, r: ItemRef) -> Option<Rc<OpSig>> {
@@ -511,6 +514,26 @@ impl Checker<'_> {
         };
         // Body.
         if !params_ok {
+            return None;
+        }
+        // Each statement's analysis takes memory that lives as long as the program: the
+        // statements of all bodies together are bounded before any is analysed.
+        let before = self.body_statements;
+        self.body_statements = before.saturating_add(def.body.len());
+        if self.body_statements > MAX_BODY_STATEMENTS {
+            if before <= MAX_BODY_STATEMENTS {
+                self.err(
+                    Diagnostic::error(
+                        Code::LimitExceeded,
+                        format!(
+                            "the op bodies have more than {MAX_BODY_STATEMENTS} statements together ({} up to `{}`)",
+                            self.body_statements, def.name.name
+                        ),
+                    )
+                    .primary(def.body_span, "this body passes the limit")
+                    .help("an op body describes one tile's work: a few statements, with `sum` for reductions"),
+                );
+            }
             return None;
         }
         let body = self.build_body(&mut cx, &def.body, def.body_span);

@@ -30,6 +30,7 @@ impl Checker<'_> {
                 }
             }
         }
+        self.valid_policies.clone_from(&valid);
         let mut out = Vec::new();
         for pol in Policy::ALL {
             // The declaration a `schedule` of the root resolves to, else the stdlib's.

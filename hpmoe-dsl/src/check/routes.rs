@@ -8,7 +8,7 @@ use crate::diag::{Code, Diagnostic};
 use crate::ir::{RouteId, RouteKind, RouteSpec, Value};
 use crate::syntax::ast::{Arg, ItemKind, RouteDecl, SigParam, SignatureKind};
 use crate::syntax::token::Span;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 #[derive(Clone, Debug)]
 pub(crate) struct RouteState {
@@ -77,9 +77,17 @@ impl Checker<'_> {
             return None;
         };
         let s = s.clone();
+        // Looked up by name once per argument: a long signature and a long argument list stay
+        // linear in their lengths.
+        let by_name: HashMap<&str, usize> = s
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.name.as_str(), i))
+            .collect();
         let mut given: BTreeMap<String, (Value, Span)> = BTreeMap::new();
         // Parameters given an argument, valid or not (an invalid one is not also "missing").
-        let mut attempted: Vec<String> = Vec::new();
+        let mut attempted: HashSet<String> = HashSet::new();
         let mut misplaced = false;
         let mut ok = true;
         let mut positional_done = false;
@@ -87,8 +95,8 @@ impl Checker<'_> {
             let p = match &a.name {
                 Some(n) => {
                     positional_done = true;
-                    match s.params.iter().find(|p| p.name.name == n.name) {
-                        Some(p) => p,
+                    match by_name.get(n.name.as_str()) {
+                        Some(&i) => &s.params[i],
                         None => {
                             let names: Vec<&str> = s.params.iter().map(|p| p.name.name.as_str()).collect();
                             let mut d = Diagnostic::error(
@@ -99,7 +107,7 @@ impl Checker<'_> {
                             if let Some(b) = crate::suggest::closest(&n.name, names.iter().copied()) {
                                 d = d.help(format!("did you mean `{b}`?"));
                             } else {
-                                d = d.help(format!("the arguments are: {}", names.join(", ")));
+                                d = d.help(format!("the arguments are: {}", crate::suggest::listing(&names)));
                             }
                             self.err(d);
                             ok = false;
@@ -134,7 +142,7 @@ impl Checker<'_> {
                 }
             };
             let pname = p.name.name.clone();
-            attempted.push(pname.clone());
+            attempted.insert(pname.clone());
             if let Some((_, prev)) = given.get(&pname) {
                 let prev = *prev;
                 self.err(
@@ -188,6 +196,9 @@ impl Checker<'_> {
                 None => ok = false,
             }
         }
+        // Every missing argument in one diagnostic: a signature of thousands of parameters
+        // called with none gives one error, not thousands.
+        let mut missing: Vec<&SigParam> = Vec::new();
         for p in &s.params {
             if given.contains_key(&p.name.name) {
                 continue;
@@ -211,21 +222,53 @@ impl Checker<'_> {
                         given.insert(p.name.name.clone(), (v, span));
                     }
                 }
-                None => {
-                    self.err(
-                        Diagnostic::error(
-                            Code::MissingArgument,
-                            format!("{what} `{}` needs the argument `{}`", s.name.name, p.name.name),
-                        )
-                        .primary(span, format!("`{}` is missing", p.name.name))
-                        .help(format!(
-                            "add `{}: {}`",
+                None => missing.push(p),
+            }
+        }
+        match missing[..] {
+            [] => {}
+            [p] => {
+                self.err(
+                    Diagnostic::error(
+                        Code::MissingArgument,
+                        format!("{what} `{}` needs the argument `{}`", s.name.name, p.name.name),
+                    )
+                    .primary(span, format!("`{}` is missing", p.name.name))
+                    .help(format!(
+                        "add `{}: {}`",
+                        p.name.name,
+                        describe(&sig_type(p)).replace("an integer", "N")
+                    )),
+                );
+                ok = false;
+            }
+            _ => {
+                // Only the names listed are written out.
+                let listed = || missing.iter().take(crate::suggest::LISTED + 1);
+                let names: Vec<String> = listed().map(|p| format!("`{}`", p.name.name)).collect();
+                let adds: Vec<String> = listed()
+                    .map(|p| {
+                        format!(
+                            "`{}: {}`",
                             p.name.name,
                             describe(&sig_type(p)).replace("an integer", "N")
-                        )),
-                    );
-                    ok = false;
-                }
+                        )
+                    })
+                    .collect();
+                self.err(
+                    Diagnostic::error(
+                        Code::MissingArgument,
+                        format!(
+                            "{what} `{}` needs {} more arguments: {}",
+                            s.name.name,
+                            missing.len(),
+                            crate::suggest::listing_of(&names, missing.len())
+                        ),
+                    )
+                    .primary(span, format!("{} arguments missing", missing.len()))
+                    .help(format!("add {}", crate::suggest::listing_of(&adds, missing.len()))),
+                );
+                ok = false;
             }
         }
         ok.then_some(given)
@@ -328,24 +371,42 @@ impl Checker<'_> {
         let sig = match self.lookup(r.module, &decl.kind.name) {
             Some(s) if matches!(&self.item(s).kind, ItemKind::Signature(x) if x.kind == SignatureKind::Routing) => s,
             _ => {
-                let kinds = self.names_where(
-                    r.module,
-                    |k| matches!(k, ItemKind::Signature(x) if x.kind == SignatureKind::Routing),
-                );
                 let mut d = Diagnostic::error(
                     Code::UnknownRouting,
                     format!("unknown routing kind `{}`", decl.kind.name),
                 )
                 .primary(decl.kind.span, "not a routing kind");
-                if let Some(b) = crate::suggest::closest(&decl.kind.name, kinds.iter().map(|s| s.as_str())) {
-                    d = d.help(format!("did you mean `{b}`?"));
-                } else {
-                    d = d.help(format!("the routing kinds are: {}", kinds.join(", ")));
+                if crate::suggest::has_budget() {
+                    let kinds = self.names_where(
+                        r.module,
+                        |k| matches!(k, ItemKind::Signature(x) if x.kind == SignatureKind::Routing),
+                    );
+                    if let Some(b) = crate::suggest::closest(&decl.kind.name, kinds.iter().map(|s| s.as_str())) {
+                        d = d.help(format!("did you mean `{b}`?"));
+                    } else {
+                        d = d.help(format!("the routing kinds are: {}", crate::suggest::listing(&kinds)));
+                    }
                 }
                 self.err(d);
                 return None;
             }
         };
+        const GENERATED: [&str; 8] = [
+            "balanced", "uniform", "zipf", "hotspot", "file", "router", "by_rank", "fanout",
+        ];
+        if self.modules[sig.module].std_name.is_none() || !GENERATED.contains(&decl.kind.name.as_str()) {
+            // A routing kind declared by the user, even under a builtin's name: its generator
+            // does not exist, and its arguments are not the ones the generators read.
+            self.err(
+                Diagnostic::error(
+                    Code::UnknownRouting,
+                    format!("routing kind `{}` has no generator", decl.kind.name),
+                )
+                .primary(decl.kind.span, "declared, but not a builtin routing")
+                .help("the builtin routings are balanced, uniform, zipf, hotspot, file and router"),
+            );
+            return None;
+        }
         let args = self.match_sig(sig, &decl.args, decl.args_span, "routing")?;
         if matches!(decl.kind.name.as_str(), "by_rank" | "fanout") {
             return self.derived_route(r, &decl, &args);
@@ -399,6 +460,16 @@ impl Checker<'_> {
                     es,
                     format!("{experts} experts do not divide evenly over {n} ranks"),
                     Some(format!("use a multiple of {n} experts, or change the device's `ranks`")),
+                );
+            }
+        }
+        if let Some((t, ts)) = tokens {
+            if t < 0 {
+                bad(
+                    self,
+                    ts,
+                    format!("`tokens` must be 0 (from the first tensor routed) or positive, got {t}"),
+                    None,
                 );
             }
         }
@@ -598,20 +669,12 @@ impl Checker<'_> {
                     resolved_weights,
                 }
             }
-            other => {
-                // A routing kind declared by the user: its generator does not exist.
-                self.err(
-                    Diagnostic::error(Code::UnknownRouting, format!("routing kind `{other}` has no generator"))
-                        .primary(decl.kind.span, "declared, but not a builtin routing")
-                        .help("the builtin routings are balanced, uniform, zipf, hotspot, file and router"),
-                );
-                return None;
-            }
+            _ => return None,
         };
         // For file routings topk comes from the file; read its header now.
         let topk = match (&kind, topk) {
             (_, Some((k, _))) => k,
-            (RouteKind::File { path, resolved, .. }, None) => match crate::npy::read(resolved) {
+            (RouteKind::File { path, resolved, .. }, None) => match crate::npy::read_header(resolved) {
                 Ok(a) if a.shape.len() == 3 => a.shape[2] as i64,
                 Ok(a) => {
                     self.err(
@@ -677,15 +740,19 @@ impl Checker<'_> {
             .lookup(r.module, &pn)
             .filter(|t| matches!(self.item(*t).kind, ItemKind::Route(_)));
         let Some(pr) = target else {
-            let mut names = self.names_where(r.module, |k| matches!(k, ItemKind::Route(_)));
-            names.retain(|n| *n != decl.name.name);
             let mut d = Diagnostic::error(Code::UnknownName, format!("no routing `{pn}`"))
                 .primary(psp, "not a routing of this program");
-            d = match crate::suggest::closest(&pn, names.iter().map(|s| s.as_str())) {
-                Some(b) => d.help(format!("did you mean `{b}`?")),
-                None if names.is_empty() => d.help("declare the routing it views first: `route r = balanced(...);`"),
-                None => d.help(format!("the routings are: {}", names.join(", "))),
-            };
+            if crate::suggest::has_budget() {
+                let mut names = self.names_where(r.module, |k| matches!(k, ItemKind::Route(_)));
+                names.retain(|n| *n != decl.name.name);
+                d = match crate::suggest::closest(&pn, names.iter().map(|s| s.as_str())) {
+                    Some(b) => d.help(format!("did you mean `{b}`?")),
+                    None if names.is_empty() => {
+                        d.help("declare the routing it views first: `route r = balanced(...);`")
+                    }
+                    None => d.help(format!("the routings are: {}", crate::suggest::listing(&names))),
+                };
+            }
             self.err(d);
             return None;
         };
@@ -928,7 +995,7 @@ impl Checker<'_> {
         {
             d = d.help(format!("did you mean `{b}`?"));
         } else {
-            d = d.help(format!("the routings are: {}", names.join(", ")));
+            d = d.help(format!("the routings are: {}", crate::suggest::listing(&names)));
         }
         self.err(d);
     }

@@ -148,7 +148,7 @@ among the declared ones. The help lists them and suggests the closest.
     InvalidValue = 305, "invalid-value", "an argument or option has a value of the wrong kind or out of range",
 "For example `topk: 0`, `priority: fastest` (not one of the allowed values), or a string
 where a number is expected. The message names the accepted values. Device fields are
-bounded by their kind: ratios in (0, 1], counts whole and at least 1, sizes from 1 B to
+bounded by their kind: ratios from 0.001 to 1, counts whole and at least 1, sizes from 1 B to
 1 PiB, frequencies from 1 kHz to 1000 GHz, times positive and at most 1 s, bandwidths from
 1 KB/s to 1000000 TB/s and per-cycle rates from 0.001 to 2^30.";
 

@@ -114,6 +114,8 @@ pub const MAX_CORES: u32 = 1024;
 
 /// The largest size a device field may give: 1 PiB.
 const MAX_BYTES: f64 = (1u64 << 50) as f64;
+/// The smallest ratio a device field may give.
+const MIN_RATIO: f64 = 1e-3;
 /// The largest per-cycle rate a device field may give.
 const MAX_PER_CYCLE: f64 = (1u64 << 30) as f64;
 
@@ -142,7 +144,11 @@ impl DeviceFieldSpec {
             return Some("the value must be a finite number".to_string());
         }
         match self.quantity {
-            Quantity::Ratio if value <= 0.0 || value > 1.0 => Some("a ratio must be in (0, 1]".to_string()),
+            // A ratio scales a rate: below a thousandth it describes no device, and a tiny one
+            // (1e-300) leaves the simulator's clock range like a tiny rate.
+            Quantity::Ratio if !(MIN_RATIO..=1.0).contains(&value) => {
+                Some(format!("a ratio must be between {MIN_RATIO} and 1"))
+            }
             Quantity::Count => {
                 let max = self.max.unwrap_or(u32::MAX);
                 if value < 1.0 || value.fract() != 0.0 || value > f64::from(max) {
@@ -468,6 +474,9 @@ mod tests {
             ("ranks", 2.5),
             ("aic_cores", 1025.0),
             ("link_efficiency", 1.5),
+            ("link_efficiency", 1e-300),
+            ("cube_efficiency", 5e-324),
+            ("cross_uplink_ratio", 1e-4),
             // Finite and positive, but no device: each kind of field is bounded.
             ("l2_size", 1e30),
             ("ub_size", 0.5),

@@ -390,23 +390,27 @@ impl Routing {
     /// Fills the choices from `resolved` (shown as `path`) and the weights from the second
     /// file of `weights` (shown as the first).
     fn fill_file(&mut self, path: &str, resolved: &Path, weights: Option<(&str, &Path)>) -> Result<(), String> {
-        let a = crate::npy::read(resolved).map_err(|e| format!("`{path}`: {e}"))?;
         let want = vec![self.ranks, self.tokens, self.topk];
-        if a.shape.len() != 3 || a.shape[0] != self.ranks || a.shape[1] != self.tokens {
-            return Err(format!(
-                "`{path}` has shape {:?}, expected [ranks, tokens, topk] = {:?}",
-                a.shape, want
-            ));
-        }
-        if a.shape[2] != self.topk {
-            return Err(format!(
-                "`{path}` has {} choices per token, the routing says topk = {}",
-                a.shape[2], self.topk
-            ));
-        }
-        if !matches!(a.dtype, crate::npy::NpyType::I32 | crate::npy::NpyType::I64) {
-            return Err(format!("`{path}` holds floats; expert ids must be int32"));
-        }
+        // The header is checked before the data is read.
+        let a = crate::npy::read_checked(resolved, |h| {
+            if h.shape.len() != 3 || h.shape[0] != self.ranks || h.shape[1] != self.tokens {
+                return Err(format!(
+                    "has shape {:?}, expected [ranks, tokens, topk] = {:?}",
+                    h.shape, want
+                ));
+            }
+            if h.shape[2] != self.topk {
+                return Err(format!(
+                    "has {} choices per token, the routing says topk = {}",
+                    h.shape[2], self.topk
+                ));
+            }
+            if !matches!(h.dtype, crate::npy::NpyType::I32 | crate::npy::NpyType::I64) {
+                return Err("holds floats; expert ids must be int32".into());
+            }
+            Ok(())
+        })
+        .map_err(|e| format!("`{path}`: {e}"))?;
         for (i, &v) in a.data.iter().enumerate() {
             if v < 0.0 || v >= self.experts as f64 {
                 return Err(format!(
@@ -430,10 +434,13 @@ impl Routing {
             }
         }
         if let Some((wp, p)) = weights {
-            let w = crate::npy::read(p).map_err(|e| format!("`{wp}`: {e}"))?;
-            if w.shape != want {
-                return Err(format!("`{wp}` has shape {:?}, expected {:?}", w.shape, want));
-            }
+            let w = crate::npy::read_checked(p, |h| {
+                if h.shape == want {
+                    return Ok(());
+                }
+                Err(format!("has shape {:?}, expected {:?}", h.shape, want))
+            })
+            .map_err(|e| format!("`{wp}`: {e}"))?;
             for (i, &v) in w.data.iter().enumerate() {
                 if !(v.is_finite() && v >= 0.0) {
                     return Err(format!(

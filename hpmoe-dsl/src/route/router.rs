@@ -81,10 +81,13 @@ fn normal(rng: &mut Rng) -> f64 {
 
 /// Reads a float `.npy` file of `want` shape.
 fn read_floats(shown: &str, path: &std::path::Path, want: &[usize]) -> Result<Vec<f64>, String> {
-    let a = crate::npy::read(path).map_err(|e| format!("`{shown}`: {e}"))?;
-    if a.shape != want {
-        return Err(format!("`{shown}` has shape {:?}, expected {:?}", a.shape, want));
-    }
+    let a = crate::npy::read_checked(path, |h| {
+        if h.shape == want {
+            return Ok(());
+        }
+        Err(format!("has shape {:?}, expected {:?}", h.shape, want))
+    })
+    .map_err(|e| format!("`{shown}`: {e}"))?;
     if !matches!(a.dtype, crate::npy::NpyType::F32 | crate::npy::NpyType::F64) {
         return Err(format!(
             "`{shown}` holds integers; router logits and bias must be float32"

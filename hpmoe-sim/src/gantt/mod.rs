@@ -25,6 +25,8 @@ const RANK_GAP: f64 = 10.0;
 const LANE_MIN: f64 = 3.0;
 const LANE_MAX: f64 = 14.0;
 const TARGET_LANES_HEIGHT: f64 = 1000.0;
+/// The most ticks on the time axis (a nice step gives about ten).
+const MAX_TICKS: usize = 32;
 /// Bars closer than this (pixels) merge.
 const MERGE_GAP: f64 = 0.5;
 
@@ -138,9 +140,14 @@ pub fn to_string(run: &Run, filter: &Filter) -> String {
         "<line x1=\"{LEFT}\" y1=\"{axis_y}\" x2=\"{}\" y2=\"{axis_y}\" stroke=\"black\"/>",
         LEFT + plot_w
     );
-    let mut k = (t0 * 1e6 / step).ceil();
-    while k * step <= t1 * 1e6 + 1e-9 {
-        let tu = k * step;
+    // About ten ticks; counted, so that a window too narrow or too far out for the step to
+    // advance the time (1e-300 us wide, or past 2^53 steps) cannot loop for ever.
+    let first = (t0 * 1e6 / step).ceil();
+    for i in 0..MAX_TICKS {
+        let tu = (first + i as f64) * step;
+        if tu > t1 * 1e6 + step * 1e-6 {
+            break;
+        }
         let x = x_of(tu * 1e-6);
         let label = if step >= 1000.0 {
             format!("{:.0} ms", tu / 1000.0)
@@ -154,7 +161,6 @@ pub fn to_string(run: &Run, filter: &Filter) -> String {
             "<line x1=\"{x:.1}\" y1=\"{axis_y}\" x2=\"{x:.1}\" y2=\"{bottom}\" stroke=\"#dddddd\"/><text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{label}</text>",
             axis_y - 4.0
         );
-        k += 1.0;
     }
     // Lanes.
     let mut lane_y = vec![f64::NAN; (g.ranks * cpr) as usize];

@@ -62,17 +62,19 @@ pub fn dump_shape<T>(store: &TensorStore<T>) -> Vec<usize> {
 
 /// Fills an input from a `.npy` file of shape `[ranks, dims...]` (ragged rows padded).
 pub fn load(tf: &Taskflow, t: TensorId, store: &mut TensorStore<f64>, path: &Path) -> Result<(), String> {
-    let a = npy::read(path).map_err(|e| format!("`{}`: {e}", path.display()))?;
     let want = dump_shape(store);
-    if a.shape != want {
-        return Err(format!(
-            "`{}` has shape {:?}, but input `{}` needs {:?} ([ranks, ...], ragged rows padded to the largest rank)",
-            path.display(),
-            a.shape,
+    let a = npy::read_checked(path, |h| {
+        if h.shape == want {
+            return Ok(());
+        }
+        Err(format!(
+            "has shape {:?}, but input `{}` needs {:?} ([ranks, ...], ragged rows padded to the largest rank)",
+            h.shape,
             tf.tensor(t).name,
             want
-        ));
-    }
+        ))
+    })
+    .map_err(|e| format!("`{}`: {e}", path.display()))?;
     if let Some(bad) = a.data.iter().position(|x| !x.is_finite()) {
         return Err(format!("`{}`: element {bad} is not finite", path.display()));
     }

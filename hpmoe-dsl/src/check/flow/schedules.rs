@@ -41,11 +41,13 @@ impl Checker<'_> {
                     continue; // the taskflow did not parse
                 }
                 if !is_tf {
-                    let names = self.names_where(root, |k| matches!(k, ItemKind::Taskflow(_)));
                     let mut diag = Diagnostic::error(Code::NoTaskflow, format!("no taskflow `{}` to schedule", t.name))
                         .primary(t.span, "not a taskflow");
-                    if let Some(b) = crate::suggest::closest(&t.name, names.iter().map(|s| s.as_str())) {
-                        diag = diag.help(format!("did you mean `{b}`?"));
+                    if crate::suggest::has_budget() {
+                        let names = self.names_where(root, |k| matches!(k, ItemKind::Taskflow(_)));
+                        if let Some(b) = crate::suggest::closest(&t.name, names.iter().map(|s| s.as_str())) {
+                            diag = diag.help(format!("did you mean `{b}`?"));
+                        }
                     }
                     self.err(diag);
                     continue;
@@ -54,23 +56,30 @@ impl Checker<'_> {
             let pol = match self.lookup(root, &d.policy.name) {
                 Some(p) if matches!(&self.item(p).kind, ItemKind::Signature(s) if s.kind == SignatureKind::Policy) => p,
                 _ => {
-                    let names = self.names_where(
-                        root,
-                        |k| matches!(k, ItemKind::Signature(s) if s.kind == SignatureKind::Policy),
-                    );
                     let mut diag = Diagnostic::error(
                         Code::UnknownPolicy,
                         format!("unknown scheduling policy `{}`", d.policy.name),
                     )
                     .primary(d.policy.span, "not a policy");
-                    diag = match crate::suggest::closest(&d.policy.name, names.iter().map(|s| s.as_str())) {
-                        Some(b) => diag.help(format!("did you mean `{b}`?")),
-                        None => diag.help(format!("the policies are: {}", names.join(", "))),
-                    };
+                    if crate::suggest::has_budget() {
+                        let names = self.names_where(
+                            root,
+                            |k| matches!(k, ItemKind::Signature(s) if s.kind == SignatureKind::Policy),
+                        );
+                        diag = match crate::suggest::closest(&d.policy.name, names.iter().map(|s| s.as_str())) {
+                            Some(b) => diag.help(format!("did you mean `{b}`?")),
+                            None => diag.help(format!("the policies are: {}", crate::suggest::listing(&names))),
+                        };
+                    }
                     self.err(diag);
                     continue;
                 }
             };
+            if !self.valid_policies.contains(&pol) {
+                // A declaration with errors (E1110, E1111), reported where it is declared:
+                // the options are not matched against it.
+                continue;
+            }
             let args: Vec<crate::syntax::ast::Arg> = d
                 .options
                 .iter()

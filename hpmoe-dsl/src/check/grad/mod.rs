@@ -231,14 +231,16 @@ impl Checker<'_> {
             .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Taskflow(_) | ItemKind::Grad(_)));
         let Some(fwd) = self.taskflows.iter().find(|t| &t.name == fname).cloned() else {
             if !is_tf {
-                let names = self.names_where(root, |k| matches!(k, ItemKind::Taskflow(_)));
                 let mut d = self.grad_error(
                     g.forward.span,
                     format!("`grad` of `{fname}`, which is not a taskflow"),
                     "not a taskflow",
                 );
-                if let Some(b) = crate::suggest::closest(fname, names.iter().map(|s| s.as_str())) {
-                    d = d.help(format!("did you mean `{b}`?"));
+                if crate::suggest::has_budget() {
+                    let names = self.names_where(root, |k| matches!(k, ItemKind::Taskflow(_)));
+                    if let Some(b) = crate::suggest::closest(fname, names.iter().map(|s| s.as_str())) {
+                        d = d.help(format!("did you mean `{b}`?"));
+                    }
                 }
                 self.err(d);
             }
