@@ -183,25 +183,45 @@ impl Durations {
     }
 }
 
-/// Read shares of every task's blocks as the simulator splits a run: the whole run's bytes
-/// for a run of one block, else in proportion to block sizes. `f(task, block, share)`.
-fn for_each_share(w: &Workload, mut f: impl FnMut(usize, usize, f64)) {
-    let plan = &w.plan;
-    for info in &plan.info {
+/// Read shares of every task's blocks in `within`, as the simulator splits a run: the whole
+/// run's bytes for a run of one block, else in proportion to block sizes (of the whole run).
+/// `f(task, block, share)`, tasks in the plan's order.
+fn for_each_share_within(w: &Workload, within: std::ops::Range<usize>, mut f: impl FnMut(usize, usize, f64)) {
+    for info in &w.plan.info {
         let t = info.task as usize;
-        for run in &plan.runs[info.reads as usize..info.read_end as usize] {
-            let (a, b) = (run.first as usize, (run.first + run.count) as usize);
-            if run.count == 1 {
-                f(t, a, run.bytes);
-                continue;
-            }
-            let all: f64 = w.block_size[a..b].iter().sum();
-            if all <= 0.0 {
-                continue;
-            }
-            for blk in a..b {
-                f(t, blk, run.bytes * w.block_size[blk] / all);
-            }
+        for_each_share_in(w, info, within.clone(), |b, share| f(t, b, share));
+    }
+}
+
+/// The read shares of one task (its description in the plan). `f(block, share)`.
+fn for_each_share_of(w: &Workload, info: &crate::sim::workload::TaskInfo, f: impl FnMut(usize, f64)) {
+    for_each_share_in(w, info, 0..w.blocks(), f);
+}
+
+/// [`for_each_share_of`] the blocks in `within` only (each share still the same part of its
+/// whole run), in the same order.
+fn for_each_share_in(
+    w: &Workload,
+    info: &crate::sim::workload::TaskInfo,
+    within: std::ops::Range<usize>,
+    mut f: impl FnMut(usize, f64),
+) {
+    let plan = &w.plan;
+    for run in &plan.runs[info.reads as usize..info.read_end as usize] {
+        let (a, b) = (run.first as usize, (run.first + run.count) as usize);
+        if b <= within.start || a >= within.end {
+            continue;
+        }
+        if run.count == 1 {
+            f(a, run.bytes);
+            continue;
+        }
+        let all: f64 = w.block_size[a..b].iter().sum();
+        if all <= 0.0 {
+            continue;
+        }
+        for blk in a.max(within.start)..b.min(within.end) {
+            f(blk, run.bytes * w.block_size[blk] / all);
         }
     }
 }
@@ -270,66 +290,89 @@ pub fn kernel_bound_with(w: &Workload, s: &Schedule, m: &DeviceModel, rank: &[u3
 
 /// The shortest duration of every task (see the module doc), and its parts.
 pub fn durations(w: &Workload, m: &DeviceModel, rank: &[u32]) -> Durations {
+    use rayon::prelude::*;
     let n = w.tasks();
     let topo = &m.topology;
-    let mut must = vec![0.0f64; n];
-    let mut read = vec![0.0f64; n];
-    for_each_share(w, |t, b, share| {
-        read[t] += share;
-        if w.block_size[b] > m.l2_size {
-            must[t] += share;
-        }
-    });
-    let mut out = Durations {
-        d: Vec::with_capacity(n),
-        release: Vec::with_capacity(n),
-        landing: Vec::with_capacity(n),
-        must_miss: Vec::with_capacity(n),
-        slack: Vec::with_capacity(n),
-    };
-    let cores = f64::from(topo.core_puts.max(1));
-    for t in 0..n {
-        let c = w.class[t] as usize;
-        let best = m.best_read_rate(c);
-        let mm = must[t].min(read[t]);
-        let mem = mm / m.core_hbm[c] + (read[t] - mm) / best + w.local_out[t] / m.core_l2_write[c];
-        let flows = w.task_flows(t);
-        let (mut link, mut release, mut landing) = (0.0, 0.0, 0.0f64);
-        if !flows.is_empty() {
-            let total = w.read_total[t];
-            let fill = if total > 0.0 {
-                let mt = mm.min(total);
-                total.min(m.put_chunk_bytes) * (mt / total / m.core_hbm[c] + (total - mt) / total / best)
-            } else {
-                0.0
-            };
-            let s = rank[t];
-            let (mut slots, mut longest, mut port, mut lat_min) = (0.0, 0.0f64, 0.0, f64::INFINITY);
-            release = fill + topo.put_overhead;
-            for f in flows {
-                let dst = w.flow_dst[f];
-                let b = w.flow_bytes[f];
-                let one = b / topo.pair_cap(s, dst);
-                let lat = topo.latency(s, dst);
-                slots += topo.put_overhead + one;
-                longest = longest.max(one);
-                if !matches!(topo.tier(s, dst), crate::model::link::Tier::Package) {
-                    port += b;
+    // Per internal task: its bytes read and those of blocks that never fit in L2, summed
+    // share by share in the order of its runs (each task on one thread, so the sums are
+    // those of one pass).
+    let plan = &w.plan;
+    let sums: Vec<(f64, f64)> = plan
+        .info
+        .par_iter()
+        .with_min_len(4096)
+        .map(|info| {
+            let (mut read, mut must) = (0.0f64, 0.0f64);
+            for_each_share_of(w, info, |b, share| {
+                read += share;
+                if w.block_size[b] > m.l2_size {
+                    must += share;
                 }
-                lat_min = lat_min.min(lat);
-                // This flow's last byte lands no earlier than alone on its pair.
-                landing = landing.max(release + one + lat);
+            });
+            (read, must)
+        })
+        .collect();
+    let cores = f64::from(topo.core_puts.max(1));
+    let mut out = Durations {
+        d: vec![0.0; n],
+        release: vec![0.0; n],
+        landing: vec![0.0; n],
+        must_miss: vec![0.0; n],
+        slack: vec![0.0; n],
+    };
+    (
+        out.d.par_iter_mut(),
+        out.slack.par_iter_mut(),
+        out.release.par_iter_mut(),
+        out.landing.par_iter_mut(),
+        out.must_miss.par_iter_mut(),
+    )
+        .into_par_iter()
+        .with_min_len(4096)
+        .enumerate()
+        .for_each(|(t, (d_out, slack_out, release_out, landing_out, must_out))| {
+            let (read, must) = sums[plan.pos[t] as usize];
+            let c = w.class[t] as usize;
+            let best = m.best_read_rate(c);
+            let mm = must.min(read);
+            let mem = mm / m.core_hbm[c] + (read - mm) / best + w.local_out[t] / m.core_l2_write[c];
+            let flows = w.task_flows(t);
+            let (mut link, mut release, mut landing) = (0.0, 0.0, 0.0f64);
+            if !flows.is_empty() {
+                let total = w.read_total[t];
+                let fill = if total > 0.0 {
+                    let mt = mm.min(total);
+                    total.min(m.put_chunk_bytes) * (mt / total / m.core_hbm[c] + (total - mt) / total / best)
+                } else {
+                    0.0
+                };
+                let s = rank[t];
+                let (mut slots, mut longest, mut port, mut lat_min) = (0.0, 0.0f64, 0.0, f64::INFINITY);
+                release = fill + topo.put_overhead;
+                for f in flows {
+                    let dst = w.flow_dst[f];
+                    let b = w.flow_bytes[f];
+                    let one = b / topo.pair_cap(s, dst);
+                    let lat = topo.latency(s, dst);
+                    slots += topo.put_overhead + one;
+                    longest = longest.max(one);
+                    if !matches!(topo.tier(s, dst), crate::model::link::Tier::Package) {
+                        port += b;
+                    }
+                    lat_min = lat_min.min(lat);
+                    // This flow's last byte lands no earlier than alone on its pair.
+                    landing = landing.max(release + one + lat);
+                }
+                link = fill + (slots / cores).max(topo.put_overhead + longest.max(port / topo.port_bandwidth));
+                // The last of them to leave lands at least the least latency later.
+                landing = landing.max(link + lat_min);
             }
-            link = fill + (slots / cores).max(topo.put_overhead + longest.max(port / topo.port_bandwidth));
-            // The last of them to leave lands at least the least latency later.
-            landing = landing.max(link + lat_min);
-        }
-        out.d.push(m.task_overhead + w.compute[t].max(mem).max(link));
-        out.slack.push((w.compute[t].max(link) - mem).max(0.0));
-        out.release.push(release);
-        out.landing.push(landing);
-        out.must_miss.push(mm);
-    }
+            *d_out = m.task_overhead + w.compute[t].max(mem).max(link);
+            *slack_out = (w.compute[t].max(link) - mem).max(0.0);
+            *release_out = release;
+            *landing_out = landing;
+            *must_out = mm;
+        });
     out
 }
 
@@ -687,8 +730,12 @@ pub fn bounds_and_chains_with(
     {
         let delta = [AIC, AIV].map(|c| (1.0 / m.core_hbm[c] - 1.0 / m.best_read_rate(c)).max(0.0));
         let mut least: Vec<(f64, u32, u8)> = vec![(f64::INFINITY, NONE, 0); blocks];
-        for_each_share(w, |t, b, share| {
-            if w.block_input[b] && w.block_size[b] <= m.l2_size {
+        // Only the input blocks that fit count: the reads of no other block are walked.
+        let counted = |b: usize| w.block_input[b] && w.block_size[b] <= m.l2_size;
+        let lo = (0..blocks).find(|&b| counted(b)).unwrap_or(blocks);
+        let hi = (lo..blocks).rev().find(|&b| counted(b)).map_or(lo, |b| b + 1);
+        for_each_share_within(w, lo..hi, |t, b, share| {
+            if counted(b) {
                 let c = w.class[t];
                 let inc = (share * delta[c as usize] - du.slack[t]).max(0.0);
                 let e = &mut least[b];

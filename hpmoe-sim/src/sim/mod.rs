@@ -618,16 +618,18 @@ fn simulate_within(
     // The per-task state is no longer needed: free it before the results are laid out.
     drop((std::mem::take(&mut sim.ts), std::mem::take(&mut sim.unsat)));
     let mut r = std::mem::replace(&mut sim.r, SimResult::empty());
-    r.start = vec![0.0; n];
-    r.end = vec![0.0; n];
-    r.hit = vec![0.0; n];
-    r.miss = vec![0.0; n];
-    for (x, info) in sim.times.iter().zip(&w.plan.info) {
-        let t = info.task as usize;
-        r.start[t] = x.start;
-        r.end[t] = x.end;
-        r.hit[t] = x.hit;
-        r.miss[t] = x.miss;
+    // In task order, gathered through each task's internal id (every array written once,
+    // front to back).
+    r.start = Vec::with_capacity(n);
+    r.end = Vec::with_capacity(n);
+    r.hit = Vec::with_capacity(n);
+    r.miss = Vec::with_capacity(n);
+    for &i in &w.plan.pos {
+        let x = &sim.times[i as usize];
+        r.start.push(x.start);
+        r.end.push(x.end);
+        r.hit.push(x.hit);
+        r.miss.push(x.miss);
     }
     r.makespan = r.rank_done.iter().copied().fold(0.0, f64::max);
     r.sent = sim.links.sent().to_vec();
