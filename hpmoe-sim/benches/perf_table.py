@@ -58,9 +58,11 @@ LIMITS = {
               "writes (a 40-byte record per write, one per row a combine sends back) about a "
               "sixth, then the index's scans, the per-read set of regions checked and region "
               "comparisons (about 5% each)",
-    "simulate": "the event loop waits on memory (a task start touches its read runs, counters "
-                "and L2 blocks in different arrays); at EP64 the max-min link solve over every "
-                "active pair at each flow start and finish",
+    "simulate": "at EP64 under `interleaved`, the max-min link solve over every active pair "
+                "at each flow start and finish; at EP8 and under kernel barriers, with each "
+                "start fetching ahead what its core's next starts read, the event heap's pops "
+                "(about a fifth of the time, perf on the EP8 cases) and the L2's CLOCK ring "
+                "(about a seventh: the states and sizes of the blocks that enter and leave)",
     "simpy": "hpmoe's `prepare` (every task's read regions as L2 blocks, its flows) and its "
              "max-min link solve; the replay models neither (no L2, no shared HBM, no link "
              "sharing)",
@@ -79,8 +81,10 @@ LIMITS = {
              "an approximate one would change the model's answers. `candidates` simulates two "
              "schedules of each 3.1 M-task graph at once on the machine's two CPUs (the kept "
              "one's simulation is the run's; the other stops once past its latency), so the wall "
-             "time is about that of the longer of the two; without the solves the run would "
-             "still take about 30 s of CPU (from the profile's share, not measured)",
+             "time is about that of the longer of the two; a freeze costs about 16 ns (the pair's "
+             "record, the resources on its path), and fetching the records of a resource's "
+             "users ahead did not change it; without the solves the run would still take about "
+             "25 s of CPU (from the profile's share, not measured)",
 }
 
 
