@@ -59,7 +59,7 @@ fn compiled(case: usize) -> (Checked, Compiled) {
     (p, c)
 }
 
-#[divan::bench(args = [0, 1], sample_count = 200, sample_size = 1)]
+#[divan::bench(args = [0, 1, 2, 3, 4, 5], sample_count = 10, sample_size = 1)]
 fn simulate_tasks(b: Bencher, case: usize) {
     let (p, c) = compiled(case);
     let m = DeviceModel::new(&p.device).expect("a device");
