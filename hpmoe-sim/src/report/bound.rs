@@ -732,8 +732,12 @@ pub fn bounds_and_chains_with(
         let mut least: Vec<(f64, u32, u8)> = vec![(f64::INFINITY, NONE, 0); blocks];
         // Only the input blocks that fit count: the reads of no other block are walked.
         let counted = |b: usize| w.block_input[b] && w.block_size[b] <= m.l2_size;
-        let lo = (0..blocks).find(|&b| counted(b)).unwrap_or(blocks);
-        let hi = (lo..blocks).rev().find(|&b| counted(b)).map_or(lo, |b| b + 1);
+        let (lo, hi) = if walk_all() {
+            (0, blocks)
+        } else {
+            let lo = (0..blocks).find(|&b| counted(b)).unwrap_or(blocks);
+            (lo, (lo..blocks).rev().find(|&b| counted(b)).map_or(lo, |b| b + 1))
+        };
         for_each_share_within(w, lo..hi, |t, b, share| {
             if counted(b) {
                 let c = w.class[t];
@@ -937,9 +941,80 @@ fn link_bounds(
     (best[0].0, best[0].1, best[1].0, best[1].1)
 }
 
+/// Whether the bounds walk the reads of every block (tests compare that with the walk of
+/// the counted blocks' range only).
+#[cfg(not(test))]
+fn walk_all() -> bool {
+    false
+}
+
+#[cfg(test)]
+thread_local! {
+    static WALK_ALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(test)]
+fn walk_all() -> bool {
+    WALK_ALL.with(std::cell::Cell::get)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The durations are the same, to the bit, on one thread and on several; the bounds are
+    /// the same whether they walk the reads of every block or only those within the range of
+    /// the blocks they count. On examples whose weight-gradient tasks read many blocks, under
+    /// both policies.
+    #[test]
+    fn durations_and_bounds_do_not_depend_on_threads_or_the_walk() {
+        use hpmoe_dsl::check::{Options, Override};
+        use hpmoe_dsl::schedule::Policy;
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let pool = |n| rayon::ThreadPoolBuilder::new().num_threads(n).build().expect("a pool");
+        let (one, three) = (pool(1), pool(3));
+        let mut tasks = 0;
+        for (file, sets) in [
+            ("deepseek_v3_ep8_bwd.hpm", &["ranks=16"][..]),
+            ("deepseek_v3_train_layer.hpm", &[][..]),
+        ] {
+            let opts = Options {
+                overrides: sets.iter().map(|o| Override::parse(o).expect("an override")).collect(),
+                ..Options::default()
+            };
+            let out = hpmoe_dsl::driver::check_path(&root.join(file), &opts, &mut hpmoe_dsl::SourceMap::new());
+            let p = out.checked.expect("the example checks");
+            let model = DeviceModel::new(&p.device).expect("a model");
+            for tf in &p.taskflows {
+                for policy in [Policy::Interleaved, Policy::ExpertLevel] {
+                    let spec = p.select_policy(&tf.name, Some(policy));
+                    let Ok(c) = p.compile(tf, &spec, &hpmoe_dsl::driver::CompileOptions::default()) else {
+                        continue;
+                    };
+                    let w = Workload::new(&p, tf, &c.graph, &c.schedule, &model);
+                    let rank = &c.graph.rank;
+                    let bits = |d: &Durations| -> Vec<[u64; 5]> {
+                        (0..d.d.len())
+                            .map(|t| [d.d[t], d.release[t], d.landing[t], d.must_miss[t], d.slack[t]].map(f64::to_bits))
+                            .collect()
+                    };
+                    let a = one.install(|| durations(&w, &model, rank));
+                    let b = three.install(|| durations(&w, &model, rank));
+                    assert_eq!(a.d.len(), w.tasks());
+                    assert!(bits(&a) == bits(&b), "{file} {} {policy:?}: durations differ", tf.name);
+                    let ranged = bounds_and_chains_with(&w, &c.schedule, &model, rank, true, &a);
+                    WALK_ALL.with(|x| x.set(true));
+                    let whole = bounds_and_chains_with(&w, &c.schedule, &model, rank, true, &a);
+                    WALK_ALL.with(|x| x.set(false));
+                    assert_eq!(ranged.0, whole.0, "{file} {} {policy:?}: bounds differ", tf.name);
+                    let chain_bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert!(chain_bits(&ranged.1) == chain_bits(&whole.1));
+                    tasks += w.tasks();
+                }
+            }
+        }
+        assert!(tasks > 100_000, "only {tasks} tasks compared");
+    }
 
     #[test]
     fn work_bound_of_released_tasks() {
