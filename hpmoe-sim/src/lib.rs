@@ -25,6 +25,8 @@ pub mod numerics;
 pub mod pipeline;
 pub mod report;
 pub mod sim;
+#[cfg(test)]
+mod testing;
 pub mod trace;
 
 #[doc = include_str!("../../docs/API.md")]

@@ -403,7 +403,7 @@ impl Checker<'_> {
                     format!("routing kind `{}` has no generator", decl.kind.name),
                 )
                 .primary(decl.kind.span, "declared, but not a builtin routing")
-                .help("the builtin routings are balanced, uniform, zipf, hotspot, file, router, by_rank and fanout"),
+                .help(format!("the builtin routings are {}", GENERATED.join(", "))),
             );
             return None;
         }

@@ -45,15 +45,13 @@ pub mod link;
 pub fn prefetch<T>(x: &T) {
     #[cfg(target_arch = "x86_64")]
     {
+        // Each 64-byte line the object spans, once.
         let p = (x as *const T).cast::<i8>();
-        let size = std::mem::size_of::<T>();
+        let offset = p as usize % 64;
         let mut at = 0;
-        while at < size {
-            prefetch_line(p.wrapping_add(at));
+        while at < offset + std::mem::size_of::<T>().max(1) {
+            prefetch_line(p.wrapping_add(at).wrapping_sub(offset));
             at += 64;
-        }
-        if size > 0 {
-            prefetch_line(p.wrapping_add(size - 1));
         }
     }
     #[cfg(not(target_arch = "x86_64"))]

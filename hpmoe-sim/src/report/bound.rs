@@ -193,13 +193,8 @@ fn for_each_share_within(w: &Workload, within: std::ops::Range<usize>, mut f: im
     }
 }
 
-/// The read shares of one task (its description in the plan). `f(block, share)`.
-fn for_each_share_of(w: &Workload, info: &crate::sim::workload::TaskInfo, f: impl FnMut(usize, f64)) {
-    for_each_share_in(w, info, 0..w.blocks(), f);
-}
-
-/// [`for_each_share_of`] the blocks in `within` only (each share still the same part of its
-/// whole run), in the same order.
+/// The read shares of one task (its description in the plan) of the blocks in `within`, as
+/// [`for_each_share_within`] gives them. `f(block, share)`.
 fn for_each_share_in(
     w: &Workload,
     info: &crate::sim::workload::TaskInfo,
@@ -303,7 +298,7 @@ pub fn durations(w: &Workload, m: &DeviceModel, rank: &[u32]) -> Durations {
         .with_min_len(4096)
         .map(|info| {
             let (mut read, mut must) = (0.0f64, 0.0f64);
-            for_each_share_of(w, info, |b, share| {
+            for_each_share_in(w, info, 0..w.blocks(), |b, share| {
                 read += share;
                 if w.block_size[b] > m.l2_size {
                     must += share;
@@ -968,51 +963,34 @@ mod tests {
     /// both policies.
     #[test]
     fn durations_and_bounds_do_not_depend_on_threads_or_the_walk() {
-        use hpmoe_dsl::check::{Options, Override};
-        use hpmoe_dsl::schedule::Policy;
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
         let pool = |n| rayon::ThreadPoolBuilder::new().num_threads(n).build().expect("a pool");
         let (one, three) = (pool(1), pool(3));
         let mut tasks = 0;
-        for (file, sets) in [
-            ("deepseek_v3_ep8_bwd.hpm", &["ranks=16"][..]),
-            ("deepseek_v3_train_layer.hpm", &[][..]),
-        ] {
-            let opts = Options {
-                overrides: sets.iter().map(|o| Override::parse(o).expect("an override")).collect(),
-                ..Options::default()
+        let examples: &[(&str, &[&str])] = &[
+            ("deepseek_v3_ep8_bwd.hpm", &["ranks=16"]),
+            ("deepseek_v3_train_layer.hpm", &[]),
+        ];
+        crate::testing::each_compiled(examples, |file, p, tf, c, model, policy| {
+            let w = Workload::new(p, tf, &c.graph, &c.schedule, model);
+            let rank = &c.graph.rank;
+            let bits = |d: &Durations| -> Vec<[u64; 5]> {
+                (0..d.d.len())
+                    .map(|t| [d.d[t], d.release[t], d.landing[t], d.must_miss[t], d.slack[t]].map(f64::to_bits))
+                    .collect()
             };
-            let out = hpmoe_dsl::driver::check_path(&root.join(file), &opts, &mut hpmoe_dsl::SourceMap::new());
-            let p = out.checked.expect("the example checks");
-            let model = DeviceModel::new(&p.device).expect("a model");
-            for tf in &p.taskflows {
-                for policy in [Policy::Interleaved, Policy::ExpertLevel] {
-                    let spec = p.select_policy(&tf.name, Some(policy));
-                    let Ok(c) = p.compile(tf, &spec, &hpmoe_dsl::driver::CompileOptions::default()) else {
-                        continue;
-                    };
-                    let w = Workload::new(&p, tf, &c.graph, &c.schedule, &model);
-                    let rank = &c.graph.rank;
-                    let bits = |d: &Durations| -> Vec<[u64; 5]> {
-                        (0..d.d.len())
-                            .map(|t| [d.d[t], d.release[t], d.landing[t], d.must_miss[t], d.slack[t]].map(f64::to_bits))
-                            .collect()
-                    };
-                    let a = one.install(|| durations(&w, &model, rank));
-                    let b = three.install(|| durations(&w, &model, rank));
-                    assert_eq!(a.d.len(), w.tasks());
-                    assert!(bits(&a) == bits(&b), "{file} {} {policy:?}: durations differ", tf.name);
-                    let ranged = bounds_and_chains_with(&w, &c.schedule, &model, rank, true, &a);
-                    WALK_ALL.with(|x| x.set(true));
-                    let whole = bounds_and_chains_with(&w, &c.schedule, &model, rank, true, &a);
-                    WALK_ALL.with(|x| x.set(false));
-                    assert_eq!(ranged.0, whole.0, "{file} {} {policy:?}: bounds differ", tf.name);
-                    let chain_bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert!(chain_bits(&ranged.1) == chain_bits(&whole.1));
-                    tasks += w.tasks();
-                }
-            }
-        }
+            let a = one.install(|| durations(&w, model, rank));
+            let b = three.install(|| durations(&w, model, rank));
+            assert_eq!(a.d.len(), w.tasks());
+            assert!(bits(&a) == bits(&b), "{file} {} {policy:?}: durations differ", tf.name);
+            let ranged = bounds_and_chains_with(&w, &c.schedule, model, rank, true, &a);
+            WALK_ALL.with(|x| x.set(true));
+            let whole = bounds_and_chains_with(&w, &c.schedule, model, rank, true, &a);
+            WALK_ALL.with(|x| x.set(false));
+            assert_eq!(ranged.0, whole.0, "{file} {} {policy:?}: bounds differ", tf.name);
+            let chain_bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(chain_bits(&ranged.1) == chain_bits(&whole.1));
+            tasks += w.tasks();
+        });
         assert!(tasks > 100_000, "only {tasks} tasks compared");
     }
 

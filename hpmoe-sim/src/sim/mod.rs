@@ -735,6 +735,34 @@ impl Sim<'_> {
         }
     }
 
+    /// The core's next tasks start after task `i`, each from memory the event loop has not
+    /// touched since the workload was prepared. Each start fetches ahead what later starts
+    /// read, in stages, each from what an earlier start fetched: the description of the task
+    /// three ahead, the first read run of the task two ahead, and for the next task the L2
+    /// state of its first block and its own state.
+    #[inline]
+    fn fetch_ahead(&self, i: usize) {
+        let plan = &self.w.plan;
+        let first_run = |t: usize| {
+            let info = plan.info.get(t)?;
+            plan.runs.get(info.reads as usize..info.read_end as usize)?.first()
+        };
+        if let Some(later) = plan.info.get(i + 3) {
+            prefetch(later);
+        }
+        if let Some(run) = first_run(i + 2) {
+            prefetch(run);
+        }
+        if let Some(run) = first_run(i + 1) {
+            self.l2.prefetch(run.first);
+        }
+        if let (Some(u), Some(x), Some(st)) = (self.unsat.get(i + 1), self.times.get(i + 1), self.ts.get(i + 1)) {
+            prefetch(u);
+            prefetch(x);
+            prefetch(st);
+        }
+    }
+
     fn start_task(&mut self, i: usize) {
         let w = self.w;
         let m = self.m;
@@ -744,31 +772,7 @@ impl Sim<'_> {
         let class = info.class as usize;
         let die = info.rank as usize;
         self.times[i].start = now;
-        // The core's next tasks start after this one, each from memory the event loop has
-        // not touched since the workload was prepared. Each start fetches ahead what later
-        // starts read, in stages, each from what an earlier start fetched: the description
-        // of the task three ahead, the first read runs of the task two ahead, and for the
-        // next task the L2 state of its first blocks and its own state.
-        if let Some(later) = plan.info.get(i + 3) {
-            prefetch(later);
-        }
-        if let Some(after) = plan.info.get(i + 2) {
-            if let Some(run) = plan.runs.get(after.reads as usize) {
-                prefetch(run);
-            }
-        }
-        if let Some(next) = plan.info.get(i + 1) {
-            if next.reads < next.read_end {
-                if let Some(run) = plan.runs.get(next.reads as usize) {
-                    self.l2.prefetch(run.first);
-                }
-            }
-            if let (Some(u), Some(x), Some(st)) = (self.unsat.get(i + 1), self.times.get(i + 1), self.ts.get(i + 1)) {
-                prefetch(u);
-                prefetch(x);
-                prefetch(st);
-            }
-        }
+        self.fetch_ahead(i);
         if let Some(&c) = self.chains.get(i) {
             if now + c >= self.limit {
                 self.over = true;

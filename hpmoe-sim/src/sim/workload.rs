@@ -1205,50 +1205,32 @@ mod tests {
     /// ragged and static windows, forward and backward, skewed routing.
     #[test]
     fn runs_joined_from_pieces_are_the_merged_runs() {
-        use hpmoe_dsl::check::{Options, Override};
-        use hpmoe_dsl::schedule::Policy;
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
         let mut joined = 0;
-        for (file, sets) in [
-            ("deepseek_v3_ep8_fwd.hpm", &["ranks=8"][..]),
-            ("deepseek_v3_ep8_bwd.hpm", &["ranks=16"][..]),
-            ("qwen_moe_ep8_fwd.hpm", &[][..]),
-            ("deepseek_v3_train_layer.hpm", &[][..]),
-        ] {
-            let opts = Options {
-                overrides: sets.iter().map(|o| Override::parse(o).expect("an override")).collect(),
-                ..Options::default()
+        let examples: &[(&str, &[&str])] = &[
+            ("deepseek_v3_ep8_fwd.hpm", &["ranks=8"]),
+            ("deepseek_v3_ep8_bwd.hpm", &["ranks=16"]),
+            ("qwen_moe_ep8_fwd.hpm", &[]),
+            ("deepseek_v3_train_layer.hpm", &[]),
+        ];
+        crate::testing::each_compiled(examples, |file, p, tf, c, model, policy| {
+            JOINED.with(|j| j.set(0));
+            let fast = Workload::new(p, tf, &c.graph, &c.schedule, model);
+            joined += JOINED.with(std::cell::Cell::get);
+            MERGE_ALWAYS.with(|m| m.set(true));
+            let merged = Workload::new(p, tf, &c.graph, &c.schedule, model);
+            MERGE_ALWAYS.with(|m| m.set(false));
+            let key = |w: &Workload| -> Vec<(u32, u32, u64)> {
+                w.plan
+                    .runs
+                    .iter()
+                    .map(|r| (r.first, r.count, r.bytes.to_bits()))
+                    .collect()
             };
-            let out = hpmoe_dsl::driver::check_path(&root.join(file), &opts, &mut hpmoe_dsl::SourceMap::new());
-            let p = out.checked.expect("the example checks");
-            let model = crate::model::DeviceModel::new(&p.device).expect("a model");
-            for tf in &p.taskflows {
-                for policy in [Policy::Interleaved, Policy::ExpertLevel] {
-                    let spec = p.select_policy(&tf.name, Some(policy));
-                    let Ok(c) = p.compile(tf, &spec, &hpmoe_dsl::driver::CompileOptions::default()) else {
-                        continue;
-                    };
-                    JOINED.with(|j| j.set(0));
-                    let fast = Workload::new(&p, tf, &c.graph, &c.schedule, &model);
-                    joined += JOINED.with(std::cell::Cell::get);
-                    MERGE_ALWAYS.with(|m| m.set(true));
-                    let merged = Workload::new(&p, tf, &c.graph, &c.schedule, &model);
-                    MERGE_ALWAYS.with(|m| m.set(false));
-                    let key = |w: &Workload| -> Vec<(u32, u32, u64)> {
-                        w.plan
-                            .runs
-                            .iter()
-                            .map(|r| (r.first, r.count, r.bytes.to_bits()))
-                            .collect()
-                    };
-                    assert_eq!(key(&fast), key(&merged), "{file} {} {policy:?}", tf.name);
-                    let ends = |w: &Workload| -> Vec<(u32, u32)> {
-                        w.plan.info.iter().map(|i| (i.reads, i.read_end)).collect()
-                    };
-                    assert_eq!(ends(&fast), ends(&merged), "{file} {} {policy:?}", tf.name);
-                }
-            }
-        }
+            assert_eq!(key(&fast), key(&merged), "{file} {} {policy:?}", tf.name);
+            let ends =
+                |w: &Workload| -> Vec<(u32, u32)> { w.plan.info.iter().map(|i| (i.reads, i.read_end)).collect() };
+            assert_eq!(ends(&fast), ends(&merged), "{file} {} {policy:?}", tf.name);
+        });
         // The joining is what most tasks take.
         assert!(joined > 1000, "{joined} tasks joined");
     }
