@@ -16,6 +16,25 @@ pub(crate) enum BareNames {
     Accept,
 }
 
+/// How many params' names are looked up ahead of their evaluation at once: enough misses
+/// to overlap, few enough that their entries stay in cache until used.
+pub(super) const WARM_PARAMS: usize = 32;
+
+/// Appends the names an expression uses as values, left to right. Recursive: the parser
+/// bounds the depth of every expression.
+fn names_in<'a>(e: &'a Expr, out: &mut Vec<&'a str>) {
+    match &e.kind {
+        ExprKind::Name(n) => out.push(n),
+        ExprKind::Neg(inner) => names_in(inner, out),
+        ExprKind::Binary(_, a, b) => {
+            names_in(a, out);
+            names_in(b, out);
+        }
+        ExprKind::Call { args, .. } => args.iter().for_each(|a| names_in(&a.value, out)),
+        _ => {}
+    }
+}
+
 impl Checker<'_> {
     pub(super) fn apply_param_overrides(&mut self) {
         let root = self.root;
@@ -149,6 +168,24 @@ impl Checker<'_> {
         self.unevaluated_params_in(r.module, &p.value, &mut out);
         out.reverse();
         out
+    }
+
+    /// Looks up, one after the other, the names the values of a run of params use, before
+    /// they are evaluated: in a large program the scope table is far larger than the caches
+    /// and each name's first look-up is a miss, which the evaluation of a param waits for
+    /// one at a time; here the look-ups do not depend on each other, so the processor
+    /// overlaps their misses, and the evaluation finds the entries in cache.
+    pub(super) fn warm_param_names(&self, m: ModId, items: &[usize]) {
+        let file = std::rc::Rc::clone(&self.modules[m].ast);
+        let mut names: Vec<&str> = Vec::with_capacity(2 * items.len());
+        for &i in items {
+            if let ItemKind::Param(p) = &file.items[i].kind {
+                names_in(&p.value, &mut names);
+            }
+        }
+        for n in names {
+            std::hint::black_box(self.lookup(m, n));
+        }
     }
 
     /// Appends the not yet evaluated params an expression names, left to right. Recursive:

@@ -414,7 +414,10 @@ impl<'a> Checker<'a> {
             .collect();
         self.params.reserve_module(root, self.modules[root].ast.items.len());
         let mut param_values = Vec::with_capacity(params.len());
-        for i in params {
+        for (k, &i) in params.iter().enumerate() {
+            if k % consts::WARM_PARAMS == 0 {
+                self.warm_param_names(root, &params[k..params.len().min(k + consts::WARM_PARAMS)]);
+            }
             let r = ItemRef { module: root, item: i };
             if let Some(v) = self.param_value(r) {
                 let ItemKind::Param(p) = &self.item(r).kind else {
