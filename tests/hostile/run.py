@@ -123,6 +123,28 @@ case("devzero_fmt", None, args=("fmt", "/dev/zero"))
 case("devzero_check", None, args=("check", "/dev/zero"))
 case("dir_check", None, args=("check", "@DIR"))
 case("fmt_many_errors", "".join("param = ;\n" for _ in range(100000)), args=("fmt",))
+
+
+def commented_program(mb):
+    """A valid program of about `mb` MB: params with a comment at the end of each line, and
+    every tenth item an op whose body holds a comment."""
+    out, size, i = [], 0, 0
+    while size < mb << 20:
+        if i % 10 == 0:
+            s = (f"op e{i}<T>(x: T[M, N]) -> T[M, N] on aiv {{ // c{i}\n"
+                 f"    out[m, n] = x[m, n] /* k */ + 1.0;\n}}\n")
+        else:
+            s = f"param p{i} = {i} * 2 + 1; // comment {i}\n"
+        out.append(s)
+        size += len(s)
+        i += 1
+    return "".join(out)
+
+
+# Formatting a large valid program with comments everywhere: each item's comment queries
+# must look at the comments near it, not at all those after it (that was quadratic).
+case("fmt_large_commented_program", commented_program(60), args=("fmt", "--check"), expect="any")
+case("fmt_large_commented_program_stdout", commented_program(24), args=("fmt", "--stdout"), expect="ok")
 case("suggest_many", "".join(f"param p{i} = 1;\n" for i in range(16000)) + "".join(f"param q{i} = p{i}x;\n" for i in range(16000)))
 # Bad input accepted.
 case("routing_unknown_name", moe(), args=("check", "--routing", "q=zipf(s: 1.0)"))

@@ -97,7 +97,7 @@ pub fn check_parsed(
 /// line before the derived taskflow. The derived items are written with the sizes the
 /// program was checked at (its params' values and overrides).
 pub fn expand_grads(checked: &Checked, text: &str) -> Result<String, Vec<Diagnostic>> {
-    let (_, _, comments) = crate::syntax::lexer::tokenize(text, FileId(0));
+    let comments = crate::syntax::lexer::comments(text, FileId(0));
     // (start, end, replacement) on the original text, applied from the last start back.
     let mut edits: Vec<(usize, usize, String)> = Vec::new();
     let mut grads: Vec<&crate::ir::GradInfo> = checked.grads.iter().collect();

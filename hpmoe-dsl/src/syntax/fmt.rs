@@ -35,7 +35,7 @@
 
 use super::ast::*;
 use super::lexer::{self, Comment};
-use super::token::{Delim, FileId, Span, Token, TokenKind};
+use super::token::{Delim, FileId, Span, TokenKind};
 use crate::diag::Diagnostic;
 use std::fmt::Write as _;
 
@@ -571,11 +571,65 @@ fn is_block(k: &ItemKind) -> bool {
     }
 }
 
+/// What the printer reads of a token: where it is, and whether it is a bracket, a doc
+/// comment, the word `tile` or the end. Twelve bytes a token, with no text: a source near
+/// the size limit has tens of millions of tokens, which held whole (a string per
+/// identifier) took more memory than its syntax tree.
+#[derive(Clone, Copy, Debug)]
+struct Tok {
+    lo: u32,
+    hi: u32,
+    mark: Mark,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mark {
+    Open(Delim),
+    Close(Delim),
+    Doc,
+    InnerDoc,
+    Tile,
+    Eof,
+    Other,
+}
+
+impl Tok {
+    fn span(&self) -> Span {
+        Span::new(FileId(0), self.lo, self.hi)
+    }
+}
+
+/// The tokens of a text as the printer reads them ([`Tok`]), ending with `Eof`.
+fn marks(src: &str) -> Vec<Tok> {
+    let mut lx = lexer::Lexer::new(src, FileId(0)).without_comments();
+    let mut out = Vec::new();
+    loop {
+        let t = super::token::TokenSource::next_token(&mut lx);
+        let mark = match &t.kind {
+            TokenKind::Open(d) => Mark::Open(*d),
+            TokenKind::Close(d) => Mark::Close(*d),
+            TokenKind::Doc(_) => Mark::Doc,
+            TokenKind::InnerDoc(_) => Mark::InnerDoc,
+            TokenKind::Ident(s) if s == "tile" => Mark::Tile,
+            TokenKind::Eof => Mark::Eof,
+            _ => Mark::Other,
+        };
+        out.push(Tok {
+            lo: t.span.lo,
+            hi: t.span.hi,
+            mark,
+        });
+        if mark == Mark::Eof {
+            return out;
+        }
+    }
+}
+
 /// The output under construction, and the comments not printed yet.
 #[derive(Debug)]
 struct Printer<'a> {
     src: &'a str,
-    toks: Vec<Token>,
+    toks: Vec<Tok>,
     /// Sorted by position.
     comments: Vec<Comment>,
     done: Vec<bool>,
@@ -595,7 +649,7 @@ enum Thing {
 
 impl<'a> Printer<'a> {
     fn new(src: &'a str, comments: &[Comment]) -> Self {
-        let (toks, _, _) = lexer::tokenize(src, FileId(0));
+        let toks = marks(src);
         let mut comments = comments.to_vec();
         comments.sort_by_key(|c| (c.span.lo, c.span.hi));
         Printer {
@@ -632,30 +686,30 @@ impl<'a> Printer<'a> {
     }
 
     fn tok_lo(&self, i: usize) -> usize {
-        self.toks.get(i).map_or(usize::MAX, |t| lo(t.span))
+        self.toks.get(i).map_or(usize::MAX, |t| t.lo as usize)
     }
 
     /// The first `Open(d)` token starting in `from..to`, and its matching closer.
     fn delims(&self, from: usize, to: usize, d: Delim) -> Option<(Span, Span)> {
-        let start = self.toks.partition_point(|t| lo(t.span) < from);
+        let start = self.toks.partition_point(|t| (t.lo as usize) < from);
         let open = (start..self.toks.len())
             .take_while(|&i| self.tok_lo(i) < to)
-            .find(|&i| self.toks[i].kind == TokenKind::Open(d))?;
+            .find(|&i| self.toks[i].mark == Mark::Open(d))?;
         self.with_close(open)
     }
 
     fn with_close(&self, open: usize) -> Option<(Span, Span)> {
         let mut depth = 0i64;
         for t in self.toks.iter().skip(open) {
-            match t.kind {
-                TokenKind::Open(_) => depth += 1,
-                TokenKind::Close(_) => {
+            match t.mark {
+                Mark::Open(_) => depth += 1,
+                Mark::Close(_) => {
                     depth -= 1;
                     if depth == 0 {
-                        return Some((self.toks[open].span, t.span));
+                        return Some((self.toks[open].span(), t.span()));
                     }
                 }
-                TokenKind::Eof => return None,
+                Mark::Eof => return None,
                 _ => {}
             }
         }
@@ -664,27 +718,31 @@ impl<'a> Printer<'a> {
 
     /// The spans of the `n` doc comments right before the token at `pos`.
     fn doc_spans(&self, pos: usize, n: usize) -> Option<Vec<Span>> {
-        let j = self.toks.partition_point(|t| lo(t.span) < pos);
+        let j = self.toks.partition_point(|t| (t.lo as usize) < pos);
         let toks = self.toks.get(j.checked_sub(n)?..j)?;
-        toks.iter()
-            .map(|t| matches!(t.kind, TokenKind::Doc(_)).then_some(t.span))
-            .collect()
+        toks.iter().map(|t| (t.mark == Mark::Doc).then(|| t.span())).collect()
+    }
+
+    /// Whether a comment not yet printed that satisfies `pred` starts in `a..b`: only the
+    /// comments starting there are looked at (they are sorted by position), so that a file
+    /// of many items is formatted in time linear in its size.
+    fn undone_in(&self, a: usize, b: usize, pred: impl Fn(&Comment) -> bool) -> bool {
+        let from = self.first.max(self.comments.partition_point(|c| lo(c.span) < a));
+        (from..self.comments.len())
+            .take_while(|&i| lo(self.comments[i].span) < b)
+            .any(|i| !self.done[i] && pred(&self.comments[i]))
     }
 
     /// Whether a line comment not yet printed starts in `a..b`.
     fn line_comment_between(&self, a: usize, b: usize) -> bool {
-        (self.first..self.comments.len()).any(|i| {
-            let c = &self.comments[i];
-            !self.done[i] && is_line_comment(c) && lo(c.span) >= a && lo(c.span) < b
-        })
+        self.undone_in(a, b, is_line_comment)
     }
 
     fn comment_inside(&self, delims: Option<(Span, Span)>) -> bool {
         let Some((o, c)) = delims else {
             return false;
         };
-        (self.first..self.comments.len())
-            .any(|i| !self.done[i] && lo(self.comments[i].span) >= hi(o) && lo(self.comments[i].span) < lo(c))
+        self.undone_in(hi(o), lo(c), |_| true)
     }
 
     // ---------------------------------------------------------------- output
@@ -1030,8 +1088,8 @@ impl<'a> Printer<'a> {
         let spans: Vec<Span> = self
             .toks
             .iter()
-            .take_while(|t| matches!(t.kind, TokenKind::InnerDoc(_)))
-            .map(|t| t.span)
+            .take_while(|t| t.mark == Mark::InnerDoc)
+            .map(Tok::span)
             .collect();
         for (k, d) in f.docs.iter().enumerate() {
             if let Some(s) = spans.get(k) {
@@ -1259,8 +1317,7 @@ impl<'a> Printer<'a> {
     /// ` {` (and the position after it) or ` {}` for a body with neither statements nor
     /// comments.
     fn body_open(&self, n_stmts: usize, body: Span) -> (&'static str, usize, bool) {
-        let has_comment = (self.first..self.comments.len())
-            .any(|i| !self.done[i] && lo(self.comments[i].span) > lo(body) && lo(self.comments[i].span) < hi(body));
+        let has_comment = self.undone_in(lo(body) + 1, hi(body), |_| true);
         if n_stmts == 0 && !has_comment {
             (" {}", hi(body), false)
         } else {
@@ -1326,13 +1383,11 @@ impl<'a> Printer<'a> {
 
     /// The brackets of the last `tile(...)` in `from..to`.
     fn tile_delims(&self, from: usize, to: usize) -> Option<(Span, Span)> {
-        let start = self.toks.partition_point(|t| lo(t.span) < from);
+        let start = self.toks.partition_point(|t| (t.lo as usize) < from);
         let mut found = None;
         let mut i = start;
         while i + 1 < self.toks.len() && self.tok_lo(i) < to {
-            if matches!(&self.toks[i].kind, TokenKind::Ident(s) if s == "tile")
-                && self.toks[i + 1].kind == TokenKind::Open(Delim::Paren)
-            {
+            if self.toks[i].mark == Mark::Tile && self.toks[i + 1].mark == Mark::Open(Delim::Paren) {
                 found = Some(i + 1);
             }
             i += 1;

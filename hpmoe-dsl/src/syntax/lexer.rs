@@ -430,6 +430,13 @@ fn punct_kind(raw: Raw) -> TokenKind {
     TokenKind::Punct(p)
 }
 
+/// The comments of a text (its tokens are read and dropped, never held together).
+pub fn comments(src: &str, file: FileId) -> Vec<Comment> {
+    let mut lx = Lexer::new(src, file);
+    while lx.next_token().kind != TokenKind::Eof {}
+    lx.comments
+}
+
 /// Lexes a whole text into a vector (ending with `Eof`), with its diagnostics and comments.
 pub fn tokenize(src: &str, file: FileId) -> (Vec<Token>, Vec<Diagnostic>, Vec<Comment>) {
     let mut lx = Lexer::new(src, file);
