@@ -141,6 +141,26 @@ def commented_program(mb):
     return "".join(out)
 
 
+def many_calls(n, wide):
+    """A valid taskflow of many small calls: a chain of `n` vector calls, or (`wide`) `n`
+    independent cube calls summed by a chain of vector calls."""
+    s = ("import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 2 };\n"
+         "op mm<T>(x: T[M, K], w: T[K, N]) -> T[M, N] on aic { out[m, n] = sum(k) x[m, k] * w[k, n]; }\n"
+         "op ad<T>(a: T[M, N], b: T[M, N]) -> T[M, N] on aiv { out[m, n] = a[m, n] + b[m, n]; }\n"
+         "taskflow f(x: bf16[64, 64], w: bf16[64, 64]) -> bf16[64, 64] {\n    let s0 = mm(x, w);\n")
+    for i in range(1, n):
+        s += f"    let a{i} = mm(x, w);\n    let s{i} = ad(s{i-1}, a{i});\n" if wide else f"    let s{i} = ad(s{i-1}, x);\n"
+    return s + f"    return s{n-1};\n}}\n"
+
+
+# Graphs of many small calls: the checks, lowering and grouping of calls must stay linear in
+# the number of calls (a table of every pair of calls, a search of every name per call input
+# and a sort of every tensor's writes per call were quadratic).
+case("many_calls_chain_run", many_calls(50000, False), args=("run",), expect="ok")
+case("many_calls_wide_run", many_calls(30000, True), args=("run", "--format", "json"), expect="ok")
+case("many_calls_chain_lower", many_calls(100000, False), args=("lower", "--emit", "tasks"), expect="ok")
+
+
 # Formatting a large valid program with comments everywhere: each item's comment queries
 # must look at the comments near it, not at all those after it (that was quadratic).
 case("fmt_large_commented_program", commented_program(60), args=("fmt", "--check"), expect="any")

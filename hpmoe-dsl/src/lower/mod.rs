@@ -924,23 +924,27 @@ pub fn lower(program: &Program, tf: &Taskflow, layouts: Layouts, opts: &LowerOpt
                 }
                 places.push(here);
             }
-            segments
-                .par_iter()
-                .zip(places)
-                .map(|(&(first, count), place)| {
-                    // This thread's worker (its scratch space keeps each call's plan).
-                    let i = rayon::current_thread_index().unwrap_or(0) % workers.len();
-                    let mut w = workers[i].0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    #[cfg(feature = "fault-injection")]
-                    let before = regions::fault::current();
-                    #[cfg(feature = "fault-injection")]
-                    regions::fault::inject(fault);
-                    let out = w.segment(&cx, g, index, first, count, place);
-                    #[cfg(feature = "fault-injection")]
-                    regions::fault::inject(before);
-                    out
-                })
-                .collect()
+            let work = |(&(first, count), place): (&(u32, u32), [&mut [f32]; 4])| {
+                // This thread's worker (its scratch space keeps each call's plan).
+                let i = rayon::current_thread_index().unwrap_or(0) % workers.len();
+                let mut w = workers[i].0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                #[cfg(feature = "fault-injection")]
+                let before = regions::fault::current();
+                #[cfg(feature = "fault-injection")]
+                regions::fault::inject(fault);
+                let out = w.segment(&cx, g, index, first, count, place);
+                #[cfg(feature = "fault-injection")]
+                regions::fault::inject(before);
+                out
+            };
+            // A call of a few tiles is worked out on this thread: waking the pool's threads
+            // for it cost more than its work (a graph of many small calls spent most of its
+            // lowering in the threads' hand-offs).
+            if node_tasks < 2 * u64::from(SEGMENT_TASKS) {
+                segments.iter().zip(places).map(work).collect()
+            } else {
+                segments.par_iter().zip(places).map(work).collect()
+            }
         };
         for (&(first, _), out) in segments.iter().zip(outs) {
             let rank = g.rank[first as usize];

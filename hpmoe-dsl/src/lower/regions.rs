@@ -798,6 +798,9 @@ pub struct WriterIndex {
     ranks: usize,
     /// `[tensor * ranks + rank]`: the writes of a tensor on a rank.
     lists: Vec<Writes>,
+    /// The lists added to since [`WriterIndex::sort_all`] last ran (each once): a graph of
+    /// many calls sorts, after each call, only what the call wrote.
+    added: Vec<u32>,
 }
 
 /// Write records made apart from the index (by one of several threads), to be added to it
@@ -878,6 +881,8 @@ struct Writes {
     sorted: Option<Order>,
     /// The longest extent of a record in dimension 0.
     max_len: i64,
+    /// Whether it is in [`WriterIndex::added`].
+    added: bool,
 }
 
 /// The records of one tensor on one rank by position.
@@ -929,6 +934,15 @@ impl WriterIndex {
             ndim: tf.tensors.iter().map(|t| t.shape.len().min(MAX_DIMS)).collect(),
             ranks,
             lists: (0..nt * ranks).map(|_| Writes::default()).collect(),
+            added: Vec::new(),
+        }
+    }
+
+    /// Lists list `i` (in range) among those added to.
+    fn mark_added(&mut self, i: usize) {
+        if !self.lists[i].added {
+            self.lists[i].added = true;
+            self.added.push(i as u32);
         }
     }
 
@@ -980,6 +994,7 @@ impl WriterIndex {
             }
             l.sorted = None;
             l.max_len = l.max_len.max(run.max_len);
+            self.mark_added(run.tensor as usize * self.ranks + run.rank as usize);
         }
     }
 
@@ -1000,6 +1015,7 @@ impl WriterIndex {
         if len > l.max_len {
             l.max_len = len;
         }
+        self.mark_added(ti * self.ranks + r);
     }
 
     /// Sorts the records of a tensor on a rank, unless they are sorted.
@@ -1050,11 +1066,14 @@ impl WriterIndex {
     /// Sorts every list that records were added to since it was last sorted, so that
     /// [`WriterIndex::writers`] finds its records by position.
     pub fn sort_all(&mut self) {
-        for ti in 0..self.ndim.len() {
-            for r in 0..self.ranks {
-                self.sort(ti, r);
-            }
+        let added = std::mem::take(&mut self.added);
+        for &i in &added {
+            let i = i as usize;
+            self.lists[i].added = false;
+            self.sort(i / self.ranks, i % self.ranks);
         }
+        self.added = added;
+        self.added.clear();
     }
 
     /// Calls `f` with every task whose write overlaps `rd`. The index is only read (so it

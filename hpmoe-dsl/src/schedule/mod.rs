@@ -491,28 +491,21 @@ pub fn schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, spec: &PolicySp
 /// of consecutive independent cube calls, whose tasks are merged round-robin.
 fn node_groups(tf: &Taskflow, interleave: bool) -> Vec<Vec<usize>> {
     let n = tf.nodes.len();
-    // Which calls each call depends on, transitively.
-    let mut dep: Vec<Vec<bool>> = vec![vec![false; n]; n];
-    for i in 0..n {
-        for &inp in &tf.nodes[i].inputs {
-            if let Some(p) = tf.tensor(inp).producer {
-                let p = p.0 as usize;
-                dep[i][p] = true;
-                for k in 0..n {
-                    if dep[p][k] {
-                        dep[i][k] = true;
-                    }
-                }
-            }
-        }
-    }
     let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut seen = Vec::new();
+    // The calls whose outputs a call reads.
+    let producers = |c: usize| {
+        tf.nodes[c]
+            .inputs
+            .iter()
+            .filter_map(|&inp| tf.tensor(inp).producer.map(|p| p.0 as usize))
+    };
     for i in 0..n {
         if interleave && tf.nodes[i].engine == Engine::Aic {
             if let Some(last) = groups.last_mut() {
                 let all_aic = last.iter().all(|&j| tf.nodes[j].engine == Engine::Aic);
-                let independent = last.iter().all(|&j| !dep[i][j] && !dep[j][i]);
-                if all_aic && independent && last.len() < 2 {
+                // (The calls are in a topological order: a call never depends on a later one.)
+                if all_aic && last.len() < 2 && last.iter().all(|&j| !depends_on(&producers, i, j, &mut seen)) {
                     last.push(i);
                     continue;
                 }
@@ -521,4 +514,75 @@ fn node_groups(tf: &Taskflow, interleave: bool) -> Vec<Vec<usize>> {
         groups.push(vec![i]);
     }
     groups
+}
+
+/// Whether call `i` depends on call `j < i`, through any chain of calls; `producers(c)`:
+/// the calls whose outputs call `c` reads. The calls are in a topological order (a call
+/// reads only earlier calls' outputs), so such a chain only passes through the calls
+/// between them: the walk visits at most those, and a graph of many calls is grouped in
+/// time linear in its size (a table of every call's dependencies was quadratic in time and
+/// memory).
+fn depends_on<I: Iterator<Item = usize>>(
+    producers: &impl Fn(usize) -> I,
+    i: usize,
+    j: usize,
+    seen: &mut Vec<bool>,
+) -> bool {
+    // `seen`: per call of `j..=i`, whether the walk reached it (reused between queries).
+    seen.clear();
+    seen.resize(i - j + 1, false);
+    let mut stack = vec![i];
+    seen[i - j] = true;
+    while let Some(c) = stack.pop() {
+        for p in producers(c) {
+            if p == j {
+                return true;
+            }
+            if p > j && p < c && !seen[p - j] {
+                seen[p - j] = true;
+                stack.push(p);
+            }
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::depends_on;
+
+    proptest::proptest! {
+        /// A call depends on an earlier one exactly when the transitive closure of the
+        /// producer lists (worked out over all calls, in order) says so.
+        #[test]
+        fn a_dependency_walk_agrees_with_the_transitive_closure(
+            edges in proptest::collection::vec(proptest::collection::vec(0usize..64, 0..4), 1..40),
+        ) {
+            // Call `c` reads the outputs of the calls `e % c` for its listed `e` (earlier).
+            let preds: Vec<Vec<usize>> = edges
+                .iter()
+                .enumerate()
+                .map(|(c, es)| if c == 0 { Vec::new() } else { es.iter().map(|e| e % c).collect() })
+                .collect();
+            let n = preds.len();
+            let mut closure = vec![vec![false; n]; n];
+            for c in 0..n {
+                for &p in &preds[c] {
+                    closure[c][p] = true;
+                    for k in 0..n {
+                        if closure[p][k] {
+                            closure[c][k] = true;
+                        }
+                    }
+                }
+            }
+            let producers = |c: usize| preds[c].clone().into_iter();
+            let mut seen = Vec::new();
+            for i in 0..n {
+                for j in 0..i {
+                    proptest::prop_assert_eq!(depends_on(&producers, i, j, &mut seen), closure[i][j], "{} on {}", i, j);
+                }
+            }
+        }
+    }
 }

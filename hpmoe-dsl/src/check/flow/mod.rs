@@ -61,6 +61,9 @@ struct TaskflowDraft {
     tf: ir::Taskflow,
     /// `let` names and inputs → tensor, definition span, used.
     names: BTreeMap<String, (TensorId, Span, bool)>,
+    /// The name of each tensor in `names` (each name has its own tensor), so that a call
+    /// marks its inputs' names used without a search of every name.
+    tensor_names: rustc_hash::FxHashMap<TensorId, String>,
     /// `let` names whose call failed (already reported): uses stay silent.
     poisoned: std::collections::BTreeSet<String>,
     nested: usize,
@@ -262,6 +265,7 @@ impl Checker<'_> {
                 span: item.span,
             },
             names: BTreeMap::new(),
+            tensor_names: Default::default(),
             poisoned: Default::default(),
             nested: 0,
         };
@@ -307,7 +311,7 @@ impl Checker<'_> {
                 span: p.span,
             });
             fl.tf.inputs.push(id);
-            fl.names.insert(p.name.name.clone(), (id, p.name.span, true));
+            fl.bind(&p.name.name, id, p.name.span, true);
         }
         // Declared outputs.
         let declared: Vec<(String, Span, Option<Shape>)> = match &tfd.ret {
@@ -343,7 +347,7 @@ impl Checker<'_> {
                     }
                     match self.flow_call(&mut fl, value, &st.annots, &name.name, true) {
                         Some(t) => {
-                            fl.names.insert(name.name.clone(), (t, name.span, false));
+                            fl.bind(&name.name, t, name.span, false);
                         }
                         None => {
                             // Names the failed call reads are not "unused".
@@ -621,6 +625,21 @@ impl Checker<'_> {
             }
         }
         self.err(d);
+    }
+}
+
+impl TaskflowDraft {
+    /// Binds a name to a tensor (the name's definition span, whether it counts as used).
+    fn bind(&mut self, name: &str, t: TensorId, span: Span, used: bool) {
+        self.names.insert(name.to_string(), (t, span, used));
+        self.tensor_names.insert(t, name.to_string());
+    }
+
+    /// Marks the name of tensor `t`, if it has one, as used.
+    fn mark_tensor_used(&mut self, t: TensorId) {
+        if let Some(e) = self.tensor_names.get(&t).and_then(|n| self.names.get_mut(n)) {
+            e.2 = true;
+        }
     }
 }
 

@@ -436,10 +436,8 @@ impl Checker<'_> {
             })
             .collect();
         let route_ids: Vec<RouteId> = routes.iter().flatten().copied().collect();
-        for t in &inputs {
-            if let Some((_, _, used)) = fl.names.values_mut().find(|(id, _, _)| id == t) {
-                *used = true;
-            }
+        for &t in &inputs {
+            fl.mark_tensor_used(t);
         }
         let in_shapes: Vec<(DType, Vec<Dim>)> = inputs
             .iter()
