@@ -394,6 +394,43 @@ fn memory_is_estimated_before_lowering_allocates() {
 }
 
 #[test]
+fn an_error_after_more_warnings_than_are_kept_still_fails_the_check() {
+    // 300 unused values (warnings) come before the unknown op of the second taskflow: the
+    // list keeps 200 warnings, and the error is kept and fails the check all the same.
+    let mut text = String::from(
+        "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 2 };\n\
+         op ad<T>(a: T[M, N], b: T[M, N]) -> T[M, N] on aiv { out[m, n] = a[m, n] + b[m, n]; }\n\
+         taskflow f(x: f32[16, 16]) -> f32[16, 16] {\n",
+    );
+    for i in 0..300 {
+        text.push_str(&format!("    let s{i} = ad(x, x);\n"));
+    }
+    text.push_str("    return x;\n}\ntaskflow g(x: f32[16, 16]) -> f32[16, 16] {\n    return nosuch(x);\n}\n");
+    let mut sources = SourceMap::new();
+    let out = check_text("input.hpm", &text, None, &Options::default(), &mut sources);
+    assert!(out.program.is_none(), "the unknown op fails the check");
+    assert!(out.diagnostics.has_errors());
+    assert_eq!(out.diagnostics.error_count(), 1);
+    let ds = out.diagnostics.as_slice();
+    assert!(
+        ds.iter().any(|d| d.is_error() && d.message.contains("nosuch")),
+        "the error is listed"
+    );
+    assert_eq!(
+        ds.iter().filter(|d| !d.is_error()).count(),
+        hpmoe_dsl::diag::MAX_DIAGNOSTICS
+    );
+    let dropped = out.diagnostics.dropped();
+    assert_eq!((dropped.errors, dropped.warnings), (0, 100));
+    let shown = hpmoe_dsl::diag::render_all(ds, dropped, &sources, hpmoe_dsl::diag::RenderStyle::Plain);
+    assert!(
+        shown.ends_with("... and 100 more warnings not shown\n1 error, 300 warnings\n"),
+        "{}",
+        &shown[shown.len() - 200..]
+    );
+}
+
+#[test]
 fn suggestions_for_many_unknown_names_are_bounded() {
     // 6,000 params and 6,000 uses of unknown names that are each one edit from a param: a
     // suggestion for every one would compare every name with every candidate. The checker

@@ -22,7 +22,12 @@ fn program(text: &str) -> Checked {
         Some(p) => p,
         None => panic!(
             "program does not check:\n{}",
-            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+            hpmoe_dsl::diag::render_all(
+                out.diagnostics.as_slice(),
+                hpmoe_dsl::diag::Dropped::NONE,
+                &sm,
+                hpmoe_dsl::diag::RenderStyle::Plain
+            )
         ),
     }
 }

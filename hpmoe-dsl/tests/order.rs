@@ -41,7 +41,12 @@ fn program(order: &str) -> Checked {
         Some(p) => p,
         None => panic!(
             "{}",
-            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+            hpmoe_dsl::diag::render_all(
+                out.diagnostics.as_slice(),
+                hpmoe_dsl::diag::Dropped::NONE,
+                &sm,
+                hpmoe_dsl::diag::RenderStyle::Plain
+            )
         ),
     }
 }

@@ -20,7 +20,12 @@ fn check(text: &str) -> (Option<Checked>, Vec<Code>, String) {
     let mut sm = SourceMap::new();
     let out = check_text("t.hpm", text, Some(&data()), &Options::default(), &mut sm);
     let codes = out.diagnostics.as_slice().iter().map(|d| d.code).collect();
-    let shown = hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain);
+    let shown = hpmoe_dsl::diag::render_all(
+        out.diagnostics.as_slice(),
+        hpmoe_dsl::diag::Dropped::NONE,
+        &sm,
+        hpmoe_dsl::diag::RenderStyle::Plain,
+    );
     (out.checked, codes, shown)
 }
 

@@ -56,7 +56,12 @@ fn checked(text: &str) -> Checked {
     out.checked.unwrap_or_else(|| {
         panic!(
             "{}",
-            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+            hpmoe_dsl::diag::render_all(
+                out.diagnostics.as_slice(),
+                hpmoe_dsl::diag::Dropped::NONE,
+                &sm,
+                hpmoe_dsl::diag::RenderStyle::Plain
+            )
         )
     })
 }

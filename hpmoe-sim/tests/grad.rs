@@ -67,7 +67,12 @@ fn program(body: &str) -> Checked {
     out.checked.unwrap_or_else(|| {
         panic!(
             "{}",
-            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+            hpmoe_dsl::diag::render_all(
+                out.diagnostics.as_slice(),
+                hpmoe_dsl::diag::Dropped::NONE,
+                &sm,
+                hpmoe_dsl::diag::RenderStyle::Plain
+            )
         )
     })
 }
@@ -372,7 +377,12 @@ fn example(path: &str, extra: &str, set: &[&str]) -> (Checked, String) {
     let p = out.checked.unwrap_or_else(|| {
         panic!(
             "{}",
-            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+            hpmoe_dsl::diag::render_all(
+                out.diagnostics.as_slice(),
+                hpmoe_dsl::diag::Dropped::NONE,
+                &sm,
+                hpmoe_dsl::diag::RenderStyle::Plain
+            )
         )
     });
     (p, text)
@@ -522,7 +532,12 @@ fn expansion_round_trips(p: &Checked, text: &str, pairs: &[(&str, &str)], set: &
     let q = out.checked.unwrap_or_else(|| {
         panic!(
             "{expanded}\n{}",
-            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+            hpmoe_dsl::diag::render_all(
+                out.diagnostics.as_slice(),
+                hpmoe_dsl::diag::Dropped::NONE,
+                &sm,
+                hpmoe_dsl::diag::RenderStyle::Plain
+            )
         )
     });
     assert!(q.grads.is_empty());

@@ -25,7 +25,12 @@ fn program(text: &str, sets: &[&str]) -> Checked {
     out.checked.unwrap_or_else(|| {
         panic!(
             "{}",
-            hpmoe_dsl::diag::render_all(out.diagnostics.as_slice(), 0, &sm, hpmoe_dsl::diag::RenderStyle::Plain)
+            hpmoe_dsl::diag::render_all(
+                out.diagnostics.as_slice(),
+                hpmoe_dsl::diag::Dropped::NONE,
+                &sm,
+                hpmoe_dsl::diag::RenderStyle::Plain
+            )
         )
     })
 }

@@ -42,7 +42,7 @@ fn program_text(text: &str, dir: Option<&Path>) -> Checked {
         None => {
             let ds = hpmoe_dsl::diag::render_all(
                 out.diagnostics.as_slice(),
-                0,
+                hpmoe_dsl::diag::Dropped::NONE,
                 &sources,
                 hpmoe_dsl::diag::RenderStyle::Plain,
             );

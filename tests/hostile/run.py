@@ -161,6 +161,17 @@ case("many_calls_wide_run", many_calls(30000, True), args=("run", "--format", "j
 case("many_calls_chain_lower", many_calls(100000, False), args=("lower", "--emit", "tasks"), expect="ok")
 
 
+# An error behind more warnings than the diagnostics list keeps must still fail the run.
+WARNED = ("import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 2 };\n"
+          "op ad<T>(a: T[M, N], b: T[M, N]) -> T[M, N] on aiv { out[m, n] = a[m, n] + b[m, n]; }\n"
+          "taskflow f(x: f32[16, 16]) -> f32[16, 16] {\n"
+          + "".join(f"    let s{i} = ad(x, x);\n" for i in range(300))
+          + "    return x;\n}\ntaskflow g(x: f32[16, 16]) -> f32[16, 16] {\n    return nosuch(x);\n}\n")
+case("error_after_many_warnings_check", WARNED)
+case("error_after_many_warnings_run", WARNED, args=("run",))
+case("error_after_many_warnings_json", WARNED, args=("run", "--format", "json"))
+
+
 # Formatting a large valid program with comments everywhere: each item's comment queries
 # must look at the comments near it, not at all those after it (that was quadratic).
 case("fmt_large_commented_program", commented_program(60), args=("fmt", "--check"), expect="any")

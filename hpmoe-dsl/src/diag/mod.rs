@@ -102,14 +102,40 @@ impl Diagnostic {
 }
 
 /// A growable list of diagnostics with a cap, so a pathological input cannot make us
-/// produce (and print) millions of them.
+/// produce (and print) millions of them. Errors and warnings have caps of their own: an
+/// error that comes after many warnings is still kept (and still fails the run).
 #[derive(Clone, Debug, Default)]
 pub struct Diagnostics {
     list: Vec<Diagnostic>,
-    dropped: usize,
+    kept: Dropped,
+    dropped: Dropped,
 }
 
-/// At most this many diagnostics are kept per run; the rest are counted.
+/// Errors and warnings counted apart: those left out of a capped list.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    pub errors: usize,
+    pub warnings: usize,
+}
+
+impl Dropped {
+    /// Nothing left out.
+    pub const NONE: Dropped = Dropped { errors: 0, warnings: 0 };
+
+    pub fn total(&self) -> usize {
+        self.errors + self.warnings
+    }
+
+    fn of(&mut self, d: &Diagnostic) -> &mut usize {
+        if d.is_error() {
+            &mut self.errors
+        } else {
+            &mut self.warnings
+        }
+    }
+}
+
+/// At most this many errors, and this many warnings, are kept per run; the rest are counted.
 pub const MAX_DIAGNOSTICS: usize = 200;
 
 impl Diagnostics {
@@ -117,10 +143,12 @@ impl Diagnostics {
         Self::default()
     }
     pub fn push(&mut self, d: Diagnostic) {
-        if self.list.len() < MAX_DIAGNOSTICS {
+        let kept = self.kept.of(&d);
+        if *kept < MAX_DIAGNOSTICS {
+            *kept += 1;
             self.list.push(d);
         } else {
-            self.dropped += 1;
+            *self.dropped.of(&d) += 1;
         }
     }
     pub fn extend(&mut self, ds: impl IntoIterator<Item = Diagnostic>) {
@@ -129,12 +157,13 @@ impl Diagnostics {
         }
     }
     pub fn has_errors(&self) -> bool {
-        self.list.iter().any(Diagnostic::is_error)
+        self.dropped.errors > 0 || self.list.iter().any(Diagnostic::is_error)
     }
     pub fn error_count(&self) -> usize {
-        self.list.iter().filter(|d| d.is_error()).count() + self.dropped
+        self.list.iter().filter(|d| d.is_error()).count() + self.dropped.errors
     }
-    pub fn dropped(&self) -> usize {
+    /// The errors and warnings left out of the list.
+    pub fn dropped(&self) -> Dropped {
         self.dropped
     }
     pub fn as_slice(&self) -> &[Diagnostic] {

@@ -246,25 +246,31 @@ fn sev_word(s: Severity) -> &'static str {
     }
 }
 
-/// Renders a list, each followed by a blank line, and a closing count.
-pub fn render_all(ds: &[Diagnostic], dropped: usize, sources: &SourceMap, style: RenderStyle) -> String {
+/// Renders a list, each followed by a blank line, and a closing count (of those listed and
+/// those `dropped` from the list).
+pub fn render_all(ds: &[Diagnostic], dropped: super::Dropped, sources: &SourceMap, style: RenderStyle) -> String {
     let mut out = String::new();
     for d in ds {
         out.push_str(&render(d, sources, style));
         out.push('\n');
     }
-    let errors = ds.iter().filter(|d| d.is_error()).count() + dropped;
-    let warnings = ds.iter().filter(|d| !d.is_error()).count();
-    if dropped > 0 {
-        out.push_str(&format!("... and {dropped} more errors not shown\n"));
+    let errors = ds.iter().filter(|d| d.is_error()).count() + dropped.errors;
+    let warnings = ds.iter().filter(|d| !d.is_error()).count() + dropped.warnings;
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    let left_out = match (dropped.errors, dropped.warnings) {
+        (0, 0) => None,
+        (e, 0) => Some(plural(e, "more error")),
+        (0, w) => Some(plural(w, "more warning")),
+        (e, w) => Some(format!("{} and {}", plural(e, "more error"), plural(w, "more warning"))),
+    };
+    if let Some(l) = left_out {
+        out.push_str(&format!("... and {l} not shown\n"));
     }
     if errors > 0 || warnings > 0 {
         out.push_str(&format!(
-            "{} error{}, {} warning{}\n",
-            errors,
-            if errors == 1 { "" } else { "s" },
-            warnings,
-            if warnings == 1 { "" } else { "s" }
+            "{}, {}\n",
+            plural(errors, "error"),
+            plural(warnings, "warning")
         ));
     }
     out

@@ -98,8 +98,12 @@ pub fn expand_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream {
     for d in outcome.diagnostics.as_slice() {
         out.extend(emit(d, &map, &sources));
     }
-    if outcome.diagnostics.dropped() > 0 {
-        let msg = format!("{} more errors not shown", outcome.diagnostics.dropped());
+    let dropped = outcome.diagnostics.dropped();
+    if dropped.total() > 0 {
+        let msg = format!(
+            "{} more errors and {} more warnings not shown",
+            dropped.errors, dropped.warnings
+        );
         out.extend(compile_error(PSpan::call_site(), PSpan::call_site(), &msg));
     }
     // Rebuild when an imported file changes.

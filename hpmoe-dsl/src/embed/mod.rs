@@ -138,7 +138,7 @@ pub struct Error {
 impl Error {
     /// The diagnostics drawn with their source snippets.
     pub fn render(&self, style: RenderStyle) -> String {
-        render_all(&self.diagnostics, 0, &self.sources, style)
+        render_all(&self.diagnostics, crate::diag::Dropped::NONE, &self.sources, style)
     }
 }
 

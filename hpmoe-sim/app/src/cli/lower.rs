@@ -9,7 +9,10 @@ use hpmoe_dsl::SourceMap;
 
 fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
     match format {
-        Format::Human => errout!("{}", diag::render_all(ds, 0, sources, style())),
+        Format::Human => errout!(
+            "{}",
+            diag::render_all(ds, hpmoe_dsl::diag::Dropped::NONE, sources, style())
+        ),
         Format::Json => {
             let list: Vec<_> = ds.iter().map(|d| diag::to_json(d, sources)).collect();
             outln!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));

@@ -649,7 +649,10 @@ fn run(cmd: Command) -> i32 {
                 Ok((p, sources, warnings)) => {
                     if format == Format::Json && !warnings.is_empty() {
                         // The JSON on stdout is the lowered program alone: warnings go to stderr.
-                        errout!("{}", diag::render_all(&warnings, 0, &sources, style()));
+                        errout!(
+                            "{}",
+                            diag::render_all(&warnings, hpmoe_dsl::diag::Dropped::NONE, &sources, style())
+                        );
                     }
                     let opts = LowerCli {
                         format,
@@ -980,7 +983,10 @@ fn expanded_text(f: &std::path::Path, allow_paths: &[PathBuf]) -> Result<String,
     let out = match hpmoe_dsl::driver::expand_grads(&p, &text) {
         Ok(out) => out,
         Err(ds) => {
-            errout!("{}", diag::render_all(&ds, 0, &sources, style()));
+            errout!(
+                "{}",
+                diag::render_all(&ds, hpmoe_dsl::diag::Dropped::NONE, &sources, style())
+            );
             return Err(1);
         }
     };

@@ -42,7 +42,10 @@ pub(crate) struct RunCli<'a> {
 
 fn print_diags(ds: &[Diagnostic], sources: &SourceMap, format: Format) {
     match format {
-        Format::Human => errout!("{}", diag::render_all(ds, 0, sources, style())),
+        Format::Human => errout!(
+            "{}",
+            diag::render_all(ds, hpmoe_dsl::diag::Dropped::NONE, sources, style())
+        ),
         Format::Json => {
             let list: Vec<_> = ds.iter().map(|d| diag::to_json(d, sources)).collect();
             outln!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
@@ -750,7 +753,10 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             }
             for (_, n) in &num_reports {
                 if !n.races.is_empty() {
-                    errout!("{}", diag::render_all(&n.races, 0, &sources, style()));
+                    errout!(
+                        "{}",
+                        diag::render_all(&n.races, hpmoe_dsl::diag::Dropped::NONE, &sources, style())
+                    );
                 }
             }
             // Timings vary from run to run: they go to stderr, so the report stays

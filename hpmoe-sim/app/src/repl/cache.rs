@@ -47,7 +47,7 @@ pub(crate) struct Checked {
     pub sources: Rc<SourceMap>,
     /// Errors and warnings, sorted.
     pub diags: Vec<Diagnostic>,
-    pub dropped: usize,
+    pub dropped: diag::Dropped,
 }
 
 /// A compiled taskflow under a policy.
@@ -237,7 +237,7 @@ impl Session {
             Ok(l) => Ok(l),
             Err(d) => {
                 let d = d.clone();
-                self.diagnostics(&[d], 0, &c.sources);
+                self.diagnostics(&[d], diag::Dropped::NONE, &c.sources);
                 Err(())
             }
         }
@@ -281,7 +281,7 @@ impl Session {
         };
         if let Err(ds) = &e.result {
             let ds = ds.clone();
-            self.diagnostics(&ds, 0, &c.sources);
+            self.diagnostics(&ds, diag::Dropped::NONE, &c.sources);
             return Err(());
         }
         Ok(e)
@@ -350,19 +350,19 @@ impl Session {
             Ok(r) => Ok(Rc::clone(r)),
             Err(SimError::Model(msg)) => {
                 let d = Diagnostic::error(Code::BadOverride, msg.clone());
-                self.diagnostics(&[d], 0, &c.sources);
+                self.diagnostics(&[d], diag::Dropped::NONE, &c.sources);
                 Err(())
             }
             Err(SimError::Stall(st)) => {
                 let d = sim::stall_diagnostic(&p, tf, &comp.graph, &comp.schedule, st);
-                self.diagnostics(&[d], 0, &c.sources);
+                self.diagnostics(&[d], diag::Dropped::NONE, &c.sources);
                 Err(())
             }
         }
     }
 
     /// Prints diagnostics as the CLI does; errors among them mark the command as failed.
-    pub(crate) fn diagnostics(&mut self, ds: &[Diagnostic], dropped: usize, sources: &SourceMap) {
+    pub(crate) fn diagnostics(&mut self, ds: &[Diagnostic], dropped: diag::Dropped, sources: &SourceMap) {
         if ds.is_empty() {
             return;
         }

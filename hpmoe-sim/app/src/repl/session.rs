@@ -336,7 +336,7 @@ impl Session {
             Err(e) => {
                 let d = Diagnostic::error(Code::FileNotFound, format!("cannot read `{}`: {e}", path.display()))
                     .note(hpmoe_dsl::check::read_error_note(&e));
-                self.diagnostics(&[d], 0, &SourceMap::new());
+                self.diagnostics(&[d], hpmoe_dsl::diag::Dropped::NONE, &SourceMap::new());
                 return Err(());
             }
         };
@@ -570,7 +570,7 @@ impl Session {
         let (_, diags, _) = hpmoe_dsl::syntax::parse_text(input, file);
         if !diags.is_empty() {
             let ds: Vec<Diagnostic> = diags;
-            self.diagnostics(&ds, 0, &sources);
+            self.diagnostics(&ds, hpmoe_dsl::diag::Dropped::NONE, &sources);
             if !self.failed_now {
                 self.failed_now = true;
             }
@@ -884,7 +884,7 @@ impl Session {
             Ok(None) => (*v.program).clone(),
             Err(ds) => {
                 let sources = Rc::clone(&v.checked.sources);
-                self.diagnostics(&ds, 0, &sources);
+                self.diagnostics(&ds, hpmoe_dsl::diag::Dropped::NONE, &sources);
                 return Err(());
             }
         };
@@ -893,7 +893,7 @@ impl Session {
             Ok(c) => c,
             Err(ds) => {
                 let sources = Rc::clone(&v.checked.sources);
-                self.diagnostics(&ds, 0, &sources);
+                self.diagnostics(&ds, hpmoe_dsl::diag::Dropped::NONE, &sources);
                 return Err(());
             }
         };
@@ -924,7 +924,7 @@ impl Session {
                 ));
                 self.say_block(&r.text());
                 if !r.races.is_empty() {
-                    self.diagnostics(&r.races, 0, &sources);
+                    self.diagnostics(&r.races, hpmoe_dsl::diag::Dropped::NONE, &sources);
                 }
                 self.print_stages();
                 if r.passed() {
@@ -935,7 +935,7 @@ impl Session {
                 }
             }
             Err(d) => {
-                self.diagnostics(&[d], 0, &sources);
+                self.diagnostics(&[d], hpmoe_dsl::diag::Dropped::NONE, &sources);
                 Err(())
             }
         }
