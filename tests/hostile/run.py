@@ -530,6 +530,50 @@ case("mem3_body_statements_ok", BODY3 % ("".join(f"let v{i} = x[m,n];" for i in 
      + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return e(x); }\n", args=("run",), expect="ok")
 
 
+# ---- Fourth round: counts read from files.
+
+def part(kind, shard=0, shards=1, **extra):
+    """A part file of `hpmoe sweep`/`tune --shard` as JSON text, with forged fields."""
+    import json
+    doc = {"format": 1, "kind": kind, "shard": shard, "shards": shards, "fingerprint": "0"}
+    doc.update(extra)
+    return json.dumps(doc)
+
+
+TUNE_SETTINGS = {"allow_path": [], "budget": 2, "device": None, "max_tasks": 4000000, "routing": None, "seed": 0,
+                 "set": [], "taskflow": None}
+SWEEP_SETTINGS = {"axes": [{"name": "rows", "values": ["64", "128"]}], "device": None, "file": "small.hpm",
+                  "max_tasks": 4000000, "points": 2, "policies": ["interleaved"], "routing": None, "set": [], "taskflow": None}
+
+
+def sweep_settings(axes):
+    return dict(SWEEP_SETTINGS, axes=axes)
+
+
+# Part files whose counts announce far more than they hold: refused from the counts.
+case("part4_tune_shards_huge", SMALL, args=("tune", "--merge", "@CDIR/p"),
+     files={"p/tune-part-0-of-9223372036854775807.json": part("tune", shards=9223372036854775807, settings=TUNE_SETTINGS)})
+case("part4_sweep_shards_huge", None, args=("sweep", "--merge", "@CDIR/p"),
+     files={"p/sweep-part-5-of-4611686018427387904.json": part("sweep", shard=5, shards=4611686018427387904, settings=SWEEP_SETTINGS)})
+case("part4_many_shards_missing", SMALL, args=("tune", "--merge", "@CDIR/p"),
+     files={f"p/tune-part-{i}-of-100000000.json": part("tune", shard=i, shards=100000000, settings=TUNE_SETTINGS)
+            for i in range(0, 2000, 2)}, twice=True)
+case("part4_tune_candidates_huge", SMALL, args=("tune", "--merge", "@CDIR/p"),
+     files={"p/tune-part-0-of-1.json": part("tune", candidates=1 << 50, results=[], settings=TUNE_SETTINGS)})
+case("part4_tune_candidates_over_results", SMALL, args=("tune", "--merge", "@CDIR/p"),
+     files={"p/tune-part-0-of-1.json": part("tune", candidates=3, results=[{"index": 0, "latency_us": "1"}], settings=TUNE_SETTINGS)})
+case("part4_sweep_axes_repeated", None, args=("sweep", "--merge", "@CDIR/p"),
+     files={"p/sweep-part-0-of-1.json": part("sweep", rows=[], settings=sweep_settings(
+         [{"name": "device.link_efficiency", "values": ["0.5", "0.6"]}] * 40))})
+case("part4_sweep_grid_huge", None, args=("sweep", "--merge", "@CDIR/p"),
+     files={"p/sweep-part-0-of-1.json": part("sweep", rows=[], settings=sweep_settings(
+         [{"name": f"p{i}", "values": ["1", "2", "3"]} for i in range(40)]))})
+case("part4_sweep_policy_repeated", None, args=("sweep", "--merge", "@CDIR/p"),
+     files={"p/sweep-part-0-of-1.json": part("sweep", rows=[], settings=dict(SWEEP_SETTINGS, policies=["interleaved"] * 100000))})
+case("part4_sweep_rows_short", None, args=("sweep", "--merge", "@CDIR/p"),
+     files={"p/sweep-part-0-of-1.json": part("sweep", rows=[], settings=SWEEP_SETTINGS)})
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"

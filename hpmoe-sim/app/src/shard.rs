@@ -12,6 +12,9 @@
 use serde_json::{json, Value as J};
 use std::path::{Path, PathBuf};
 
+/// The most runs of missing shards a failed merge names.
+const MAX_LISTED: usize = 10;
+
 /// The version of the part file format (`docs/FORMATS.md`).
 pub const PART_FORMAT: u64 = 1;
 
@@ -233,14 +236,31 @@ pub fn read_parts(dirs: &[PathBuf], kind: &str) -> Result<Vec<J>, String> {
             ));
         }
     }
-    let missing: Vec<String> = (0..n)
-        .filter(|i| !parts.iter().any(|(j, _, _)| j == i))
-        .map(|i| i.to_string())
-        .collect();
-    if !missing.is_empty() {
+    // The parts are sorted and distinct, so shards `0..n` are all there exactly when there
+    // are `n` of them; the shard count comes from the files, so the missing ones are found
+    // from the gaps between the parts (a few named), never by walking `0..n`.
+    if parts.len() != n {
+        let mut gaps = Vec::new();
+        let mut next = 0usize;
+        for i in parts.iter().map(|(i, _, _)| *i).chain([n]) {
+            if i > next {
+                gaps.push(if i - next == 1 {
+                    next.to_string()
+                } else {
+                    format!("{next}-{}", i - 1)
+                });
+            }
+            next = i + 1;
+            if gaps.len() > MAX_LISTED {
+                break;
+            }
+        }
+        let more = if gaps.len() > MAX_LISTED { ", ..." } else { "" };
+        gaps.truncate(MAX_LISTED);
         return Err(format!(
-            "missing shard(s) {} of {n} (found {} part file(s))",
-            missing.join(", "),
+            "missing shard(s) {}{more} of {n} ({} missing; found {} part file(s))",
+            gaps.join(", "),
+            n - parts.len(),
             parts.len()
         ));
     }

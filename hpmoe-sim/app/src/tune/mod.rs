@@ -956,6 +956,12 @@ pub fn merge(parts: &[J]) -> Result<(usize, usize, Vec<Outcome>), String> {
     let first = parts.first().ok_or("no part files")?;
     let n = first["candidates"].as_u64().ok_or("a part without a candidate count")? as usize;
     let budget = first["settings"]["budget"].as_u64().ok_or("a part without a budget")? as usize;
+    // Every candidate is one result of one part: the count is checked against the results
+    // the files hold before anything of that size is allocated.
+    let given: usize = parts.iter().map(|p| p["results"].as_array().map_or(0, Vec::len)).sum();
+    if given != n {
+        return Err(format!("the parts hold {given} results for {n} candidates"));
+    }
     let mut got: Vec<Option<Outcome>> = vec![None; n];
     for p in parts {
         if p["candidates"].as_u64() != Some(n as u64) {
