@@ -573,6 +573,23 @@ case("part4_sweep_policy_repeated", None, args=("sweep", "--merge", "@CDIR/p"),
 case("part4_sweep_rows_short", None, args=("sweep", "--merge", "@CDIR/p"),
      files={"p/sweep-part-0-of-1.json": part("sweep", rows=[], settings=SWEEP_SETTINGS)})
 
+# Tensors of more than 6 dimensions: lowering's regions hold 6 bounds.
+def dims_op(n, shape, tiles):
+    dims = ", ".join(f"D{i}" for i in range(n))
+    idx = ", ".join(f"d{i}" for i in range(n))
+    return (DEV % "" + f"op e<T>(x: T[{dims}]) -> T[{dims}] on aiv {{ out[{idx}] = x[{idx}] + 1.0; }}\n"
+            + f"taskflow f(x: f32{shape}) -> f32{shape} {{ let y = e(x) tile({tiles}); return e(y) tile({tiles}); }}\n")
+
+
+case("dims4_seven_run", dims_op(7, "[1, 1, 1, 1, 1, 2, 64]", "d6: 16"), args=("run", "--policy", "kernel_by_kernel"))
+case("dims4_seven_no_verify_numerics", dims_op(7, "[1, 1, 1, 1, 1, 2, 64]", "d6: 16"),
+     args=("run", "--policy", "kernel_by_kernel", "--no-verify", "--numerics"))
+case("dims4_twenty_tiled", dims_op(20, "[" + ", ".join(["2"] * 20) + "]", ", ".join(f"d{i}: 1" for i in range(20))), args=("run",))
+case("dims4_taskflow_100000", DEV % "" + "taskflow f(x: f32[" + ", ".join(["1"] * 100000) + "]) -> f32[4] { return x; }\n", args=("run",))
+case("dims4_lower_tasks", dims_op(8, "[1, 1, 1, 1, 1, 1, 2, 64]", "d7: 16"), args=("lower", "--emit", "tasks", "--no-verify"))
+case("dims4_lsp", None, args=("lsp",), stdin=lsp(dims_op(12, "[" + ", ".join(["2"] * 12) + "]", "d0: 1")), expect="any")
+case("dims4_ok_six", dims_op(6, "[1, 1, 1, 2, 2, 64]", "d5: 16"), args=("run", "--numerics", "--policy", "kernel_by_kernel"), expect="ok")
+
 
 def classify(rc, err, expect):
     if rc == 124:
