@@ -52,12 +52,13 @@ CASES = []
 SECRET = "hostile_secret_7f3a9c"
 
 
-def case(name, text=None, args=("check",), expect="fail", files=None, stdin=None, stdout=None, twice=False):
+def case(name, text=None, args=("check",), expect="fail", files=None, stdin=None, stdout=None, twice=False, env=None):
     """`files`: extra files in the case's directory (`@DIR/NAME`), by name: text, bytes,
     ("symlink", TARGET), ("fifo",), ("dir",) or ("sparse", HEAD, SIZE). `stdout`: "full" (/dev/full) or "closed" (a
-    pipe closed at once). `twice`: run it again and require the same stdout and stderr."""
+    pipe closed at once). `twice`: run it again and require the same stdout and stderr. `env`: variables set for
+    the run (bytes values are passed as they are)."""
     CASES.append(dict(name=name, text=text, args=list(args), expect=expect, files=files or {}, stdin=stdin,
-                      stdout=stdout, twice=twice))
+                      stdout=stdout, twice=twice, env=env or {}))
 
 
 # Arithmetic in constant evaluation and index analysis.
@@ -591,6 +592,46 @@ case("dims4_lsp", None, args=("lsp",), stdin=lsp(dims_op(12, "[" + ", ".join(["2
 case("dims4_ok_six", dims_op(6, "[1, 1, 1, 2, 2, 64]", "d5: 16"), args=("run", "--numerics", "--policy", "kernel_by_kernel"), expect="ok")
 
 
+# Many op calls in one taskflow: nothing per call may cost the number of calls.
+def chain(n, ranks=1):
+    return (DEV.replace("ranks: 1", f"ranks: {ranks}") % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
+            + "taskflow f(x: f32[4, 4]) -> f32[4, 4] { let y0 = e(x);" + "".join(f"let y{i + 1} = e(y{i});" for i in range(n))
+            + f" return y{n}; }}\n")
+
+
+case("calls4_chain_run", chain(80000), args=("run",), expect="ok")
+case("calls4_chain_schedule", chain(80000), args=("lower", "--emit", "schedule", "--policy", "interleaved"), expect="ok")
+case("calls4_chain_expert_level", chain(60000), args=("run", "--policy", "expert_level", "--jobs", "1"), expect="ok", twice=True)
+case("calls4_chain_ranks", chain(400, ranks=4096), args=("lower", "--emit", "tasks", "--policy", "kernel_by_kernel"), expect="ok")
+case("calls4_fan_out_check", DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
+     + "taskflow f(x: f32[4, 4]) -> f32[4, 4] { let y0 = e(x);" + "".join(f"let y{i + 1} = e(x);" for i in range(300000))
+     + " return y0; }\n", expect="ok")
+
+
+# More warnings than the diagnostics kept, then an error: the error must still fail the run.
+UNUSED4 = (DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
+           + "taskflow f(x: f32[4, 4]) -> f32[4, 4] { let a = e(x);" + "".join(f"let b{i} = e(x);" for i in range(300)) + " return a; }\n")
+case("diag4_warnings_then_error_check", UNUSED4 + "taskflow g(x: f32[4, 4]) -> f32[4, 4] { return nosuch(x); }\n", twice=True)
+case("diag4_warnings_then_error_run", UNUSED4 + "param p = 1 / 0;\n", args=("run", "--format", "json"))
+case("diag4_warnings_then_error_lower", UNUSED4 + "taskflow g(x: f32[4, 4]) -> f32[4, 5] { return e(x); }\n", args=("lower", "--emit", "ops"))
+case("diag4_warnings_then_error_tune", UNUSED4 + "taskflow g(x: f32[0, 4]) -> f32[4, 4] { return e(x); }\n", args=("tune", "--budget", "2", "--taskflow", "f"))
+case("diag4_warnings_then_error_repl", UNUSED4 + "taskflow g(x: f32[4, 4]) -> f32[4, 4] { return nosuch(x); }\n", args=("repl",), stdin=":run\n")
+case("diag4_warnings_then_error_sweep", UNUSED4 + "taskflow g(x: f32[4, 4]) -> f32[4, 4] { return nosuch(x); }\n",
+     args=("sweep", "--vary", "device.link_efficiency=0.5,1", "--threads", "1"))
+case("diag4_warnings_then_set_error", UNUSED4, args=("run", "--set", "nosuch=1"))
+
+
+# A Slurm job array's variables that are not text: refused, never taken for unset ones.
+case("env4_slurm_both_not_text", SMALL, args=("sweep", "--vary", "rows=64,128"),
+     env={"SLURM_ARRAY_TASK_ID": b"\xff", "SLURM_ARRAY_TASK_COUNT": b"\xfe"})
+case("env4_slurm_id_not_text", SMALL, args=("tune", "--budget", "2", "--out-dir", "@DIR/env4"),
+     env={"SLURM_ARRAY_TASK_ID": b"1\xff", "SLURM_ARRAY_TASK_COUNT": "4"})
+case("env4_slurm_min_not_text", SMALL, args=("sweep", "--vary", "rows=64,128"),
+     env={"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": b"\x80"})
+case("env4_slurm_huge_count", SMALL, args=("sweep", "--vary", "rows=64,128"),
+     env={"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "99999999999999999999999"})
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
@@ -671,6 +712,7 @@ def main():
         stdin = stdin.replace(b"@CDIR", cdir.encode()).replace(b"@DIR", work.encode())
         cmd = ["prlimit", "--as=4000000000", "--", "timeout", "20", BIN] + args
         env = dict(os.environ, NO_COLOR="1", HPMOE_REPL_NO_TIMINGS="1")
+        env.update({k: os.fsdecode(v) if isinstance(v, bytes) else v for k, v in c["env"].items()})
 
         def once():
             if c["stdout"] == "full":

@@ -67,7 +67,13 @@ impl Shard {
         if let Some(a) = arg {
             return Shard::parse(a).map(Some);
         }
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        // Set (and not blank) or not; a value that is not text is kept (lossily) so that it
+        // is refused as a number below, never taken for an unset variable.
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .map(|v| v.to_string_lossy().into_owned())
+                .filter(|v| !v.trim().is_empty())
+        };
         let (id, count) = (var("SLURM_ARRAY_TASK_ID"), var("SLURM_ARRAY_TASK_COUNT"));
         let (id, count) = match (id, count) {
             (None, None) => return Ok(None),

@@ -218,6 +218,29 @@ fn bad_shards_are_refused() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("SLURM_ARRAY_TASK_COUNT"));
+    // A value that is not text is refused, never taken for an unset variable (which would
+    // run the whole grid in every task of the array).
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let bad = std::ffi::OsStr::from_bytes(b"1\xff");
+        for (id, count, min) in [
+            (bad, "4".as_ref(), None),
+            (bad, bad, None),
+            ("1".as_ref(), "4".as_ref(), Some(bad)),
+        ] {
+            let mut c = hpmoe();
+            c.args(["sweep", FILE])
+                .env("SLURM_ARRAY_TASK_ID", id)
+                .env("SLURM_ARRAY_TASK_COUNT", count);
+            if let Some(m) = min {
+                c.env("SLURM_ARRAY_TASK_MIN", m);
+            }
+            let o = c.output().unwrap();
+            assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+            assert!(String::from_utf8_lossy(&o.stderr).contains("is not a non-negative integer"));
+        }
+    }
 }
 
 #[test]
