@@ -632,6 +632,11 @@ case("env4_slurm_huge_count", SMALL, args=("sweep", "--vary", "rows=64,128"),
      env={"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "99999999999999999999999"})
 
 
+# The REPL refuses what the command line refuses.
+case("repl4_compare_same_policy", SMALL, args=("repl",), stdin=":compare interleaved interleaved\n")
+case("repl4_compare_same_policy_alias", SMALL, args=("repl",), stdin=":compare kernel_by_kernel   kernel_by_kernel\n")
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"

@@ -748,6 +748,13 @@ impl Session {
                 return Err(());
             }
         };
+        if a == b {
+            self.error(&format!(
+                "`:compare {0} {0}` compares a policy with itself: name two different policies",
+                a.name()
+            ));
+            return Err(());
+        }
         let c = self.program()?;
         let Some(p) = c.program.clone() else { return Err(()) };
         let tfs = self.taskflows(&p)?;
