@@ -637,6 +637,47 @@ case("repl4_compare_same_policy", SMALL, args=("repl",), stdin=":compare interle
 case("repl4_compare_same_policy_alias", SMALL, args=("repl",), stdin=":compare kernel_by_kernel   kernel_by_kernel\n")
 
 
+# Language server: the open documents' text is bounded together, whether it comes from
+# one document growing by changes or from many documents.
+def lsp_raw(msgs):
+    import json
+    msgs = ([{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}] + msgs
+            + [{"jsonrpc": "2.0", "id": 2, "method": "shutdown"}, {"jsonrpc": "2.0", "method": "exit"}])
+    frames = []
+    for m in msgs:
+        b = json.dumps(m).encode()
+        frames += [b"Content-Length: %d\r\n\r\n" % len(b), b]
+    return b"".join(frames)
+
+
+def did_open(i, text):
+    return {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": f"file:///tmp/hostile-lsp4-{i}.hpm", "languageId": "hpm", "version": 1, "text": text}}}
+
+
+def did_change(i, text, v):
+    at = {"line": 0, "character": 0}
+    return {"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+        "textDocument": {"uri": f"file:///tmp/hostile-lsp4-{i}.hpm", "version": v},
+        "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]}}
+
+
+# The inputs are large: each is made when its case runs (`stdin` a function).
+BIG4 = "// " + "x" * (60 << 20) + "\n"
+case("lsp4_grow_by_changes", None, args=("lsp",),
+     stdin=lambda: lsp_raw([did_open(0, "param a = 1;\n")] + [did_change(0, BIG4, 2 + i) for i in range(40)]))
+case("lsp4_many_documents", None, args=("lsp",), stdin=lambda: lsp_raw([did_open(i, BIG4) for i in range(40)]))
+case("lsp4_many_changes_in_one", None, args=("lsp",), stdin=lambda: lsp_raw([did_open(0, ""), {
+    "jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+        "textDocument": {"uri": "file:///tmp/hostile-lsp4-0.hpm", "version": 2},
+        "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+                            "text": "x" * (1 << 20)}] * 60}}, did_change(0, "x" * (8 << 20), 3)]))
+case("lsp4_reopen_same_uri", None, args=("lsp",), stdin=lambda: lsp_raw([did_open(0, BIG4) for _ in range(20)]), expect="ok")
+case("lsp4_open_close_many", None, args=("lsp",), stdin=lambda: lsp_raw(
+    [m for i in range(20) for m in (did_open(i, BIG4), {"jsonrpc": "2.0", "method": "textDocument/didClose", "params": {
+        "textDocument": {"uri": f"file:///tmp/hostile-lsp4-{i}.hpm"}}})]), expect="ok")
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
@@ -712,7 +753,7 @@ def main():
             src = os.path.join(cdir, "main.hpm")
             shutil.copy(args[1], src)
             args[1] = src
-        stdin = c["stdin"] or ""
+        stdin = c["stdin"]() if callable(c["stdin"]) else c["stdin"] or ""
         stdin = stdin.encode() if isinstance(stdin, str) else stdin
         stdin = stdin.replace(b"@CDIR", cdir.encode()).replace(b"@DIR", work.encode())
         cmd = ["prlimit", "--as=4000000000", "--", "timeout", "20", BIN] + args
