@@ -678,6 +678,22 @@ case("lsp4_open_close_many", None, args=("lsp",), stdin=lambda: lsp_raw(
         "textDocument": {"uri": f"file:///tmp/hostile-lsp4-{i}.hpm"}}})]), expect="ok")
 
 
+# Outputs over the files a program reads (imports, routing `.npy` files): refused, the file
+# left as it was.
+LIB4 = "param rows = 256;\nparam inter = 128;\n"
+IMPORTS4 = SMALL.replace("param rows = 256;\nparam inter = 128;\n", 'import "lib.hpm";\n')
+case("over4_trace_on_import", IMPORTS4, args=("run", "--trace", "@CDIR/lib.hpm"), files={"lib.hpm": LIB4})
+case("over4_gantt_on_import", IMPORTS4, args=("run", "--gantt", "@CDIR/./lib.hpm"), files={"lib.hpm": LIB4})
+case("over4_tune_on_import", IMPORTS4, args=("tune", "--budget", "2", "-o", "@CDIR/lib.hpm"), files={"lib.hpm": LIB4})
+case("over4_repl_trace_on_import", IMPORTS4, args=("repl",), stdin=":run\n:trace @CDIR/lib.hpm\n", files={"lib.hpm": LIB4})
+case("over4_trace_on_route_file", ROUTE_FILE, args=("run", "--trace", "@CDIR/r.npy"),
+     files={"r.npy": npy("<i4", "(4, 64, 2)", b"\0\0\0\0\1\0\0\0" * (4 * 64))})
+case("over4_gantt_on_route_weights", ROUTE_FILE.replace('experts: experts)', 'experts: experts, weights: "w.npy")'),
+     args=("run", "--gantt", "@CDIR/w.npy"),
+     files={"r.npy": npy("<i4", "(4, 64, 2)", b"\0\0\0\0\1\0\0\0" * (4 * 64)), "w.npy": npy("<f4", "(4, 64, 2)", bytes(4 * 64 * 2 * 4))})
+case("over4_ok_trace_beside_import", IMPORTS4, args=("run", "--trace", "@CDIR/t.json"), files={"lib.hpm": LIB4}, expect="ok")
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"

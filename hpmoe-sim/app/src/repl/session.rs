@@ -818,6 +818,14 @@ impl Session {
                 return Err(());
             }
         }
+        let c = self.program()?;
+        if let Some(p) = &c.program {
+            let read = crate::cli::paths::files_read(&c.sources, p.program());
+            if let Err(e) = crate::cli::paths::outputs_not_read(&read, &[(&format!(":{cmd}"), &path)]) {
+                self.error(&e);
+                return Err(());
+            }
+        }
         let v = self.view(true, trace)?;
         let g = &v.compiled().graph;
         if let Some(max) = filter.ranks.as_ref().and_then(|r| r.last()) {
