@@ -52,12 +52,13 @@ CASES = []
 SECRET = "hostile_secret_7f3a9c"
 
 
-def case(name, text=None, args=("check",), expect="fail", files=None, stdin=None, stdout=None, twice=False):
+def case(name, text=None, args=("check",), expect="fail", files=None, stdin=None, stdout=None, twice=False, env=None):
     """`files`: extra files in the case's directory (`@DIR/NAME`), by name: text, bytes,
     ("symlink", TARGET), ("fifo",), ("dir",) or ("sparse", HEAD, SIZE). `stdout`: "full" (/dev/full) or "closed" (a
-    pipe closed at once). `twice`: run it again and require the same stdout and stderr."""
+    pipe closed at once). `twice`: run it again and require the same stdout and stderr. `env`: variables set for
+    the run (bytes values are passed as they are)."""
     CASES.append(dict(name=name, text=text, args=list(args), expect=expect, files=files or {}, stdin=stdin,
-                      stdout=stdout, twice=twice))
+                      stdout=stdout, twice=twice, env=env or {}))
 
 
 # Arithmetic in constant evaluation and index analysis.
@@ -530,6 +531,169 @@ case("mem3_body_statements_ok", BODY3 % ("".join(f"let v{i} = x[m,n];" for i in 
      + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return e(x); }\n", args=("run",), expect="ok")
 
 
+# ---- Fourth round: counts read from files.
+
+def part(kind, shard=0, shards=1, **extra):
+    """A part file of `hpmoe sweep`/`tune --shard` as JSON text, with forged fields."""
+    import json
+    doc = {"format": 1, "kind": kind, "shard": shard, "shards": shards, "fingerprint": "0"}
+    doc.update(extra)
+    return json.dumps(doc)
+
+
+TUNE_SETTINGS = {"allow_path": [], "budget": 2, "device": None, "max_tasks": 4000000, "routing": None, "seed": 0,
+                 "set": [], "taskflow": None}
+SWEEP_SETTINGS = {"axes": [{"name": "rows", "values": ["64", "128"]}], "device": None, "file": "small.hpm",
+                  "max_tasks": 4000000, "points": 2, "policies": ["interleaved"], "routing": None, "set": [], "taskflow": None}
+
+
+def sweep_settings(axes):
+    return dict(SWEEP_SETTINGS, axes=axes)
+
+
+# Part files whose counts announce far more than they hold: refused from the counts.
+case("part4_tune_shards_huge", SMALL, args=("tune", "--merge", "@CDIR/p"),
+     files={"p/tune-part-0-of-9223372036854775807.json": part("tune", shards=9223372036854775807, settings=TUNE_SETTINGS)})
+case("part4_sweep_shards_huge", None, args=("sweep", "--merge", "@CDIR/p"),
+     files={"p/sweep-part-5-of-4611686018427387904.json": part("sweep", shard=5, shards=4611686018427387904, settings=SWEEP_SETTINGS)})
+case("part4_many_shards_missing", SMALL, args=("tune", "--merge", "@CDIR/p"),
+     files={f"p/tune-part-{i}-of-100000000.json": part("tune", shard=i, shards=100000000, settings=TUNE_SETTINGS)
+            for i in range(0, 2000, 2)}, twice=True)
+case("part4_tune_candidates_huge", SMALL, args=("tune", "--merge", "@CDIR/p"),
+     files={"p/tune-part-0-of-1.json": part("tune", candidates=1 << 50, results=[], settings=TUNE_SETTINGS)})
+case("part4_tune_candidates_over_results", SMALL, args=("tune", "--merge", "@CDIR/p"),
+     files={"p/tune-part-0-of-1.json": part("tune", candidates=3, results=[{"index": 0, "latency_us": "1"}], settings=TUNE_SETTINGS)})
+case("part4_sweep_axes_repeated", None, args=("sweep", "--merge", "@CDIR/p"),
+     files={"p/sweep-part-0-of-1.json": part("sweep", rows=[], settings=sweep_settings(
+         [{"name": "device.link_efficiency", "values": ["0.5", "0.6"]}] * 40))})
+case("part4_sweep_grid_huge", None, args=("sweep", "--merge", "@CDIR/p"),
+     files={"p/sweep-part-0-of-1.json": part("sweep", rows=[], settings=sweep_settings(
+         [{"name": f"p{i}", "values": ["1", "2", "3"]} for i in range(40)]))})
+case("part4_sweep_policy_repeated", None, args=("sweep", "--merge", "@CDIR/p"),
+     files={"p/sweep-part-0-of-1.json": part("sweep", rows=[], settings=dict(SWEEP_SETTINGS, policies=["interleaved"] * 100000))})
+case("part4_sweep_rows_short", None, args=("sweep", "--merge", "@CDIR/p"),
+     files={"p/sweep-part-0-of-1.json": part("sweep", rows=[], settings=SWEEP_SETTINGS)})
+
+# Tensors of more than 6 dimensions: lowering's regions hold 6 bounds.
+def dims_op(n, shape, tiles):
+    dims = ", ".join(f"D{i}" for i in range(n))
+    idx = ", ".join(f"d{i}" for i in range(n))
+    return (DEV % "" + f"op e<T>(x: T[{dims}]) -> T[{dims}] on aiv {{ out[{idx}] = x[{idx}] + 1.0; }}\n"
+            + f"taskflow f(x: f32{shape}) -> f32{shape} {{ let y = e(x) tile({tiles}); return e(y) tile({tiles}); }}\n")
+
+
+case("dims4_seven_run", dims_op(7, "[1, 1, 1, 1, 1, 2, 64]", "d6: 16"), args=("run", "--policy", "kernel_by_kernel"))
+case("dims4_seven_no_verify_numerics", dims_op(7, "[1, 1, 1, 1, 1, 2, 64]", "d6: 16"),
+     args=("run", "--policy", "kernel_by_kernel", "--no-verify", "--numerics"))
+case("dims4_twenty_tiled", dims_op(20, "[" + ", ".join(["2"] * 20) + "]", ", ".join(f"d{i}: 1" for i in range(20))), args=("run",))
+case("dims4_taskflow_100000", DEV % "" + "taskflow f(x: f32[" + ", ".join(["1"] * 100000) + "]) -> f32[4] { return x; }\n", args=("run",))
+case("dims4_lower_tasks", dims_op(8, "[1, 1, 1, 1, 1, 1, 2, 64]", "d7: 16"), args=("lower", "--emit", "tasks", "--no-verify"))
+case("dims4_lsp", None, args=("lsp",), stdin=lsp(dims_op(12, "[" + ", ".join(["2"] * 12) + "]", "d0: 1")), expect="any")
+case("dims4_ok_six", dims_op(6, "[1, 1, 1, 2, 2, 64]", "d5: 16"), args=("run", "--numerics", "--policy", "kernel_by_kernel"), expect="ok")
+
+
+# Many op calls in one taskflow: nothing per call may cost the number of calls.
+def chain(n, ranks=1):
+    return (DEV.replace("ranks: 1", f"ranks: {ranks}") % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
+            + "taskflow f(x: f32[4, 4]) -> f32[4, 4] { let y0 = e(x);" + "".join(f"let y{i + 1} = e(y{i});" for i in range(n))
+            + f" return y{n}; }}\n")
+
+
+case("calls4_chain_run", chain(80000), args=("run",), expect="ok")
+case("calls4_chain_schedule", chain(80000), args=("lower", "--emit", "schedule", "--policy", "interleaved"), expect="ok")
+case("calls4_chain_expert_level", chain(60000), args=("run", "--policy", "expert_level", "--jobs", "1"), expect="ok", twice=True)
+case("calls4_chain_ranks", chain(400, ranks=4096), args=("lower", "--emit", "tasks", "--policy", "kernel_by_kernel"), expect="ok")
+case("calls4_fan_out_check", DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
+     + "taskflow f(x: f32[4, 4]) -> f32[4, 4] { let y0 = e(x);" + "".join(f"let y{i + 1} = e(x);" for i in range(300000))
+     + " return y0; }\n", expect="ok")
+
+
+# More warnings than the diagnostics kept, then an error: the error must still fail the run.
+UNUSED4 = (DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
+           + "taskflow f(x: f32[4, 4]) -> f32[4, 4] { let a = e(x);" + "".join(f"let b{i} = e(x);" for i in range(300)) + " return a; }\n")
+case("diag4_warnings_then_error_check", UNUSED4 + "taskflow g(x: f32[4, 4]) -> f32[4, 4] { return nosuch(x); }\n", twice=True)
+case("diag4_warnings_then_error_run", UNUSED4 + "param p = 1 / 0;\n", args=("run", "--format", "json"))
+case("diag4_warnings_then_error_lower", UNUSED4 + "taskflow g(x: f32[4, 4]) -> f32[4, 5] { return e(x); }\n", args=("lower", "--emit", "ops"))
+case("diag4_warnings_then_error_tune", UNUSED4 + "taskflow g(x: f32[0, 4]) -> f32[4, 4] { return e(x); }\n", args=("tune", "--budget", "2", "--taskflow", "f"))
+case("diag4_warnings_then_error_repl", UNUSED4 + "taskflow g(x: f32[4, 4]) -> f32[4, 4] { return nosuch(x); }\n", args=("repl",), stdin=":run\n")
+case("diag4_warnings_then_error_sweep", UNUSED4 + "taskflow g(x: f32[4, 4]) -> f32[4, 4] { return nosuch(x); }\n",
+     args=("sweep", "--vary", "device.link_efficiency=0.5,1", "--threads", "1"))
+case("diag4_warnings_then_set_error", UNUSED4, args=("run", "--set", "nosuch=1"))
+
+
+# A Slurm job array's variables that are not text: refused, never taken for unset ones.
+case("env4_slurm_both_not_text", SMALL, args=("sweep", "--vary", "rows=64,128"),
+     env={"SLURM_ARRAY_TASK_ID": b"\xff", "SLURM_ARRAY_TASK_COUNT": b"\xfe"})
+case("env4_slurm_id_not_text", SMALL, args=("tune", "--budget", "2", "--out-dir", "@DIR/env4"),
+     env={"SLURM_ARRAY_TASK_ID": b"1\xff", "SLURM_ARRAY_TASK_COUNT": "4"})
+case("env4_slurm_min_not_text", SMALL, args=("sweep", "--vary", "rows=64,128"),
+     env={"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": b"\x80"})
+case("env4_slurm_huge_count", SMALL, args=("sweep", "--vary", "rows=64,128"),
+     env={"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "99999999999999999999999"})
+
+
+# The REPL refuses what the command line refuses.
+case("repl4_compare_same_policy", SMALL, args=("repl",), stdin=":compare interleaved interleaved\n")
+case("repl4_compare_same_policy_alias", SMALL, args=("repl",), stdin=":compare kernel_by_kernel   kernel_by_kernel\n")
+
+
+# Language server: the open documents' text is bounded together, whether it comes from
+# one document growing by changes or from many documents.
+def lsp_raw(msgs):
+    import json
+    msgs = ([{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}] + msgs
+            + [{"jsonrpc": "2.0", "id": 2, "method": "shutdown"}, {"jsonrpc": "2.0", "method": "exit"}])
+    frames = []
+    for m in msgs:
+        b = json.dumps(m).encode()
+        frames += [b"Content-Length: %d\r\n\r\n" % len(b), b]
+    return b"".join(frames)
+
+
+def did_open(i, text):
+    return {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": f"file:///tmp/hostile-lsp4-{i}.hpm", "languageId": "hpm", "version": 1, "text": text}}}
+
+
+def did_change(i, text, v):
+    at = {"line": 0, "character": 0}
+    return {"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+        "textDocument": {"uri": f"file:///tmp/hostile-lsp4-{i}.hpm", "version": v},
+        "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]}}
+
+
+# The inputs are large: each is made when its case runs (`stdin` a function).
+BIG4 = "// " + "x" * (60 << 20) + "\n"
+case("lsp4_grow_by_changes", None, args=("lsp",),
+     stdin=lambda: lsp_raw([did_open(0, "param a = 1;\n")] + [did_change(0, BIG4, 2 + i) for i in range(40)]))
+case("lsp4_many_documents", None, args=("lsp",), stdin=lambda: lsp_raw([did_open(i, BIG4) for i in range(40)]))
+case("lsp4_many_changes_in_one", None, args=("lsp",), stdin=lambda: lsp_raw([did_open(0, ""), {
+    "jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+        "textDocument": {"uri": "file:///tmp/hostile-lsp4-0.hpm", "version": 2},
+        "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+                            "text": "x" * (1 << 20)}] * 60}}, did_change(0, "x" * (8 << 20), 3)]))
+case("lsp4_reopen_same_uri", None, args=("lsp",), stdin=lambda: lsp_raw([did_open(0, BIG4) for _ in range(20)]), expect="ok")
+case("lsp4_open_close_many", None, args=("lsp",), stdin=lambda: lsp_raw(
+    [m for i in range(20) for m in (did_open(i, BIG4), {"jsonrpc": "2.0", "method": "textDocument/didClose", "params": {
+        "textDocument": {"uri": f"file:///tmp/hostile-lsp4-{i}.hpm"}}})]), expect="ok")
+
+
+# Outputs over the files a program reads (imports, routing `.npy` files): refused, the file
+# left as it was.
+LIB4 = "param rows = 256;\nparam inter = 128;\n"
+IMPORTS4 = SMALL.replace("param rows = 256;\nparam inter = 128;\n", 'import "lib.hpm";\n')
+case("over4_trace_on_import", IMPORTS4, args=("run", "--trace", "@CDIR/lib.hpm"), files={"lib.hpm": LIB4})
+case("over4_gantt_on_import", IMPORTS4, args=("run", "--gantt", "@CDIR/./lib.hpm"), files={"lib.hpm": LIB4})
+case("over4_tune_on_import", IMPORTS4, args=("tune", "--budget", "2", "-o", "@CDIR/lib.hpm"), files={"lib.hpm": LIB4})
+case("over4_repl_trace_on_import", IMPORTS4, args=("repl",), stdin=":run\n:trace @CDIR/lib.hpm\n", files={"lib.hpm": LIB4})
+case("over4_trace_on_route_file", ROUTE_FILE, args=("run", "--trace", "@CDIR/r.npy"),
+     files={"r.npy": npy("<i4", "(4, 64, 2)", b"\0\0\0\0\1\0\0\0" * (4 * 64))})
+case("over4_gantt_on_route_weights", ROUTE_FILE.replace('experts: experts)', 'experts: experts, weights: "w.npy")'),
+     args=("run", "--gantt", "@CDIR/w.npy"),
+     files={"r.npy": npy("<i4", "(4, 64, 2)", b"\0\0\0\0\1\0\0\0" * (4 * 64)), "w.npy": npy("<f4", "(4, 64, 2)", bytes(4 * 64 * 2 * 4))})
+case("over4_ok_trace_beside_import", IMPORTS4, args=("run", "--trace", "@CDIR/t.json"), files={"lib.hpm": LIB4}, expect="ok")
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
@@ -605,11 +769,12 @@ def main():
             src = os.path.join(cdir, "main.hpm")
             shutil.copy(args[1], src)
             args[1] = src
-        stdin = c["stdin"] or ""
+        stdin = c["stdin"]() if callable(c["stdin"]) else c["stdin"] or ""
         stdin = stdin.encode() if isinstance(stdin, str) else stdin
         stdin = stdin.replace(b"@CDIR", cdir.encode()).replace(b"@DIR", work.encode())
         cmd = ["prlimit", "--as=4000000000", "--", "timeout", "20", BIN] + args
         env = dict(os.environ, NO_COLOR="1", HPMOE_REPL_NO_TIMINGS="1")
+        env.update({k: os.fsdecode(v) if isinstance(v, bytes) else v for k, v in c["env"].items()})
 
         def once():
             if c["stdout"] == "full":

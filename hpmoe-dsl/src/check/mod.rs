@@ -362,6 +362,24 @@ impl<'a> Checker<'a> {
         self.diags.push(d);
     }
 
+    /// Whether a tensor type has at most [`crate::lower::MAX_DIMS`] dimensions (the regions
+    /// of lowering and verification hold that many bounds); reports it otherwise.
+    pub fn dims_fit(&mut self, t: &ast::TensorType) -> bool {
+        let max = crate::lower::MAX_DIMS;
+        if t.dims.len() <= max {
+            return true;
+        }
+        self.err(
+            Diagnostic::error(
+                Code::LimitExceeded,
+                format!("a tensor of {} dimensions; tensors have at most {max}", t.dims.len()),
+            )
+            .primary(t.span, format!("{} dimensions", t.dims.len()))
+            .help("merge dimensions that are indexed together into one"),
+        );
+        false
+    }
+
     pub fn item(&self, r: ItemRef) -> &ast::Item {
         &self.modules[r.module].ast.items[r.item]
     }

@@ -645,6 +645,10 @@ impl Checker<'_> {
             cx.failed = true;
             return None;
         };
+        if !self.dims_fit(t) {
+            cx.failed = true;
+            return None;
+        }
         let mut dims = Vec::with_capacity(t.dims.len());
         let mut dim_spans = Vec::with_capacity(t.dims.len());
         for d in &t.dims {

@@ -12,6 +12,9 @@
 use serde_json::{json, Value as J};
 use std::path::{Path, PathBuf};
 
+/// The most runs of missing shards a failed merge names.
+const MAX_LISTED: usize = 10;
+
 /// The version of the part file format (`docs/FORMATS.md`).
 pub const PART_FORMAT: u64 = 1;
 
@@ -64,7 +67,13 @@ impl Shard {
         if let Some(a) = arg {
             return Shard::parse(a).map(Some);
         }
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        // Set (and not blank) or not; a value that is not text is kept (lossily) so that it
+        // is refused as a number below, never taken for an unset variable.
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .map(|v| v.to_string_lossy().into_owned())
+                .filter(|v| !v.trim().is_empty())
+        };
         let (id, count) = (var("SLURM_ARRAY_TASK_ID"), var("SLURM_ARRAY_TASK_COUNT"));
         let (id, count) = match (id, count) {
             (None, None) => return Ok(None),
@@ -233,14 +242,31 @@ pub fn read_parts(dirs: &[PathBuf], kind: &str) -> Result<Vec<J>, String> {
             ));
         }
     }
-    let missing: Vec<String> = (0..n)
-        .filter(|i| !parts.iter().any(|(j, _, _)| j == i))
-        .map(|i| i.to_string())
-        .collect();
-    if !missing.is_empty() {
+    // The parts are sorted and distinct, so shards `0..n` are all there exactly when there
+    // are `n` of them; the shard count comes from the files, so the missing ones are found
+    // from the gaps between the parts (a few named), never by walking `0..n`.
+    if parts.len() != n {
+        let mut gaps = Vec::new();
+        let mut next = 0usize;
+        for i in parts.iter().map(|(i, _, _)| *i).chain([n]) {
+            if i > next {
+                gaps.push(if i - next == 1 {
+                    next.to_string()
+                } else {
+                    format!("{next}-{}", i - 1)
+                });
+            }
+            next = i + 1;
+            if gaps.len() > MAX_LISTED {
+                break;
+            }
+        }
+        let more = if gaps.len() > MAX_LISTED { ", ..." } else { "" };
+        gaps.truncate(MAX_LISTED);
         return Err(format!(
-            "missing shard(s) {} of {n} (found {} part file(s))",
-            missing.join(", "),
+            "missing shard(s) {}{more} of {n} ({} missing; found {} part file(s))",
+            gaps.join(", "),
+            n - parts.len(),
             parts.len()
         ));
     }

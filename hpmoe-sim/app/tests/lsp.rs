@@ -601,3 +601,53 @@ fn malformed_framing_ends_with_a_message() {
         );
     }
 }
+
+/// The open documents hold at most a source file's limit of text together: growing one by
+/// changes, or opening more, past it ends the session with a message (never an abort out of
+/// memory); a closed document gives its share back.
+#[test]
+fn open_documents_are_bounded() {
+    let limit = hpmoe_dsl::check::MAX_SOURCE_BYTES as usize;
+    let big = format!("// {}\n", "x".repeat(limit / 2));
+    let open = |s: &mut Lsp, uri: &str, text: &str| {
+        s.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": "hpm", "version": 1, "text": text}}),
+        );
+    };
+    // Closing gives the room back.
+    let mut s = Lsp::start();
+    s.request("initialize", json!({"capabilities": {}}));
+    open(&mut s, "file:///tmp/hpmoe-lsp-a.hpm", &big);
+    s.notify(
+        "textDocument/didClose",
+        json!({"textDocument": {"uri": "file:///tmp/hpmoe-lsp-a.hpm"}}),
+    );
+    open(&mut s, "file:///tmp/hpmoe-lsp-b.hpm", &big);
+    s.request("shutdown", Value::Null);
+    s.notify("exit", Value::Null);
+    let (code, err) = s.finish();
+    assert_eq!(code, Some(0), "{err}");
+    // A second large document, or a change that grows one past the limit.
+    for grow in [false, true] {
+        let mut s = Lsp::start();
+        s.request("initialize", json!({"capabilities": {}}));
+        open(&mut s, "file:///tmp/hpmoe-lsp-a.hpm", &big);
+        if grow {
+            let at = json!({"line": 0, "character": 0});
+            s.notify(
+                "textDocument/didChange",
+                json!({"textDocument": {"uri": "file:///tmp/hpmoe-lsp-a.hpm", "version": 2},
+                       "contentChanges": [{"range": {"start": at, "end": at}, "text": big}]}),
+            );
+        } else {
+            open(&mut s, "file:///tmp/hpmoe-lsp-b.hpm", &big);
+        }
+        let (code, err) = s.finish();
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.starts_with("error: hpmoe lsp: the open documents would hold") && err.contains("more than the limit"),
+            "{err}"
+        );
+    }
+}

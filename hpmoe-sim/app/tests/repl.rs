@@ -333,6 +333,15 @@ fn refused_settings_are_worded_as_repl_commands() {
     assert!(out.contains("tokens  = 64\n") && !out.contains("(set)"), "{out}");
 }
 
+/// Comparing a policy with itself is refused, as `hpmoe run --compare` refuses it.
+#[test]
+fn compare_with_the_same_policy_is_refused() {
+    let (out, code) = session(Some(SMALL), ":compare interleaved interleaved\n");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("compares a policy with itself"), "{out}");
+    assert!(!out.contains("latency (us)"), "{out}");
+}
+
 #[test]
 fn numerics_memory_limit_is_an_error_not_a_crash() {
     let dir = tmp("repl-big");

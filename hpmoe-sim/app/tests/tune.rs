@@ -218,6 +218,29 @@ fn bad_shards_are_refused() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("SLURM_ARRAY_TASK_COUNT"));
+    // A value that is not text is refused, never taken for an unset variable (which would
+    // run the whole grid in every task of the array).
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let bad = std::ffi::OsStr::from_bytes(b"1\xff");
+        for (id, count, min) in [
+            (bad, "4".as_ref(), None),
+            (bad, bad, None),
+            ("1".as_ref(), "4".as_ref(), Some(bad)),
+        ] {
+            let mut c = hpmoe();
+            c.args(["sweep", FILE])
+                .env("SLURM_ARRAY_TASK_ID", id)
+                .env("SLURM_ARRAY_TASK_COUNT", count);
+            if let Some(m) = min {
+                c.env("SLURM_ARRAY_TASK_MIN", m);
+            }
+            let o = c.output().unwrap();
+            assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+            assert!(String::from_utf8_lossy(&o.stderr).contains("is not a non-negative integer"));
+        }
+    }
 }
 
 #[test]
@@ -403,4 +426,117 @@ fn a_derived_backward_is_tuned_written_out() {
     assert!(close(latency(best_s, "moe_ffn_bwd"), reported));
     assert!(close(latency(best_s, "moe_ffn"), latency(file, "moe_ffn")));
     assert!(reported <= latency(file, "moe_ffn_bwd") * (1.0 + 1e-9));
+}
+
+/// Part files are input like any other: a shard count, a candidate count or a grid written
+/// into them far past what the files hold is refused with the numbers, before anything of
+/// that size is listed or allocated.
+#[test]
+fn forged_part_counts_are_refused() {
+    let d = dir("forged");
+    let small = "examples/swiglu_add.hpm";
+    let rewrite = |from: &Path, to: &Path, edit: &dyn Fn(&mut J)| {
+        let name = std::fs::read_dir(from).unwrap().next().unwrap().unwrap().file_name();
+        let mut doc: J = serde_json::from_slice(&std::fs::read(from.join(&name)).unwrap()).unwrap();
+        edit(&mut doc);
+        std::fs::create_dir_all(to).unwrap();
+        std::fs::write(to.join(name), doc.to_string()).unwrap();
+    };
+    let t = d.join("t");
+    let sets = ["--set", "rows=256", "--set", "inter=128"];
+    let mut a = vec![
+        "tune",
+        small,
+        "--budget",
+        "2",
+        "--shard",
+        "0/1",
+        "--out-dir",
+        t.to_str().unwrap(),
+    ];
+    a.extend(sets);
+    assert_eq!(run(&a).code, 0);
+    let merge_tune = |part: &Path| {
+        let mut a = vec!["tune", small, "--merge", part.to_str().unwrap()];
+        let out = d.join("m.hpm");
+        a.extend(["-o", out.to_str().unwrap()]);
+        run(&a)
+    };
+    // A huge shard count: the missing shards are named from the gaps, not listed one by one.
+    let t1 = d.join("t1");
+    rewrite(&t, &t1, &|j| j["shards"] = J::from(1u64 << 60));
+    let o = merge_tune(&t1);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr
+            .contains(&format!("missing shard(s) 1-{} of {}", (1u64 << 60) - 1, 1u64 << 60)),
+        "{}",
+        o.stderr
+    );
+    // A candidate count past the results the part holds.
+    let t2 = d.join("t2");
+    rewrite(&t, &t2, &|j| j["candidates"] = J::from(1u64 << 50));
+    let o = merge_tune(&t2);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr
+            .contains("the parts hold 2 results for 1125899906842624 candidates"),
+        "{}",
+        o.stderr
+    );
+    // A sweep part whose grid has more points than a sweep may have.
+    let s = d.join("s");
+    let mut a = vec![
+        "sweep",
+        small,
+        "--vary",
+        "rows=64,128",
+        "--shard",
+        "0/1",
+        "--policy",
+        "interleaved",
+    ];
+    a.extend(["--out", s.to_str().unwrap()]);
+    a.extend(sets);
+    assert_eq!(run(&a).code, 0);
+    let s1 = d.join("s1");
+    rewrite(&s, &s1, &|j| {
+        let axis = serde_json::json!({"name": "device.link_efficiency", "values": ["0.5", "0.6"]});
+        for _ in 0..40 {
+            j["settings"]["axes"].as_array_mut().unwrap().push(axis.clone());
+        }
+    });
+    let o = run(&[
+        "sweep",
+        "--merge",
+        s1.to_str().unwrap(),
+        "--out",
+        d.join("sm").to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("the axis `device.link_efficiency` is given twice"),
+        "{}",
+        o.stderr
+    );
+    let s2 = d.join("s2");
+    rewrite(&s, &s2, &|j| {
+        for k in 0..30 {
+            let axis = serde_json::json!({"name": format!("p{k}"), "values": ["1", "2"]});
+            j["settings"]["axes"].as_array_mut().unwrap().push(axis);
+        }
+    });
+    let o = run(&[
+        "sweep",
+        "--merge",
+        s2.to_str().unwrap(),
+        "--out",
+        d.join("sm2").to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("the grid has more than 1048576 points"),
+        "{}",
+        o.stderr
+    );
 }

@@ -152,6 +152,9 @@ impl Checker<'_> {
                 return None;
             }
         };
+        if !self.dims_fit(t) {
+            return None;
+        }
         let mut dims = Vec::new();
         let mut ok = true;
         for d in &t.dims {

@@ -62,6 +62,45 @@ fn resolved(path: &Path) -> Option<std::path::PathBuf> {
     Some(dir.join(path.file_name()?))
 }
 
+/// The files a checked program read besides its root file: the imported sources and the
+/// `.npy` files of its routings (expert ids, weights, router logits and biases).
+pub(crate) fn files_read(sources: &hpmoe_dsl::SourceMap, program: &hpmoe_dsl::ir::Program) -> Vec<std::path::PathBuf> {
+    let mut read: Vec<std::path::PathBuf> = sources.files().filter_map(|(_, f)| f.path.clone()).collect();
+    for r in &program.routes {
+        if let hpmoe_dsl::ir::RouteKind::File {
+            resolved,
+            resolved_weights,
+            ..
+        } = &r.kind
+        {
+            read.push(resolved.clone());
+            read.extend(resolved_weights.clone());
+        }
+        if let Some(rs) = r.kind.router() {
+            read.extend(rs.resolved_logits.clone());
+            read.extend(rs.resolved_bias.clone());
+        }
+    }
+    read
+}
+
+/// Checks that no file a command writes is one its program read (`files_read`): a trace or
+/// a tuned program written over an imported module or a routing's `.npy` file would destroy
+/// an input without a word.
+pub(crate) fn outputs_not_read(read: &[std::path::PathBuf], outputs: &[(&str, &Path)]) -> Result<(), String> {
+    let read: Vec<std::path::PathBuf> = read.iter().filter_map(|p| resolved(p)).collect();
+    for &(what, path) in outputs {
+        let Some(r) = resolved(path) else { continue };
+        if read.contains(&r) {
+            return Err(format!(
+                "{what} `{}` is a file the program reads; give another file name",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Checks that the files a command writes are not its program and not each other: a trace
 /// written over the `.hpm` file it came from, or a chart over the trace, would silently lose
 /// one of them. `outputs` are (option, path) pairs.
@@ -152,6 +191,24 @@ mod tests {
             "x",
             "an existing file is kept"
         );
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// An output is refused when it names a file the program read, however the path is
+    /// written; other names in the same directory are fine.
+    #[test]
+    fn outputs_over_files_read() {
+        let tmp = std::env::temp_dir().join(format!("hpmoe-paths-read-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::write(tmp.join("lib.hpm"), "param a = 1;\n").unwrap();
+        let read = [tmp.join("lib.hpm")];
+        let dotted = tmp.join(".").join("lib.hpm");
+        let e = outputs_not_read(&read, &[("--gantt", &tmp.join("g.svg")), ("--trace", &dotted)]).unwrap_err();
+        assert!(
+            e.starts_with("--trace `") && e.contains("is a file the program reads"),
+            "{e}"
+        );
+        assert!(outputs_not_read(&read, &[("--trace", &tmp.join("t.json"))]).is_ok());
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

@@ -490,6 +490,10 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         Ok(x) => x,
         Err(code) => return code,
     };
+    // The program's other files are known once it is checked (before any work).
+    if let Err(e) = super::paths::outputs_not_read(&super::paths::files_read(&sources, p.program()), &files) {
+        return usage(e);
+    }
     // Routings the program computes: with numerics, made from the logits it computes.
     let main_policy = o.policy.and_then(schedule::Policy::parse);
     let (p, gates) = match o

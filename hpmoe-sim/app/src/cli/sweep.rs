@@ -34,31 +34,6 @@ fn write(path: &Path, text: &str) -> Result<(), i32> {
     })
 }
 
-/// The most points a sweep may have (configurations times policies): the grid is listed
-/// before any point runs, so its size is bounded first.
-pub(crate) const MAX_POINTS: u64 = 1 << 20;
-
-/// The number of points of the grid, or the refusal of a grid past [`MAX_POINTS`] with its
-/// factors.
-fn grid_size(axes: &[Axis], policies: usize) -> Result<u64, String> {
-    let points = axes
-        .iter()
-        .map(|a| a.values.len() as u64)
-        .chain([policies as u64])
-        .try_fold(1u64, |n, k| n.checked_mul(k).filter(|&n| n <= MAX_POINTS));
-    points.ok_or_else(|| {
-        let factors: Vec<String> = axes
-            .iter()
-            .map(|a| format!("{} values of `{}`", a.values.len(), a.name))
-            .chain([format!("{policies} policies")])
-            .collect();
-        format!(
-            "the grid has more than {MAX_POINTS} points ({}); vary fewer values",
-            factors.join(" x ")
-        )
-    })
-}
-
 pub(crate) fn sweep(o: &SweepCli) -> i32 {
     let shard = match crate::shard::Shard::from_args(o.shard) {
         Ok(s) => s,
@@ -90,7 +65,7 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
             }
         }
     }
-    if let Err(e) = grid_size(&axes, policies.len()) {
+    if let Err(e) = sweep::grid_size(&axes, policies.len()) {
         return usage(e);
     }
     if let Err(e) = crate::sweep::check_schedule_axes(&axes, &policies) {

@@ -127,6 +127,12 @@ pub(crate) fn tune(o: &TuneCli) -> i32 {
         Ok(t) => t,
         Err(c) => return c,
     };
+    if shard.is_none() {
+        let written = o.output.map_or_else(|| default_output(o.file), Path::to_path_buf);
+        if let Err(e) = super::paths::outputs_not_read(&t.read, &[("--output", &written)]) {
+            return usage(e);
+        }
+    }
     let budget = match (o.budget, o.time) {
         (Some(b), _) => b,
         (None, Some(_)) => TIME_LIMIT_CANDIDATES,
@@ -221,6 +227,9 @@ pub(crate) fn merge(
         Ok(t) => t,
         Err(c) => return c,
     };
+    if let Err(e) = super::paths::outputs_not_read(&t.read, &[("--output", &written)]) {
+        return usage(e);
+    }
     if parts[0]["fingerprint"].as_str() != Some(t.fingerprint(budget).as_str()) {
         errln!(
             "error: the parts were not computed from this text of `{}` (the file changed, or they come from another file)",

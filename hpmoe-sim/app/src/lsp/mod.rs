@@ -18,8 +18,8 @@
 //! one check) or before a request about it is answered. A malformed request gets an error
 //! response, never a panic; a request before `initialize` gets `ServerNotInitialized`
 //! (`lsp-server`'s handshake). Exit code: 0 after `shutdown` and `exit`, 1 when the input
-//! ends or `exit` comes without `shutdown`, or the framing is malformed (with a message on
-//! stderr).
+//! ends or `exit` comes without `shutdown`, the framing is malformed, or the open documents
+//! would hold more than [`MAX_OPEN_BYTES`] of text together (with a message on stderr).
 
 mod analysis;
 mod features;
@@ -105,6 +105,8 @@ fn serve(conn: &Connection) -> Result<(), String> {
         conn,
         docs: Documents::new(),
         shutdown: false,
+        fatal: None,
+        open_bytes: 0,
     };
     loop {
         let msg = match conn.receiver.recv() {
@@ -147,6 +149,9 @@ fn serve(conn: &Connection) -> Result<(), String> {
                     };
                 }
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.notification(n)));
+                if let Some(e) = server.fatal.take() {
+                    return Err(e);
+                }
             }
             Message::Response(_) => {}
         }
@@ -160,7 +165,16 @@ struct Server<'c> {
     conn: &'c Connection,
     docs: Documents,
     shutdown: bool,
+    /// Why the session must end (a limit the client's messages passed).
+    fatal: Option<String>,
+    /// The bytes of text the open documents hold together.
+    open_bytes: u64,
 }
+
+/// The most text the open documents may hold together: a source file's limit
+/// ([`hpmoe_dsl::check::MAX_SOURCE_BYTES`]). Opening or changing documents past it ends the
+/// session, as a message past the framing's limit does.
+pub const MAX_OPEN_BYTES: u64 = hpmoe_dsl::check::MAX_SOURCE_BYTES;
 
 /// The parameters of a request, or the error response for malformed ones.
 fn params<P: serde::de::DeserializeOwned>(req: &Request) -> Result<P, Response> {
@@ -239,6 +253,12 @@ impl Server<'_> {
                     return;
                 };
                 let uri = p.text_document.uri.as_str().to_string();
+                let others = self.open_bytes - self.docs.get(&uri).map_or(0, |d| d.text.len() as u64);
+                let total = others + p.text_document.text.len() as u64;
+                if self.over_limit(total) {
+                    return;
+                }
+                self.open_bytes = total;
                 self.docs.insert(
                     uri.clone(),
                     Document {
@@ -253,20 +273,34 @@ impl Server<'_> {
                 let Ok(p) = serde_json::from_value::<lsp::DidChangeTextDocumentParams>(n.params) else {
                     return;
                 };
-                let Some(doc) = self.docs.get_mut(p.text_document.uri.as_str()) else {
+                let uri = p.text_document.uri.as_str();
+                let Some(len) = self.docs.get(uri).map(|d| d.text.len() as u64) else {
                     return;
                 };
+                let others = self.open_bytes - len;
+                let Some(doc) = self.docs.get_mut(uri) else {
+                    return;
+                };
+                // A change is at most a message long, so the text grows by at most that much
+                // before its size is checked.
                 for c in p.content_changes {
                     text::apply_change(&mut doc.text, c.range, &c.text);
+                    let total = others + doc.text.len() as u64;
+                    if total > MAX_OPEN_BYTES {
+                        self.over_limit(total);
+                        return;
+                    }
                 }
                 doc.version = p.text_document.version;
                 doc.analysis = None;
+                self.open_bytes = others + doc.text.len() as u64;
             }
             DidCloseTextDocument::METHOD => {
                 let Ok(p) = serde_json::from_value::<lsp::DidCloseTextDocumentParams>(n.params) else {
                     return;
                 };
-                if self.docs.remove(p.text_document.uri.as_str()).is_some() {
+                if let Some(d) = self.docs.remove(p.text_document.uri.as_str()) {
+                    self.open_bytes -= d.text.len() as u64;
                     self.notify::<lsp::notification::PublishDiagnostics>(lsp::PublishDiagnosticsParams {
                         uri: p.text_document.uri,
                         diagnostics: Vec::new(),
@@ -276,6 +310,19 @@ impl Server<'_> {
             }
             _ => {}
         }
+    }
+
+    /// Whether open documents of `total` bytes would pass [`MAX_OPEN_BYTES`]; if so the
+    /// session is to end with that message.
+    fn over_limit(&mut self, total: u64) -> bool {
+        if total <= MAX_OPEN_BYTES {
+            return false;
+        }
+        self.fatal = Some(format!(
+            "the open documents would hold {total} bytes, more than the limit of {MAX_OPEN_BYTES} bytes ({} MiB)",
+            MAX_OPEN_BYTES >> 20
+        ));
+        true
     }
 
     /// The document of a request, checked; `None` for a document that is not open.

@@ -748,6 +748,13 @@ impl Session {
                 return Err(());
             }
         };
+        if a == b {
+            self.error(&format!(
+                "`:compare {0} {0}` compares a policy with itself: name two different policies",
+                a.name()
+            ));
+            return Err(());
+        }
         let c = self.program()?;
         let Some(p) = c.program.clone() else { return Err(()) };
         let tfs = self.taskflows(&p)?;
@@ -807,6 +814,14 @@ impl Session {
         };
         if let Some(program) = &self.file {
             if let Err(e) = crate::cli::paths::distinct_outputs(program, &[(&format!(":{cmd}"), &path)]) {
+                self.error(&e);
+                return Err(());
+            }
+        }
+        let c = self.program()?;
+        if let Some(p) = &c.program {
+            let read = crate::cli::paths::files_read(&c.sources, p.program());
+            if let Err(e) = crate::cli::paths::outputs_not_read(&read, &[(&format!(":{cmd}"), &path)]) {
                 self.error(&e);
                 return Err(());
             }

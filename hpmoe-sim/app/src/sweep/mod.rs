@@ -56,6 +56,31 @@ pub fn check_schedule_axes(axes: &[Axis], policies: &[Policy]) -> Result<(), Str
     Ok(())
 }
 
+/// The most points a sweep may have (configurations times policies): the grid is listed
+/// before any point runs, so its size is bounded first.
+pub const MAX_POINTS: u64 = 1 << 20;
+
+/// The number of points of the grid, or the refusal of a grid past [`MAX_POINTS`] with its
+/// factors.
+pub fn grid_size(axes: &[Axis], policies: usize) -> Result<u64, String> {
+    let points = axes
+        .iter()
+        .map(|a| a.values.len() as u64)
+        .chain([policies as u64])
+        .try_fold(1u64, |n, k| n.checked_mul(k).filter(|&n| n <= MAX_POINTS));
+    points.ok_or_else(|| {
+        let factors: Vec<String> = axes
+            .iter()
+            .map(|a| format!("{} values of `{}`", a.values.len(), a.name))
+            .chain([format!("{policies} policies")])
+            .collect();
+        format!(
+            "the grid has more than {MAX_POINTS} points ({}); vary fewer values",
+            factors.join(" x ")
+        )
+    })
+}
+
 /// What an axis changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AxisKind {
@@ -888,13 +913,22 @@ pub fn merge(parts: &[J]) -> Result<(Sweep, Vec<Row>), String> {
         // The kind from the name (and a first value that parsed when the shard ran).
         let first = values.first().ok_or("an axis without values")?;
         let mut axis = Axis::parse(&format!("{name}={first}"))?;
+        if axes.iter().any(|b: &Axis| b.name == axis.name) {
+            return Err(format!("the axis `{}` is given twice", axis.name));
+        }
         axis.values = values;
         axes.push(axis);
     }
     let mut policies = Vec::new();
     for p in strings(&s["policies"], "the policies")? {
-        policies.push(Policy::parse(&p).ok_or(format!("unknown policy `{p}`"))?);
+        let policy = Policy::parse(&p).ok_or(format!("unknown policy `{p}`"))?;
+        if policies.contains(&policy) {
+            return Err(format!("the policy `{p}` is given twice"));
+        }
+        policies.push(policy);
     }
+    // The grid is listed below: its size is bounded first, as a sweep's own grid is.
+    grid_size(&axes, policies.len())?;
     let sweep = Sweep {
         file: PathBuf::from(s["file"].as_str().ok_or("no file")?),
         set: strings(&s["set"], "the overrides")?,
@@ -906,6 +940,10 @@ pub fn merge(parts: &[J]) -> Result<(Sweep, Vec<Row>), String> {
         max_tasks: s["max_tasks"].as_u64().ok_or("no max_tasks")?,
     };
     let n = sweep.points();
+    let given: usize = parts.iter().map(|p| p["rows"].as_array().map_or(0, Vec::len)).sum();
+    if given != n {
+        return Err(format!("the parts hold {given} rows for the {n} points of the grid"));
+    }
     let mut rows: Vec<Option<Row>> = vec![None; n];
     for p in parts {
         for r in p["rows"].as_array().ok_or("a part without rows")? {
@@ -914,7 +952,7 @@ pub fn merge(parts: &[J]) -> Result<(Sweep, Vec<Row>), String> {
                 index: p["shard"].as_u64().unwrap_or(0) as usize,
                 count: p["shards"].as_u64().unwrap_or(1) as usize,
             };
-            if index >= n || !shard.owns(index) {
+            if index >= n || !shard.owns(index) || rows[index].is_some() {
                 return Err(format!(
                     "shard {} of {} holds point {index}, which is not its own",
                     shard.index, shard.count

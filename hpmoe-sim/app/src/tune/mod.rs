@@ -172,6 +172,9 @@ pub struct Tuner {
     /// The forward of the tuned taskflow when it is derived by `grad`: the search ran on the
     /// program with its `grad` declarations written out, and so does the written file.
     pub expanded_from: Option<String>,
+    /// The files the program read besides its own (imports, routing `.npy` files): the best
+    /// configuration is never written over one of them.
+    pub read: Vec<PathBuf>,
 }
 
 /// One evaluated candidate.
@@ -338,6 +341,7 @@ impl Tuner {
         let Some(mut p) = outcome.checked else {
             return Err(SetupError::Check(outcome.diagnostics, sources));
         };
+        let read = crate::cli::paths::files_read(&sources, p.program());
         // A backward derived by `grad` has no calls of its own in the file: the search runs
         // on the program with its `grad` declarations written out as source (what
         // `hpmoe fmt --expand-grad` writes), whose calls are the derived ones.
@@ -379,6 +383,7 @@ impl Tuner {
             taskflow: tf.name.clone(),
             policy: p.select_policy(&tf.name, None).policy,
             expanded_from,
+            read,
             settings,
             coords: Vec::new(),
         };
@@ -956,6 +961,12 @@ pub fn merge(parts: &[J]) -> Result<(usize, usize, Vec<Outcome>), String> {
     let first = parts.first().ok_or("no part files")?;
     let n = first["candidates"].as_u64().ok_or("a part without a candidate count")? as usize;
     let budget = first["settings"]["budget"].as_u64().ok_or("a part without a budget")? as usize;
+    // Every candidate is one result of one part: the count is checked against the results
+    // the files hold before anything of that size is allocated.
+    let given: usize = parts.iter().map(|p| p["results"].as_array().map_or(0, Vec::len)).sum();
+    if given != n {
+        return Err(format!("the parts hold {given} results for {n} candidates"));
+    }
     let mut got: Vec<Option<Outcome>> = vec![None; n];
     for p in parts {
         if p["candidates"].as_u64() != Some(n as u64) {
