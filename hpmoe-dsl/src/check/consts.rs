@@ -20,21 +20,6 @@ pub(crate) enum BareNames {
 /// to overlap, few enough that their entries stay in cache until used.
 pub(super) const WARM_PARAMS: usize = 32;
 
-/// Appends the names an expression uses as values, left to right. Recursive: the parser
-/// bounds the depth of every expression.
-fn names_in<'a>(e: &'a Expr, out: &mut Vec<&'a str>) {
-    match &e.kind {
-        ExprKind::Name(n) => out.push(n),
-        ExprKind::Neg(inner) => names_in(inner, out),
-        ExprKind::Binary(_, a, b) => {
-            names_in(a, out);
-            names_in(b, out);
-        }
-        ExprKind::Call { args, .. } => args.iter().for_each(|a| names_in(&a.value, out)),
-        _ => {}
-    }
-}
-
 impl Checker<'_> {
     pub(super) fn apply_param_overrides(&mut self) {
         let root = self.root;
@@ -180,7 +165,7 @@ impl Checker<'_> {
         let mut names: Vec<&str> = Vec::with_capacity(2 * items.len());
         for &i in items {
             if let ItemKind::Param(p) = &file.items[i].kind {
-                names_in(&p.value, &mut names);
+                p.value.for_each_value_name(&mut |n| names.push(n));
             }
         }
         for n in names {
@@ -188,29 +173,15 @@ impl Checker<'_> {
         }
     }
 
-    /// Appends the not yet evaluated params an expression names, left to right. Recursive:
-    /// the parser bounds the depth of every expression.
+    /// Appends the not yet evaluated params an expression names, left to right.
     fn unevaluated_params_in(&self, m: ModId, e: &Expr, out: &mut Vec<ItemRef>) {
-        match &e.kind {
-            ExprKind::Name(n) => {
-                if let Some(d) = self.lookup(m, n) {
-                    if matches!(self.item(d).kind, ItemKind::Param(_)) && !self.params.contains_key(&d) {
-                        out.push(d);
-                    }
+        e.for_each_value_name(&mut |n| {
+            if let Some(d) = self.lookup(m, n) {
+                if matches!(self.item(d).kind, ItemKind::Param(_)) && !self.params.contains_key(&d) {
+                    out.push(d);
                 }
             }
-            ExprKind::Neg(inner) => self.unevaluated_params_in(m, inner, out),
-            ExprKind::Binary(_, a, b) => {
-                self.unevaluated_params_in(m, a, out);
-                self.unevaluated_params_in(m, b, out);
-            }
-            ExprKind::Call { args, .. } => {
-                for a in args.iter() {
-                    self.unevaluated_params_in(m, &a.value, out);
-                }
-            }
-            _ => {}
-        }
+        });
     }
 
     /// Evaluates a constant expression in a module's scope.

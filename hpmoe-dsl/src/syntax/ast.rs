@@ -448,6 +448,23 @@ pub enum ExprKind {
 }
 
 impl Expr {
+    /// Calls `f` with every name the expression uses as a value (a name, or one inside a
+    /// negation, an arithmetic operation or a call's arguments), left to right: the names a
+    /// constant or a shape expression depends on. Recursive: the parser bounds the depth of
+    /// every expression.
+    pub fn for_each_value_name<'a>(&'a self, f: &mut impl FnMut(&'a str)) {
+        match &self.kind {
+            ExprKind::Name(n) => f(n),
+            ExprKind::Neg(inner) => inner.for_each_value_name(f),
+            ExprKind::Binary(_, a, b) => {
+                a.for_each_value_name(f);
+                b.for_each_value_name(f);
+            }
+            ExprKind::Call { args, .. } => args.iter().for_each(|a| a.value.for_each_value_name(f)),
+            _ => {}
+        }
+    }
+
     pub fn name(&self) -> Option<&str> {
         match &self.kind {
             ExprKind::Name(n) => Some(n),

@@ -1580,18 +1580,9 @@ fn subst_names(e: &mut Expr, map: &BTreeMap<String, Expr>) {
 }
 
 fn names_in(e: &Expr, out: &mut BTreeSet<String>) {
-    match &e.kind {
-        ExprKind::Name(n) => {
-            out.insert(n.to_string());
-        }
-        ExprKind::Neg(a) => names_in(a, out),
-        ExprKind::Binary(_, a, b) => {
-            names_in(a, out);
-            names_in(b, out);
-        }
-        ExprKind::Call { args, .. } => args.iter().for_each(|a| names_in(&a.value, out)),
-        _ => {}
-    }
+    e.for_each_value_name(&mut |n| {
+        out.insert(n.to_string());
+    });
 }
 
 fn binder_vars(e: &Expr, out: &mut Vec<String>) {
