@@ -162,6 +162,16 @@ case("many_calls_wide_run", many_calls(30000, True), args=("run", "--format", "j
 case("many_calls_chain_lower", many_calls(100000, False), args=("lower", "--emit", "tasks"), expect="ok")
 
 
+# Import lists: a name listed twice is an error; a long list from a long module is found by
+# name, not by a search of the module per name (that was quadratic).
+case("import_list_twice", "import std::moe::{gmm, gmm};\n")
+IMPORTED = 200000
+case("import_list_long",
+     'import "lib.hpm"::{' + ", ".join(f"p{i}" for i in range(IMPORTED)) + "};\n"
+     + f"param q = p{IMPORTED - 1} + 1;\n",
+     files={"lib.hpm": "".join(f"param p{i} = {i};\n" for i in range(IMPORTED))}, expect="ok")
+
+
 # An error behind more warnings than the diagnostics list keeps must still fail the run.
 WARNED = ("import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 2 };\n"
           "op ad<T>(a: T[M, N], b: T[M, N]) -> T[M, N] on aiv { out[m, n] = a[m, n] + b[m, n]; }\n"

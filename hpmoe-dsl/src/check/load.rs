@@ -387,11 +387,30 @@ impl Checker<'_> {
                     }
                 }
                 ImportNames::List(list) => {
-                    for id in list {
-                        let found = self.modules[t].ast.items.iter().position(|it| {
-                            !matches!(it.kind, ItemKind::Schedule(_))
-                                && it.kind.name().is_some_and(|n| n.name == id.name)
-                        });
+                    // The module's items by name (the first of each name), so that a long
+                    // list from a long module is not a search of every item per name.
+                    let mut by_name: rustc_hash::FxHashMap<&str, usize> = Default::default();
+                    let items = std::rc::Rc::clone(&self.modules[t].ast);
+                    for (i, it) in items.items.iter().enumerate().rev() {
+                        if let (false, Some(n)) = (matches!(it.kind, ItemKind::Schedule(_)), it.kind.name()) {
+                            by_name.insert(n.name.as_str(), i);
+                        }
+                    }
+                    let mut listed: rustc_hash::FxHashMap<&str, Span> = Default::default();
+                    for id in &list {
+                        if let Some(first) = listed.insert(id.name.as_str(), id.span) {
+                            self.err(
+                                Diagnostic::error(
+                                    Code::DuplicateDefinition,
+                                    format!("`{}` is imported twice", id.name),
+                                )
+                                .primary(id.span, "imported again here")
+                                .secondary(first, "first imported here")
+                                .help("list each name once"),
+                            );
+                            continue;
+                        }
+                        let found = by_name.get(id.name.as_str()).copied();
                         match found {
                             Some(i) => bring.push((id.name.clone(), ItemRef { module: t, item: i }, id.span)),
                             None if self.modules[t].poisoned.contains(&id.name) => {
