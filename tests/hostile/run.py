@@ -171,6 +171,10 @@ case("import_list_long",
      + f"param q = p{IMPORTED - 1} + 1;\n",
      files={"lib.hpm": "".join(f"param p{i} = {i};\n" for i in range(IMPORTED))}, expect="ok")
 
+case("import_statements_many",
+     "".join(f'import "lib.hpm"::{{p{i}}};\n' for i in range(IMPORTED)) + f"param q = p{IMPORTED - 1} + 1;\n",
+     files={"lib.hpm": "".join(f"param p{i} = {i};\n" for i in range(IMPORTED))}, expect="ok")
+
 
 # An error behind more warnings than the diagnostics list keeps must still fail the run.
 WARNED = ("import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 2 };\n"

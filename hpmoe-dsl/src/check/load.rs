@@ -369,6 +369,8 @@ impl Checker<'_> {
                 _ => None,
             })
             .collect();
+        let mut item_maps: rustc_hash::FxHashMap<ModId, rustc_hash::FxHashMap<super::ScopeKey, usize>> =
+            Default::default();
         for (src, names) in imports {
             let Some(t) = self.import_target(m, &src) else { continue };
             let module_desc = match &src {
@@ -387,15 +389,18 @@ impl Checker<'_> {
                     }
                 }
                 ImportNames::List(list) => {
-                    // The module's items by name (the first of each name), so that a long
-                    // list from a long module is not a search of every item per name.
-                    let mut by_name: rustc_hash::FxHashMap<&str, usize> = Default::default();
-                    let items = std::rc::Rc::clone(&self.modules[t].ast);
-                    for (i, it) in items.items.iter().enumerate().rev() {
-                        if let (false, Some(n)) = (matches!(it.kind, ItemKind::Schedule(_)), it.kind.name()) {
-                            by_name.insert(n.name.as_str(), i);
+                    // The module's items by name (the first of each name), made once per
+                    // module: a long list, or many lists, from a long module are not a search
+                    // of every item per name.
+                    let by_name = item_maps.entry(t).or_insert_with(|| {
+                        let mut map: rustc_hash::FxHashMap<super::ScopeKey, usize> = Default::default();
+                        for (i, it) in self.modules[t].ast.items.iter().enumerate().rev() {
+                            if let (false, Some(n)) = (matches!(it.kind, ItemKind::Schedule(_)), it.kind.name()) {
+                                map.insert(super::ScopeKey::from(n.name.as_str()), i);
+                            }
                         }
-                    }
+                        map
+                    });
                     let mut listed: rustc_hash::FxHashMap<&str, Span> = Default::default();
                     for id in &list {
                         if let Some(first) = listed.insert(id.name.as_str(), id.span) {
