@@ -599,6 +599,12 @@ fn malformed_framing_ends_with_a_message() {
             err.starts_with("error: hpmoe lsp: ") && !err.contains("panicked"),
             "{input:?}: {err}"
         );
+        if input.is_empty() {
+            assert!(
+                err.contains("the input ended before the client's `initialize`"),
+                "{err}"
+            );
+        }
     }
 }
 

@@ -85,7 +85,13 @@ fn capabilities() -> lsp::ServerCapabilities {
 }
 
 fn serve(conn: &Connection) -> Result<(), String> {
-    let (id, _params) = conn.initialize_start().map_err(|e| e.to_string())?;
+    let (id, _params) = conn.initialize_start().map_err(|e| {
+        if e.channel_is_disconnected() {
+            "the input ended before the client's `initialize` request".to_string()
+        } else {
+            e.to_string()
+        }
+    })?;
     let result = lsp::InitializeResult {
         capabilities: capabilities(),
         server_info: Some(lsp::ServerInfo {
