@@ -82,7 +82,13 @@ fn parse_point(value: &str, json: &serde_json::Value) -> Result<Point, String> {
         let stages_s = r.get("stages_s").and_then(|s| s.as_object()).ok_or("no `stages_s`")?;
         let stages = COLUMNS
             .iter()
-            .map(|(_, parts)| parts.iter().filter_map(|p| stages_s.get(*p)?.as_f64()).sum())
+            // (Folded from +0: a sum of no stages is 0, where `Sum` would give -0.)
+            .map(|(_, parts)| {
+                parts
+                    .iter()
+                    .filter_map(|p| stages_s.get(*p)?.as_f64())
+                    .fold(0.0, |a, b| a + b)
+            })
             .collect();
         let text = |k: &str| {
             r.get(k)
@@ -509,6 +515,9 @@ mod tests {
             md.contains("| 16 | f (interleaved) | 2000 | 4000 | 1000 | 50.0 | 0.010 |"),
             "{md}"
         );
+        // A stage the runs did not have (no `candidates`, `prepare` or `report` here) is 0,
+        // not -0.
+        assert!(!md.contains("-0.000"), "{md}");
         // Time doubled with tasks: linear growth.
         assert!(md.contains("| growth | f |"), "{md}");
         assert!(md.contains("| 1.00 |"), "{md}");
