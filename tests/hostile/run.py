@@ -706,6 +706,15 @@ case("over4_gantt_on_route_weights", ROUTE_FILE.replace('experts: experts)', 'ex
      args=("run", "--gantt", "@CDIR/w.npy"),
      files={"r.npy": npy("<i4", "(4, 64, 2)", b"\0\0\0\0\1\0\0\0" * (4 * 64)), "w.npy": npy("<f4", "(4, 64, 2)", bytes(4 * 64 * 2 * 4))})
 case("over4_ok_trace_beside_import", IMPORTS4, args=("run", "--trace", "@CDIR/t.json"), files={"lib.hpm": LIB4}, expect="ok")
+# A `--dump` directory that holds an `.npy` file the run reads (an `--input`, a routing's
+# file) could have it replaced: refused before any work.
+X_NPY = npy("<f4", "(1, 64, 64)", bytes(4 * 64 * 64))
+case("over5_dump_over_input", ELEM, args=("run", "--numerics", "--input", "x=@CDIR/x.npy", "--dump", "@CDIR"),
+     files={"x.npy": X_NPY})
+case("over5_dump_over_route_file", ROUTE_FILE, args=("run", "--numerics", "--dump", "@CDIR"),
+     files={"r.npy": npy("<i4", "(4, 64, 2)", b"\0\0\0\0\1\0\0\0" * (4 * 64))})
+case("over5_ok_dump_beside_input", ELEM, args=("run", "--numerics", "--input", "x=@CDIR/x.npy", "--dump", "@CDIR/out"),
+     files={"x.npy": X_NPY}, expect="ok")
 
 
 def classify(rc, err, expect):

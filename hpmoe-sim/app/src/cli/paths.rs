@@ -62,6 +62,29 @@ fn resolved(path: &Path) -> Option<std::path::PathBuf> {
     Some(dir.join(path.file_name()?))
 }
 
+/// Checks that a `--dump` directory holds none of the `.npy` files a run reads (`read`: the
+/// routings' files and the `--input` files): the dump writes `.npy` files named after the
+/// taskflow's tensors and routings there, which could replace an input without a word.
+pub(crate) fn dump_not_over_inputs(dir: &Path, read: &[std::path::PathBuf]) -> Result<(), String> {
+    let Ok(dir_r) = std::fs::canonicalize(dir) else {
+        // A directory that does not exist yet holds nothing.
+        return Ok(());
+    };
+    for p in read {
+        let is_npy = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("npy"));
+        if let (true, Some(r)) = (is_npy, resolved(p)) {
+            if r.parent() == Some(dir_r.as_path()) {
+                return Err(format!(
+                    "--dump `{}` holds `{}`, a file the run reads; dump into another directory",
+                    dir.display(),
+                    p.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The files a checked program read besides its root file: the imported sources and the
 /// `.npy` files of its routings (expert ids, weights, router logits and biases).
 pub(crate) fn files_read(sources: &hpmoe_dsl::SourceMap, program: &hpmoe_dsl::ir::Program) -> Vec<std::path::PathBuf> {
@@ -191,6 +214,22 @@ mod tests {
             "x",
             "an existing file is kept"
         );
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// A dump directory is refused when an `.npy` file the run reads lies in it (however
+    /// the path is written); a source file there, or a dump directory beside it, is fine.
+    #[test]
+    fn dumps_over_files_read() {
+        let tmp = std::env::temp_dir().join(format!("hpmoe-paths-dump-{}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("out")).unwrap();
+        std::fs::write(tmp.join("x.npy"), b"").unwrap();
+        let read = [tmp.join("lib.hpm"), tmp.join(".").join("x.npy")];
+        let e = dump_not_over_inputs(&tmp, &read).unwrap_err();
+        assert!(e.contains("x.npy`, a file the run reads"), "{e}");
+        assert!(dump_not_over_inputs(&tmp.join("out"), &read).is_ok());
+        assert!(dump_not_over_inputs(&tmp, &read[..1]).is_ok());
+        assert!(dump_not_over_inputs(&tmp.join("missing"), &read).is_ok());
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 

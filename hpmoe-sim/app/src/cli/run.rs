@@ -491,8 +491,18 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         Err(code) => return code,
     };
     // The program's other files are known once it is checked (before any work).
-    if let Err(e) = super::paths::outputs_not_read(&super::paths::files_read(&sources, p.program()), &files) {
+    let read = super::paths::files_read(&sources, p.program());
+    if let Err(e) = super::paths::outputs_not_read(&read, &files) {
         return usage(e);
+    }
+    if let Some(n) = o.numerics.as_ref() {
+        if let Some(dir) = n.dump.as_deref() {
+            let mut read = read;
+            read.extend(n.inputs.iter().map(|(_, f)| f.clone()));
+            if let Err(e) = super::paths::dump_not_over_inputs(dir, &read) {
+                return usage(e);
+            }
+        }
     }
     // Routings the program computes: with numerics, made from the logits it computes.
     let main_policy = o.policy.and_then(schedule::Policy::parse);
