@@ -713,6 +713,8 @@ case("over5_dump_over_input", ELEM, args=("run", "--numerics", "--input", "x=@CD
      files={"x.npy": X_NPY})
 case("over5_dump_over_route_file", ROUTE_FILE, args=("run", "--numerics", "--dump", "@CDIR"),
      files={"r.npy": npy("<i4", "(4, 64, 2)", b"\0\0\0\0\1\0\0\0" * (4 * 64))})
+case("over5_repl_dump_over_route_file", ROUTE_FILE, args=("repl",), stdin=":dump @CDIR\n",
+     files={"r.npy": npy("<i4", "(4, 64, 2)", b"\0\0\0\0\1\0\0\0" * (4 * 64))})
 case("over5_ok_dump_beside_input", ELEM, args=("run", "--numerics", "--input", "x=@CDIR/x.npy", "--dump", "@CDIR/out"),
      files={"x.npy": X_NPY}, expect="ok")
 
