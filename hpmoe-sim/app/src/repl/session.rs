@@ -980,18 +980,15 @@ impl Session {
             self.error(&usage("dump"));
             return Err(());
         };
-        // The dump writes `.npy` files there: none the program reads may be replaced.
-        let c = self.program()?;
-        if let Some(p) = &c.program {
-            let read = crate::cli::paths::files_read(&c.sources, p.program());
-            if let Err(e) = crate::cli::paths::dump_not_over_inputs(&dir, &read) {
-                self.error(&e.replacen("--dump", ":dump", 1));
-                return Err(());
-            }
-        }
         // The tasks run in the simulated order; a configuration too large for numerics is
         // refused by `numerics::run` before it runs anything, so it is not simulated first.
         let v = self.view(false, false)?;
+        // The dump writes `.npy` files there: none the program reads may be replaced.
+        let read = crate::cli::paths::files_read(&v.checked.sources, v.program.program());
+        if let Err(e) = crate::cli::paths::dump_not_over_inputs(&dir, &read) {
+            self.error(&e.replacen("--dump", ":dump", 1));
+            return Err(());
+        }
         if !v.program.gated_routes().is_empty() {
             return self.dump_gated(&v, &opts);
         }
