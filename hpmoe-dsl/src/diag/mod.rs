@@ -107,6 +107,8 @@ impl Diagnostic {
 #[derive(Clone, Debug, Default)]
 pub struct Diagnostics {
     list: Vec<Diagnostic>,
+    /// Per severity, how many are in `list` (counted as they come, so that a push past the
+    /// cap does not count the list).
     kept: Dropped,
     dropped: Dropped,
 }
@@ -122,8 +124,15 @@ impl Dropped {
     /// Nothing left out.
     pub const NONE: Dropped = Dropped { errors: 0, warnings: 0 };
 
-    pub fn total(&self) -> usize {
-        self.errors + self.warnings
+    /// What was left out, in words ("3 more errors and 1 more warning"); `None` for nothing.
+    pub fn describe(&self) -> Option<String> {
+        let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+        match (self.errors, self.warnings) {
+            (0, 0) => None,
+            (e, 0) => Some(plural(e, "more error")),
+            (0, w) => Some(plural(w, "more warning")),
+            (e, w) => Some(format!("{} and {}", plural(e, "more error"), plural(w, "more warning"))),
+        }
     }
 
     fn of(&mut self, d: &Diagnostic) -> &mut usize {

@@ -257,13 +257,7 @@ pub fn render_all(ds: &[Diagnostic], dropped: super::Dropped, sources: &SourceMa
     let errors = ds.iter().filter(|d| d.is_error()).count() + dropped.errors;
     let warnings = ds.iter().filter(|d| !d.is_error()).count() + dropped.warnings;
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    let left_out = match (dropped.errors, dropped.warnings) {
-        (0, 0) => None,
-        (e, 0) => Some(plural(e, "more error")),
-        (0, w) => Some(plural(w, "more warning")),
-        (e, w) => Some(format!("{} and {}", plural(e, "more error"), plural(w, "more warning"))),
-    };
-    if let Some(l) = left_out {
+    if let Some(l) = dropped.describe() {
         out.push_str(&format!("... and {l} not shown\n"));
     }
     if errors > 0 || warnings > 0 {

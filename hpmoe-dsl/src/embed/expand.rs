@@ -98,12 +98,8 @@ pub fn expand_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream {
     for d in outcome.diagnostics.as_slice() {
         out.extend(emit(d, &map, &sources));
     }
-    let dropped = outcome.diagnostics.dropped();
-    if dropped.total() > 0 {
-        let msg = format!(
-            "{} more errors and {} more warnings not shown",
-            dropped.errors, dropped.warnings
-        );
+    if let Some(left_out) = outcome.diagnostics.dropped().describe() {
+        let msg = format!("{left_out} not shown");
         out.extend(compile_error(PSpan::call_site(), PSpan::call_site(), &msg));
     }
     // Rebuild when an imported file changes.

@@ -40,10 +40,12 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
         Err(e) => return usage(e),
     };
     let mut axes: Vec<Axis> = Vec::new();
+    // (A set: the command line may hold a hundred thousand `--vary`s.)
+    let mut names = std::collections::BTreeSet::new();
     for v in o.vary {
         match Axis::parse(v) {
             Ok(a) => {
-                if axes.iter().any(|b| b.name == a.name) {
+                if !names.insert(a.name.clone()) {
                     return usage(format!("--vary `{}` is given twice", a.name));
                 }
                 axes.push(a);
