@@ -135,6 +135,22 @@ impl Dropped {
         }
     }
 
+    /// Whether nothing was left out.
+    pub fn is_none(&self) -> bool {
+        *self == Dropped::NONE
+    }
+
+    /// Adds `"dropped": {"errors", "warnings"}` to a JSON document with a `diagnostics` list
+    /// when its list left some out (nothing otherwise).
+    pub fn add_to_json(&self, doc: &mut serde_json::Value) {
+        if let (false, Some(m)) = (self.is_none(), doc.as_object_mut()) {
+            m.insert(
+                "dropped".into(),
+                serde_json::json!({"errors": self.errors, "warnings": self.warnings}),
+            );
+        }
+    }
+
     fn of(&mut self, d: &Diagnostic) -> &mut usize {
         if d.is_error() {
             &mut self.errors

@@ -102,6 +102,55 @@ fn json_outputs_parse() {
 }
 
 #[test]
+fn json_outputs_count_the_diagnostics_left_out() {
+    // 300 unused values: the list keeps 200 warnings; the document says 100 were left out.
+    // With an unknown op after them, the failed check's document says so too.
+    let dir = std::env::temp_dir().join(format!("hpmoe-cli-dropped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut text = String::from(
+        "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n\
+         op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n\
+         taskflow f(x: f32[4, 4]) -> f32[4, 4] {\n",
+    );
+    for i in 0..300 {
+        text.push_str(&format!("    let u{i} = e(x);\n"));
+    }
+    let ok = dir.join("warned.hpm");
+    std::fs::write(&ok, format!("{text}    return e(x);\n}}\n")).unwrap();
+    let bad = dir.join("failed.hpm");
+    std::fs::write(&bad, format!("{text}    return nosuch(x);\n}}\n")).unwrap();
+    let doc = |args: &[&str], code: i32| -> serde_json::Value {
+        let out = hpmoe().args(args).assert().code(code).get_output().stdout.clone();
+        serde_json::from_slice(&out).unwrap()
+    };
+    let (ok, bad) = (ok.to_str().unwrap(), bad.to_str().unwrap());
+    for args in [
+        vec!["check", ok, "--format", "json"],
+        vec!["run", ok, "--format", "json"],
+    ] {
+        let v = doc(&args, 0);
+        assert_eq!(v["diagnostics"].as_array().unwrap().len(), 200, "{args:?}");
+        assert_eq!(
+            v["dropped"],
+            serde_json::json!({"errors": 0, "warnings": 100}),
+            "{args:?}"
+        );
+    }
+    let v = doc(&["check", bad, "--format", "json"], 1);
+    assert_eq!(v["ok"], false);
+    assert!(v["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["severity"] == "error"));
+    assert_eq!(v["dropped"], serde_json::json!({"errors": 0, "warnings": 100}));
+    // Nothing left out: no `dropped` at all.
+    let v = doc(&["check", "examples/geglu.hpm", "--format", "json"], 0);
+    assert!(v.get("dropped").is_none());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn every_policy_lowers_every_example() {
     for e in examples() {
         let text = std::fs::read_to_string(root().join(&e)).unwrap();

@@ -485,14 +485,14 @@ fn parse_overrides(set: &[String]) -> Result<Vec<Override>, String> {
     Ok(list)
 }
 
-/// Checks a file; prints diagnostics; returns the program on success, with its warnings (for
-/// `--format json` outputs, where they are part of the document: `human` output has already
-/// printed them on stderr).
+/// Checks a file; prints diagnostics; returns the program on success, with its warnings and
+/// the count of those the list left out (for `--format json` outputs, where they are part of
+/// the document: `human` output has already printed them on stderr).
 pub(crate) fn checked(
     file: &std::path::Path,
     prog: &ProgramArgs,
     format: Format,
-) -> Result<(hpmoe_dsl::driver::Checked, SourceMap, Vec<diag::Diagnostic>), i32> {
+) -> Result<(hpmoe_dsl::driver::Checked, SourceMap, diag::Diagnostics), i32> {
     let overrides = match parse_overrides(&prog.set) {
         Ok(o) => o,
         Err(e) => {
@@ -518,15 +518,14 @@ pub(crate) fn checked(
         Format::Json => {
             if outcome.checked.is_none() {
                 let list: Vec<_> = ds.as_slice().iter().map(|d| diag::to_json(d, &sources)).collect();
-                outln!("{}", serde_json::json!({ "ok": false, "diagnostics": list }));
+                let mut doc = serde_json::json!({ "ok": false, "diagnostics": list });
+                ds.dropped().add_to_json(&mut doc);
+                outln!("{}", doc);
             }
         }
     }
     match outcome.checked {
-        Some(p) => {
-            let warnings = ds.into_vec();
-            Ok((p, sources, warnings))
-        }
+        Some(p) => Ok((p, sources, ds)),
         None => Err(1),
     }
 }
@@ -608,11 +607,10 @@ fn run(cmd: Command) -> i32 {
             match checked(&file, &prog, format) {
                 Ok((p, sources, warnings)) => {
                     if format == Format::Json {
-                        let warnings: Vec<_> = warnings.iter().map(|d| diag::to_json(d, &sources)).collect();
-                        outln!(
-                            "{}",
-                            serde_json::json!({ "ok": true, "diagnostics": warnings, "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>(), "grads": grad_memory_json(&p) })
-                        );
+                        let list: Vec<_> = warnings.as_slice().iter().map(|d| diag::to_json(d, &sources)).collect();
+                        let mut doc = serde_json::json!({ "ok": true, "diagnostics": list, "taskflows": p.taskflows.iter().map(|t| t.name.clone()).collect::<Vec<_>>(), "grads": grad_memory_json(&p) });
+                        warnings.dropped().add_to_json(&mut doc);
+                        outln!("{}", doc);
                     } else {
                         let nodes: usize = p.taskflows.iter().map(|t| t.nodes.len()).sum();
                         outln!(
@@ -651,7 +649,7 @@ fn run(cmd: Command) -> i32 {
                         // The JSON on stdout is the lowered program alone: warnings go to stderr.
                         errout!(
                             "{}",
-                            diag::render_all(&warnings, hpmoe_dsl::diag::Dropped::NONE, &sources, style())
+                            diag::render_all(warnings.as_slice(), warnings.dropped(), &sources, style())
                         );
                     }
                     let opts = LowerCli {

@@ -782,12 +782,13 @@ pub(crate) fn run(o: &RunCli) -> i32 {
         Format::Json => {
             let mut j = serde_json::json!({
                 "ok": true,
-                "diagnostics": warnings.iter().map(|d| hpmoe_dsl::diag::to_json(d, &sources)).collect::<Vec<_>>(),
+                "diagnostics": warnings.as_slice().iter().map(|d| hpmoe_dsl::diag::to_json(d, &sources)).collect::<Vec<_>>(),
                 "runs": runs.iter().map(|r| r.json()).collect::<Vec<_>>(),
                 "comparisons": comparisons.iter().map(|c| c.json()).collect::<Vec<_>>(),
                 "layers": layers.iter().map(Layer::json).collect::<Vec<_>>(),
                 "numerics": num_reports.iter().map(|(n, r)| serde_json::json!({"taskflow": n, "result": r.json()})).collect::<Vec<_>>(),
             });
+            warnings.dropped().add_to_json(&mut j);
             if !gates.is_empty() {
                 j["gates"] = serde_json::json!(gates);
             }
