@@ -57,7 +57,8 @@
 //! at most six resources' remaining capacity; a level only rises as users freeze, so the
 //! heap keeps a lower bound of each and moves an entry up only when it reaches the top,
 //! merged with the pairs' own caps in order: the own caps of all
-//! active pairs are kept sorted between solves, a changed pair moved in `O(A)`, and a
+//! active pairs are kept sorted between solves in blocks of about a thousand ([`ownlist`]),
+//! a changed pair moved in its block, and a
 //! component of at least a quarter of them walks that list; a smaller one sorts its own, `O(P
 //! log P)`). The solve is the same sequence of floating-point operations whichever way its
 //! own caps are ordered, so the rates do not depend on it. When the last closure found
@@ -83,10 +84,12 @@
 //! finish moves earlier (an event that fires early is re-predicted).
 
 use hpmoe_dsl::ir::Device;
+use ownlist::OwnList;
 use resume::{Checkpoint, Resumed, Saved};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+mod ownlist;
 mod resume;
 
 const NONE: u32 = u32::MAX;
@@ -431,10 +434,10 @@ pub struct Links {
     local_pairs: Vec<u32>,
     scratch: Vec<(Key, u32, u32)>,
     /// The own caps of a solve's pairs, sorted: (level bits, pair).
-    own: Vec<(u64, u32)>,
+    own: OwnList,
     /// The own caps of every active pair, sorted: (level bits, pair), kept up to date at
     /// each [`Links::reshare`]; and per pair the level bits it is listed at.
-    own_all: Vec<(u64, u32)>,
+    own_all: OwnList,
     own_listed: Vec<Option<u64>>,
     /// Whether a solve of all active pairs may resume from a point of the previous one
     /// ([`resume`]).
@@ -541,8 +544,8 @@ impl Links {
             local: true,
             local_pairs: Vec::new(),
             scratch: Vec::new(),
-            own: Vec::new(),
-            own_all: Vec::new(),
+            own: OwnList::default(),
+            own_all: OwnList::default(),
             own_listed: vec![None; pairs.len()],
             changed: Vec::new(),
             resume: true,
@@ -943,21 +946,27 @@ impl Links {
         // (kept sorted between solves), skipping the pairs of other components; a smaller one
         // sorts its own. Either way its own caps come in the same order.
         let shared = pairs * 4 >= self.own_all.len();
-        let mut own = std::mem::take(&mut self.own);
-        own.clear();
+        let mut mine = self.own.take_first();
         for &p in &comp {
             let p = p as usize;
             self.mark[p] = ep;
             if !shared {
-                own.push((self.own_level(p).to_bits(), p as u32));
+                mine.push((self.own_level(p).to_bits(), p as u32));
             }
         }
-        if shared {
-            std::mem::swap(&mut own, &mut self.own_all);
+        let own = if shared {
+            self.own = OwnList::from_sorted(mine);
+            std::mem::take(&mut self.own_all)
         } else {
-            own.sort_unstable();
-        }
-        let mut next_own = from.own;
+            mine.sort_unstable();
+            OwnList::from_sorted(mine)
+        };
+        // The next own cap, and the last one taken (where a point's successor resumes).
+        let mut next_own = own.walk(match from.own {
+            Some(e) => own.after(e),
+            None => own.start(),
+        });
+        let mut last_own = from.own;
         let mut left = left0;
         let mut top = from.top;
         // The freezes at which the next point is saved (never when not tracked).
@@ -968,23 +977,24 @@ impl Links {
         };
         while left > 0 {
             if self.flog.len() >= next_point {
-                self.checkpoint(next_own, top, &comp_res);
+                self.checkpoint(last_own, top, &comp_res);
                 next_point = self.flog.len() + self.ck_step as usize;
             }
             // (Solving all active pairs, every listed pair is of the solve.)
             if shared && !whole {
-                while own.get(next_own).is_some_and(|&(_, op)| self.mark[op as usize] != ep) {
-                    next_own += 1;
+                while next_own.peek().is_some_and(|(_, op)| self.mark[op as usize] != ep) {
+                    next_own.advance();
                 }
             }
-            let from_own = match (self.fresh_top(), own.get(next_own)) {
-                (Some((l, id)), Some(&(ol, op))) => (ol, 1, op) < (l, 0, id),
+            let head = next_own.peek();
+            let from_own = match (self.fresh_top(), head) {
+                (Some((l, id)), Some((ol, op))) => (ol, 1, op) < (l, 0, id),
                 (None, Some(_)) => true,
                 (_, None) => false,
             };
-            let (lvl, kind, id, _) = if from_own {
-                let (ol, op) = own[next_own];
-                next_own += 1;
+            let (lvl, kind, id, _) = if let (true, Some((ol, op))) = (from_own, head) {
+                next_own.advance();
+                last_own = head;
                 (ol, 1, op, 0)
             } else {
                 match self.heap.pop() {
@@ -1036,7 +1046,9 @@ impl Links {
         // running totals and the order of the finish events depend on it).
         // Only the pairs whose rate changed (listed as they froze) do anything there.
         if shared {
-            std::mem::swap(&mut own, &mut self.own_all);
+            self.own_all = own;
+        } else {
+            self.own = own;
         }
         let mut changed = std::mem::take(&mut self.changed);
         for c in &mut changed {
@@ -1050,7 +1062,6 @@ impl Links {
         }
         changed.clear();
         self.changed = changed;
-        self.own = own;
         self.comp = comp;
         self.comp_res = comp_res;
     }
@@ -1069,8 +1080,9 @@ impl Links {
                 }
             }
         } else {
-            for k in 0..self.own_all.len() {
-                let h = &self.hot[self.own_all[k].1 as usize];
+            let own = std::mem::take(&mut self.own_all);
+            for (_, p) in own.iter() {
+                let h = &self.hot[p as usize];
                 let (path, plen) = (h.path, h.plen as usize);
                 for &r in &path[..plen] {
                     if self.res_mark[r as usize] != ep {
@@ -1078,6 +1090,7 @@ impl Links {
                     }
                 }
             }
+            self.own_all = own;
         }
     }
 
@@ -1125,13 +1138,10 @@ impl Links {
             return;
         }
         if let Some(b) = was {
-            if let Ok(i) = self.own_all.binary_search(&(b, p as u32)) {
-                self.own_all.remove(i);
-            }
+            self.own_all.remove((b, p as u32));
         }
         if let Some(b) = now {
-            let at = self.own_all.binary_search(&(b, p as u32)).unwrap_or_else(|i| i);
-            self.own_all.insert(at, (b, p as u32));
+            self.own_all.insert((b, p as u32));
         }
         self.own_listed[p] = now;
     }

@@ -34,6 +34,7 @@
 //! (spaced by freezes); the bounds replay each changed resource's users (`O(U log U)`). In an
 //! all-to-all a resumed solve skips about half of the freezes of one from the start.
 
+use super::ownlist::Entry as OwnEntry;
 use super::{Key, Links};
 
 /// About how many points a solve saves.
@@ -42,8 +43,9 @@ const POINTS: usize = 16;
 /// A point between two pops of the last solve.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Checkpoint {
-    /// Own caps consumed and pairs frozen (the length of the freeze log) before it.
-    pub(super) own: u32,
+    /// The last own cap consumed before it (`None`: none), and the pairs frozen (the length
+    /// of the freeze log) before it.
+    pub(super) own: Option<OwnEntry>,
     pub(super) frozen: u32,
     /// Where its resources' states start in the saved states, and how many (the first
     /// `nres` of the solve's resources; the others were at their starting point).
@@ -63,10 +65,10 @@ pub(super) struct Saved {
     last: f64,
 }
 
-/// Where a resumed solve goes on: own caps consumed, pairs frozen.
+/// Where a resumed solve goes on: the last own cap consumed, pairs frozen.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Resumed {
-    pub(super) own: usize,
+    pub(super) own: Option<OwnEntry>,
     pub(super) frozen: usize,
     /// The largest entry popped before it.
     pub(super) top: Key,
@@ -95,7 +97,7 @@ impl Links {
         self.ck_step = ((pairs / POINTS) as u32).max(self.ck_min);
         self.ck_pairs = pairs;
         self.ck.push(Checkpoint {
-            own: 0,
+            own: None,
             frozen: 0,
             saved: self.saved.len() as u32,
             nres: 0,
@@ -103,8 +105,9 @@ impl Links {
         });
     }
 
-    /// Saves a point here (`own` own caps consumed), `top` the largest entry popped so far.
-    pub(super) fn checkpoint(&mut self, own: usize, top: Key, comp_res: &[u32]) {
+    /// Saves a point here (`own` the last own cap consumed), `top` the largest entry popped
+    /// so far.
+    pub(super) fn checkpoint(&mut self, own: Option<OwnEntry>, top: Key, comp_res: &[u32]) {
         if let Some(c) = self.ck.last_mut() {
             c.top = top;
         }
@@ -119,7 +122,7 @@ impl Links {
             });
         }
         self.ck.push(Checkpoint {
-            own: own as u32,
+            own,
             frozen: self.flog.len() as u32,
             saved: at as u32,
             nres: comp_res.len() as u32,
@@ -283,7 +286,7 @@ impl Links {
         self.stats.resumed += 1;
         self.stats.kept += u64::from(c.frozen);
         Resumed {
-            own: c.own as usize,
+            own: c.own,
             frozen: c.frozen as usize,
             top: if at > 0 { self.ck[at - 1].top } else { (0, 0, 0) },
         }
