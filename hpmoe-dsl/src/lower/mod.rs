@@ -540,6 +540,8 @@ fn task_dims(node: &ir::Node, opts: &LowerOptions, tf: &Taskflow) -> Vec<TileDim
             }
         }
     }
+    // Kept with the graph, one list per call: no spare room.
+    dims.shrink_to_fit();
     dims
 }
 
@@ -659,6 +661,9 @@ fn dim_chunks(d: &TileDim, rank: usize, layouts: &[Option<RouteLayout>]) -> Vec<
             }
         }
     }
+    // Kept with the graph, one list per dimension of each call on each rank: no spare room
+    // (a list of one chunk would hold four).
+    out.shrink_to_fit();
     out
 }
 
