@@ -57,16 +57,12 @@ pub const BYTES_PER_PUT_BACK_ROW: u64 = 48;
 
 /// Bytes one op call costs through the pipeline beyond its tasks, whatever its size: its
 /// checked body, its tiling, its schedule and simulation records and its row of the report.
-/// With [`BYTES_PER_CALL_RANK`], from `hpmoe run` of chains of small elementwise calls (one
-/// task per call and rank, `docs/scripts/calls.py`): 50 K and 100 K calls on 1, 2, 4 and 8
-/// ranks held about 2.75 KB more a call (1 KB of it the checked program's) plus 1.3 KB more
-/// a call and rank, its task included (about 600 bytes beyond [`BYTES_PER_TASK`]), with a
-/// margin here. A graph of many small calls holds several times [`BYTES_PER_TASK`] a task.
-pub const BYTES_PER_CALL: u64 = 2048;
-
-/// Bytes one op call costs on each rank beyond its tasks: the chunks of its dimensions, its
-/// tensors' lists of writes, its per-rank records in the schedule and the simulator.
-pub const BYTES_PER_CALL_RANK: u64 = 640;
+/// From `hpmoe run` of chains of small elementwise calls (one task per call and rank,
+/// `docs/scripts/calls.py`): 50 K and 100 K calls on 1, 2, 4 and 8 ranks held about 2.75 KB
+/// more a call (1 KB of it the checked program's), plus 1.3 KB more a call and rank, which
+/// the tasks' estimate already counts (such a call's two dimensions count as two tasks); with
+/// a margin here. A graph of many small calls holds several times [`BYTES_PER_TASK`] a task.
+pub const BYTES_PER_CALL: u64 = 3072;
 
 /// How tiles are chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -674,9 +670,9 @@ pub struct MemoryEstimate {
     /// The tasks estimated: at least the tasks lowered (a call's chunk count where that is
     /// larger).
     pub tasks: u64,
-    /// Tasks (at [`BYTES_PER_TASK`]), calls (at [`BYTES_PER_CALL`], and
-    /// [`BYTES_PER_CALL_RANK`] on each rank), chunks, and the rows put back to their sources
-    /// (at [`BYTES_PER_PUT_BACK_ROW`]): what each compiled graph holds on its own.
+    /// Tasks (at [`BYTES_PER_TASK`]), calls (at [`BYTES_PER_CALL`]), chunks, and the rows put
+    /// back to their sources (at [`BYTES_PER_PUT_BACK_ROW`]): what each compiled graph holds
+    /// on its own.
     pub graph: u64,
     /// The routing layouts, which every graph of one capacity mode shares.
     pub layouts: u64,
@@ -758,8 +754,7 @@ fn plan(
     let chunk_bytes = chunk_total.saturating_mul(std::mem::size_of::<Chunk>() as u64);
     let put_back: u64 = tf.nodes.iter().map(|node| put_back_rows(node, layouts)).sum();
     let calls = tf.nodes.len() as u64;
-    let call_bytes =
-        calls.saturating_mul(BYTES_PER_CALL.saturating_add(BYTES_PER_CALL_RANK.saturating_mul(ranks as u64)));
+    let call_bytes = calls.saturating_mul(BYTES_PER_CALL);
     let memory = MemoryEstimate {
         tasks: estimate,
         graph: estimate
@@ -1017,7 +1012,7 @@ fn memory_exceeded(tf: &Taskflow, tasks: u64, edges: Option<(u64, u64)>, need: u
     let calls = tf.nodes.len();
     let message = match edges {
         None => format!(
-            "`{}` would need about {} MiB to compile and simulate ({tasks} tasks at {BYTES_PER_TASK} bytes, {calls} calls at {BYTES_PER_CALL} bytes and {BYTES_PER_CALL_RANK} a rank{rows}, tilings and routings), more than the {} MiB allowed",
+            "`{}` would need about {} MiB to compile and simulate ({tasks} tasks at {BYTES_PER_TASK} bytes, {calls} calls at {BYTES_PER_CALL} bytes{rows}, tilings and routings), more than the {} MiB allowed",
             tf.name,
             mib(need),
             mib(MAX_MEMORY)
