@@ -346,6 +346,82 @@ fn mutation_swapped_queue_entries_deadlock() {
     assert!(!ds[0].notes.is_empty(), "the deadlock report names the waits");
 }
 
+/// A kernel-by-kernel schedule of the small layer: a kernel whose barrier is every rank's
+/// (its range of counters, its index), and a task that waits on one of its counters, of the
+/// engine of a task of an earlier kernel on its rank.
+fn every_rank_barrier() -> (Checked, Compiled, std::ops::Range<u32>, usize, usize) {
+    let (p, _) = small();
+    let c = compile(&p, 0, Policy::KernelByKernel);
+    let s = &c.schedule;
+    let tfl = &p.taskflows[0];
+    let found = s.fanout.iter().enumerate().find_map(|(kernel, f)| {
+        let Some(schedule::Fanout::EveryRank { first, ranks }) = *f else {
+            return None;
+        };
+        let range = first..first + ranks;
+        let waiter = (0..c.graph.len()).find(|&t| {
+            s.waits.row(t).iter().any(|w| range.contains(w))
+                && (0..c.graph.len()).any(|d| {
+                    (s.kernel[d] as usize) < kernel
+                        && c.graph.rank[d] == c.graph.rank[t]
+                        && c.graph.engine(tfl, d) == c.graph.engine(tfl, t)
+                })
+        })?;
+        Some((range, kernel, waiter))
+    });
+    let (range, kernel, waiter) = found.expect("a kernel whose barrier is every rank's, and a waiter");
+    assert!(range.len() > 1);
+    assert!(verify_schedule(&p, tfl, &c.graph, s).is_empty());
+    (p, c, range, kernel, waiter)
+}
+
+#[test]
+fn mutation_every_rank_barrier_threshold_is_a_mismatch() {
+    // Each task of the kernel signals every rank's counter: a threshold one off either way
+    // no longer equals the signals that arrive.
+    for delta in [-1i64, 1] {
+        let (p, mut c, range, _, _) = every_rank_barrier();
+        let k = range.start as usize + 1;
+        c.schedule.threshold[k] = (i64::from(c.schedule.threshold[k]) + delta) as u32;
+        let ds = verify_schedule(&p, &p.taskflows[0], &c.graph, &c.schedule);
+        assert_eq!(codes(&ds), vec![Code::ThresholdMismatch], "{delta}: {ds:#?}");
+    }
+}
+
+#[test]
+fn mutation_waiter_ahead_of_an_every_rank_barrier_deadlocks() {
+    // Queue a task that waits on the barrier in front of a task of an earlier kernel on that
+    // task's core: the barrier's kernel comes after every task of the earlier one (each
+    // kernel waits for the one before), so the barrier needs the task behind it.
+    let (p, mut c, _, kernel, w) = every_rank_barrier();
+    let s = &mut c.schedule;
+    // A task of an earlier kernel on the waiter's rank and engine (a task is queued on its
+    // own).
+    let tfl = &p.taskflows[0];
+    let d = (0..c.graph.len())
+        .find(|&t| {
+            (s.kernel[t] as usize) < kernel
+                && c.graph.rank[t] == c.graph.rank[w]
+                && c.graph.engine(tfl, t) == c.graph.engine(tfl, w)
+        })
+        .expect("a task of the kernel beside the waiter");
+    let mut queues: Vec<Vec<u32>> = (0..s.queues.len()).map(|q| s.queues.row(q).to_vec()).collect();
+    let (cw, cd) = (s.core[w] as usize, s.core[d] as usize);
+    queues[cw].retain(|&x| x as usize != w);
+    let pos = queues[cd].iter().position(|&x| x as usize == d).unwrap();
+    queues[cd].insert(pos, w as u32);
+    s.core[w] = cd as u32;
+    let mut off = vec![0u32];
+    let mut idx = Vec::new();
+    for q in &queues {
+        idx.extend_from_slice(q);
+        off.push(idx.len() as u32);
+    }
+    s.queues = Csr { off, idx };
+    let ds = verify_schedule(&p, &p.taskflows[0], &c.graph, &c.schedule);
+    assert_eq!(codes(&ds), vec![Code::Deadlock], "{ds:#?}");
+}
+
 /// Every element of every output is written exactly once (accumulated outputs: each token
 /// row receives `topk` contributions).
 fn outputs_covered_once(p: &Program, tf: usize, g: &TaskGraph) {

@@ -552,13 +552,34 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
             }
         }
     }
-    // Thresholds equal the number of signals that can arrive.
+    // Thresholds equal the number of signals that can arrive. A task of a kernel whose
+    // barrier is every rank's signals every rank's counter: those are counted per kernel
+    // (thousands of ranks times millions of tasks otherwise).
+    let groups = FanoutGroups::new(s);
     let mut arriving = vec![0u32; s.threshold.len()];
+    let mut per_kernel = vec![0u32; s.fanout.len()];
     for t in 0..n {
         crate::cancel::check_every(t);
-        for c in s.signals(t) {
+        for &c in s.signal_list.row(t) {
             if let Some(a) = arriving.get_mut(c as usize) {
                 *a += 1;
+            }
+        }
+        match groups.of_task(s, t) {
+            Some(k) => per_kernel[k] += 1,
+            None => {
+                for c in s.fanout_of(t) {
+                    if let Some(a) = arriving.get_mut(c as usize) {
+                        *a += 1;
+                    }
+                }
+            }
+        }
+    }
+    for (k, &m) in per_kernel.iter().enumerate() {
+        for c in groups.counters(k) {
+            if let Some(a) = arriving.get_mut(c as usize) {
+                *a += m;
             }
         }
     }
@@ -594,17 +615,26 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
         return out;
     }
     // Progress: run the queues abstractly; a task starts when it heads its queue and its
-    // counters reached their thresholds.
+    // counters reached their thresholds. A counter of an every-rank barrier has, besides its
+    // own count, its kernel's count of tasks done (one signal to each of its counters); a
+    // kernel's counters with parked tasks wait in a heap by the kernel count they need.
     let mut count = vec![0u32; s.threshold.len()];
+    let mut kernel_done = vec![0u32; s.fanout.len()];
+    let mut needs: Vec<std::collections::BinaryHeap<std::cmp::Reverse<(i64, u32)>>> =
+        vec![Default::default(); s.fanout.len()];
     let mut head = vec![0usize; s.queues.len()];
     let mut blocked_on: Vec<Vec<u32>> = vec![Vec::new(); s.threshold.len()];
     let mut ready: Vec<u32> = Vec::new();
-    let satisfied = |t: usize, count: &[u32]| {
+    let arrived =
+        |c: usize, count: &[u32], kernel_done: &[u32]| count[c] + groups.kernel_of(c).map_or(0, |k| kernel_done[k]);
+    let satisfied = |t: usize, count: &[u32], kernel_done: &[u32]| {
         s.waits
             .row(t)
             .iter()
-            .all(|&c| count[c as usize] >= s.threshold[c as usize])
+            .all(|&c| arrived(c as usize, count, kernel_done) >= s.threshold[c as usize])
     };
+    // The kernel count at which counter `c` of kernel `k` reaches its threshold.
+    let need = |c: usize, count: &[u32]| i64::from(s.threshold[c]) - i64::from(count[c]);
     for c in 0..s.queues.len() {
         if let Some(&t) = s.queues.row(c).first() {
             ready.push(t);
@@ -614,15 +644,18 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
     let mut pending: Vec<u32> = Vec::new();
     while let Some(t) = ready.pop() {
         let tu = t as usize;
-        if !satisfied(tu, &count) {
+        if !satisfied(tu, &count, &kernel_done) {
             // Park on its first unmet counter.
             if let Some(&c) = s
                 .waits
                 .row(tu)
                 .iter()
-                .find(|&&c| count[c as usize] < s.threshold[c as usize])
+                .find(|&&c| arrived(c as usize, &count, &kernel_done) < s.threshold[c as usize])
             {
                 blocked_on[c as usize].push(t);
+                if let Some(k) = groups.kernel_of(c as usize) {
+                    needs[k].push(std::cmp::Reverse((need(c as usize, &count), c)));
+                }
             }
             continue;
         }
@@ -632,12 +665,38 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
         if let Some(&next) = s.queues.row(core).get(head[core]) {
             ready.push(next);
         }
-        for c in s.signals(tu) {
+        let kernel = groups.of_task(s, tu);
+        let listed = s.signal_list.row(tu).iter().copied();
+        let fanned = if kernel.is_some() { 0..0 } else { s.fanout_of(tu) };
+        for c in listed.chain(fanned) {
             let Some(k) = count.get_mut(c as usize) else { continue };
             *k += 1;
-            if *k >= s.threshold[c as usize] {
+            if arrived(c as usize, &count, &kernel_done) >= s.threshold[c as usize] {
                 pending.append(&mut blocked_on[c as usize]);
                 ready.append(&mut pending);
+            } else if let (Some(k), false) = (groups.kernel_of(c as usize), blocked_on[c as usize].is_empty()) {
+                // Its need fell: listed again at the lower need.
+                needs[k].push(std::cmp::Reverse((need(c as usize, &count), c)));
+            }
+        }
+        if let Some(k) = kernel {
+            kernel_done[k] += 1;
+            let at = i64::from(kernel_done[k]);
+            while let Some(&std::cmp::Reverse((want, c))) = needs[k].peek() {
+                if want > at {
+                    break;
+                }
+                needs[k].pop();
+                let cu = c as usize;
+                if blocked_on[cu].is_empty() {
+                    continue;
+                }
+                if arrived(cu, &count, &kernel_done) >= s.threshold[cu] {
+                    pending.append(&mut blocked_on[cu]);
+                    ready.append(&mut pending);
+                } else {
+                    needs[k].push(std::cmp::Reverse((need(cu, &count), c)));
+                }
             }
         }
     }
@@ -704,4 +763,71 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
         out.push(d);
     }
     out
+}
+
+/// The kernels whose barrier is every rank's ([`crate::schedule::Fanout::EveryRank`]): each of
+/// their tasks signals every counter of the range, so such signals are counted per kernel.
+/// A kernel whose range shares a counter with another's is left out (its tasks' signals are
+/// counted one by one).
+struct FanoutGroups {
+    /// Per counter: the kernel whose range holds it (`NONE` for none).
+    kernel: Vec<u32>,
+    /// Per kernel: its range, when counted per kernel.
+    range: Vec<Option<std::ops::Range<u32>>>,
+}
+
+impl FanoutGroups {
+    const NONE: u32 = u32::MAX;
+
+    fn new(s: &Schedule) -> FanoutGroups {
+        let mut kernel = Vec::new();
+        let mut range = vec![None; s.fanout.len()];
+        for (k, f) in s.fanout.iter().enumerate() {
+            let Some(crate::schedule::Fanout::EveryRank { first, ranks }) = *f else {
+                continue;
+            };
+            let (lo, hi) = (first, first.saturating_add(ranks));
+            if hi as usize > s.threshold.len() || lo >= hi {
+                continue;
+            }
+            if kernel.is_empty() {
+                kernel = vec![Self::NONE; s.threshold.len()];
+            }
+            if kernel[lo as usize..hi as usize].iter().all(|&x| x == Self::NONE) {
+                kernel[lo as usize..hi as usize].fill(k as u32);
+                range[k] = Some(lo..hi);
+            } else {
+                // Shared with another kernel's range: neither is counted per kernel.
+                for x in kernel[lo as usize..hi as usize].iter_mut() {
+                    if *x != Self::NONE {
+                        range[*x as usize] = None;
+                    }
+                }
+            }
+        }
+        // Only the ranges still counted per kernel name their counters.
+        kernel.fill(Self::NONE);
+        for (k, r) in range.iter().enumerate() {
+            if let Some(r) = r {
+                kernel[r.start as usize..r.end as usize].fill(k as u32);
+            }
+        }
+        FanoutGroups { kernel, range }
+    }
+
+    /// The kernel task `t`'s every-rank signals are counted with (`None`: counted one by one).
+    fn of_task(&self, s: &Schedule, t: usize) -> Option<usize> {
+        let k = *s.kernel.get(t)? as usize;
+        self.range.get(k)?.as_ref().map(|_| k)
+    }
+
+    /// The kernel whose count counter `c` adds.
+    fn kernel_of(&self, c: usize) -> Option<usize> {
+        self.kernel.get(c).filter(|&&k| k != Self::NONE).map(|&k| k as usize)
+    }
+
+    /// The counters of kernel `k`'s range (empty when not counted per kernel).
+    fn counters(&self, k: usize) -> std::ops::Range<u32> {
+        self.range.get(k).cloned().flatten().unwrap_or(0..0)
+    }
 }
