@@ -866,6 +866,46 @@ fn hbm_utilisation_leaves_out_the_write_backs_after_the_layer() {
 }
 
 #[test]
+fn every_rank_barriers_counted_per_barrier_give_what_one_by_one_gives() {
+    // Kernel by kernel, a collective's kernel ends at a barrier of every rank; its signals
+    // are counted per barrier. The times of every task, counter and flow are those of the
+    // signals delivered one counter at a time.
+    for (file, sets) in [
+        ("examples/deepseek_v3_ep8_fwd.hpm", vec!["tokens=256"]),
+        ("examples/deepseek_v3_ep8_bwd.hpm", vec!["tokens=128"]),
+        ("examples/qwen_moe_ep8_fwd.hpm", vec![]),
+        ("examples/deepseek_v3_ep8_fwd.hpm", vec!["tokens=64", "ranks=32"]),
+    ] {
+        let p = program_file(&root().join(file), &sets);
+        let c = compile(&p, Some(Policy::KernelByKernel));
+        assert!(
+            c.schedule
+                .fanout
+                .iter()
+                .any(|f| matches!(f, Some(hpmoe_dsl::schedule::Fanout::EveryRank { .. }))),
+            "{file}: an every-rank barrier"
+        );
+        let m = DeviceModel::new(&p.device).expect("model");
+        let w = hpmoe_sim::sim::Workload::new(&p, &p.taskflows[0], &c.graph, &c.schedule, &m);
+        let run = |one_by_one: bool| {
+            let opts = SimOptions {
+                barriers_one_by_one: one_by_one,
+                ..SimOptions::default()
+            };
+            simulate(&w, &c.schedule, &m, opts).expect("runs")
+        };
+        let (a, b) = (run(false), run(true));
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(a.makespan.to_bits(), b.makespan.to_bits(), "{file}");
+        assert_eq!(bits(&a.start), bits(&b.start), "{file}");
+        assert_eq!(bits(&a.end), bits(&b.end), "{file}");
+        assert_eq!(bits(&a.counter_time), bits(&b.counter_time), "{file}");
+        assert_eq!(bits(&a.flow_end), bits(&b.flow_end), "{file}");
+        assert_eq!(a.events, b.events, "{file}");
+    }
+}
+
+#[test]
 fn a_bounded_simulation_gives_the_makespan_only_below_its_limit() {
     let p = program_file(&root().join("examples/qwen_moe_ep8_fwd.hpm"), &[]);
     let c = compile(&p, Some(Policy::Interleaved));

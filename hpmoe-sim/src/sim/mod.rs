@@ -55,6 +55,9 @@ pub struct SimOptions {
     /// ([`crate::pipeline::run`]) may simulate two candidates at once, on a second thread,
     /// when memory allows (the result is the same either way).
     pub side_by_side: bool,
+    /// Deliver an every-rank barrier's signals to its counters one by one instead of counted
+    /// per barrier (the result is the same either way; slower with many ranks).
+    pub barriers_one_by_one: bool,
 }
 
 /// How far a simulation is, shared with another thread: the tasks it simulates (set when it
@@ -417,6 +420,7 @@ struct Sim<'a> {
     unsat: Vec<u32>,
     times: Vec<Times>,
     ctr: Vec<Ctr>,
+    fans: Fans,
     done: usize,
     finished: Vec<u32>,
     last_hbm: Vec<f64>,
@@ -551,6 +555,11 @@ fn simulate_within(
         .iter()
         .map(|&th| if th == 0 { w.start_time } else { f64::INFINITY })
         .collect();
+    let fans = if opts.barriers_one_by_one {
+        Fans::default()
+    } else {
+        Fans::new(&w.plan.fanout, s, ranks)
+    };
     let mut sim = Sim {
         w,
         chains: &[],
@@ -589,6 +598,7 @@ fn simulate_within(
             };
             n
         ],
+        fans,
         ctr,
         done: 0,
         finished: Vec::new(),
@@ -1036,11 +1046,25 @@ impl Sim<'_> {
             self.bump(k as usize);
         }
         if !local && info.fanout != NONE {
-            let (first, ranks) = w.plan.fanout[info.fanout as usize];
+            let f = info.fanout as usize;
             let rank = info.rank;
-            for k in first..first + ranks {
-                if self.s.counter_rank[k as usize] != rank {
-                    self.bump(k as usize);
+            if self.fans.counted(f) {
+                // One signal to each counter of the range but the task's own rank's: the
+                // group's count, then the counters that reach their threshold, in counter
+                // order (as one by one).
+                let mut reached = std::mem::take(&mut self.fans.reached);
+                self.fans.deliver(f, rank, &self.ctr, self.s, &mut reached);
+                for &k in &reached {
+                    self.reach(k as usize);
+                }
+                reached.clear();
+                self.fans.reached = reached;
+            } else {
+                let (first, ranks) = w.plan.fanout[f];
+                for k in first..first + ranks {
+                    if self.s.counter_rank[k as usize] != rank {
+                        self.bump(k as usize);
+                    }
                 }
             }
         }
@@ -1050,14 +1074,34 @@ impl Sim<'_> {
     fn bump(&mut self, k: usize) {
         let c = &mut self.ctr[k];
         c.count += 1;
-        if c.count == c.threshold {
-            let delay = c.delay;
-            if delay > 0.0 {
-                self.push(self.now + delay, COUNTER_READY, k as u32, 0);
-            } else {
-                self.satisfy(k);
+        let (count, threshold) = (c.count, c.threshold);
+        match self.fans.group_of(k) {
+            None => {
+                if count == threshold {
+                    self.reach(k);
+                }
+            }
+            Some(f) => {
+                if self.fans.bumped(f, k, count, threshold, self.s) {
+                    self.reach(k);
+                }
             }
         }
+    }
+
+    /// Signals that counter `k` has all its signals.
+    fn reach(&mut self, k: usize) {
+        let delay = self.ctr[k].delay;
+        if delay > 0.0 {
+            self.push(self.now + delay, COUNTER_READY, k as u32, 0);
+        } else {
+            self.satisfy(k);
+        }
+    }
+
+    /// The signals counter `k` has had.
+    fn arrived(&self, k: usize) -> u32 {
+        self.ctr[k].count + self.fans.group_of(k).map_or(0, |f| self.fans.extra(f, k, self.s))
     }
 
     fn satisfy(&mut self, k: usize) {
@@ -1099,7 +1143,7 @@ impl Sim<'_> {
                 .waits
                 .row(t as usize)
                 .iter()
-                .find(|&&k| self.ctr[k as usize].count < s.threshold[k as usize])
+                .find(|&&k| self.arrived(k as usize) < s.threshold[k as usize])
             {
                 let missing: Vec<u32> = signallers
                     .row(s, k as usize)
@@ -1110,7 +1154,7 @@ impl Sim<'_> {
                     core: c as u32,
                     task: t,
                     counter: k,
-                    arrived: self.ctr[k as usize].count,
+                    arrived: self.arrived(k as usize),
                     threshold: s.threshold[k as usize],
                     missing,
                 });
@@ -1234,4 +1278,145 @@ pub fn stall_diagnostic(
         d = d.note(note);
     }
     d.help("run without `--no-verify` to see which rule the schedule breaks")
+}
+
+/// The every-rank barriers' signals, counted per barrier: a task of such a kernel signals the
+/// counter of every other rank, which one by one is ranks × tasks bumps (thousands of ranks,
+/// millions of tasks). A counter of such a range has had its own signals (its rank's tasks,
+/// listed) plus the range's remote signals less those from its own rank's tasks; the counters
+/// not yet at their threshold wait in a heap by the range count at which they get there. Each
+/// reaches its threshold at the same signal as one by one, and those reached by one task's
+/// signals are taken in counter order, so the simulation is the same.
+#[derive(Debug, Default)]
+struct Fans {
+    /// Per counter: its range (`NONE`: none, or counted one by one).
+    group: Vec<u32>,
+    /// Per range: counted per range (its counters belong to no other), its remote signals,
+    /// per rank those sent from that rank's tasks, and its counters by the count they need.
+    counted: Vec<bool>,
+    sent: Vec<u32>,
+    from_rank: Vec<Vec<u32>>,
+    need: Vec<std::collections::BinaryHeap<std::cmp::Reverse<(i64, u32)>>>,
+    /// Per counter: reached its threshold.
+    reached_at: Vec<bool>,
+    /// The counters reached by one task's signals.
+    reached: Vec<u32>,
+}
+
+impl Fans {
+    fn new(fanout: &[(u32, u32)], s: &Schedule, ranks: usize) -> Fans {
+        if fanout.is_empty() {
+            return Fans::default();
+        }
+        let counters = s.threshold.len();
+        let mut group = vec![NONE; counters];
+        let mut counted = vec![false; fanout.len()];
+        for (f, &(first, n)) in fanout.iter().enumerate() {
+            let (lo, hi) = (first as usize, (first as usize).saturating_add(n as usize));
+            if hi > counters || lo >= hi {
+                continue;
+            }
+            if group[lo..hi].iter().all(|&g| g == NONE) {
+                group[lo..hi].fill(f as u32);
+                counted[f] = true;
+            } else {
+                for g in &mut group[lo..hi] {
+                    if *g != NONE {
+                        counted[*g as usize] = false;
+                    }
+                }
+            }
+        }
+        group.fill(NONE);
+        let mut need = vec![std::collections::BinaryHeap::new(); fanout.len()];
+        let mut from_rank = vec![Vec::new(); fanout.len()];
+        for (f, &(first, n)) in fanout.iter().enumerate() {
+            if !counted[f] {
+                continue;
+            }
+            from_rank[f] = vec![0; ranks];
+            for k in first..first + n {
+                group[k as usize] = f as u32;
+                let th = s.threshold[k as usize];
+                if th > 0 {
+                    need[f].push(std::cmp::Reverse((i64::from(th), k)));
+                }
+            }
+        }
+        Fans {
+            group,
+            counted,
+            sent: vec![0; fanout.len()],
+            from_rank,
+            need,
+            reached_at: vec![false; counters],
+            reached: Vec::new(),
+        }
+    }
+
+    fn counted(&self, f: usize) -> bool {
+        self.counted.get(f).copied().unwrap_or(false)
+    }
+
+    #[inline]
+    fn group_of(&self, k: usize) -> Option<usize> {
+        self.group.get(k).filter(|&&g| g != NONE).map(|&g| g as usize)
+    }
+
+    /// The remote signals of range `f` counter `k` has had.
+    fn extra(&self, f: usize, k: usize, s: &Schedule) -> u32 {
+        let q = s.counter_rank[k] as usize;
+        self.sent[f] - self.from_rank[f].get(q).copied().unwrap_or(0)
+    }
+
+    /// The range count at which counter `k` of range `f` reaches `threshold` with `count`
+    /// signals of its own.
+    fn need_of(&self, f: usize, k: usize, count: u32, threshold: u32, s: &Schedule) -> i64 {
+        let q = s.counter_rank[k] as usize;
+        i64::from(threshold) - i64::from(count) + i64::from(self.from_rank[f].get(q).copied().unwrap_or(0))
+    }
+
+    /// Counter `k` of range `f` had a signal of its own (`count` in all): whether it reached
+    /// its threshold with it; else it waits at its lower need.
+    fn bumped(&mut self, f: usize, k: usize, count: u32, threshold: u32, s: &Schedule) -> bool {
+        let arrived = count + self.extra(f, k, s);
+        if arrived == threshold && !self.reached_at[k] {
+            self.reached_at[k] = true;
+            return true;
+        }
+        if arrived < threshold {
+            let need = self.need_of(f, k, count, threshold, s);
+            self.need[f].push(std::cmp::Reverse((need, k as u32)));
+        }
+        false
+    }
+
+    /// A task of `rank` signals every counter of range `f` but its rank's: the counters that
+    /// reach their threshold, into `reached` in counter order.
+    fn deliver(&mut self, f: usize, rank: u32, ctr: &[Ctr], s: &Schedule, reached: &mut Vec<u32>) {
+        self.sent[f] += 1;
+        if let Some(x) = self.from_rank[f].get_mut(rank as usize) {
+            *x += 1;
+        }
+        let at = i64::from(self.sent[f]);
+        while let Some(&std::cmp::Reverse((want, k))) = self.need[f].peek() {
+            if want > at {
+                break;
+            }
+            self.need[f].pop();
+            let ku = k as usize;
+            if self.reached_at[ku] {
+                continue;
+            }
+            let c = &ctr[ku];
+            if c.count + self.extra(f, ku, s) >= c.threshold {
+                self.reached_at[ku] = true;
+                reached.push(k);
+            } else {
+                let need = self.need_of(f, ku, c.count, c.threshold, s);
+                self.need[f].push(std::cmp::Reverse((need, k)));
+            }
+        }
+        reached.sort_unstable();
+    }
 }

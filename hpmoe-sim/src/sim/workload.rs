@@ -1078,6 +1078,18 @@ impl Workload {
                 }
             }
         }
+        // Per kernel: whether its every-rank range holds rank `q`'s counter at `first + q`,
+        // so that a task finds its own rank's counter there instead of by a scan of the range.
+        let by_rank: Vec<bool> = s
+            .fanout
+            .iter()
+            .map(|f| match *f {
+                Some(hpmoe_dsl::schedule::Fanout::EveryRank { first, ranks }) => {
+                    (0..ranks).all(|q| s.counter_rank.get(first.saturating_add(q) as usize) == Some(&q))
+                }
+                _ => false,
+            })
+            .collect();
         let mut next_run = 0u32;
         for &t in &order {
             let t = t as usize;
@@ -1092,8 +1104,24 @@ impl Workload {
                 .and_then(|&k| fanout_of_kernel.get(k as usize))
                 .copied()
                 .unwrap_or(NONE);
-            p.sig
-                .extend(s.signals(t).filter(|&c| s.counter_rank[c as usize] == rank));
+            // The counters of its own rank that it signals: its list's, then its barrier's.
+            p.sig.extend(
+                s.signal_list
+                    .row(t)
+                    .iter()
+                    .copied()
+                    .filter(|&c| s.counter_rank[c as usize] == rank),
+            );
+            let barrier = s.fanout_of(t);
+            let laid_out = s.kernel.get(t).is_some_and(|&k| by_rank.get(k as usize) == Some(&true));
+            if laid_out {
+                let own = barrier.start.saturating_add(rank);
+                if barrier.contains(&own) {
+                    p.sig.push(own);
+                }
+            } else {
+                p.sig.extend(barrier.filter(|&c| s.counter_rank[c as usize] == rank));
+            }
             let sig_split = p.sig.len() as u32;
             p.sig.extend(
                 s.signal_list

@@ -263,6 +263,7 @@ fn one(
         record_bandwidth: outputs.is_some() && o.trace.is_some(),
         progress: bar.is_some().then_some(simulated),
         side_by_side,
+        ..SimOptions::default()
     };
     let hpmoe_sim::pipeline::Ran {
         compiled: c,
