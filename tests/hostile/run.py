@@ -719,6 +719,38 @@ case("over5_ok_dump_beside_input", ELEM, args=("run", "--numerics", "--input", "
      files={"x.npy": X_NPY}, expect="ok")
 
 
+
+# ---- Sixth round.
+
+# Numerics: the work of a run (every body at every point, tiled and dense) is estimated and
+# limited before it starts, and its memory counts what the executors hold; a raised limit
+# that the address space cannot hold fails with a message, not an abort.
+def matmul(m, k, n, ranks=1, tiles="m: 128, n: 128, k: 64"):
+    return (DEV.replace("ranks: 1", f"ranks: {ranks}") % ""
+            + "op mm<T>(x: T[M, K], w: T[K, N]) -> T[M, N] on aic { out[m, n] = sum(k) x[m, k] * w[k, n]; }\n"
+            + f"taskflow f(x: bf16[{m}, {k}], w: bf16[{k}, {n}]) -> bf16[{m}, {n}] {{ return mm(x, w) tile({tiles}); }}\n")
+
+
+def wide_elementwise(shape, taskflows=("f",)):
+    return (DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n] + 1.0; }\n"
+            + "".join(f"taskflow {t}(x: f32{shape}) -> f32{shape} {{ return e(x) tile(m: 8); }}\n" for t in taskflows))
+
+
+case("s6_numerics_work_matmul", matmul(1024, 16384, 1024), args=("run", "--numerics"))
+case("s6_numerics_work_matmul_ranks", matmul(256, 4096, 256, ranks=8), args=("run", "--numerics", "--policy", "kernel_by_kernel"))
+case("s6_numerics_work_routed", moe(tokens=4096, hidden=1024, experts=8), args=("run", "--numerics", "--policy", "kernel_by_kernel"))
+case("s6_numerics_work_repl_dump", matmul(1024, 16384, 1024), args=("repl",), stdin=":dump @DIR/s6_dump\n")
+case("s6_numerics_work_dump", matmul(1024, 16384, 1024), args=("run", "--dump", "@DIR/s6_dump2"))
+case("s6_numerics_work_functions", elementwise("out[m, n] = " + "gelu_erf(" * 100 + "x[m, n]" + ")" * 100 + ";", "[2048, 2400]", " tile(m: 8)"),
+     args=("run", "--numerics", "--policy", "kernel_by_kernel"))
+case("s6_numerics_work_ok_small", matmul(128, 256, 128), args=("run", "--numerics"), expect="ok")
+case("s6_numerics_dense_writes_ok", wide_elementwise("[8192, 4096]"), args=("run", "--numerics", "--policy", "kernel_by_kernel"), expect="ok")
+case("s6_numerics_two_jobs_ok", wide_elementwise("[8192, 4000]", ("f", "g")), args=("run", "--numerics", "--policy", "kernel_by_kernel", "--jobs", "2"), expect="ok")
+case("s6_numerics_layer_ok", wide_elementwise("[8192, 2000]", ("f", "f_bwd")), args=("run", "--numerics", "--policy", "kernel_by_kernel", "--jobs", "2"), expect="ok")
+case("s6_numerics_memory_raised", wide_elementwise("[16384, 8192]"),
+     args=("run", "--numerics", "--policy", "kernel_by_kernel", "--numerics-memory", "100000"))
+case("s6_numerics_memory_repl", wide_elementwise("[32768, 4096]"), args=("repl",), stdin=":dump @DIR/s6_dump3\n")
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"

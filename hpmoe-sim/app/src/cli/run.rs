@@ -622,13 +622,21 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     }
     .min(jobs.len())
     .max(1);
-    // Side by side, each job holds its own graphs: no more run at once than their memory
-    // estimates allow together (decided before any starts, so the output does not depend on
-    // it).
+    // Side by side, each job holds its own graphs (and its numerics' tensors): no more run
+    // at once than their memory estimates allow together (decided before any starts, so the
+    // output does not depend on it).
     let threads = if threads > 1 {
         let mems: Vec<hpmoe_sim::pipeline::RunMemory> = jobs
             .iter()
-            .filter_map(|j| hpmoe_sim::pipeline::run_memory(&p, j.tf, &j.spec, &copts))
+            .filter_map(|j| {
+                let mut m = hpmoe_sim::pipeline::run_memory(&p, j.tf, &j.spec, &copts)?;
+                if j.numerics.is_some() {
+                    let layouts = p.layouts(j.spec.static_capacity).ok()?;
+                    let need = hpmoe_sim::numerics::memory_need_in(j.tf, &layouts, p.device.ranks());
+                    m.graphs = m.graphs.saturating_add(u64::try_from(need).unwrap_or(u64::MAX));
+                }
+                Some(m)
+            })
             .collect();
         side_by_side(&mems, threads)
     } else {

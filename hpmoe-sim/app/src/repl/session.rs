@@ -993,8 +993,7 @@ impl Session {
             return self.dump_gated(&v, &opts);
         }
         let comp = v.compiled();
-        let need = hpmoe_sim::numerics::store::total_elements(v.taskflow(), &comp.graph).saturating_mul(24);
-        let order = if need > u128::from(opts.memory_limit) {
+        let order = if hpmoe_sim::numerics::check_size(v.taskflow(), &comp.graph, &opts).is_err() {
             hpmoe_sim::numerics::schedule_order(&comp.graph, &comp.schedule)
         } else {
             let checked = Rc::clone(&v.checked);
