@@ -751,6 +751,32 @@ case("s6_numerics_memory_raised", wide_elementwise("[16384, 8192]"),
      args=("run", "--numerics", "--policy", "kernel_by_kernel", "--numerics-memory", "100000"))
 case("s6_numerics_memory_repl", wide_elementwise("[32768, 4096]"), args=("repl",), stdin=":dump @DIR/s6_dump3\n")
 
+# Names that mean two things: a body's `let` named like an index variable, a parameter, a
+# shape symbol or an earlier `let` (the other silently won); outputs named twice or like an
+# input (a dump wrote both to one file).
+case("s6_let_shadows_index", elementwise("let m = 2.0; out[m, n] = x[m, n] * m;"), args=("run",))
+case("s6_let_twice", elementwise("let a = 2.0; let a = 3.0; out[m, n] = x[m, n] * a;"), args=("run", "--numerics"))
+case("s6_let_shadows_input", elementwise("let x = 2.0; out[m, n] = x[m, n];"))
+case("s6_let_shadows_symbol", elementwise("let M = 2.0; out[m, n] = x[m, n] * M;"))
+case("s6_let_then_reduction", elementwise("let k = 2.0; out[m, n] = sum(k) x[m, k] * k;"))
+case("s6_let_shadows_param", "param p = 3;\n" + elementwise("let p = 2.0; out[m, n] = x[m, n] * p;"))
+case("s6_repl_let_shadows", SMALL, args=("repl",), stdin="op e<T>(x: T[M, N]) -> T[M, N] on aiv { let x = 1.0; out[m, n] = x[m, n]; }\n:show ops e\n")
+OUTS6 = DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
+case("s6_output_twice", OUTS6 + "taskflow f(x: f32[4, 4]) -> (a: f32[4, 4], a: f32[4, 4]) { return (e(x), e(x)); }\n",
+     args=("run", "--dump", "@DIR/s6_out_twice"))
+case("s6_output_named_input", OUTS6 + "taskflow f(x: f32[4, 4]) -> (x: f32[4, 4]) { return e(x); }\n", args=("run", "--dump", "@DIR/s6_out_input"))
+case("s6_output_out_is_input", OUTS6 + "taskflow f(out: f32[4, 4]) -> f32[4, 4] { return e(out); }\n", args=("run", "--numerics"))
+case("s6_output_is_its_input_ok", OUTS6 + "taskflow f(x: f32[4, 4]) -> (x: f32[4, 4]) { return x; }\n", args=("run", "--dump", "@DIR/s6_out_ok"), expect="ok")
+# A dump writes one file per name: a tensor named like a routing's file is refused before
+# any work; several taskflows dump into a directory each.
+ROUTE_NAMED6 = moe().replace("w: bf16[", "route_ids: bf16[").replace("gmm(xd, w)", "gmm(xd, route_ids)")
+case("s6_dump_tensor_named_route_file", ROUTE_NAMED6, args=("run", "--dump", "@DIR/s6_dump_route"))
+case("s6_dump_tensor_named_route_file_repl", ROUTE_NAMED6, args=("repl",), stdin=":dump @DIR/s6_dump_route2\n")
+case("s6_dump_tensor_named_weights", moe().replace("w: bf16[", "route_weights: bf16[").replace("gmm(xd, w)", "gmm(xd, route_weights)"),
+     args=("run", "--numerics", "--dump", "@DIR/s6_dump_route3", "--policy", "kernel_by_kernel"))
+case("s6_dump_two_taskflows_ok", moe() + "taskflow g(x: bf16[tokens, hidden]) -> bf16[tokens, hidden] { return add(x, x); }\n",
+     args=("run", "--dump", "@DIR/s6_dump_two"), expect="ok", twice=True)
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"

@@ -365,6 +365,57 @@ pub fn check_size(tf: &Taskflow, g: &TaskGraph, opts: &NumericsOptions) -> Resul
     Ok(())
 }
 
+/// The prefix of routing `k`'s files in a dump: `route` when the program has one routing,
+/// else `route_NAME`.
+fn route_prefix(program: &Program, k: usize) -> String {
+    if program.routes.len() == 1 {
+        "route".to_string()
+    } else {
+        format!("route_{}", program.routes[k].name)
+    }
+}
+
+/// The files a dump of `tf` may write into its directory, each with what it holds: every
+/// input and output by name, then every routing's ids, kept rows, weights and window rows.
+pub fn dump_files(program: &Program, tf: &Taskflow) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = Vec::new();
+    for &i in &tf.inputs {
+        let n = &tf.tensor(i).name;
+        files.push((format!("{n}.npy"), format!("input `{n}`")));
+    }
+    for (n, t) in &tf.outputs {
+        if !(tf.inputs.contains(t) && tf.tensor(*t).name == *n) {
+            files.push((format!("{n}.npy"), format!("output `{n}`")));
+        }
+    }
+    for k in 0..program.routes.len() {
+        let prefix = route_prefix(program, k);
+        for part in ["ids", "kept", "weights", "window_rows"] {
+            files.push((
+                format!("{prefix}_{part}.npy"),
+                format!("the {} of routing `{}`", part.replace('_', " "), program.routes[k].name),
+            ));
+        }
+    }
+    files
+}
+
+/// Refuses a dump of `tf` in which two things would be written to one file (a tensor named
+/// like a routing's file): the second would replace the first without a word.
+pub fn check_dump(program: &Program, tf: &Taskflow) -> Result<(), String> {
+    let mut seen: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    for (file, what) in dump_files(program, tf) {
+        if let Some(first) = seen.get(&file) {
+            return Err(format!(
+                "a dump of `{}` would write {first} and {what} to the same file `{file}`; rename one of them",
+                tf.name
+            ));
+        }
+        seen.insert(file, what);
+    }
+    Ok(())
+}
+
 /// Runs the numerics of a scheduled taskflow. `order` is the start order of the tasks (from
 /// the timing simulation, or [`schedule_order`]). Inputs are seeded random values, or the
 /// `.npy` files of `opts.inputs`.
@@ -395,6 +446,12 @@ pub fn run_bound(
     keep: bool,
 ) -> Result<(NumericsReport, Option<Memories>), Diagnostic> {
     check_size(tf, g, opts)?;
+    if opts.dump.is_some() {
+        check_dump(program, tf).map_err(|m| {
+            Diagnostic::error(Code::DuplicateDefinition, m)
+                .primary(tf.span, "this taskflow")
+        })?;
+    }
     if order.len() != g.len() {
         return Err(Diagnostic::error(
             Code::Deadlock,
@@ -567,15 +624,15 @@ pub fn run_bound(
             write(&tf.tensor(i).name, &reference[i.0 as usize])?;
         }
         for (name, t) in &tf.outputs {
+            // An output that is an input of the same name was written as that input.
+            if tf.inputs.contains(t) && tf.tensor(*t).name == *name {
+                continue;
+            }
             write(name, &widen(&device[t.0 as usize]))?;
         }
-        for (k, spec) in program.routes.iter().enumerate() {
+        for k in 0..program.routes.len() {
             if g.layouts.get(k).is_some_and(|l| l.is_some()) {
-                let prefix = if program.routes.len() == 1 {
-                    "route".to_string()
-                } else {
-                    format!("route_{}", spec.name)
-                };
+                let prefix = route_prefix(program, k);
                 inputs::dump_routing(g, k, dir, &prefix)
                     .map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot write routing files: {e}")))?;
                 dumped.push(dir.join(format!("{prefix}_ids.npy")));

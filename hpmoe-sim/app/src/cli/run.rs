@@ -214,6 +214,16 @@ struct Job<'p> {
 
 /// How many of the runs `mems` may go side by side, at most `threads`: the most whose largest
 /// estimates fit [`hpmoe_dsl::lower::MAX_MEMORY`] together (at least one).
+/// Where a dump of `tf` goes: `dir` itself, or `dir/TASKFLOW` when `taskflows` several are
+/// dumped.
+fn dump_dir(dir: &std::path::Path, tf: &Taskflow, taskflows: usize) -> std::path::PathBuf {
+    if taskflows > 1 {
+        dir.join(&tf.name)
+    } else {
+        dir.to_path_buf()
+    }
+}
+
 fn side_by_side(mems: &[hpmoe_sim::pipeline::RunMemory], threads: usize) -> usize {
     let mut by_size = mems.to_vec();
     by_size.sort_by_key(|m| std::cmp::Reverse(m.graphs));
@@ -548,6 +558,27 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     if let Some(msg) = o.numerics.as_ref().and_then(|n| unknown_input(&tfs, &n.inputs)) {
         return usage(msg);
     }
+    // A dump of several taskflows puts each taskflow's files in a directory of its own
+    // (their tensors and routings have the same names); nothing it writes may replace a file
+    // the run reads or another file of the same dump.
+    if let Some(n) = o.numerics.as_ref() {
+        if let Some(dir) = n.dump.as_deref() {
+            let mut read = super::paths::files_read(&sources, p.program());
+            read.extend(n.inputs.iter().map(|(_, f)| f.clone()));
+            for tf in &tfs {
+                let sub = dump_dir(dir, tf, tfs.len());
+                if let Err(e) = super::paths::output_dir("--dump", &sub) {
+                    return usage(e);
+                }
+                if let Err(e) = super::paths::dump_not_over_inputs(&sub, &read) {
+                    return usage(e);
+                }
+                if let Err(e) = hpmoe_sim::numerics::check_dump(&p, tf) {
+                    return usage(format!("--dump `{}`: {e}", sub.display()));
+                }
+            }
+        }
+    }
     let wants_outputs = o.trace.is_some() || o.gantt.is_some();
     if wants_outputs && tfs.len() > 1 && o.format == Format::Human {
         errln!(
@@ -574,6 +605,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             }
             let numerics = o.numerics.as_ref().map(|n| hpmoe_sim::numerics::NumericsOptions {
                 inputs: hpmoe_sim::numerics::gates::inputs_of(tf, &n.inputs),
+                dump: n.dump.as_deref().map(|d| dump_dir(d, tf, tfs.len())),
                 ..n.clone()
             });
             jobs.push(Job {
