@@ -248,10 +248,16 @@ fn work_is_estimated_from_the_bodies_and_limited_before_running() {
         ..Default::default()
     };
     let exact = (ranks * (mm + e)) as u64;
-    assert!(numerics::run(&p, tf, &c.graph, &c.schedule, &order, &at(exact)).unwrap().passed());
+    assert!(numerics::run(&p, tf, &c.graph, &c.schedule, &order, &at(exact))
+        .unwrap()
+        .passed());
     let err = numerics::run(&p, tf, &c.graph, &c.schedule, &order, &at(exact - 1)).unwrap_err();
     assert_eq!(err.code, Code::LimitExceeded);
-    assert!(err.message.contains(&format!("would evaluate {exact} operations")), "{}", err.message);
+    assert!(
+        err.message.contains(&format!("would evaluate {exact} operations")),
+        "{}",
+        err.message
+    );
 }
 
 #[test]

@@ -786,11 +786,8 @@ impl Checker<'_> {
                         // ambiguous (the index variable, the tensor or the earlier `let` wins
                         // silently): every name in a body means one thing.
                         self.err(
-                            Diagnostic::error(
-                                Code::DuplicateDefinition,
-                                format!("`let {}` shadows {what}", name.name),
-                            )
-                            .primary(name.span, "choose a new name"),
+                            Diagnostic::error(Code::DuplicateDefinition, format!("`let {}` shadows {what}", name.name))
+                                .primary(name.span, "choose a new name"),
                         );
                         cx.failed = true;
                     }

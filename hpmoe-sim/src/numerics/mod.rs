@@ -447,10 +447,8 @@ pub fn run_bound(
 ) -> Result<(NumericsReport, Option<Memories>), Diagnostic> {
     check_size(tf, g, opts)?;
     if opts.dump.is_some() {
-        check_dump(program, tf).map_err(|m| {
-            Diagnostic::error(Code::DuplicateDefinition, m)
-                .primary(tf.span, "this taskflow")
-        })?;
+        check_dump(program, tf)
+            .map_err(|m| Diagnostic::error(Code::DuplicateDefinition, m).primary(tf.span, "this taskflow"))?;
     }
     if order.len() != g.len() {
         return Err(Diagnostic::error(
