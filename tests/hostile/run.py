@@ -776,6 +776,10 @@ case("s6_dump_tensor_named_weights", moe().replace("w: bf16[", "route_weights: b
      args=("run", "--numerics", "--dump", "@DIR/s6_dump_route3", "--policy", "kernel_by_kernel"))
 case("s6_dump_two_taskflows_ok", moe() + "taskflow g(x: bf16[tokens, hidden]) -> bf16[tokens, hidden] { return add(x, x); }\n",
      args=("run", "--dump", "@DIR/s6_dump_two"), expect="ok", twice=True)
+# A lone carriage return: the position printed, the excerpt's line numbers and the JSON agree
+# (all count `\n`), and no lone `\r` is echoed to the terminal.
+case("s6_lone_cr_positions", "param a = 1;\rparam b = ;\r\nparam c = 2;\n\rparam d = ;\n", twice=True)
+case("s6_lone_cr_json", "param a = 1;\rparam b = ;\r\nparam c = 2;\n\rparam d = ;\n", args=("check", "--format", "json"), twice=True)
 
 def classify(rc, err, expect):
     if rc == 124:
