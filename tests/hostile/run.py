@@ -780,6 +780,12 @@ case("s6_dump_two_taskflows_ok", moe() + "taskflow g(x: bf16[tokens, hidden]) ->
 # (all count `\n`), and no lone `\r` is echoed to the terminal.
 case("s6_lone_cr_positions", "param a = 1;\rparam b = ;\r\nparam c = 2;\n\rparam d = ;\n", twice=True)
 case("s6_lone_cr_json", "param a = 1;\rparam b = ;\r\nparam c = 2;\n\rparam d = ;\n", args=("check", "--format", "json"), twice=True)
+# REPL options given twice: refused, not the last one silently taken; `:quit` with words.
+case("s6_repl_dump_flag_twice", SMALL, args=("repl",), stdin=":dump @DIR/s6_repl_twice bf16 bf16\n")
+case("s6_repl_seed_twice", SMALL, args=("repl",), stdin=":dump @DIR/s6_repl_twice2 seed=1 seed=2\n")
+case("s6_repl_limit_twice", SMALL, args=("repl",), stdin=":run\n:show tasks limit=1 limit=99999\n")
+case("s6_repl_window_twice", SMALL, args=("repl",), stdin=":run\n:gantt @DIR/s6_g.svg window=0..1 window=1..2\n")
+case("s6_repl_quit_words", SMALL, args=("repl",), stdin=":quit now\n")
 
 def classify(rc, err, expect):
     if rc == 124:
