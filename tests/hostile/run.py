@@ -786,6 +786,26 @@ case("s6_repl_seed_twice", SMALL, args=("repl",), stdin=":dump @DIR/s6_repl_twic
 case("s6_repl_limit_twice", SMALL, args=("repl",), stdin=":run\n:show tasks limit=1 limit=99999\n")
 case("s6_repl_window_twice", SMALL, args=("repl",), stdin=":run\n:gantt @DIR/s6_g.svg window=0..1 window=1..2\n")
 case("s6_repl_quit_words", SMALL, args=("repl",), stdin=":quit now\n")
+# `.npy` headers are NumPy's dict literal, read strictly: a key given twice (NumPy takes the
+# last, a search the first: the data was read as another dtype), another key, a stray byte.
+def npy_raw(header, data=b""):
+    h = header + " " * ((64 - (len(header) + 11) % 64) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h.encode() + data
+
+
+F4_6 = bytes(4 * 64 * 64)
+case("s6_npy_descr_twice", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw("{'descr': '<f4', 'descr': '<f2', 'fortran_order': False, 'shape': (1, 64, 64), }", F4_6)})
+case("s6_npy_shape_twice", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 64, 64), 'shape': (2, 64, 32), }", F4_6)})
+case("s6_npy_other_key", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 64, 64), 'x': 1, }", F4_6)})
+case("s6_npy_nul_in_header", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw("{'descr': '<f4',\0 'fortran_order': False, 'shape': (1, 64, 64), }", F4_6)})
+case("s6_npy_route_file_descr_twice", ROUTE_FILE, args=("run",),
+     files={"r.npy": npy_raw("{'descr': '<i4', 'descr': '<i8', 'fortran_order': False, 'shape': (4, 64, 2), }", b"\0\0\0\0\1\0\0\0" * (4 * 64))})
+case("s6_npy_keys_reordered_ok", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), expect="ok",
+     files={"h.npy": npy_raw("{\"shape\": (1, 64, 64), \"fortran_order\": False, \"descr\": \"<f4\"}", F4_6)})
 
 def classify(rc, err, expect):
     if rc == 124:
