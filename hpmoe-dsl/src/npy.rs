@@ -266,11 +266,18 @@ fn dict_values(header: &str) -> Result<[&str; 3], String> {
     let mut rest = body.trim_start();
     while !rest.is_empty() {
         // The key: a quoted name.
-        let q = rest.chars().next().filter(|&c| c == '\'' || c == '"').ok_or("malformed header: expected a quoted key")?;
+        let q = rest
+            .chars()
+            .next()
+            .filter(|&c| c == '\'' || c == '"')
+            .ok_or("malformed header: expected a quoted key")?;
         let end = rest[1..].find(q).ok_or("malformed header: a key is not closed")? + 1;
         let key = &rest[1..end];
         rest = rest[end + 1..].trim_start();
-        rest = rest.strip_prefix(':').ok_or("malformed header: expected `:` after a key")?.trim_start();
+        rest = rest
+            .strip_prefix(':')
+            .ok_or("malformed header: expected `:` after a key")?
+            .trim_start();
         // The value: a quoted string, a bracketed list or tuple, or a bare word.
         let len = match rest.chars().next() {
             Some(c @ ('\'' | '"')) => rest[1..].find(c).ok_or("malformed header: a string is not closed")? + 2,
@@ -477,14 +484,35 @@ mod tests {
             Ok((NpyType::I32, vec![4]))
         );
         for (h, msg) in [
-            ("{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", "gives 'descr' twice"),
-            ("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'shape': (4,), }", "gives 'shape' twice"),
-            ("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'evil': 1, }", "a key 'evil'"),
-            ("{'descr': '<f4',\0 'fortran_order': False, 'shape': (2,), }", "expected a quoted key"),
-            ("{'descr': '<f4' 'fortran_order': False, 'shape': (2,), }", "expected `,`"),
-            ("{'descr': '<f4', 'fortran_order': False, 'shape': (2, }", "bracket is not closed"),
+            (
+                "{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+                "gives 'descr' twice",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'shape': (4,), }",
+                "gives 'shape' twice",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'evil': 1, }",
+                "a key 'evil'",
+            ),
+            (
+                "{'descr': '<f4',\0 'fortran_order': False, 'shape': (2,), }",
+                "expected a quoted key",
+            ),
+            (
+                "{'descr': '<f4' 'fortran_order': False, 'shape': (2,), }",
+                "expected `,`",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (2, }",
+                "bracket is not closed",
+            ),
             ("{'descr': '<f4', 'fortran_order': False }", "no 'shape'"),
-            ("'descr': '<f4', 'fortran_order': False, 'shape': (2,)", "not a dict literal"),
+            (
+                "'descr': '<f4', 'fortran_order': False, 'shape': (2,)",
+                "not a dict literal",
+            ),
         ] {
             let e = with(h).unwrap_err();
             assert!(e.contains(msg), "{h}: {e}");

@@ -291,7 +291,10 @@ impl Session {
         };
         if matches!(info.name, "show" | "explain" | "trace" | "gantt" | "dump") {
             if let Some(opt) = repeated_option(rest) {
-                self.error(&format!("`{opt}` is given twice: give each option of `:{}` once", info.name));
+                self.error(&format!(
+                    "`{opt}` is given twice: give each option of `:{}` once",
+                    info.name
+                ));
                 self.failed_now = true;
                 return Flow::Continue;
             }
