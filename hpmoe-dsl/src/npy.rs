@@ -107,7 +107,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<Header, String> {
     let (hlen, start) = header_len(bytes)?;
     let header = bytes.get(start..start + hlen).ok_or("truncated header")?;
     let header = std::str::from_utf8(header).map_err(|_| "the header is not text")?;
-    let descr = dict_value(header, "descr").ok_or("the header has no 'descr'")?;
+    let [descr, fortran, shape_text] = dict_values(header)?;
     let descr = descr.trim().trim_matches(|c| c == '\'' || c == '"');
     let dtype = match descr {
         "|i1" | "<i1" => NpyType::I8,
@@ -130,11 +130,9 @@ pub fn parse_header(bytes: &[u8]) -> Result<Header, String> {
             ));
         }
     };
-    let fortran = dict_value(header, "fortran_order").ok_or("the header has no 'fortran_order'")?;
     if fortran.trim() != "False" {
         return Err("Fortran-order arrays are not supported".into());
     }
-    let shape_text = dict_value(header, "shape").ok_or("the header has no 'shape'")?;
     let inner = shape_text
         .trim()
         .strip_prefix('(')
@@ -252,22 +250,77 @@ pub fn f16_encode(x: f64) -> u16 {
     sign | (((exp + 15) as u16) << 10) | m
 }
 
-/// The text of a key's value in the header's Python dict literal.
-fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
-    let pat1 = format!("'{key}':");
-    let pat2 = format!("\"{key}\":");
-    let i = header
-        .find(&pat1)
-        .map(|i| i + pat1.len())
-        .or_else(|| header.find(&pat2).map(|i| i + pat2.len()))?;
-    let rest = &header[i..];
-    let rest_trim = rest.trim_start();
-    if rest_trim.starts_with('(') {
-        let end = rest_trim.find(')')?;
-        return Some(&rest_trim[..=end]);
+/// The values of the header's Python dict literal (`{'descr': '<f4', 'fortran_order':
+/// False, 'shape': (2, 3), }`), as text, read strictly: each of the three keys NumPy writes
+/// exactly once and no other (NumPy refuses other keys, and of a key given twice it takes the
+/// last, where a search for the key would find the first), values that are a quoted string,
+/// a bracketed list or tuple, or a bare word, separated by commas.
+fn dict_values(header: &str) -> Result<[&str; 3], String> {
+    const KEYS: [&str; 3] = ["descr", "fortran_order", "shape"];
+    let body = header
+        .trim()
+        .strip_prefix('{')
+        .and_then(|s| s.strip_suffix('}'))
+        .ok_or("the header is not a dict literal `{...}`")?;
+    let mut found: [Option<&str>; 3] = [None; 3];
+    let mut rest = body.trim_start();
+    while !rest.is_empty() {
+        // The key: a quoted name.
+        let q = rest
+            .chars()
+            .next()
+            .filter(|&c| c == '\'' || c == '"')
+            .ok_or("malformed header: expected a quoted key")?;
+        let end = rest[1..].find(q).ok_or("malformed header: a key is not closed")? + 1;
+        let key = &rest[1..end];
+        rest = rest[end + 1..].trim_start();
+        rest = rest
+            .strip_prefix(':')
+            .ok_or("malformed header: expected `:` after a key")?
+            .trim_start();
+        // The value: a quoted string, a bracketed list or tuple, or a bare word.
+        let len = match rest.chars().next() {
+            Some(c @ ('\'' | '"')) => rest[1..].find(c).ok_or("malformed header: a string is not closed")? + 2,
+            Some(open @ ('(' | '[')) => {
+                let close = if open == '(' { ')' } else { ']' };
+                let mut depth = 0usize;
+                let mut at = None;
+                for (i, c) in rest.char_indices() {
+                    if c == open {
+                        depth += 1;
+                    } else if c == close {
+                        depth -= 1;
+                        if depth == 0 {
+                            at = Some(i + 1);
+                            break;
+                        }
+                    }
+                }
+                at.ok_or("malformed header: a bracket is not closed")?
+            }
+            _ => rest.find([',', '}']).unwrap_or(rest.len()),
+        };
+        let value = &rest[..len];
+        rest = rest[len..].trim_start();
+        let k = KEYS
+            .iter()
+            .position(|&k| k == key)
+            .ok_or_else(|| format!("the header has a key '{key}' besides 'descr', 'fortran_order' and 'shape'"))?;
+        if found[k].replace(value).is_some() {
+            return Err(format!("the header gives '{key}' twice"));
+        }
+        if let Some(r) = rest.strip_prefix(',') {
+            rest = r.trim_start();
+        } else if !rest.is_empty() {
+            return Err("malformed header: expected `,` between entries".into());
+        }
     }
-    let end = rest.find([',', '}']).unwrap_or(rest.len());
-    Some(&rest[..end])
+    let [descr, fortran, shape] = found;
+    Ok([
+        descr.ok_or("the header has no 'descr'")?,
+        fortran.ok_or("the header has no 'fortran_order'")?,
+        shape.ok_or("the header has no 'shape'")?,
+    ])
 }
 
 /// Opens a `.npy` file and reads its header, and only its header (at most [`MAX_HEADER`]
@@ -403,6 +456,66 @@ mod tests {
             assert_eq!(a.shape, vec![2, 3, 4]);
             assert_eq!(a.dtype, t);
             assert_eq!(a.data, data);
+        }
+    }
+
+    /// The header is NumPy's dict literal, read strictly: a key given twice (NumPy takes the
+    /// last, a search the first), another key, or a malformed entry is refused.
+    #[test]
+    fn header_keys_are_each_given_once_and_no_other() {
+        let with = |h: &str| {
+            let mut h = h.to_string();
+            while !(10 + h.len() + 1).is_multiple_of(64) {
+                h.push(' ');
+            }
+            h.push('\n');
+            let mut b = b"\x93NUMPY\x01\x00".to_vec();
+            b.extend_from_slice(&(h.len() as u16).to_le_bytes());
+            b.extend_from_slice(h.as_bytes());
+            b.extend_from_slice(&[0u8; 16]);
+            parse_header(&b).map(|h| (h.dtype, h.shape))
+        };
+        assert_eq!(
+            with("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }"),
+            Ok((NpyType::F32, vec![2, 2]))
+        );
+        assert_eq!(
+            with("{\"shape\": (4,), \"descr\": \"<i4\", \"fortran_order\": False}"),
+            Ok((NpyType::I32, vec![4]))
+        );
+        for (h, msg) in [
+            (
+                "{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+                "gives 'descr' twice",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'shape': (4,), }",
+                "gives 'shape' twice",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'evil': 1, }",
+                "a key 'evil'",
+            ),
+            (
+                "{'descr': '<f4',\0 'fortran_order': False, 'shape': (2,), }",
+                "expected a quoted key",
+            ),
+            (
+                "{'descr': '<f4' 'fortran_order': False, 'shape': (2,), }",
+                "expected `,`",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (2, }",
+                "bracket is not closed",
+            ),
+            ("{'descr': '<f4', 'fortran_order': False }", "no 'shape'"),
+            (
+                "'descr': '<f4', 'fortran_order': False, 'shape': (2,)",
+                "not a dict literal",
+            ),
+        ] {
+            let e = with(h).unwrap_err();
+            assert!(e.contains(msg), "{h}: {e}");
         }
     }
 

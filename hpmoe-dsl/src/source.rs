@@ -30,8 +30,9 @@ pub struct SourceMap {
 pub struct LineTable {
     /// Offsets of every `\n`.
     newlines: Vec<usize>,
-    /// The start of every line after the first when `\r\n`, a lone `\r` and `\n` each end a
-    /// line (how the diagnostic renderer counts lines).
+    /// The start of every line after the first (after each `\n`). A lone `\r` ends no line:
+    /// the renderer sees it as a space ([`lone_cr_as_space`]), so that its excerpts, its line
+    /// numbers and `line_col` agree.
     starts: Vec<usize>,
 }
 
@@ -51,7 +52,6 @@ impl LineTable {
                     t.starts.push(i + 2);
                     i += 1;
                 }
-                b'\r' => t.starts.push(i + 1),
                 _ => {}
             }
             i += 1;
@@ -73,6 +73,26 @@ impl LineTable {
             self.starts[k - 1]
         }
     }
+}
+
+/// The text with every `\r` that is not followed by `\n` replaced by a space (same length),
+/// or `None` when it has none. A lone carriage return in an excerpt would send a terminal
+/// back to the start of the line, and the renderer would count it as a line end in the
+/// position it prints but not in the lines it numbers.
+pub fn lone_cr_as_space(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let lone = |i: usize| b[i] == b'\r' && b.get(i + 1) != Some(&b'\n');
+    if !(0..b.len()).any(lone) {
+        return None;
+    }
+    let mut out = b.to_vec();
+    for (i, c) in out.iter_mut().enumerate() {
+        if lone(i) {
+            *c = b' ';
+        }
+    }
+    // Only ASCII bytes were replaced by ASCII bytes: still UTF-8.
+    String::from_utf8(out).ok()
 }
 
 impl SourceMap {
@@ -140,5 +160,33 @@ impl SourceMap {
             lo - t.newlines[before - 1] - 1
         };
         Some((before + 1, col + 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diag::{render_all, Diagnostic, Dropped, RenderStyle};
+    use crate::Code;
+
+    #[test]
+    fn a_lone_carriage_return_ends_no_line_in_rendered_positions_or_excerpts() {
+        // `\r` alone, `\r\n` and `\n`: the position printed, the numbered excerpt line and
+        // `line_col` all count the `\n`s only, and no `\r` reaches the output alone.
+        let text = "param a = 1;\rparam b = ;\r\nparam c = 2;\n\rparam d = ;\n";
+        let mut sm = SourceMap::new();
+        let f = sm.add("t.hpm", None, text);
+        for (at, line, col) in [(23usize, 1usize, 24usize), (50, 3, 12)] {
+            assert_eq!(&text[at..at + 1], ";");
+            let span = Span::new(f, at as u32, at as u32 + 1);
+            assert_eq!(sm.line_col(span), Some((line, col)));
+            let d = Diagnostic::error(Code::UnexpectedToken, "expected an expression").primary(span, "here");
+            let out = render_all(&[d], Dropped::NONE, &sm, RenderStyle::Plain);
+            assert!(out.contains(&format!("[t.hpm:{line}:{col}]")), "{out}");
+            assert!(out.contains(&format!(" {line} | ")), "{out}");
+            assert!(!out.replace("\r\n", "\n").contains('\r'), "{out:?}");
+        }
+        assert_eq!(lone_cr_as_space("a\r\nb\n"), None);
+        assert_eq!(lone_cr_as_space("a\rb\r").as_deref(), Some("a b "));
     }
 }

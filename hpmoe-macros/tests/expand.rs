@@ -287,3 +287,23 @@ fn the_handle_of_an_empty_or_broken_program() {
     assert_eq!(out.matches("pub x :").count(), 1, "{out}");
     assert_eq!(out.matches("pub y :").count(), 1, "{out}");
 }
+
+#[test]
+fn the_compile_time_task_limit_from_the_environment_is_a_number_or_an_error() {
+    use hpmoe_dsl::embed::{max_tasks_from, MAX_COMPILE_TIME_TASKS};
+    use std::ffi::OsStr;
+    assert_eq!(max_tasks_from(None), Ok(MAX_COMPILE_TIME_TASKS));
+    assert_eq!(max_tasks_from(Some(OsStr::new("0"))), Ok(0));
+    assert_eq!(max_tasks_from(Some(OsStr::new(" 5000 "))), Ok(5000));
+    for bad in ["", "abc", "-1", "1e6", "18446744073709551616", "5 000"] {
+        let e = max_tasks_from(Some(OsStr::new(bad))).unwrap_err();
+        assert!(e.contains(&format!("HPMOE_MACRO_MAX_TASKS is `{bad}`")), "{e}");
+        assert!(e.contains("not a number of tasks"), "{e}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let e = max_tasks_from(Some(OsStr::from_bytes(b"12\xff"))).unwrap_err();
+        assert!(e.contains("not a number of tasks"), "{e}");
+    }
+}

@@ -227,6 +227,55 @@ fn memory_limit_fails_fast() {
 }
 
 #[test]
+fn work_is_estimated_from_the_bodies_and_limited_before_running() {
+    // A product of [M, K] by [K, N]: M * N points, each a sum of K terms of three nodes
+    // (two reads and a product), plus the sum itself.
+    let text = "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 2 };\n\
+        op mm<T>(x: T[M, K], w: T[K, N]) -> T[M, N] on aic { out[m, n] = sum(k) x[m, k] * w[k, n]; }\n\
+        op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = exp(x[m, n]) + 1.0; }\n\
+        taskflow f(x: f32[32, 48], w: f32[48, 16]) -> f32[32, 16] { let y = mm(x, w); return e(y); }\n";
+    let p = program(text, &[]);
+    let c = compile(&p, 0, Policy::KernelByKernel, true);
+    let tf = &p.taskflows[0];
+    let ranks = 2;
+    let mm = 32 * 16 * (48 * 3 + 1);
+    // exp (two), its read, the constant and the sum.
+    let e = 32 * 16 * 5;
+    assert_eq!(numerics::work(tf, &c.graph), ranks * (mm + e));
+    let order = numerics::schedule_order(&c.graph, &c.schedule);
+    let at = |work_limit: u64| NumericsOptions {
+        work_limit,
+        ..Default::default()
+    };
+    let exact = (ranks * (mm + e)) as u64;
+    assert!(numerics::run(&p, tf, &c.graph, &c.schedule, &order, &at(exact))
+        .unwrap()
+        .passed());
+    let err = numerics::run(&p, tf, &c.graph, &c.schedule, &order, &at(exact - 1)).unwrap_err();
+    assert_eq!(err.code, Code::LimitExceeded);
+    assert!(
+        err.message.contains(&format!("would evaluate {exact} operations")),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn a_routed_reduction_counts_each_rank_s_rows() {
+    // The weight gradient sums each group's rows: about the rows a rank received in all.
+    let p = program(&moe(2, ROUTES[0]), &[]);
+    let c = compile(&p, 1, Policy::Interleaved, true);
+    let w = numerics::work(&p.taskflows[1], &c.graph);
+    assert!(w > 0);
+    // Doubling the tokens doubles every call's points or the rows of its reductions; only
+    // the node of each reduction itself, once per point of a weight gradient, stays.
+    let p2 = program(&moe(2, ROUTES[0]), &["tokens=24"]);
+    let c2 = compile(&p2, 1, Policy::Interleaved, true);
+    let w2 = numerics::work(&p2.taskflows[1], &c2.graph);
+    assert!(w2 < 2 * w && w2 * 10 > w * 19, "{w} then {w2}");
+}
+
+#[test]
 fn dumps_are_standard_npy_and_inputs_load_back() {
     let p = program(&moe(2, ROUTES[2]), &[]);
     let c = compile(&p, 0, Policy::ExpertLevel, true);

@@ -729,6 +729,94 @@ case("over5_ok_dump_beside_input", ELEM, args=("run", "--numerics", "--input", "
      files={"x.npy": X_NPY}, expect="ok")
 
 
+
+# ---- Sixth round.
+
+# Numerics: the work of a run (every body at every point, tiled and dense) is estimated and
+# limited before it starts, and its memory counts what the executors hold; a raised limit
+# that the address space cannot hold fails with a message, not an abort.
+def matmul(m, k, n, ranks=1, tiles="m: 128, n: 128, k: 64"):
+    return (DEV.replace("ranks: 1", f"ranks: {ranks}") % ""
+            + "op mm<T>(x: T[M, K], w: T[K, N]) -> T[M, N] on aic { out[m, n] = sum(k) x[m, k] * w[k, n]; }\n"
+            + f"taskflow f(x: bf16[{m}, {k}], w: bf16[{k}, {n}]) -> bf16[{m}, {n}] {{ return mm(x, w) tile({tiles}); }}\n")
+
+
+def wide_elementwise(shape, taskflows=("f",)):
+    return (DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n] + 1.0; }\n"
+            + "".join(f"taskflow {t}(x: f32{shape}) -> f32{shape} {{ return e(x) tile(m: 8); }}\n" for t in taskflows))
+
+
+case("s6_numerics_work_matmul", matmul(1024, 16384, 1024), args=("run", "--numerics"))
+case("s6_numerics_work_matmul_ranks", matmul(256, 4096, 256, ranks=8), args=("run", "--numerics", "--policy", "kernel_by_kernel"))
+case("s6_numerics_work_routed", moe(tokens=4096, hidden=1024, experts=8), args=("run", "--numerics", "--policy", "kernel_by_kernel"))
+case("s6_numerics_work_repl_dump", matmul(1024, 16384, 1024), args=("repl",), stdin=":dump @DIR/s6_dump\n")
+case("s6_numerics_work_dump", matmul(1024, 16384, 1024), args=("run", "--dump", "@DIR/s6_dump2"))
+case("s6_numerics_work_functions", elementwise("out[m, n] = " + "gelu_erf(" * 100 + "x[m, n]" + ")" * 100 + ";", "[2048, 2400]", " tile(m: 8)"),
+     args=("run", "--numerics", "--policy", "kernel_by_kernel"))
+case("s6_numerics_work_ok_small", matmul(128, 256, 128), args=("run", "--numerics"), expect="ok")
+case("s6_numerics_dense_writes_ok", wide_elementwise("[8192, 4096]"), args=("run", "--numerics", "--policy", "kernel_by_kernel"), expect="ok")
+case("s6_numerics_two_jobs_ok", wide_elementwise("[8192, 4000]", ("f", "g")), args=("run", "--numerics", "--policy", "kernel_by_kernel", "--jobs", "2"), expect="ok")
+case("s6_numerics_layer_ok", wide_elementwise("[8192, 2000]", ("f", "f_bwd")), args=("run", "--numerics", "--policy", "kernel_by_kernel", "--jobs", "2"), expect="ok")
+case("s6_numerics_memory_raised", wide_elementwise("[16384, 8192]"),
+     args=("run", "--numerics", "--policy", "kernel_by_kernel", "--numerics-memory", "100000"))
+case("s6_numerics_memory_repl", wide_elementwise("[32768, 4096]"), args=("repl",), stdin=":dump @DIR/s6_dump3\n")
+
+# Names that mean two things: a body's `let` named like an index variable, a parameter, a
+# shape symbol or an earlier `let` (the other silently won); outputs named twice or like an
+# input (a dump wrote both to one file).
+case("s6_let_shadows_index", elementwise("let m = 2.0; out[m, n] = x[m, n] * m;"), args=("run",))
+case("s6_let_twice", elementwise("let a = 2.0; let a = 3.0; out[m, n] = x[m, n] * a;"), args=("run", "--numerics"))
+case("s6_let_shadows_input", elementwise("let x = 2.0; out[m, n] = x[m, n];"))
+case("s6_let_shadows_symbol", elementwise("let M = 2.0; out[m, n] = x[m, n] * M;"))
+case("s6_let_then_reduction", elementwise("let k = 2.0; out[m, n] = sum(k) x[m, k] * k;"))
+case("s6_let_shadows_param", "param p = 3;\n" + elementwise("let p = 2.0; out[m, n] = x[m, n] * p;"))
+case("s6_repl_let_shadows", SMALL, args=("repl",), stdin="op e<T>(x: T[M, N]) -> T[M, N] on aiv { let x = 1.0; out[m, n] = x[m, n]; }\n:show ops e\n")
+OUTS6 = DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
+case("s6_output_twice", OUTS6 + "taskflow f(x: f32[4, 4]) -> (a: f32[4, 4], a: f32[4, 4]) { return (e(x), e(x)); }\n",
+     args=("run", "--dump", "@DIR/s6_out_twice"))
+case("s6_output_named_input", OUTS6 + "taskflow f(x: f32[4, 4]) -> (x: f32[4, 4]) { return e(x); }\n", args=("run", "--dump", "@DIR/s6_out_input"))
+case("s6_output_out_is_input", OUTS6 + "taskflow f(out: f32[4, 4]) -> f32[4, 4] { return e(out); }\n", args=("run", "--numerics"))
+case("s6_output_is_its_input_ok", OUTS6 + "taskflow f(x: f32[4, 4]) -> (x: f32[4, 4]) { return x; }\n", args=("run", "--dump", "@DIR/s6_out_ok"), expect="ok")
+# A dump writes one file per name: a tensor named like a routing's file is refused before
+# any work; several taskflows dump into a directory each.
+ROUTE_NAMED6 = moe().replace("w: bf16[", "route_ids: bf16[").replace("gmm(xd, w)", "gmm(xd, route_ids)")
+case("s6_dump_tensor_named_route_file", ROUTE_NAMED6, args=("run", "--dump", "@DIR/s6_dump_route"))
+case("s6_dump_tensor_named_route_file_repl", ROUTE_NAMED6, args=("repl",), stdin=":dump @DIR/s6_dump_route2\n")
+case("s6_dump_tensor_named_weights", moe().replace("w: bf16[", "route_weights: bf16[").replace("gmm(xd, w)", "gmm(xd, route_weights)"),
+     args=("run", "--numerics", "--dump", "@DIR/s6_dump_route3", "--policy", "kernel_by_kernel"))
+case("s6_dump_two_taskflows_ok", moe() + "taskflow g(x: bf16[tokens, hidden]) -> bf16[tokens, hidden] { return add(x, x); }\n",
+     args=("run", "--dump", "@DIR/s6_dump_two"), expect="ok", twice=True)
+# A lone carriage return: the position printed, the excerpt's line numbers and the JSON agree
+# (all count `\n`), and no lone `\r` is echoed to the terminal.
+case("s6_lone_cr_positions", "param a = 1;\rparam b = ;\r\nparam c = 2;\n\rparam d = ;\n", twice=True)
+case("s6_lone_cr_json", "param a = 1;\rparam b = ;\r\nparam c = 2;\n\rparam d = ;\n", args=("check", "--format", "json"), twice=True)
+# REPL options given twice: refused, not the last one silently taken; `:quit` with words.
+case("s6_repl_dump_flag_twice", SMALL, args=("repl",), stdin=":dump @DIR/s6_repl_twice bf16 bf16\n")
+case("s6_repl_seed_twice", SMALL, args=("repl",), stdin=":dump @DIR/s6_repl_twice2 seed=1 seed=2\n")
+case("s6_repl_limit_twice", SMALL, args=("repl",), stdin=":run\n:show tasks limit=1 limit=99999\n")
+case("s6_repl_window_twice", SMALL, args=("repl",), stdin=":run\n:gantt @DIR/s6_g.svg window=0..1 window=1..2\n")
+case("s6_repl_quit_words", SMALL, args=("repl",), stdin=":quit now\n")
+# `.npy` headers are NumPy's dict literal, read strictly: a key given twice (NumPy takes the
+# last, a search the first: the data was read as another dtype), another key, a stray byte.
+def npy_raw(header, data=b""):
+    h = header + " " * ((64 - (len(header) + 11) % 64) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h.encode() + data
+
+
+F4_6 = bytes(4 * 64 * 64)
+case("s6_npy_descr_twice", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw("{'descr': '<f4', 'descr': '<f2', 'fortran_order': False, 'shape': (1, 64, 64), }", F4_6)})
+case("s6_npy_shape_twice", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 64, 64), 'shape': (2, 64, 32), }", F4_6)})
+case("s6_npy_other_key", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 64, 64), 'x': 1, }", F4_6)})
+case("s6_npy_nul_in_header", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw("{'descr': '<f4',\0 'fortran_order': False, 'shape': (1, 64, 64), }", F4_6)})
+case("s6_npy_route_file_descr_twice", ROUTE_FILE, args=("run",),
+     files={"r.npy": npy_raw("{'descr': '<i4', 'descr': '<i8', 'fortran_order': False, 'shape': (4, 64, 2), }", b"\0\0\0\0\1\0\0\0" * (4 * 64))})
+case("s6_npy_keys_reordered_ok", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), expect="ok",
+     files={"h.npy": npy_raw("{\"shape\": (1, 64, 64), \"fortran_order\": False, \"descr\": \"<f4\"}", F4_6)})
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"

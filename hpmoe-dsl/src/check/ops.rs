@@ -781,6 +781,15 @@ impl Checker<'_> {
                         );
                         cx.failed = true;
                         // Kept in scope so that its uses are not reported again.
+                    } else if let Some(what) = self.let_clash(cx, &lets, &name.name) {
+                        // A `let` named like another name of the body would make its uses
+                        // ambiguous (the index variable, the tensor or the earlier `let` wins
+                        // silently): every name in a body means one thing.
+                        self.err(
+                            Diagnostic::error(Code::DuplicateDefinition, format!("`let {}` shadows {what}", name.name))
+                                .primary(name.span, "choose a new name"),
+                        );
+                        cx.failed = true;
                     }
                     lets.push((name.name.clone(), Local::Let(value.clone())));
                 }
@@ -971,6 +980,24 @@ impl Checker<'_> {
             })
     }
 
+    /// What a `let` named `name` would shadow: an earlier `let`, a parameter of the op, a
+    /// shape symbol, the dtype parameter or a `param` of the program.
+    fn let_clash(&self, cx: &Ctx, lets: &[(String, Local)], name: &str) -> Option<&'static str> {
+        if lets.iter().any(|(n, _)| n == name) {
+            Some("an earlier `let` of this body")
+        } else if cx.params.iter().any(|p| p.name() == name) {
+            Some("a parameter of this op")
+        } else if cx.syms.iter().any(|s| s == name) {
+            Some("a shape symbol of the signature")
+        } else if cx.generics.iter().any(|g| g == name) {
+            Some("a dtype parameter of this op")
+        } else if self.is_const_name(cx, name) {
+            Some("a `param` of the program")
+        } else {
+            None
+        }
+    }
+
     /// Whether a name denotes a constant (a shape symbol or a param), not a variable.
     fn is_const_name(&self, cx: &Ctx, name: &str) -> bool {
         cx.syms.iter().any(|s| s == name)
@@ -1010,11 +1037,15 @@ impl Checker<'_> {
                 return None;
             }
         };
+        let is_let = cx.scope.iter().any(|(n, l)| *n == name && matches!(l, Local::Let(_)));
         if self.is_const_name(cx, &name)
             || RESERVED.contains(&name.as_str())
             || cx.params.iter().any(|p| p.name() == name)
+            || is_let
         {
-            let what = if cx.syms.contains(&name) {
+            let what = if is_let {
+                "a `let` of this body"
+            } else if cx.syms.contains(&name) {
                 "a shape symbol of the signature"
             } else if cx.params.iter().any(|p| p.name() == name) {
                 "a parameter of this op"
@@ -1530,7 +1561,7 @@ impl Checker<'_> {
                 let mut vars = Vec::with_capacity(binders.len());
                 for b in binders {
                     let v = b.var();
-                    if Self::lookup_var(cx, &v.name).is_some()
+                    if cx.scope.iter().any(|(n, _)| *n == v.name)
                         || self.is_const_name(cx, &v.name)
                         || cx.params.iter().any(|p| p.name() == v.name)
                     {

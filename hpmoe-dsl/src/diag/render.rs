@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 /// A file's text as the renderer reads it: the excerpt around a span is found from the
 /// file's line table, so rendering a diagnostic near the end of a large file costs the
-/// excerpt, not a scan of the whole file (and the text is shared, not copied).
+/// excerpt, not a scan of the whole file (and the text is shared, not copied, unless it has
+/// a lone `\r`).
 struct Excerpts {
     name: String,
     text: Arc<String>,
@@ -138,7 +139,7 @@ fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
         let f = sources.get(id)?;
         Some(Excerpts {
             name: f.name.clone(),
-            text: Arc::clone(&f.text),
+            text: crate::source::lone_cr_as_space(&f.text).map_or_else(|| Arc::clone(&f.text), Arc::new),
             lines: sources.line_table(id)?,
         })
     };

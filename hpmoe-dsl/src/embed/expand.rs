@@ -52,24 +52,65 @@ impl Default for ExpandOptions {
     /// `CARGO_MANIFEST_DIR`, and the task limit from `HPMOE_MACRO_MAX_TASKS` when it is set
     /// to a number (0: check only), else [`MAX_COMPILE_TIME_TASKS`].
     fn default() -> Self {
-        ExpandOptions {
+        ExpandOptions::from_env().unwrap_or_else(|_| ExpandOptions {
             dir: std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from),
-            max_tasks: std::env::var("HPMOE_MACRO_MAX_TASKS")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(MAX_COMPILE_TIME_TASKS),
-        }
+            max_tasks: MAX_COMPILE_TIME_TASKS,
+        })
     }
 }
 
-/// Expands `taskflow! { ... }` with the default options.
-pub fn expand(input: TokenStream) -> TokenStream {
-    expand_with(input, &ExpandOptions::default())
+impl ExpandOptions {
+    /// The options of the build's environment: `CARGO_MANIFEST_DIR`, and
+    /// `HPMOE_MACRO_MAX_TASKS` (see [`max_tasks_from`]); `Err` with the message when that
+    /// variable is set to something else than a number of tasks.
+    pub fn from_env() -> Result<ExpandOptions, String> {
+        Ok(ExpandOptions {
+            dir: std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from),
+            max_tasks: max_tasks_from(std::env::var_os("HPMOE_MACRO_MAX_TASKS").as_deref())?,
+        })
+    }
 }
 
-/// Expands `taskflow_file!("path.hpm")` with the default options.
+/// The compile-time task limit given by the value of `HPMOE_MACRO_MAX_TASKS`: unset,
+/// [`MAX_COMPILE_TIME_TASKS`]; a whole number (0: check only); anything else (not text, not
+/// a number, negative, past 64 bits) is refused, never taken for the default.
+pub fn max_tasks_from(value: Option<&std::ffi::OsStr>) -> Result<u64, String> {
+    let Some(v) = value else {
+        return Ok(MAX_COMPILE_TIME_TASKS);
+    };
+    let shown = v.to_string_lossy();
+    v.to_str()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .ok_or_else(|| {
+            format!(
+                "HPMOE_MACRO_MAX_TASKS is `{shown}`, not a number of tasks: set it to a whole number (0 only checks the program) or unset it (the limit is then {MAX_COMPILE_TIME_TASKS})"
+            )
+        })
+}
+
+/// Expands `taskflow! { ... }` with the options of the build's environment (a malformed
+/// `HPMOE_MACRO_MAX_TASKS` is a compile error, and the program is then only checked).
+pub fn expand(input: TokenStream) -> TokenStream {
+    with_env_options(|o| expand_with(input, o))
+}
+
+/// Expands `taskflow_file!("path.hpm")` with the options of the build's environment.
 pub fn expand_file(input: TokenStream) -> TokenStream {
-    expand_file_with(input, &ExpandOptions::default())
+    with_env_options(|o| expand_file_with(input, o))
+}
+
+fn with_env_options(f: impl FnOnce(&ExpandOptions) -> TokenStream) -> TokenStream {
+    match ExpandOptions::from_env() {
+        Ok(o) => f(&o),
+        Err(msg) => {
+            let mut out = compile_error(PSpan::call_site(), PSpan::call_site(), &msg);
+            out.extend(f(&ExpandOptions {
+                dir: std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from),
+                max_tasks: 0,
+            }));
+            out
+        }
+    }
 }
 
 /// Expands `taskflow! { ... }`.

@@ -15,7 +15,9 @@
 mod expand;
 
 #[cfg(feature = "proc-macro2")]
-pub use expand::{expand, expand_file, expand_file_with, expand_with, ExpandOptions, MAX_COMPILE_TIME_TASKS};
+pub use expand::{
+    expand, expand_file, expand_file_with, expand_with, max_tasks_from, ExpandOptions, MAX_COMPILE_TIME_TASKS,
+};
 
 use crate::check::{Options, Override};
 use crate::diag::{render_all, Diagnostic, RenderStyle};

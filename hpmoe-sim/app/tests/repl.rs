@@ -343,6 +343,31 @@ fn compare_with_the_same_policy_is_refused() {
 }
 
 #[test]
+fn an_option_given_twice_is_refused_not_the_last_taken() {
+    let dir = tmp("repl-twice");
+    let d = dir.display();
+    for (line, opt) in [
+        (":show tasks limit=1 limit=2".to_string(), "limit="),
+        (":show tasks rank=0 rank=0".to_string(), "rank="),
+        (format!(":trace {d}/t.json ranks=0 ranks=0"), "ranks="),
+        (format!(":gantt {d}/g.svg window=0..5 window=1..2"), "window="),
+        (format!(":dump {d}/n seed=1 seed=2"), "seed="),
+        (format!(":dump {d}/n bf16 bf16"), "bf16"),
+        (":explain 0 all all".to_string(), "all"),
+    ] {
+        let (out, code) = session(Some(SMALL), &format!(":run\n{line}\n"));
+        assert_eq!(code, 1, "{line}\n{out}");
+        assert!(out.contains(&format!("`{opt}` is given twice")), "{line}\n{out}");
+    }
+    assert!(!dir.join("n").exists(), "nothing was dumped");
+    // `:quit` with words after it is a mistake, not a way out.
+    let (out, code) = session(Some(SMALL), ":quit now\n:show params\n");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("`:quit` takes no arguments"), "{out}");
+    assert!(out.contains("tokens"), "the session went on: {out}");
+}
+
+#[test]
 fn numerics_memory_limit_is_an_error_not_a_crash() {
     let dir = tmp("repl-big");
     let (out, code) = session(Some(EP8), &format!(":dump {}\n:show config\n", dir.display()));

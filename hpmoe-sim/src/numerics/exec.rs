@@ -70,19 +70,18 @@ fn for_points<T: Num>(
     }
 }
 
-/// Where a statement writes at the current point: (rank, index), or `None` (padding).
-fn target<T>(env: &Env<T>, st: &BodyStmt) -> Option<(usize, Vec<i64>)> {
-    match &st.target {
-        Target::Out(ix) => {
-            let v: Option<Vec<i64>> = ix.iter().map(|i| index(env, i)).collect();
-            Some((env.rank, v?))
-        }
-        Target::Put { rank, index: ix } => {
-            let r = index(env, rank)?;
-            let v: Option<Vec<i64>> = ix.iter().map(|i| index(env, i)).collect();
-            Some((r as usize, v?))
-        }
+/// Where a statement writes at the current point: the rank, with the index in `ix`, or
+/// `None` (padding).
+fn target<T>(env: &Env<T>, st: &BodyStmt, ix: &mut Vec<i64>) -> Option<usize> {
+    ix.clear();
+    let (rank, idx) = match &st.target {
+        Target::Out(idx) => (env.rank, idx),
+        Target::Put { rank, index: idx } => (index(env, rank)? as usize, idx),
+    };
+    for i in idx {
+        ix.push(index(env, i)?);
     }
+    Some(rank)
 }
 
 /// The sending put's (token, choice) variables, if the statement is one.
@@ -101,21 +100,26 @@ fn send_vars(st: &BodyStmt) -> Option<(usize, usize)> {
     }
 }
 
-/// Evaluates a statement at every point of `dims` (and `sparse`) on `rank`; returns the
-/// writes (rank, index, value) to apply once the statement is done.
+/// Evaluates a statement at every point of `dims` (and `sparse`) on `rank` and stores each
+/// value into `out` (the call's output, taken out of `stores`) as it is computed, through
+/// `store(out, rank, offset, value)`. A call's output is a tensor of its own, never one of
+/// its inputs, so no evaluation reads what the statement writes, and the values need not
+/// be held until the statement is done (for a dense call that would be a record per
+/// element of its output).
 #[allow(clippy::too_many_arguments)]
 fn statement_writes<T: Num>(
     g: &TaskGraph,
     node: &hpmoe_dsl::ir::Node,
     st: &BodyStmt,
     stores: &[TensorStore<T>],
+    out: &mut TensorStore<T>,
     routes: &[Option<RouteIndex>],
     rank: usize,
     dims: &[(usize, i64, i64)],
     sparse: Sparse<'_>,
     log: Option<&mut ReadLog>,
-) -> Vec<(usize, Vec<i64>, T)> {
-    let mut writes = Vec::new();
+    store: &mut impl FnMut(&mut TensorStore<T>, usize, usize, T),
+) {
     let mut env = Env {
         g,
         body: &node.body,
@@ -128,13 +132,15 @@ fn statement_writes<T: Num>(
         out_of_range: false,
         log,
     };
+    let mut ix = Vec::new();
     for_points(&mut env, dims, sparse, &mut |env| {
         let v: T = eval(env, &st.value);
-        if let Some((r, ix)) = target(env, st) {
-            writes.push((r, ix, v));
+        if let Some(r) = target(env, st, &mut ix) {
+            if let Some(o) = out.offset(r, &ix) {
+                store(out, r, o, v);
+            }
         }
     });
-    writes
 }
 
 /// Settings of the tiled executor.
@@ -321,26 +327,39 @@ pub fn execute_tiled(
                 .collect();
             let sparse = sv.map(|(a, b)| (a, b, &ranges.entries[..]));
             log.begin();
-            let writes = statement_writes(g, node, st, stores, routes, rank, &dims, sparse, Some(&mut log));
+            // The output is taken out of `stores` while the statement writes it; no input is
+            // the output (see `statement_writes`), so the reads see every other tensor.
+            let mut out_store = std::mem::take(&mut stores[out]);
+            statement_writes(
+                g,
+                node,
+                st,
+                stores,
+                &mut out_store,
+                routes,
+                rank,
+                &dims,
+                sparse,
+                Some(&mut log),
+                &mut |store, r, o, v| {
+                    let cur = store.data[r][o];
+                    let mut x = if st.accumulate { cur + v } else { v };
+                    if bf16[out] {
+                        x = round_bf16(x);
+                    }
+                    if let Some(d) = quant[out] {
+                        x = d.cast(x as f64) as f32;
+                    }
+                    store.data[r][o] = x;
+                    if !store.writer.is_empty() {
+                        store.writer[r][o] = t;
+                    }
+                },
+            );
+            stores[out] = out_store;
             // The race check: every element the statement read was last written by a task
-            // ordered before this one (its own writes are applied only afterwards).
+            // ordered before this one.
             check_reads(&mut log, stores, rank, t, &mut ord, &mut races);
-            let store = &mut stores[out];
-            for (r, ix, v) in writes {
-                let Some(o) = store.offset(r, &ix) else { continue };
-                let cur = store.data[r][o];
-                let mut x = if st.accumulate { cur + v } else { v };
-                if bf16[out] {
-                    x = round_bf16(x);
-                }
-                if let Some(d) = quant[out] {
-                    x = d.cast(x as f64) as f32;
-                }
-                store.data[r][o] = x;
-                if !store.writer.is_empty() {
-                    store.writer[r][o] = t;
-                }
-            }
         }
         // A sending chunk owns its window rows, padding included.
         if let Some((d, lo, hi)) = ranges.dest_slots {
@@ -385,15 +404,26 @@ pub fn execute_dense(tf: &Taskflow, g: &TaskGraph, stores: &mut [TensorStore<f64
                         (v, lo, hi)
                     })
                     .collect();
-                let writes = statement_writes(g, node, st, stores, routes, rank, &dims, None, None);
                 let quant = tf.tensor(node.output).dtype;
                 let quant = quant.rounds_on_store().then_some(quant);
-                let store = &mut stores[out];
-                for (r, ix, v) in writes {
-                    let Some(o) = store.offset(r, &ix) else { continue };
-                    let x = if st.accumulate { store.data[r][o] + v } else { v };
-                    store.data[r][o] = quant.map_or(x, |d| d.cast(x));
-                }
+                let mut out_store = std::mem::take(&mut stores[out]);
+                statement_writes(
+                    g,
+                    node,
+                    st,
+                    stores,
+                    &mut out_store,
+                    routes,
+                    rank,
+                    &dims,
+                    None,
+                    None,
+                    &mut |store, r, o, v| {
+                        let x = if st.accumulate { store.data[r][o] + v } else { v };
+                        store.data[r][o] = quant.map_or(x, |d| d.cast(x));
+                    },
+                );
+                stores[out] = out_store;
             }
         }
     }

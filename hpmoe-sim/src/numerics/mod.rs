@@ -24,7 +24,7 @@ pub mod store;
 
 use hpmoe_dsl::diag::{Code, Diagnostic};
 use hpmoe_dsl::ir::{DType, Program, Taskflow, TensorId};
-use hpmoe_dsl::lower::TaskGraph;
+use hpmoe_dsl::lower::{RouteLayout, TaskGraph};
 use hpmoe_dsl::schedule::Schedule;
 use std::path::PathBuf;
 use store::TensorStore;
@@ -53,12 +53,23 @@ pub fn quant_tolerance(d: DType) -> f64 {
 /// The default memory limit of a numerics run.
 pub const DEFAULT_MEMORY_LIMIT: u64 = 2 << 30;
 
+/// The default limit on the operations a numerics run evaluates ([`work`]): each of the
+/// tiled run and the dense reference evaluates about this many, at some 100 M a second.
+pub const DEFAULT_WORK_LIMIT: u64 = 500_000_000;
+
+/// Bytes a numerics run holds per tensor element (on every rank): the f64 reference, the
+/// f32 executor's value and last writer, the per-token reference's f64 and the mark of the
+/// read log's round.
+pub const BYTES_PER_ELEMENT: u128 = 8 + 4 + 4 + 8 + 4;
+
 #[derive(Clone, Debug)]
 pub struct NumericsOptions {
     pub seed: u64,
     pub bf16_storage: bool,
     /// Bytes the run may allocate for tensors.
     pub memory_limit: u64,
+    /// Operations the run may evaluate ([`work`]).
+    pub work_limit: u64,
     /// `NAME=FILE.npy` inputs.
     pub inputs: Vec<(String, PathBuf)>,
     /// Write inputs, routings and outputs as `.npy` files here.
@@ -71,6 +82,7 @@ impl Default for NumericsOptions {
             seed: 0,
             bf16_storage: false,
             memory_limit: DEFAULT_MEMORY_LIMIT,
+            work_limit: DEFAULT_WORK_LIMIT,
             inputs: Vec::new(),
             dump: None,
         }
@@ -233,6 +245,177 @@ pub fn schedule_order(g: &TaskGraph, s: &Schedule) -> Vec<u32> {
     }
 }
 
+/// The memory a numerics run of `tf` needs: [`BYTES_PER_ELEMENT`] per element of every
+/// tensor on every rank, and an f64 copy of the largest output to compare it.
+pub fn memory_need(tf: &Taskflow, g: &TaskGraph) -> u128 {
+    memory_need_in(tf, &g.layouts, g.ranks)
+}
+
+/// [`memory_need`] from the routing layouts and the ranks (before the taskflow is lowered).
+pub fn memory_need_in(tf: &Taskflow, layouts: &[Option<RouteLayout>], ranks: u32) -> u128 {
+    let largest_output = tf
+        .outputs
+        .iter()
+        .map(|(_, t)| store::tensor_elements(tf, layouts, ranks, *t))
+        .max()
+        .unwrap_or(0);
+    store::total_elements_in(tf, layouts, ranks)
+        .saturating_mul(BYTES_PER_ELEMENT)
+        .saturating_add(largest_output.saturating_mul(8))
+}
+
+/// The operations one evaluation of every op call of `tf` over its whole index space takes
+/// (what the dense reference evaluates, and the tiled run again): per call, rank and
+/// statement, its points times the nodes of its expression (a scalar function two), a
+/// reduction's body counted once per term (the rows of a group taken as the mean over the
+/// groups).
+pub fn work(tf: &Taskflow, g: &TaskGraph) -> u128 {
+    use hpmoe_dsl::ir::{BodyVar, SExpr, VarRange};
+    fn range(layouts: &[Option<RouteLayout>], r: &VarRange, rank: usize) -> u128 {
+        let layout = |id: hpmoe_dsl::ir::RouteId| layouts.get(id.0 as usize).and_then(|l| l.as_ref());
+        match *r {
+            VarRange::Fixed { lo, hi } => hi.saturating_sub(lo).max(0) as u128,
+            VarRange::Recv(id) => layout(id).map_or(0, |l| l.rows(rank) as u128),
+            VarRange::GroupRows { route, .. } => layout(route).map_or(0, |l| {
+                let groups = l.group_off.get(rank).map_or(0, |o| o.len().saturating_sub(1)).max(1);
+                (l.rows(rank) as u128).div_ceil(groups as u128)
+            }),
+        }
+    }
+    fn cost(e: &SExpr, vars: &[BodyVar], layouts: &[Option<RouteLayout>], rank: usize) -> u128 {
+        let c = |a: &SExpr| cost(a, vars, layouts, rank);
+        match e {
+            SExpr::Const(_) | SExpr::Var(_) | SExpr::Route { .. } | SExpr::Read { .. } => 1,
+            SExpr::Neg(a) | SExpr::Cast(_, a) => c(a).saturating_add(1),
+            SExpr::Bin(_, a, b) => c(a).saturating_add(c(b)).saturating_add(1),
+            // A scalar function (an `exp`, an `erf`) costs about two other nodes.
+            SExpr::Call(_, args) => args.iter().fold(2u128, |n, a| n.saturating_add(c(a))),
+            SExpr::Sum { vars: rv, body, .. } => rv
+                .iter()
+                .fold(c(body), |n, &v| n.saturating_mul(range(layouts, &vars[v].range, rank)))
+                .saturating_add(1),
+        }
+    }
+    /// Whether a reduction of `e` runs over rows that differ per rank.
+    fn per_rank(e: &SExpr, vars: &[BodyVar]) -> bool {
+        match e {
+            SExpr::Const(_) | SExpr::Var(_) | SExpr::Route { .. } | SExpr::Read { .. } => false,
+            SExpr::Neg(a) | SExpr::Cast(_, a) => per_rank(a, vars),
+            SExpr::Bin(_, a, b) => per_rank(a, vars) || per_rank(b, vars),
+            SExpr::Call(_, args) => args.iter().any(|a| per_rank(a, vars)),
+            SExpr::Sum { vars: rv, body, .. } => {
+                rv.iter().any(|&v| !matches!(vars[v].range, VarRange::Fixed { .. })) || per_rank(body, vars)
+            }
+        }
+    }
+    let layouts: &[Option<RouteLayout>] = &g.layouts;
+    let mut total = 0u128;
+    for node in &tf.nodes {
+        let vars = &node.body.vars;
+        for st in &node.body.stmts {
+            // An expression's cost is walked once, or once per rank when its reductions'
+            // ranges differ per rank.
+            let same = (!per_rank(&st.value, vars)).then(|| cost(&st.value, vars, layouts, 0));
+            for rank in 0..g.ranks as usize {
+                let points = st
+                    .vars
+                    .iter()
+                    .fold(1u128, |n, &v| n.saturating_mul(range(layouts, &vars[v].range, rank)));
+                if points == 0 {
+                    continue;
+                }
+                let c = same.unwrap_or_else(|| cost(&st.value, vars, layouts, rank));
+                total = total.saturating_add(points.saturating_mul(c));
+            }
+        }
+    }
+    total
+}
+
+/// Refuses a numerics run of `tf` that would need more memory or evaluate more operations
+/// than `opts` allow, before anything is allocated.
+pub fn check_size(tf: &Taskflow, g: &TaskGraph, opts: &NumericsOptions) -> Result<(), Diagnostic> {
+    let need = memory_need(tf, g);
+    if need > opts.memory_limit as u128 {
+        return Err(Diagnostic::error(
+            Code::LimitExceeded,
+            format!(
+                "numerics of `{}` would need {:.1} MiB for {} tensor elements, more than the limit of {:.1} MiB",
+                tf.name,
+                need as f64 / 1048576.0,
+                store::total_elements(tf, g),
+                opts.memory_limit as f64 / 1048576.0
+            ),
+        )
+        .primary(tf.span, "this taskflow")
+        .help("run numerics on a smaller configuration, e.g. `--set tokens=64 --set hidden=128`"));
+    }
+    let ops = work(tf, g);
+    if ops > opts.work_limit as u128 {
+        return Err(Diagnostic::error(
+            Code::LimitExceeded,
+            format!(
+                "numerics of `{}` would evaluate {ops} operations in each of its tiled run and dense reference (every op call's body at every point), more than the limit of {}",
+                tf.name, opts.work_limit
+            ),
+        )
+        .primary(tf.span, "this taskflow")
+        .help("run numerics on a smaller configuration, e.g. `--set tokens=64 --set hidden=128`"));
+    }
+    Ok(())
+}
+
+/// The prefix of routing `k`'s files in a dump: `route` when the program has one routing,
+/// else `route_NAME`.
+fn route_prefix(program: &Program, k: usize) -> String {
+    if program.routes.len() == 1 {
+        "route".to_string()
+    } else {
+        format!("route_{}", program.routes[k].name)
+    }
+}
+
+/// The files a dump of `tf` may write into its directory, each with what it holds: every
+/// input and output by name, then every routing's ids, kept rows, weights and window rows.
+pub fn dump_files(program: &Program, tf: &Taskflow) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = Vec::new();
+    for &i in &tf.inputs {
+        let n = &tf.tensor(i).name;
+        files.push((format!("{n}.npy"), format!("input `{n}`")));
+    }
+    for (n, t) in &tf.outputs {
+        if !(tf.inputs.contains(t) && tf.tensor(*t).name == *n) {
+            files.push((format!("{n}.npy"), format!("output `{n}`")));
+        }
+    }
+    for k in 0..program.routes.len() {
+        let prefix = route_prefix(program, k);
+        for part in ["ids", "kept", "weights", "window_rows"] {
+            files.push((
+                format!("{prefix}_{part}.npy"),
+                format!("the {} of routing `{}`", part.replace('_', " "), program.routes[k].name),
+            ));
+        }
+    }
+    files
+}
+
+/// Refuses a dump of `tf` in which two things would be written to one file (a tensor named
+/// like a routing's file): the second would replace the first without a word.
+pub fn check_dump(program: &Program, tf: &Taskflow) -> Result<(), String> {
+    let mut seen: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    for (file, what) in dump_files(program, tf) {
+        if let Some(first) = seen.get(&file) {
+            return Err(format!(
+                "a dump of `{}` would write {first} and {what} to the same file `{file}`; rename one of them",
+                tf.name
+            ));
+        }
+        seen.insert(file, what);
+    }
+    Ok(())
+}
+
 /// Runs the numerics of a scheduled taskflow. `order` is the start order of the tasks (from
 /// the timing simulation, or [`schedule_order`]). Inputs are seeded random values, or the
 /// `.npy` files of `opts.inputs`.
@@ -262,22 +445,10 @@ pub fn run_bound(
     saved: Option<&Memories>,
     keep: bool,
 ) -> Result<(NumericsReport, Option<Memories>), Diagnostic> {
-    // Memory: f64 reference stores, f32 executor stores and writers, per-token outputs.
-    let elements = store::total_elements(tf, g);
-    let need = elements * (8 + 4 + 4 + 8);
-    if need > opts.memory_limit as u128 {
-        return Err(Diagnostic::error(
-            Code::LimitExceeded,
-            format!(
-                "numerics of `{}` would need {:.1} MiB for {} tensor elements, more than the limit of {:.1} MiB",
-                tf.name,
-                need as f64 / 1048576.0,
-                elements,
-                opts.memory_limit as f64 / 1048576.0
-            ),
-        )
-        .primary(tf.span, "this taskflow")
-        .help("run numerics on a smaller configuration, e.g. `--set tokens=64 --set hidden=128`"));
+    check_size(tf, g, opts)?;
+    if opts.dump.is_some() {
+        check_dump(program, tf)
+            .map_err(|m| Diagnostic::error(Code::DuplicateDefinition, m).primary(tf.span, "this taskflow"))?;
     }
     if order.len() != g.len() {
         return Err(Diagnostic::error(
@@ -296,7 +467,22 @@ pub fn run_bound(
         .map(|l| l.as_ref().map(eval::RouteIndex::new))
         .collect();
     // Inputs.
-    let mut reference: Vec<TensorStore<f64>> = store::allocate(tf, g, false);
+    // The stores are most of the memory `check_size` estimated; under an address-space limit
+    // that leaves less, their allocation fails with a diagnostic rather than an abort.
+    let out_of_memory = |(name, bytes): (String, u128)| {
+        Diagnostic::error(
+            Code::LimitExceeded,
+            format!(
+                "numerics of `{}`: no memory left for the {:.1} MiB of tensor `{name}` (the run needs {:.1} MiB in all)",
+                tf.name,
+                bytes as f64 / 1048576.0,
+                memory_need(tf, g) as f64 / 1048576.0
+            ),
+        )
+        .primary(tf.span, "this taskflow")
+        .help("run numerics on a smaller configuration, e.g. `--set tokens=64 --set hidden=128`")
+    };
+    let mut reference: Vec<TensorStore<f64>> = store::try_allocate(tf, g, false).map_err(out_of_memory)?;
     let mut from_forward = Vec::new();
     for &i in &tf.inputs {
         let name = &tf.tensor(i).name;
@@ -339,7 +525,7 @@ pub fn run_bound(
         }
     }
     let bf16 = |t: TensorId| opts.bf16_storage && tf.tensor(t).dtype == DType::Bf16;
-    let mut device: Vec<TensorStore<f32>> = store::allocate(tf, g, true);
+    let mut device: Vec<TensorStore<f32>> = store::try_allocate(tf, g, true).map_err(out_of_memory)?;
     for &i in &tf.inputs {
         let src = &reference[i.0 as usize];
         let dst = &mut device[i.0 as usize];
@@ -436,15 +622,15 @@ pub fn run_bound(
             write(&tf.tensor(i).name, &reference[i.0 as usize])?;
         }
         for (name, t) in &tf.outputs {
+            // An output that is an input of the same name was written as that input.
+            if tf.inputs.contains(t) && tf.tensor(*t).name == *name {
+                continue;
+            }
             write(name, &widen(&device[t.0 as usize]))?;
         }
-        for (k, spec) in program.routes.iter().enumerate() {
+        for k in 0..program.routes.len() {
             if g.layouts.get(k).is_some_and(|l| l.is_some()) {
-                let prefix = if program.routes.len() == 1 {
-                    "route".to_string()
-                } else {
-                    format!("route_{}", spec.name)
-                };
+                let prefix = route_prefix(program, k);
                 inputs::dump_routing(g, k, dir, &prefix)
                     .map_err(|e| Diagnostic::error(Code::FileNotFound, format!("cannot write routing files: {e}")))?;
                 dumped.push(dir.join(format!("{prefix}_ids.npy")));

@@ -324,6 +324,24 @@ impl Checker<'_> {
                 .map(|(n, t)| (n.name.clone(), t.span, self.flow_type(r.module, t)))
                 .collect(),
         };
+        // Each output has a name of its own: its `.npy` file in a dump, and the name a
+        // backward's saved activation matches.
+        if let TaskflowRet::Named(list) = &tfd.ret {
+            let mut seen: BTreeMap<&str, Span> = BTreeMap::new();
+            for (n, _) in list {
+                if let Some(first) = seen.insert(n.name.as_str(), n.span) {
+                    self.err(
+                        Diagnostic::error(
+                            Code::DuplicateDefinition,
+                            format!("output `{}` is declared twice", n.name),
+                        )
+                        .primary(n.span, "again here")
+                        .secondary(first, "first declared here"),
+                    );
+                    ok = false;
+                }
+            }
+        }
         let mut returned = false;
         for st in &tfd.body {
             match &st.kind {
@@ -389,6 +407,24 @@ impl Checker<'_> {
                             ok = false;
                             continue;
                         };
+                        // An input and an output are both named in a dump (`NAME.npy`) and
+                        // by `--input`: an output named like another tensor's input is
+                        // ambiguous.
+                        if let Some(&(other, at, _)) = fl.names.get(oname.as_str()) {
+                            if other != t && fl.tf.tensor(other).home == Home::Input {
+                                self.err(
+                                    Diagnostic::error(
+                                        Code::DuplicateDefinition,
+                                        format!("output `{oname}` has the name of an input of this taskflow, another tensor"),
+                                    )
+                                    .primary(e.span, format!("output `{oname}` is this value"))
+                                    .secondary(at, format!("input `{oname}` is declared here"))
+                                    .secondary(*dspan, "the output is declared here")
+                                    .help("give the output or the input another name (a dump writes both as `NAME.npy`)"),
+                                );
+                                ok = false;
+                            }
+                        }
                         let got = fl.tf.tensor(t).clone();
                         if let Some((dt, dims)) = dty {
                             if got.dtype != *dt || got.shape != *dims {

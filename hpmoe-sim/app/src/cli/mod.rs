@@ -724,6 +724,7 @@ fn run(cmd: Command) -> i32 {
                     memory_limit: numerics_memory.saturating_mul(1 << 20),
                     inputs: parsed,
                     dump: dump.clone(),
+                    ..Default::default()
                 }
             });
             run::run(&run::RunCli {

@@ -214,6 +214,16 @@ struct Job<'p> {
 
 /// How many of the runs `mems` may go side by side, at most `threads`: the most whose largest
 /// estimates fit [`hpmoe_dsl::lower::MAX_MEMORY`] together (at least one).
+/// Where a dump of `tf` goes: `dir` itself, or `dir/TASKFLOW` when `taskflows` several are
+/// dumped.
+fn dump_dir(dir: &std::path::Path, tf: &Taskflow, taskflows: usize) -> std::path::PathBuf {
+    if taskflows > 1 {
+        dir.join(&tf.name)
+    } else {
+        dir.to_path_buf()
+    }
+}
+
 fn side_by_side(mems: &[hpmoe_sim::pipeline::RunMemory], threads: usize) -> usize {
     let mut by_size = mems.to_vec();
     by_size.sort_by_key(|m| std::cmp::Reverse(m.graphs));
@@ -549,6 +559,27 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     if let Some(msg) = o.numerics.as_ref().and_then(|n| unknown_input(&tfs, &n.inputs)) {
         return usage(msg);
     }
+    // A dump of several taskflows puts each taskflow's files in a directory of its own
+    // (their tensors and routings have the same names); nothing it writes may replace a file
+    // the run reads or another file of the same dump.
+    if let Some(n) = o.numerics.as_ref() {
+        if let Some(dir) = n.dump.as_deref() {
+            let mut read = super::paths::files_read(&sources, p.program());
+            read.extend(n.inputs.iter().map(|(_, f)| f.clone()));
+            for tf in &tfs {
+                let sub = dump_dir(dir, tf, tfs.len());
+                if let Err(e) = super::paths::output_dir("--dump", &sub) {
+                    return usage(e);
+                }
+                if let Err(e) = super::paths::dump_not_over_inputs(&sub, &read) {
+                    return usage(e);
+                }
+                if let Err(e) = hpmoe_sim::numerics::check_dump(&p, tf) {
+                    return usage(format!("--dump `{}`: {e}", sub.display()));
+                }
+            }
+        }
+    }
     let wants_outputs = o.trace.is_some() || o.gantt.is_some();
     if wants_outputs && tfs.len() > 1 && o.format == Format::Human {
         errln!(
@@ -575,6 +606,7 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             }
             let numerics = o.numerics.as_ref().map(|n| hpmoe_sim::numerics::NumericsOptions {
                 inputs: hpmoe_sim::numerics::gates::inputs_of(tf, &n.inputs),
+                dump: n.dump.as_deref().map(|d| dump_dir(d, tf, tfs.len())),
                 ..n.clone()
             });
             jobs.push(Job {
@@ -623,13 +655,21 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     }
     .min(jobs.len())
     .max(1);
-    // Side by side, each job holds its own graphs: no more run at once than their memory
-    // estimates allow together (decided before any starts, so the output does not depend on
-    // it).
+    // Side by side, each job holds its own graphs (and its numerics' tensors): no more run
+    // at once than their memory estimates allow together (decided before any starts, so the
+    // output does not depend on it).
     let threads = if threads > 1 {
         let mems: Vec<hpmoe_sim::pipeline::RunMemory> = jobs
             .iter()
-            .filter_map(|j| hpmoe_sim::pipeline::run_memory(&p, j.tf, &j.spec, &copts))
+            .filter_map(|j| {
+                let mut m = hpmoe_sim::pipeline::run_memory(&p, j.tf, &j.spec, &copts)?;
+                if j.numerics.is_some() {
+                    let layouts = p.layouts(j.spec.static_capacity).ok()?;
+                    let need = hpmoe_sim::numerics::memory_need_in(j.tf, &layouts, p.device.ranks());
+                    m.graphs = m.graphs.saturating_add(u64::try_from(need).unwrap_or(u64::MAX));
+                }
+                Some(m)
+            })
             .collect();
         side_by_side(&mems, threads)
     } else {

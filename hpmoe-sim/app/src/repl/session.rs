@@ -114,6 +114,23 @@ pub(crate) fn words(s: &str) -> Vec<String> {
     out
 }
 
+/// The first option of a command's words that is given twice: a `key=` (`limit=1 limit=2`)
+/// or a flag (`all`, `bf16`). Which of the two was meant is not known, so neither is taken.
+pub(crate) fn repeated_option(rest: &str) -> Option<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for w in words(rest) {
+        let key = match w.split_once('=') {
+            Some((k, _)) => format!("{k}="),
+            None if matches!(w.as_str(), "all" | "bf16") => w,
+            None => continue,
+        };
+        if !seen.insert(key.clone()) {
+            return Some(key);
+        }
+    }
+    None
+}
+
 /// A value as it was typed (`2 us`, not `"2 us"`).
 pub(crate) fn value_text(v: &hpmoe_dsl::ir::Value) -> String {
     match v {
@@ -272,6 +289,21 @@ impl Session {
                 return Flow::Continue;
             }
         };
+        if matches!(info.name, "show" | "explain" | "trace" | "gantt" | "dump") {
+            if let Some(opt) = repeated_option(rest) {
+                self.error(&format!(
+                    "`{opt}` is given twice: give each option of `:{}` once",
+                    info.name
+                ));
+                self.failed_now = true;
+                return Flow::Continue;
+            }
+        }
+        if info.name == "quit" && !rest.is_empty() {
+            self.error("`:quit` takes no arguments");
+            self.failed_now = true;
+            return Flow::Continue;
+        }
         let res = match info.name {
             "load" => self.load(rest),
             "set" => self.set(rest),
@@ -993,8 +1025,7 @@ impl Session {
             return self.dump_gated(&v, &opts);
         }
         let comp = v.compiled();
-        let need = hpmoe_sim::numerics::store::total_elements(v.taskflow(), &comp.graph).saturating_mul(24);
-        let order = if need > u128::from(opts.memory_limit) {
+        let order = if hpmoe_sim::numerics::check_size(v.taskflow(), &comp.graph, &opts).is_err() {
             hpmoe_sim::numerics::schedule_order(&comp.graph, &comp.schedule)
         } else {
             let checked = Rc::clone(&v.checked);
