@@ -212,10 +212,8 @@ struct Job<'p> {
     numerics: Option<hpmoe_sim::numerics::NumericsOptions>,
 }
 
-/// How many of the runs `mems` may go side by side, at most `threads`: the most whose largest
-/// estimates fit [`hpmoe_dsl::lower::MAX_MEMORY`] together (at least one).
-/// Where a dump of `tf` goes: `dir` itself, or `dir/TASKFLOW` when `taskflows` several are
-/// dumped.
+/// Where a dump of `tf` goes: `dir` itself, or `dir/TASKFLOW` when several taskflows
+/// (`taskflows`) are dumped.
 fn dump_dir(dir: &std::path::Path, tf: &Taskflow, taskflows: usize) -> std::path::PathBuf {
     if taskflows > 1 {
         dir.join(&tf.name)
@@ -224,6 +222,8 @@ fn dump_dir(dir: &std::path::Path, tf: &Taskflow, taskflows: usize) -> std::path
     }
 }
 
+/// How many of the runs `mems` may go side by side, at most `threads`: the most whose largest
+/// estimates fit [`hpmoe_dsl::lower::MAX_MEMORY`] together (at least one).
 fn side_by_side(mems: &[hpmoe_sim::pipeline::RunMemory], threads: usize) -> usize {
     let mut by_size = mems.to_vec();
     by_size.sort_by_key(|m| std::cmp::Reverse(m.graphs));
