@@ -442,6 +442,19 @@ pub fn write(path: &std::path::Path, dtype: NpyType, shape: &[usize], data: &[f6
 mod tests {
     use super::*;
 
+    /// The magic, version 1.0 and `header` padded as NumPy pads it (no data).
+    fn v1_file(header: &str) -> Vec<u8> {
+        let mut h = header.to_string();
+        while !(10 + h.len() + 1).is_multiple_of(64) {
+            h.push(' ');
+        }
+        h.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        b.extend_from_slice(h.as_bytes());
+        b
+    }
+
     #[test]
     fn round_trip() {
         let data: Vec<f64> = (0..24).map(|i| i as f64 - 3.0).collect();
@@ -464,14 +477,7 @@ mod tests {
     #[test]
     fn header_keys_are_each_given_once_and_no_other() {
         let with = |h: &str| {
-            let mut h = h.to_string();
-            while !(10 + h.len() + 1).is_multiple_of(64) {
-                h.push(' ');
-            }
-            h.push('\n');
-            let mut b = b"\x93NUMPY\x01\x00".to_vec();
-            b.extend_from_slice(&(h.len() as u16).to_le_bytes());
-            b.extend_from_slice(h.as_bytes());
+            let mut b = v1_file(h);
             b.extend_from_slice(&[0u8; 16]);
             parse_header(&b).map(|h| (h.dtype, h.shape))
         };
@@ -523,15 +529,7 @@ mod tests {
     /// dtype=ml_dtypes.bfloat16)`: descr `|V2`, the raw 16-bit patterns), written byte by byte.
     #[test]
     fn reads_ml_dtypes_bfloat16() {
-        let header = "{'descr': '|V2', 'fortran_order': False, 'shape': (3,), }";
-        let mut h = header.to_string();
-        while !(10 + h.len() + 1).is_multiple_of(64) {
-            h.push(' ');
-        }
-        h.push('\n');
-        let mut b = b"\x93NUMPY\x01\x00".to_vec();
-        b.extend_from_slice(&(h.len() as u16).to_le_bytes());
-        b.extend_from_slice(h.as_bytes());
+        let mut b = v1_file("{'descr': '|V2', 'fortran_order': False, 'shape': (3,), }");
         for bits in [0x3f80u16, 0xc000, 0x4049] {
             b.extend_from_slice(&bits.to_le_bytes());
         }

@@ -242,6 +242,17 @@ fn some_edge(g: &TaskGraph, node: u32) -> (usize, u32) {
         .unwrap()
 }
 
+/// Replaces the schedule's queues.
+fn set_queues(s: &mut Schedule, queues: &[Vec<u32>]) {
+    let mut off = vec![0u32];
+    let mut idx = Vec::new();
+    for q in queues {
+        idx.extend_from_slice(q);
+        off.push(idx.len() as u32);
+    }
+    s.queues = Csr { off, idx };
+}
+
 /// Gives task `t` its own counter with these producers.
 fn set_preds(g: &mut TaskGraph, t: usize, preds: &[u32]) {
     let mut pairs: Vec<(u32, u32)> = Vec::new();
@@ -334,13 +345,7 @@ fn mutation_swapped_queue_entries_deadlock() {
     let pos = queues[cd].iter().position(|&x| x == d).unwrap();
     queues[cd].insert(pos, t as u32);
     s.core[t] = cd as u32;
-    let mut off = vec![0u32];
-    let mut idx = Vec::new();
-    for q in &queues {
-        idx.extend_from_slice(q);
-        off.push(idx.len() as u32);
-    }
-    s.queues = Csr { off, idx };
+    set_queues(s, &queues);
     let ds = verify_schedule(&p, tfl, &c.graph, &c.schedule);
     assert_eq!(codes(&ds), vec![Code::Deadlock], "{ds:#?}");
     assert!(!ds[0].notes.is_empty(), "the deadlock report names the waits");
@@ -411,13 +416,7 @@ fn mutation_waiter_ahead_of_an_every_rank_barrier_deadlocks() {
     let pos = queues[cd].iter().position(|&x| x as usize == d).unwrap();
     queues[cd].insert(pos, w as u32);
     s.core[w] = cd as u32;
-    let mut off = vec![0u32];
-    let mut idx = Vec::new();
-    for q in &queues {
-        idx.extend_from_slice(q);
-        off.push(idx.len() as u32);
-    }
-    s.queues = Csr { off, idx };
+    set_queues(s, &queues);
     let ds = verify_schedule(&p, &p.taskflows[0], &c.graph, &c.schedule);
     assert_eq!(codes(&ds), vec![Code::Deadlock], "{ds:#?}");
 }
@@ -633,13 +632,7 @@ fn mutation_task_on_wrong_engine_is_a_bad_queue() {
     queues[from].retain(|&x| x as usize != t);
     queues[to].push(t as u32);
     s.core[t] = to as u32;
-    let mut off = vec![0u32];
-    let mut idx = Vec::new();
-    for q in &queues {
-        idx.extend_from_slice(q);
-        off.push(idx.len() as u32);
-    }
-    s.queues = Csr { off, idx };
+    set_queues(s, &queues);
     let ds = verify_schedule(&p, &p.taskflows[0], &c.graph, &c.schedule);
     assert_eq!(codes(&ds), vec![Code::BadQueue], "{ds:#?}");
 }
