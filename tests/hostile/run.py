@@ -627,6 +627,12 @@ case("mem7_chain_ranks_ok", chain(120000, ranks=8), args=("run", "--jobs", "1"),
 # Thousands of ranks putting to each other: the link model's sorted list of the active pairs'
 # own caps moved every entry after a change (a 4096-rank MoE took 40 s, 2048 ranks 13 s).
 case("links7_ranks_2048_run", moe(tokens=64, hidden=64, experts=2048, topk=2, ranks=2048), args=("run",), expect="ok")
+# Tiles of one row by one column: a read's writers were found by a scan of every record of
+# its row (3990 a read here; 55 s in lowering, graph verification and `prepare`).
+case("links7_row_of_column_tiles", "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n"
+     "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
+     "taskflow f(x: f32[500, 3990]) -> f32[500, 3990] {\n    let y = e(x) tile(m: 1, n: 1);\n"
+     "    return e(y) tile(m: 1, n: 1);\n}\n", args=("run", "--policy", "kernel_by_kernel"), expect="ok")
 case("calls4_fan_out_check", DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
      + "taskflow f(x: f32[4, 4]) -> f32[4, 4] { let y0 = e(x);" + "".join(f"let y{i + 1} = e(x);" for i in range(300000))
      + " return y0; }\n", expect="ok")

@@ -10,7 +10,10 @@
 //! its chunks, advanced from the previous tile's when tiles come in order.
 //! [`WriterIndex`] keeps, per tensor and rank, flat write records (bounds and task) and
 //! answers which writes overlap a region; a list is sorted by (first-dimension start, task)
-//! on its first query, and not at all when its records arrived in that order.
+//! on its first query, and not at all when its records arrived in that order; a run of at
+//! least [`RUN_MIN`] records with one first-dimension start (a row of many column tiles) is
+//! also kept by second-dimension start, searched instead of scanned, and its overlapping
+//! records visited in the list's order.
 
 use super::{Chunk, DimKind, TaskGraph, NO_SOURCE};
 use crate::ir::{ConcreteBody, Index, Program, SExpr, Target, Taskflow, TensorId, VarKind, VarRange};
@@ -883,7 +886,27 @@ struct Writes {
     max_len: i64,
     /// Whether it is in [`WriterIndex::added`].
     added: bool,
+    /// The long runs of one `lo` in dimension 0 of the sorted order, searched by dimension
+    /// 1 (built with the order).
+    runs: Runs,
 }
+
+/// Runs of at least [`RUN_MIN`] records, in the sorted order, with one `lo` in dimension 0
+/// (a tiling of one row by many columns): a read of a few columns finds its writers by a
+/// search of the run by dimension 1 instead of a scan of the row, which with a row of
+/// thousands of single-column tiles was thousands of records a read.
+#[derive(Debug, Default)]
+struct Runs {
+    /// Per run: its first sorted position and its end.
+    spans: Vec<(u32, u32)>,
+    /// Per run: where its records start in `by_lo1`, and its longest extent in dimension 1.
+    at: Vec<(u32, i64)>,
+    /// Each run's records by (lo of dimension 1, sorted position).
+    by_lo1: Vec<(i64, u32)>,
+}
+
+/// The shortest run of one `lo` in dimension 0 that is searched by dimension 1.
+const RUN_MIN: usize = 32;
 
 /// The records of one tensor on one rank by position.
 #[derive(Debug)]
@@ -892,6 +915,41 @@ enum Order {
     Inserted,
     /// Record offsets, sorted.
     Offsets(Vec<u32>),
+}
+
+/// The long runs of one `lo` in dimension 0 of `n` records of stride `st` in `order` (none
+/// for records of fewer than two dimensions).
+fn runs_of(list: &[i64], st: usize, n: usize, order: &Order) -> Runs {
+    let mut runs = Runs::default();
+    if st < 5 || n < RUN_MIN {
+        return runs;
+    }
+    let off = |k: usize| match order {
+        Order::Offsets(o) => o[k] as usize,
+        Order::Inserted => k * st,
+    };
+    let mut k = 0;
+    while k < n {
+        let lo0 = list[off(k)];
+        let mut end = k + 1;
+        while end < n && list[off(end)] == lo0 {
+            end += 1;
+        }
+        if end - k >= RUN_MIN {
+            let at = runs.by_lo1.len();
+            let mut len1 = 0i64;
+            for pos in k..end {
+                let o = off(pos);
+                runs.by_lo1.push((list[o + 2], pos as u32));
+                len1 = len1.max(list[o + 3].saturating_sub(list[o + 2]));
+            }
+            runs.by_lo1[at..].sort_unstable();
+            runs.spans.push((k as u32, end as u32));
+            runs.at.push((at as u32, len1));
+        }
+        k = end;
+    }
+    runs
 }
 
 /// Whether no two of these records (`nd` intervals and a task field each) overlap, proven
@@ -1049,6 +1107,7 @@ impl WriterIndex {
                     .collect(),
             )
         };
+        l.runs = runs_of(list, st, n, &order);
         l.sorted = Some(order);
     }
 
@@ -1110,6 +1169,53 @@ impl WriterIndex {
         };
         // Records whose lo0 <= lo - max_len end before `lo`: skip them.
         match &l.sorted {
+            Some(order) if !l.runs.spans.is_empty() => {
+                // By sorted position; a long run of one lo0 is searched by dimension 1 and
+                // its overlapping records visited in their order.
+                let off = |k: usize| match order {
+                    Order::Offsets(o) => o[k] as usize,
+                    Order::Inserted => k * st,
+                };
+                let mut lo = 0;
+                let mut hi = n;
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if list[off(mid)] <= from {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                let runs = &l.runs;
+                let mut ri = runs.spans.partition_point(|&(first, _)| (first as usize) < lo);
+                let mut k = lo;
+                let mut hits: Vec<u32> = Vec::new();
+                while k < n {
+                    if let Some(&(first, end)) = runs.spans.get(ri).filter(|&&(first, _)| first as usize == k) {
+                        if list[off(k)] >= rd.hi[0] {
+                            break;
+                        }
+                        let (at, len1) = runs.at[ri];
+                        let recs = &runs.by_lo1[at as usize..at as usize + (end - first) as usize];
+                        let from1 = rd.lo[1].saturating_sub(len1);
+                        let a = recs.partition_point(|&(lo1, _)| lo1 <= from1);
+                        let b = recs.partition_point(|&(lo1, _)| lo1 < rd.hi[1]);
+                        hits.clear();
+                        hits.extend(recs[a..b.max(a)].iter().map(|&(_, pos)| pos));
+                        hits.sort_unstable();
+                        for &pos in &hits {
+                            visit(off(pos as usize));
+                        }
+                        k = end as usize;
+                        ri += 1;
+                        continue;
+                    }
+                    if !visit(off(k)) {
+                        break;
+                    }
+                    k += 1;
+                }
+            }
             Some(Order::Offsets(order)) => {
                 let i = order.partition_point(|&o| list[o as usize] <= from);
                 for &o in &order[i..] {
@@ -1267,6 +1373,54 @@ impl WriterIndex {
 #[cfg(test)]
 mod tests {
     use super::surely_disjoint;
+    use super::{Region, WriterIndex, Writes, MAX_DIMS};
+    use crate::ir::TensorId;
+    use proptest::prelude::*;
+
+    fn region(lo: [i64; 2], hi: [i64; 2], accumulate: bool) -> Region {
+        let mut r = Region {
+            tensor: TensorId(0),
+            rank: 0,
+            ndim: 2,
+            lo: [0; MAX_DIMS],
+            hi: [0; MAX_DIMS],
+            accumulate,
+        };
+        r.lo[..2].copy_from_slice(&lo);
+        r.hi[..2].copy_from_slice(&hi);
+        r
+    }
+
+    proptest! {
+        /// The writers of a read are every record that overlaps it, in the order of (lo of
+        /// dimension 0, accumulation, task, insertion), whether or not a long run of one row is
+        /// searched by column: rows of few distinct starts, so that runs are long.
+        #[test]
+        fn writers_are_the_overlapping_records_in_order(
+            recs in proptest::collection::vec((0i64..4, 1i64..3, 0i64..300, 1i64..6, 0u32..500, any::<bool>()), 0..400),
+            reads in proptest::collection::vec((0i64..6, 1i64..4, -5i64..310, 1i64..20), 1..40),
+        ) {
+            let mut index = WriterIndex { ndim: vec![2], ranks: 1, lists: vec![Writes::default()], added: Vec::new() };
+            for &(r0, l0, c0, l1, task, acc) in &recs {
+                index.add(&region([r0, c0], [r0 + l0, c0 + l1], acc), task);
+            }
+            index.sort_all();
+            for &(r0, l0, c0, l1) in &reads {
+                let rd = region([r0, c0], [r0 + l0, c0 + l1], false);
+                let mut got = Vec::new();
+                index.writers(&rd, &mut |t| got.push(t));
+                let mut want: Vec<(i64, bool, u32, usize)> = recs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &(a0, m0, a1, m1, _, _))| a0 < rd.hi[0] && rd.lo[0] < a0 + m0 && a1 < rd.hi[1] && rd.lo[1] < a1 + m1)
+                    .map(|(i, &(a0, _, _, _, task, acc))| (a0, acc, task, i))
+                    .collect();
+                want.sort_unstable();
+                let want: Vec<u32> = want.iter().map(|w| w.2).collect();
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
 
     /// Records of a 2-D grid of `rows x cols` tiles of 4 x 8 elements, task ids in order.
     fn grid(rows: i64, cols: i64) -> Vec<i64> {
