@@ -1297,6 +1297,9 @@ struct Fans {
     sent: Vec<u32>,
     from_rank: Vec<Vec<u32>>,
     need: Vec<std::collections::BinaryHeap<std::cmp::Reverse<(i64, u32)>>>,
+    /// Per counter: the count of its one live entry in `need` (the others are stale), never
+    /// above the count it needs; `i64::MAX` for none.
+    live: Vec<i64>,
     /// Per counter: reached its threshold.
     reached_at: Vec<bool>,
     /// The counters reached by one task's signals.
@@ -1329,6 +1332,7 @@ impl Fans {
         }
         group.fill(NONE);
         let mut need = vec![std::collections::BinaryHeap::new(); fanout.len()];
+        let mut live = vec![i64::MAX; counters];
         let mut from_rank = vec![Vec::new(); fanout.len()];
         for (f, &(first, n)) in fanout.iter().enumerate() {
             if !counted[f] {
@@ -1340,6 +1344,7 @@ impl Fans {
                 let th = s.threshold[k as usize];
                 if th > 0 {
                     need[f].push(std::cmp::Reverse((i64::from(th), k)));
+                    live[k as usize] = i64::from(th);
                 }
             }
         }
@@ -1349,6 +1354,7 @@ impl Fans {
             sent: vec![0; fanout.len()],
             from_rank,
             need,
+            live,
             reached_at: vec![false; counters],
             reached: Vec::new(),
         }
@@ -1384,9 +1390,15 @@ impl Fans {
             self.reached_at[k] = true;
             return true;
         }
+        // Its need fell by one: listed again only when its live entry was at the old need (a
+        // task's own signal and its signals to the other ranks' counters, which raise the
+        // need of its rank's counter, mostly come in pairs).
         if arrived < threshold {
             let need = self.need_of(f, k, count, threshold, s);
-            self.need[f].push(std::cmp::Reverse((need, k as u32)));
+            if self.live[k] > need {
+                self.need[f].push(std::cmp::Reverse((need, k as u32)));
+                self.live[k] = need;
+            }
         }
         false
     }
@@ -1405,7 +1417,7 @@ impl Fans {
             }
             self.need[f].pop();
             let ku = k as usize;
-            if self.reached_at[ku] {
+            if self.reached_at[ku] || self.live[ku] != want {
                 continue;
             }
             let c = &ctr[ku];
@@ -1415,6 +1427,7 @@ impl Fans {
             } else {
                 let need = self.need_of(f, ku, c.count, c.threshold, s);
                 self.need[f].push(std::cmp::Reverse((need, k)));
+                self.live[ku] = need;
             }
         }
         reached.sort_unstable();
