@@ -81,6 +81,52 @@ pub enum Fanout {
     EveryRank { first: u32, ranks: u32 },
 }
 
+/// Of these ranges of counters (`None`: no range), the ones that share no counter with
+/// another (the others become `None`), and per counter the index of the range that holds it
+/// (`u32::MAX` for none; an empty list when no range is left). Ranges past `counters` or
+/// empty are dropped. The schedule check and the simulator count an every-rank barrier's
+/// signals per range ([`Fanout::EveryRank`]) only where no other range shares its counters.
+pub fn disjoint_ranges(
+    ranges: &[Option<std::ops::Range<u32>>],
+    counters: usize,
+) -> (Vec<Option<std::ops::Range<u32>>>, Vec<u32>) {
+    const NONE: u32 = u32::MAX;
+    let mut kept: Vec<Option<std::ops::Range<u32>>> = vec![None; ranges.len()];
+    let mut owner: Vec<u32> = Vec::new();
+    for (i, r) in ranges.iter().enumerate() {
+        let Some(r) = r else { continue };
+        let (lo, hi) = (r.start as usize, r.end as usize);
+        if hi > counters || lo >= hi {
+            continue;
+        }
+        if owner.is_empty() {
+            owner = vec![NONE; counters];
+        }
+        if owner[lo..hi].iter().all(|&x| x == NONE) {
+            owner[lo..hi].fill(i as u32);
+            kept[i] = Some(r.clone());
+        } else {
+            // Shared with another range: neither is kept.
+            for &x in &owner[lo..hi] {
+                if x != NONE {
+                    kept[x as usize] = None;
+                }
+            }
+        }
+    }
+    // Only the ranges kept name their counters.
+    owner.fill(NONE);
+    for (i, r) in kept.iter().enumerate() {
+        if let Some(r) = r {
+            owner[r.start as usize..r.end as usize].fill(i as u32);
+        }
+    }
+    if kept.iter().all(Option::is_none) {
+        owner = Vec::new();
+    }
+    (kept, owner)
+}
+
 /// The tasks that signal each counter of a schedule ([`Schedule::signaller_index`]).
 #[derive(Clone, Debug, Default)]
 pub struct SignallerIndex {
@@ -550,6 +596,20 @@ fn depends_on<I: Iterator<Item = usize>>(
 #[cfg(test)]
 mod tests {
     use super::depends_on;
+
+    #[test]
+    fn ranges_sharing_a_counter_are_both_left_out() {
+        let none = u32::MAX;
+        // 0..2 and 1..3 share counter 1; 4..6 stands alone; 5..9 passes the 8 counters; 7..7 is empty.
+        let (kept, owner) =
+            super::disjoint_ranges(&[Some(0..2), None, Some(1..3), Some(4..6), Some(5..9), Some(7..7)], 8);
+        assert_eq!(kept, vec![None, None, None, Some(4..6), None, None]);
+        assert_eq!(owner, vec![none, none, none, none, 3, 3, none, none]);
+        // Nothing kept: no per-counter list.
+        let (kept, owner) = super::disjoint_ranges(&[Some(0..2), Some(0..2)], 8);
+        assert_eq!(kept, vec![None, None]);
+        assert!(owner.is_empty());
+    }
 
     proptest::proptest! {
         /// A call depends on an earlier one exactly when the transitive closure of the

@@ -770,7 +770,7 @@ pub fn verify_schedule(program: &Program, tf: &Taskflow, g: &TaskGraph, s: &Sche
 /// A kernel whose range shares a counter with another's is left out (its tasks' signals are
 /// counted one by one).
 struct FanoutGroups {
-    /// Per counter: the kernel whose range holds it (`NONE` for none).
+    /// Per counter: the kernel whose range holds it (`NONE` for none; empty when no range is kept).
     kernel: Vec<u32>,
     /// Per kernel: its range, when counted per kernel.
     range: Vec<Option<std::ops::Range<u32>>>,
@@ -780,38 +780,15 @@ impl FanoutGroups {
     const NONE: u32 = u32::MAX;
 
     fn new(s: &Schedule) -> FanoutGroups {
-        let mut kernel = Vec::new();
-        let mut range = vec![None; s.fanout.len()];
-        for (k, f) in s.fanout.iter().enumerate() {
-            let Some(crate::schedule::Fanout::EveryRank { first, ranks }) = *f else {
-                continue;
-            };
-            let (lo, hi) = (first, first.saturating_add(ranks));
-            if hi as usize > s.threshold.len() || lo >= hi {
-                continue;
-            }
-            if kernel.is_empty() {
-                kernel = vec![Self::NONE; s.threshold.len()];
-            }
-            if kernel[lo as usize..hi as usize].iter().all(|&x| x == Self::NONE) {
-                kernel[lo as usize..hi as usize].fill(k as u32);
-                range[k] = Some(lo..hi);
-            } else {
-                // Shared with another kernel's range: neither is counted per kernel.
-                for x in kernel[lo as usize..hi as usize].iter_mut() {
-                    if *x != Self::NONE {
-                        range[*x as usize] = None;
-                    }
-                }
-            }
-        }
-        // Only the ranges still counted per kernel name their counters.
-        kernel.fill(Self::NONE);
-        for (k, r) in range.iter().enumerate() {
-            if let Some(r) = r {
-                kernel[r.start as usize..r.end as usize].fill(k as u32);
-            }
-        }
+        let ranges: Vec<Option<std::ops::Range<u32>>> = s
+            .fanout
+            .iter()
+            .map(|f| match *f {
+                Some(crate::schedule::Fanout::EveryRank { first, ranks }) => Some(first..first.saturating_add(ranks)),
+                _ => None,
+            })
+            .collect();
+        let (range, kernel) = crate::schedule::disjoint_ranges(&ranges, s.threshold.len());
         FanoutGroups { kernel, range }
     }
 

@@ -1312,35 +1312,19 @@ impl Fans {
             return Fans::default();
         }
         let counters = s.threshold.len();
-        let mut group = vec![NONE; counters];
-        let mut counted = vec![false; fanout.len()];
-        for (f, &(first, n)) in fanout.iter().enumerate() {
-            let (lo, hi) = (first as usize, (first as usize).saturating_add(n as usize));
-            if hi > counters || lo >= hi {
-                continue;
-            }
-            if group[lo..hi].iter().all(|&g| g == NONE) {
-                group[lo..hi].fill(f as u32);
-                counted[f] = true;
-            } else {
-                for g in &mut group[lo..hi] {
-                    if *g != NONE {
-                        counted[*g as usize] = false;
-                    }
-                }
-            }
-        }
-        group.fill(NONE);
+        let ranges: Vec<Option<std::ops::Range<u32>>> = fanout
+            .iter()
+            .map(|&(first, n)| Some(first..first.saturating_add(n)))
+            .collect();
+        let (kept, group) = hpmoe_dsl::schedule::disjoint_ranges(&ranges, counters);
+        let counted: Vec<bool> = kept.iter().map(Option::is_some).collect();
         let mut need = vec![std::collections::BinaryHeap::new(); fanout.len()];
         let mut live = vec![i64::MAX; counters];
         let mut from_rank = vec![Vec::new(); fanout.len()];
-        for (f, &(first, n)) in fanout.iter().enumerate() {
-            if !counted[f] {
-                continue;
-            }
+        for (f, r) in kept.iter().enumerate() {
+            let Some(r) = r else { continue };
             from_rank[f] = vec![0; ranks];
-            for k in first..first + n {
-                group[k as usize] = f as u32;
+            for k in r.clone() {
                 let th = s.threshold[k as usize];
                 if th > 0 {
                     need[f].push(std::cmp::Reverse((i64::from(th), k)));
