@@ -25,6 +25,9 @@
 //! capacity mode for that policy, then the other), which replace graph and schedule when
 //! faster: `interleaved` is then never slower than `expert_level` or `kernel_by_kernel`. The choice is deterministic (the simulator is), and the
 //! result is never slower than any candidate; the report names it (`schedule` option).
+//! Above [`CANDIDATE_MAX_TASKS`] tasks, or [`CANDIDATE_MAX_PAIRS`] pairs of ranks with
+//! traffic, only the expert-level order and the policy's own schedule are compared (the
+//! origin says so and why).
 //!
 //! A candidate is simulated only as far as it can still win: the simulation stops at the
 //! first event past the best latency so far, or as soon as a task starts whose queue still
@@ -175,12 +178,12 @@ fn compile_kept(
     keep: bool,
 ) -> Result<(Compiled, Option<Kept>), Vec<Diagnostic>> {
     let mut c = checked.compile_timed(tf, spec, opts, clock)?;
-    let all = c.graph.len() <= ch.compared;
     if let Some((_, best, seen)) = choose_observed(checked.program(), tf, &mut c, opts.verify, ch) {
         if !keep {
             ch.kept = None;
         }
-        if all {
+        // (Empty when only two candidates were compared.)
+        if !seen.is_empty() {
             other_tilings(checked, tf, &mut c, opts, best, &seen, ch);
         }
         clock.lap("candidates");
@@ -207,12 +210,14 @@ fn compile_kept(
 
 /// The state of a choice among candidates: who hears of each simulation, the best
 /// simulation so far, whether two candidates may be simulated at once (when memory allows),
-/// and the largest graph whose candidates are all compared.
+/// and the largest graph whose candidates are all compared (in tasks, and in pairs of ranks
+/// with traffic).
 struct Choice<'p> {
     progress: Option<&'p Progress>,
     kept: Option<Best>,
     side_by_side: bool,
     compared: usize,
+    compared_pairs: usize,
 }
 
 impl<'p> Choice<'p> {
@@ -222,6 +227,7 @@ impl<'p> Choice<'p> {
             kept: None,
             side_by_side,
             compared: CANDIDATE_MAX_TASKS,
+            compared_pairs: CANDIDATE_MAX_PAIRS,
         }
     }
 }
@@ -461,10 +467,42 @@ pub fn choose(program: &Program, tf: &Taskflow, c: &mut Compiled, verify: bool) 
 /// schedule and the expert-level order (a run stays within minutes instead of hours).
 pub const CANDIDATE_MAX_TASKS: usize = 1 << 21;
 
-/// The choice on a graph above [`CANDIDATE_MAX_TASKS`]: the expert-level order of the same
-/// graph (the candidate that wins most often) is simulated, then the policy's own schedule,
-/// stopped once it passes it; the faster is kept, its origin saying that only two were
-/// compared.
+/// The most pairs of ranks with traffic between them (pairs of the link model) for which
+/// the candidate schedules are all compared: the link model's solves grow with the pairs
+/// active at once, so a graph of thousands of ranks each putting to hundreds of others
+/// costs many times a graph of as many tasks on fewer ranks; above this, as above
+/// [`CANDIDATE_MAX_TASKS`], only two candidates are compared. (The DeepSeek-V3 layer at
+/// EP256 has 65280 such pairs.)
+pub const CANDIDATE_MAX_PAIRS: usize = 1 << 17;
+
+/// Why only two candidates are compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Above {
+    Tasks,
+    Pairs,
+}
+
+impl Above {
+    /// The origins of the two schedules compared: the policy's own, the expert-level order.
+    fn origins(self) -> (&'static str, &'static str) {
+        match self {
+            Above::Tasks => (
+                "policy (of two candidates: above 2097152 tasks)",
+                "expert-level order (of two candidates: above 2097152 tasks)",
+            ),
+            Above::Pairs => (
+                "policy (of two candidates: above 131072 pairs of ranks with traffic)",
+                "expert-level order (of two candidates: above 131072 pairs of ranks with traffic)",
+            ),
+        }
+    }
+}
+
+/// The choice on a graph above [`CANDIDATE_MAX_TASKS`] or [`CANDIDATE_MAX_PAIRS`]: the
+/// expert-level order of the same graph (the candidate that wins most often) is simulated,
+/// then the policy's own schedule, stopped once it passes it; the faster is kept, its origin
+/// saying that only two were compared. `w` is the graph's workload (under any schedule).
+#[allow(clippy::too_many_arguments)]
 fn two_candidates(
     program: &Program,
     tf: &Taskflow,
@@ -473,15 +511,19 @@ fn two_candidates(
     model: &DeviceModel,
     verify: bool,
     ch: &mut Choice,
+    w: Workload,
+    why: Above,
 ) -> f64 {
-    c.schedule.origin = "policy (of two candidates: above 2097152 tasks)";
+    let (own_origin, other_origin) = why.origins();
+    c.schedule.origin = own_origin;
     let Some((other, _)) = hpmoe_dsl::schedule::candidate(program, tf, &c.graph, spec, 2) else {
         return f64::INFINITY;
     };
     if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &other).is_empty() {
         return f64::INFINITY;
     }
-    let w = Workload::new(program, tf, &c.graph, &other, model);
+    let mut w = w;
+    w.reschedule(&c.graph, &other, model);
     // The bound of the second is computed alone: its durations are not kept through the
     // simulations.
     let two = ch.side_by_side && room_for_two(&c.graph, &w, 0);
@@ -502,7 +544,7 @@ fn two_candidates(
     };
     let mut other = other;
     if won == 0 {
-        other.origin = OTHER_OF_TWO;
+        other.origin = other_origin;
         c.schedule = other;
     }
     let best = result.makespan;
@@ -529,9 +571,6 @@ fn room_for_two(g: &hpmoe_dsl::lower::TaskGraph, w: &Workload, beside: u64) -> b
     let mappable = hpmoe_dsl::timing::address_space_left().is_none_or(|left| left / 2 >= extra.saturating_add(1 << 30));
     mappable && held.saturating_add(two).saturating_mul(5) / 4 <= hpmoe_dsl::lower::MAX_MEMORY
 }
-
-/// The origin of the expert-level order when it wins a choice of two.
-const OTHER_OF_TWO: &str = "expert-level order (of two candidates: above 2097152 tasks)";
 
 /// How one candidate of a race ended.
 enum Outcome {
@@ -752,15 +791,22 @@ fn choose_observed(
         return None;
     }
     let model = DeviceModel::new(&program.device).ok()?;
-    if c.graph.len() > ch.compared {
-        let best = two_candidates(program, tf, c, &spec, &model, verify, ch);
+    // One workload for every schedule of the graph: the region work is done once.
+    let w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
+    let above = if c.graph.len() > ch.compared {
+        Some(Above::Tasks)
+    } else if w.pairs.len() > ch.compared_pairs {
+        Some(Above::Pairs)
+    } else {
+        None
+    };
+    if let Some(why) = above {
+        let best = two_candidates(program, tf, c, &spec, &model, verify, ch, w, why);
         return Some((1, best, Vec::new()));
     }
     if let Some(p) = ch.progress {
         p.candidate(1);
     }
-    // One workload for every schedule of the graph: the region work is done once.
-    let w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
     // Two at once holds every candidate's schedule (about the size of the policy's own).
     let schedules = (c.schedule.resident_bytes() as u64).saturating_mul(CANDIDATES as u64);
     if !(ch.side_by_side && room_for_two(&c.graph, &w, schedules)) {
@@ -908,6 +954,54 @@ mod tests {
         let (c, kept) = compile_kept(p, tf, &spec, &CompileOptions::default(), &mut clock, &mut ch, true)
             .unwrap_or_else(|ds| panic!("does not compile: {ds:?}"));
         (c, kept.expect("a simulation of the schedule kept"))
+    }
+
+    /// Above `CANDIDATE_MAX_PAIRS` pairs of ranks with traffic `interleaved` compares the
+    /// expert-level order and its own schedule only, says why, and keeps the faster of the
+    /// two (the expert-level order on a tie), each prepared and simulated alone here.
+    #[test]
+    fn a_graph_of_many_rank_pairs_compares_two_schedules() {
+        let p = checked("deepseek_v3_ep8_fwd.hpm", &["tokens=256"], None);
+        let tf = &p.taskflows[0];
+        let model = DeviceModel::new(&p.device).expect("a model");
+        let spec = p.select_policy(&tf.name, Some(Policy::Interleaved));
+        let mut ch = Choice::new(None, false);
+        ch.compared_pairs = 0;
+        let (c, kept) = compile_kept(
+            &p,
+            tf,
+            &spec,
+            &CompileOptions::default(),
+            &mut Clock::new(),
+            &mut ch,
+            true,
+        )
+        .unwrap_or_else(|ds| panic!("does not compile: {ds:?}"));
+        let kept = kept.expect("a simulation of the schedule kept");
+        assert!(
+            c.schedule
+                .origin
+                .ends_with("(of two candidates: above 131072 pairs of ranks with traffic)"),
+            "{}",
+            c.schedule.origin
+        );
+        assert_eq!(CANDIDATE_MAX_PAIRS, 131072, "the origin and the docs quote this number");
+        let own = p.compile(tf, &spec, &CompileOptions::default()).expect("compiles");
+        let (other, _) =
+            hpmoe_dsl::schedule::candidate(p.program(), tf, &own.graph, &spec, 2).expect("the expert-level order");
+        let alone = |s: &Schedule| {
+            let w = Workload::new(&p, tf, &own.graph, s, &model);
+            sim::simulate(&w, s, &model, SimOptions::default()).expect("no stall")
+        };
+        let (a, b) = (alone(&other), alone(&own.schedule));
+        let (best, print) = if a.makespan <= b.makespan {
+            (a, other.fingerprint())
+        } else {
+            (b, own.schedule.fingerprint())
+        };
+        assert_eq!(c.schedule.fingerprint(), print);
+        assert_eq!(kept.result.makespan.to_bits(), best.makespan.to_bits());
+        assert_eq!(kept.result.end, best.end);
     }
 
     #[test]

@@ -475,6 +475,29 @@ fn close(finish: f64, virt: f64) -> bool {
 }
 
 impl Links {
+    /// Bytes the link model of `pairs` pairs carrying `flows` flows in all holds at most,
+    /// besides its arrays per rank and per resource: each pair's records and its places in
+    /// the lists of active pairs (own caps, the users of the resources on its path, a
+    /// solve's logs), and each flow's entry in its pair's heap (with room to grow) and its
+    /// window cap. With millions of pairs (thousands of ranks each putting to hundreds of
+    /// others) this is most of a simulation's memory.
+    pub fn state_bytes(pairs: usize, flows: usize) -> u64 {
+        use std::mem::size_of;
+        // Lists that grow by doubling count twice their entries; a pair's heap holds at
+        // least four entries once it had a flow.
+        let heap_entry = size_of::<Reverse<(u64, u32)>>();
+        let per_pair = size_of::<Pair>()
+            + size_of::<Hot>()
+            + size_of::<u32>()
+            + size_of::<Option<u64>>()
+            + 4 * heap_entry
+            + 2 * (size_of::<(u64, u32)>() + 6 * size_of::<u32>() + size_of::<(u64, u32)>() + 2 * size_of::<u32>());
+        let per_flow = 2 * (heap_entry + size_of::<f64>());
+        (pairs as u64)
+            .saturating_mul(per_pair as u64)
+            .saturating_add((flows as u64).saturating_mul(per_flow as u64))
+    }
+
     /// `pairs`: the (source, destination) of every pair id the caller will use.
     pub fn new(topo: &Topology, pairs: &[(u32, u32)]) -> Links {
         let ranks = topo.ranks as usize;
@@ -1423,6 +1446,72 @@ mod tests {
             h.clear();
             proptest::prop_assert_eq!(h.peek(), None);
         }
+    }
+
+    /// The bytes `l` holds, from its containers' capacities, apart from its arrays per rank
+    /// and per resource (what [`Links::state_bytes`] leaves out).
+    fn held_bytes(l: &Links) -> usize {
+        use std::mem::size_of;
+        fn v<T>(x: &[T], cap: usize) -> usize {
+            let _ = x;
+            cap * size_of::<T>()
+        }
+        v(&l.pairs, l.pairs.capacity())
+            + l.pairs
+                .iter()
+                .map(|p| p.flows.capacity() * size_of::<Reverse<(u64, u32)>>())
+                .sum::<usize>()
+            + v(&l.hot, l.hot.capacity())
+            + l.users.iter().map(|u| u.capacity() * size_of::<u32>()).sum::<usize>()
+            + v(&l.dirty_pairs, l.dirty_pairs.capacity())
+            + v(&l.mark, l.mark.capacity())
+            + v(&l.comp, l.comp.capacity())
+            + v(&l.flow_cap, l.flow_cap.capacity())
+            + v(&l.local_pairs, l.local_pairs.capacity())
+            + v(&l.scratch, l.scratch.capacity())
+            + l.own.held_bytes()
+            + l.own_all.held_bytes()
+            + v(&l.own_listed, l.own_listed.capacity())
+            + v(&l.flog, l.flog.capacity())
+            + v(&l.pend_pairs, l.pend_pairs.capacity())
+            + v(&l.changed, l.changed.capacity())
+    }
+
+    /// What the link model holds for its pairs and flows stays within
+    /// [`Links::state_bytes`] (with which a run decides whether two simulations fit side by
+    /// side): every pair of 24 ranks active, one to four flows each, solved, then half of
+    /// the flows finished and solved again.
+    #[test]
+    fn the_link_state_stays_within_its_estimate() {
+        let ranks = 24u32;
+        let t = topo(ranks, 8, 100.0, 30.0, 20.0);
+        let pairs: Vec<(u32, u32)> = (0..ranks)
+            .flat_map(|s| (0..ranks).filter(move |&d| d != s).map(move |d| (s, d)))
+            .collect();
+        let mut l = Links::new(&t, &pairs);
+        let mut flows = 0u32;
+        let mut bytes = Vec::new();
+        for p in 0..pairs.len() as u32 {
+            for _ in 0..1 + p % 4 {
+                l.start(p, flows, 1.0 + f64::from(flows % 7), 0.0);
+                bytes.push(1.0 + f64::from(flows % 7));
+                flows += 1;
+            }
+        }
+        let mut wakes = Vec::new();
+        l.reshare(0.0, &mut wakes);
+        let estimate = Links::state_bytes(pairs.len(), flows as usize) as usize;
+        let held = held_bytes(&l);
+        assert!(held <= estimate, "{held} bytes held, {estimate} estimated");
+        // The estimate is not loose by more than a few times either.
+        assert!(estimate <= 4 * held, "{held} bytes held, {estimate} estimated");
+        let done = drain_from(&mut l, 0.0, &bytes, wakes);
+        assert_eq!(done.len(), flows as usize);
+        let held = held_bytes(&l);
+        assert!(
+            held <= estimate,
+            "{held} bytes held after the run, {estimate} estimated"
+        );
     }
 
     /// A topology of `ranks` dies, `per_node` per node, one die per package; port rate

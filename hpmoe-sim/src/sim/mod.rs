@@ -435,13 +435,15 @@ pub fn simulate(w: &Workload, s: &Schedule, m: &DeviceModel, opts: SimOptions) -
 }
 
 /// Bytes a simulation of `w` allocates besides the workload, at most: per task its state,
-/// times, counters waited on and result; per flow its end; per counter its state and time.
+/// times, counters waited on and result; per flow its end; per counter its state and time;
+/// and the link model's pairs and flows ([`Links::state_bytes`]).
 pub fn state_bytes(w: &Workload) -> u64 {
     use std::mem::size_of;
     let per_task =
         size_of::<TaskState>() + size_of::<Times>() + size_of::<u32>() + 2 * size_of::<f64>() + 2 * size_of::<f32>();
     let per_counter = size_of::<Ctr>() + size_of::<f64>();
-    (w.tasks() * per_task + w.flows() * size_of::<f64>() + w.delay.len() * per_counter) as u64
+    let own = (w.tasks() * per_task + w.flows() * size_of::<f64>() + w.delay.len() * per_counter) as u64;
+    own.saturating_add(Links::state_bytes(w.pairs.len(), w.flows()))
 }
 
 /// The least latency among simulations run side by side, shared between their threads: each

@@ -57,6 +57,17 @@ impl OwnList {
         self.len
     }
 
+    /// Bytes its blocks hold (their capacities).
+    #[cfg(test)]
+    pub(super) fn held_bytes(&self) -> usize {
+        self.blocks.capacity() * std::mem::size_of::<Vec<Entry>>()
+            + self
+                .blocks
+                .iter()
+                .map(|b| b.capacity() * std::mem::size_of::<Entry>())
+                .sum::<usize>()
+    }
+
     /// The block that holds `e` or would hold it: the first whose last entry is not below it
     /// (the last block when every entry is below it).
     fn block_of(&self, e: Entry) -> usize {
