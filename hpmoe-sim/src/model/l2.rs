@@ -25,12 +25,17 @@ const RESIDENT: u8 = 1;
 const DIRTY: u8 = 2;
 const REFERENCED: u8 = 4;
 
+/// How far ahead of the ring's head [`L2::insert`] fetches a block's state.
+const LOOK_AHEAD: usize = 4;
+
 #[derive(Clone, Debug)]
 pub struct L2<'a> {
     capacity: f64,
-    /// Per die: bytes held, and the ring of resident blocks (oldest first).
+    /// Per die: bytes held, and the ring of resident blocks (oldest first), each with its
+    /// size (read there when it leaves, beside the ring's next entries rather than from the
+    /// sizes of all blocks).
     used: Vec<f64>,
-    ring: Vec<Fifo<u32>>,
+    ring: Vec<Fifo<(u32, f64)>>,
     /// Per block (the sizes and dies borrowed from the workload).
     state: Vec<u8>,
     size: &'a [f64],
@@ -130,27 +135,34 @@ impl<'a> L2<'a> {
         let ring = &mut ring[d];
         let mut held = used[d] + bs;
         st[b as usize] = state | REFERENCED;
-        ring.push(b);
+        ring.push((b, bs));
         // Every other block loses its mark on its first turn and leaves on its second, and
         // the new block fits alone: the loop ends.
         while held > *capacity {
-            let Some(v) = ring.pop() else { break };
+            let Some((v, vs)) = ring.pop() else { break };
+            // The blocks of a die's ring entered long ago, their states cold by now: the
+            // state of one a few places on is fetched while this one is looked at.
+            if let Some(&(ahead, _)) = ring.get(LOOK_AHEAD) {
+                if let Some(sa) = st.get(ahead as usize) {
+                    super::prefetch(sa);
+                }
+            }
             let vu = v as usize;
             let sv = st[vu];
             if v == b {
-                ring.push(v);
+                ring.push((v, vs));
                 continue;
             }
             if sv & REFERENCED != 0 {
                 st[vu] = sv & !REFERENCED;
-                ring.push(v);
+                ring.push((v, vs));
                 continue;
             }
             if sv & DIRTY != 0 {
-                *writeback += size[vu];
+                *writeback += vs;
             }
             st[vu] = 0;
-            held -= size[vu];
+            held -= vs;
         }
         used[d] = held;
     }

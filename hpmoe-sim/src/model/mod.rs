@@ -112,6 +112,11 @@ impl<T: Copy> Fifo<T> {
         }
         Some(x)
     }
+    /// The item `k` places behind the head (the head itself at 0).
+    #[inline]
+    pub fn get(&self, k: usize) -> Option<&T> {
+        self.items.get(self.head + k)
+    }
     pub fn len(&self) -> usize {
         self.items.len() - self.head
     }
