@@ -501,7 +501,9 @@ impl Above {
 /// The choice on a graph above [`CANDIDATE_MAX_TASKS`] or [`CANDIDATE_MAX_PAIRS`]: the
 /// expert-level order of the same graph (the candidate that wins most often) is simulated,
 /// then the policy's own schedule, stopped once it passes it; the faster is kept, its origin
-/// saying that only two were compared. `w` is the graph's workload (under any schedule).
+/// saying that only two were compared. `w`: the graph's workload if one was prepared
+/// (under any schedule: it is rescheduled), else one is prepared for the expert-level order
+/// (which holds less at its peak than rescheduling one).
 #[allow(clippy::too_many_arguments)]
 fn two_candidates(
     program: &Program,
@@ -511,7 +513,7 @@ fn two_candidates(
     model: &DeviceModel,
     verify: bool,
     ch: &mut Choice,
-    w: Workload,
+    w: Option<Workload>,
     why: Above,
 ) -> f64 {
     let (own_origin, other_origin) = why.origins();
@@ -522,8 +524,13 @@ fn two_candidates(
     if verify && !hpmoe_dsl::verify::verify_schedule(program, tf, &c.graph, &other).is_empty() {
         return f64::INFINITY;
     }
-    let mut w = w;
-    w.reschedule(&c.graph, &other, model);
+    let w = match w {
+        Some(mut w) => {
+            w.reschedule(&c.graph, &other, model);
+            w
+        }
+        None => Workload::new(program, tf, &c.graph, &other, model),
+    };
     // The bound of the second is computed alone: its durations are not kept through the
     // simulations.
     let two = ch.side_by_side && room_for_two(&c.graph, &w, 0);
@@ -791,17 +798,14 @@ fn choose_observed(
         return None;
     }
     let model = DeviceModel::new(&program.device).ok()?;
+    if c.graph.len() > ch.compared {
+        let best = two_candidates(program, tf, c, &spec, &model, verify, ch, None, Above::Tasks);
+        return Some((1, best, Vec::new()));
+    }
     // One workload for every schedule of the graph: the region work is done once.
     let w = Workload::new(program, tf, &c.graph, &c.schedule, &model);
-    let above = if c.graph.len() > ch.compared {
-        Some(Above::Tasks)
-    } else if w.pairs.len() > ch.compared_pairs {
-        Some(Above::Pairs)
-    } else {
-        None
-    };
-    if let Some(why) = above {
-        let best = two_candidates(program, tf, c, &spec, &model, verify, ch, w, why);
+    if w.pairs.len() > ch.compared_pairs {
+        let best = two_candidates(program, tf, c, &spec, &model, verify, ch, Some(w), Above::Pairs);
         return Some((1, best, Vec::new()));
     }
     if let Some(p) = ch.progress {
