@@ -823,6 +823,34 @@ case("s6_npy_route_file_descr_twice", ROUTE_FILE, args=("run",),
 case("s6_npy_keys_reordered_ok", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), expect="ok",
      files={"h.npy": npy_raw("{\"shape\": (1, 64, 64), \"fortran_order\": False, \"descr\": \"<f4\"}", F4_6)})
 
+# ---- Seventh round.
+
+# A REPL script of many definitions: consecutive definitions are checked together (one check
+# of the session text per run of them, not one each), and an input of many lines is not
+# parsed again at each line while a bracket or a block comment is open.
+case("s7_repl_many_params", None, args=("repl",), stdin="".join(f"param p{i} = {i};\n" for i in range(200000)), expect="ok")
+case("s7_repl_many_ops", None, args=("repl",), expect="ok",
+     stdin="import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n"
+     + "".join(f"op e{i}<T>(x: T[M, N]) -> T[M, N] on aiv {{ out[m, n] = x[m, n] * 2.0; }}\n"
+               f"param p{i} = {i};\ntaskflow t{i}(x: f32[64, 64]) -> f32[64, 64] {{ return e{i}(x) tile(m: 16); }}\n" for i in range(5000)))
+case("s7_repl_many_params_on_file", SMALL, args=("repl",), stdin="".join(f"param p{i} = rows + {i};\n" for i in range(50000)) + ":show params\n",
+     expect="ok")
+case("s7_repl_long_input_parens", None, args=("repl",), stdin="param a = (\n" + "".join(f"{i} +\n" for i in range(300000)) + "1);\n")
+case("s7_repl_long_input_comment", None, args=("repl",), stdin="/*\n" + "".join(f"{i} (\n" for i in range(300000)) + "*/ param a = 1;\n", expect="ok")
+case("s7_repl_long_input_op", None, args=("repl",), expect="ok",
+     stdin="op e<T>(x: T[M, N]) -> T[M, N] on aiv {\n" + "".join(f"let t{i} = x[m, n];\n" for i in range(100000)) + "out[m, n] = x[m, n];\n}\n")
+# Op bodies of many `let`s and statements: a `let` is found by name, not by a scan of every
+# earlier one, and a statement does not copy every `let` before it.
+def lets_body(lets, stmts, use=""):
+    return (DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv {\n" + "".join(f"let t{i} = x[m, n] * 2.0;\n" for i in range(lets))
+            + "out[m, n] = x[m, n];\n" + "".join(f"out[m, n] += t{i}{use};\n" for i in range(stmts)) + "}\n"
+            + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return e(x); }\n")
+
+
+case("s7_body_many_lets_ok", lets_body(200000, 0), args=("run",), expect="ok")
+case("s7_body_lets_and_statements", lets_body(60000, 60000))
+case("s7_body_lets_and_sums", lets_body(60000, 60000, " + sum(k) x[m, k]"))
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
