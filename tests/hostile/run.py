@@ -851,6 +851,38 @@ case("s7_body_many_lets_ok", lets_body(200000, 0), args=("run",), expect="ok")
 case("s7_body_lets_and_statements", lets_body(60000, 60000))
 case("s7_body_lets_and_sums", lets_body(60000, 60000, " + sum(k) x[m, k]"))
 
+# `hpmoe tune` lists its candidates before evaluating them: a budget whose list would not fit
+# in memory (a search space of hundreds of coordinates) is refused before any is listed, in a
+# run and in a merge of part files.
+def tune_chain(n):
+    s = (DEV % "" + "op ad<T>(a: T[M, N], b: T[M, N]) -> T[M, N] on aiv { out[m, n] = a[m, n] + b[m, n]; }\n"
+         "taskflow f(x: bf16[64, 64]) -> bf16[64, 64] {\n    let s0 = ad(x, x) tile(m: 16, n: 16);\n")
+    s += "".join(f"    let s{i} = ad(s{i - 1}, x) tile(m: 16, n: 16);\n" for i in range(1, n))
+    return s + f"    return s{n - 1};\n}}\n"
+
+
+def tune_part(text, budget):
+    """A tune part file whose fingerprint matches `text` and a forged budget."""
+    import json
+    def fnv(parts):
+        h = 0xcbf29ce484222325
+        for p in parts:
+            for b in len(p).to_bytes(8, "little") + p:
+                h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+        return "%016x" % h
+    settings = dict(TUNE_SETTINGS, budget=budget)
+    fp = fnv([text.encode(), json.dumps(settings, separators=(",", ":"), sort_keys=True).encode()])
+    return part("tune", candidates=2, results=[{"index": 0, "latency_us": "1"}, {"index": 1, "latency_us": "2"}],
+                settings=settings, fingerprint=fp)
+
+
+TUNE_CHAIN = tune_chain(150)
+case("s7_tune_budget_memory", TUNE_CHAIN, args=("tune", "--budget", "1000000000"))
+case("s7_tune_budget_memory_json", TUNE_CHAIN, args=("tune", "--budget", "1000000000", "--format", "json", "--shard", "0/4", "--out-dir", "@DIR/s7_tune"))
+case("s7_tune_merge_budget_memory", TUNE_CHAIN, args=("tune", "--merge", "@CDIR/p"),
+     files={"p/tune-part-0-of-1.json": tune_part(TUNE_CHAIN, 1000000000)})
+case("s7_tune_budget_ok", TUNE_CHAIN, args=("tune", "--budget", "3", "-o", "@DIR/s7_tune_ok.hpm"), expect="ok")
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
