@@ -883,6 +883,20 @@ case("s7_tune_merge_budget_memory", TUNE_CHAIN, args=("tune", "--merge", "@CDIR/
      files={"p/tune-part-0-of-1.json": tune_part(TUNE_CHAIN, 1000000000)})
 case("s7_tune_budget_ok", TUNE_CHAIN, args=("tune", "--budget", "3", "-o", "@DIR/s7_tune_ok.hpm"), expect="ok")
 
+# Numerics: each taskflow is held to its work limit, and the taskflows of one run together to
+# twice it (three taskflows just under the limit each took 18-26 s).
+def matmuls(names, m=512, k=600, n=512):
+    return (DEV % "" + "op mm<T>(x: T[M, K], w: T[K, N]) -> T[M, N] on aic { out[m, n] = sum(k) x[m, k] * w[k, n]; }\n"
+            + "".join(f"taskflow {t}(x: bf16[{m}, {k}], w: bf16[{k}, {n}]) -> bf16[{m}, {n}] {{ return mm(x, w) tile(m: 128, n: 128, k: 64); }}\n"
+                      for t in names))
+
+
+case("s7_numerics_total_work", matmuls("fgh"), args=("run", "--numerics"))
+case("s7_numerics_total_work_jobs1", matmuls("fghij"), args=("run", "--numerics", "--jobs", "1", "--policy", "kernel_by_kernel"))
+case("s7_numerics_total_work_dump", matmuls("fgh"), args=("run", "--dump", "@DIR/s7_dump_total"))
+case("s7_numerics_total_work_compare", matmuls("fgh"), args=("run", "--numerics", "--compare", "kernel_by_kernel", "--format", "json"))
+case("s7_numerics_one_of_several_ok", matmuls("fgh"), args=("run", "--numerics", "--taskflow", "g"), expect="ok")
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
