@@ -835,6 +835,8 @@ case("s7_repl_many_ops", None, args=("repl",), expect="ok",
                f"param p{i} = {i};\ntaskflow t{i}(x: f32[64, 64]) -> f32[64, 64] {{ return e{i}(x) tile(m: 16); }}\n" for i in range(5000)))
 case("s7_repl_many_params_on_file", SMALL, args=("repl",), stdin="".join(f"param p{i} = rows + {i};\n" for i in range(50000)) + ":show params\n",
      expect="ok")
+case("s7_repl_params_and_comments", None, args=("repl",), stdin="".join(f"param p{i} = {i};\n// note {i}\n" for i in range(50000)), expect="ok")
+case("s7_repl_params_and_syntax_errors", None, args=("repl",), stdin="".join(f"param p{i} = {i};\nparam bad{i} = ;\n" for i in range(20000)))
 case("s7_repl_long_input_parens", None, args=("repl",), stdin="param a = (\n" + "".join(f"{i} +\n" for i in range(300000)) + "1);\n")
 case("s7_repl_long_input_comment", None, args=("repl",), stdin="/*\n" + "".join(f"{i} (\n" for i in range(300000)) + "*/ param a = 1;\n", expect="ok")
 case("s7_repl_long_input_op", None, args=("repl",), expect="ok",

@@ -14,6 +14,9 @@
 //!   not an identifier of an earlier definition of the run (a forward reference);
 //! - the text with the whole run checks with no diagnostic.
 //!
+//! An input of comments only, or with a syntax error, may sit in a run: it prints the same
+//! whatever the session holds (its echo, or its error), and changes nothing.
+//!
 //! Then every intermediate text (the session plus the first k definitions) checks with no
 //! diagnostic too: an item only adds what it defines, and no earlier item can name it, so
 //! what an earlier text says about its items the whole text says as well. Each definition
@@ -83,16 +86,27 @@ struct Candidate {
     idents: FxHashSet<String>,
 }
 
-/// The definition as a candidate for a run, or `None` when it must run alone.
-fn candidate(raw: &str, known: &Known) -> Option<Candidate> {
+/// An input of a run.
+#[derive(Debug)]
+enum Entry {
+    Def(Candidate),
+    /// No item (only comments): it prints nothing but its echo.
+    Empty,
+    /// A syntax error: what it prints (the error, of the input alone) does not depend on the
+    /// session, which it leaves as it is.
+    Unparsed,
+}
+
+/// What an input is in a run, or `None` when it must run alone.
+fn entry(raw: &str, known: &Known) -> Option<Entry> {
     let text = prepared_definition(raw).into_owned();
     let (_, diags, _) = hpmoe_dsl::syntax::parse_text(&text, FileId(0));
     if !diags.is_empty() {
-        return None;
+        return Some(Entry::Unparsed);
     }
     let items = input::items_with_ranges(&text);
     if items.is_empty() {
-        return None;
+        return Some(Entry::Empty);
     }
     let mut names = Vec::new();
     for (item, _) in &items {
@@ -114,7 +128,7 @@ fn candidate(raw: &str, known: &Known) -> Option<Candidate> {
         names.push(n);
     }
     let idents = identifiers(&text);
-    Some(Candidate { text, names, idents })
+    Some(Entry::Def(Candidate { text, names, idents }))
 }
 
 impl Session {
@@ -134,71 +148,105 @@ impl Session {
                     .cached_check()
                     .is_some_and(|c| c.program.is_some() && c.diags.is_empty());
             let mut taken = Vec::new();
+            let mut defs = 0;
             if clean && run >= 2 {
                 let known = known.get_or_insert_with(|| Known::of(&self.buffer));
                 let mut defined: FxHashSet<String> = FxHashSet::default();
                 let mut used: FxHashSet<String> = FxHashSet::default();
-                for raw in inputs[pos..].iter().take(run) {
-                    let Some(c) = candidate(raw, known) else { break };
-                    if c.names.iter().any(|n| defined.contains(n) || used.contains(n)) {
+                for raw in &inputs[pos..] {
+                    if defs == run {
                         break;
                     }
-                    used.extend(c.idents.iter().cloned());
-                    defined.extend(c.names.iter().cloned());
-                    taken.push(c);
+                    let Some(e) = entry(raw, known) else { break };
+                    if let Entry::Def(c) = &e {
+                        if c.names.iter().any(|n| defined.contains(n) || used.contains(n)) {
+                            break;
+                        }
+                        used.extend(c.idents.iter().cloned());
+                        defined.extend(c.names.iter().cloned());
+                        defs += 1;
+                    }
+                    taken.push(e);
+                }
+                while matches!(taken.last(), Some(Entry::Empty | Entry::Unparsed)) {
+                    taken.pop();
                 }
             }
-            if taken.len() < 2 {
+            if defs < 2 {
+                let before = Rc::clone(&self.buffer);
                 self.execute(&inputs[pos]);
                 pos += 1;
-                known = None;
+                // A comment, or a definition refused, leaves the text (and its names) as it was.
+                if !Rc::ptr_eq(&before, &self.buffer) {
+                    known = None;
+                }
                 run = run.saturating_mul(2).max(2);
                 continue;
             }
             let n = taken.len();
             if self.add_together(&inputs[pos..pos + n], &taken) {
                 if let Some(k) = known.as_mut() {
-                    for c in taken {
-                        k.keys.extend(c.names);
-                        k.idents.extend(c.idents);
+                    for e in taken {
+                        if let Entry::Def(c) = e {
+                            k.keys.extend(c.names);
+                            k.idents.extend(c.idents);
+                        }
                     }
                 }
                 pos += n;
                 run = run.saturating_mul(2);
             } else {
-                run = n / 2;
+                run = defs / 2;
             }
         }
         true
     }
 
     /// Adds the definitions of a run and checks the text once; keeps them, printing what each
-    /// prints alone, when it checks with no diagnostic, else leaves the session as it was.
-    fn add_together(&mut self, raws: &[String], run: &[Candidate]) -> bool {
+    /// input prints alone, when it checks with no diagnostic, else leaves the session as it
+    /// was.
+    fn add_together(&mut self, raws: &[String], run: &[Entry]) -> bool {
         let old = Rc::clone(&self.buffer);
-        let mut text = String::with_capacity(old.len() + run.iter().map(|c| c.text.len() + 2).sum::<usize>());
+        let defs: Vec<&Candidate> = run
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Def(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let mut text = String::with_capacity(old.len() + defs.iter().map(|c| c.text.len() + 2).sum::<usize>());
         text.push_str(&old);
-        let mut edits = Vec::with_capacity(run.len());
-        for c in run {
+        let mut edits = Vec::with_capacity(defs.len());
+        for c in &defs {
             edits.push(input::append_items(&mut text, &c.text));
         }
         self.buffer = Rc::from(text.as_str());
         let t0 = Instant::now();
         let checked = self.check_uncached();
-        let took = t0.elapsed() / run.len() as u32;
+        let took = t0.elapsed() / defs.len().max(1) as u32;
         if checked.program.is_none() || !checked.diags.is_empty() {
             self.buffer = old;
             return false;
         }
         self.keep_check(&checked);
         self.update_names(&checked);
-        for (raw, edit) in raws.iter().zip(&edits) {
-            self.echo(raw);
-            self.failed_now = false;
-            self.stages.clear();
-            self.defined(&edit.actions, &edit.params);
-            self.stage("check", Some(took));
-            self.print_stages();
+        let mut edits = edits.into_iter();
+        for (raw, e) in raws.iter().zip(run) {
+            match e {
+                Entry::Def(_) => {
+                    let Some(edit) = edits.next() else { break };
+                    self.echo(raw);
+                    self.failed_now = false;
+                    self.stages.clear();
+                    self.defined(&edit.actions, &edit.params);
+                    self.stage("check", Some(took));
+                    self.print_stages();
+                }
+                Entry::Empty => self.echo(raw),
+                Entry::Unparsed => {
+                    self.execute(raw);
+                }
+            }
         }
         self.stages.clear();
         true
@@ -299,7 +347,7 @@ mod tests {
         let mut s = String::from("import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n");
         let mut ops = vec![];
         for i in 0..n {
-            let line = match rng.below(20) {
+            let line = match rng.below(21) {
                 0..=7 => format!("param p{i} = {};", 1 + rng.below(9)),
                 8 => format!("param q{i} = p{} + 1;", rng.below(i + 1)),
                 9 => {
@@ -321,6 +369,8 @@ mod tests {
                 16 => format!("param big{i} = 9223372036854775807 + {};", rng.below(2)),
                 17 => format!("param m{i} = 1; param n{i} = m{i} * 2;"),
                 18 => format!("param z{i} = (\n  {i} +\n  1)"),
+                19 if rng.below(2) == 0 => format!("// a comment {i}"),
+                19 => format!("param bad{i} = ;"),
                 _ => format!("/// doc\nparam d{i} = {i};"),
             };
             s.push_str(&line);
@@ -342,9 +392,16 @@ mod tests {
 
     #[test]
     fn many_new_params_are_checked_in_a_few_checks() {
-        let s: String = (0..2000).map(|i| format!("param p{i} = {i};\n")).collect();
+        // Comments and syntax errors between them do not split the run.
+        let s: String = (0..2000)
+            .map(|i| match i % 3 {
+                1 => format!("param p{i} = {i};\n// note\n"),
+                2 => format!("param p{i} = {i};\nparam bad = ;\n"),
+                _ => format!("param p{i} = {i};\n"),
+            })
+            .collect();
         let ins = inputs(&s);
-        let (mut one, _) = session(false);
+        let (mut one, one_out) = session(false);
         one.execute(&ins[0]);
         let (mut together, out) = session(false);
         together.execute(&ins[0]);
@@ -355,7 +412,9 @@ mod tests {
             one.execute(i);
         }
         assert_eq!(one.buffer, together.buffer);
+        assert!(one.failed && together.failed);
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.matches("stages: check\n").count(), 2000, "{text}");
+        assert_eq!(text, String::from_utf8(one_out.0.lock().unwrap().clone()).unwrap());
     }
 }
