@@ -236,14 +236,29 @@ fn the_numerics_work_of_all_taskflows_is_limited_together() {
     let file = dir.join("three.hpm");
     std::fs::write(&file, text).unwrap();
     let started = std::time::Instant::now();
-    let out = hpmoe().args(["run", file.to_str().unwrap(), "--numerics"]).assert().code(1).get_output().clone();
+    let out = hpmoe()
+        .args(["run", file.to_str().unwrap(), "--numerics"])
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("E1201") && err.contains("numerics of 3 taskflows"), "{err}");
+    assert!(
+        err.contains("E1201") && err.contains("numerics of 3 taskflows"),
+        "{err}"
+    );
     assert!(err.contains("--taskflow NAME"), "{err}");
     // Refused before any numerics ran (each takes seconds).
     assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
     let out = hpmoe()
-        .args(["run", file.to_str().unwrap(), "--taskflow", "f", "--policy", "kernel_by_kernel"])
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--taskflow",
+            "f",
+            "--policy",
+            "kernel_by_kernel",
+        ])
         .assert()
         .code(0)
         .get_output()

@@ -558,12 +558,26 @@ fn a_budget_past_the_candidate_memory_is_refused_up_front() {
     let file = d.join("chain.hpm");
     std::fs::write(&file, s).unwrap();
     let best = d.join("best.hpm");
-    let o = run(&["tune", file.to_str().unwrap(), "--budget", "1000000000", "-o", best.to_str().unwrap()]);
+    let o = run(&[
+        "tune",
+        file.to_str().unwrap(),
+        "--budget",
+        "1000000000",
+        "-o",
+        best.to_str().unwrap(),
+    ]);
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("would list 1000000000 of them"), "{}", o.stderr);
     assert!(o.stderr.contains("give --budget"), "{}", o.stderr);
     assert!(!best.exists());
     // A budget that fits is searched as before.
-    let o = run(&["tune", file.to_str().unwrap(), "--budget", "2", "-o", best.to_str().unwrap()]);
+    let o = run(&[
+        "tune",
+        file.to_str().unwrap(),
+        "--budget",
+        "2",
+        "-o",
+        best.to_str().unwrap(),
+    ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
 }

@@ -351,7 +351,9 @@ pub fn check_total_work(works: &[(&Taskflow, u128)], opts: &NumericsOptions) -> 
     if total <= limit {
         return Ok(());
     }
-    let Some((largest, w)) = works.iter().max_by_key(|(_, w)| *w) else { return Ok(()) };
+    let Some((largest, w)) = works.iter().max_by_key(|(_, w)| *w) else {
+        return Ok(());
+    };
     Err(Diagnostic::error(
         Code::LimitExceeded,
         format!(

@@ -650,7 +650,10 @@ pub(crate) fn run(o: &RunCli) -> i32 {
     // limit when it starts).
     if let Some(n) = o.numerics.as_ref() {
         let mut works = Vec::new();
-        for job in jobs.iter().filter(|j| j.outputs || o.compare.is_none() || j.policy == o.policy) {
+        for job in jobs
+            .iter()
+            .filter(|j| j.outputs || o.compare.is_none() || j.policy == o.policy)
+        {
             if let Ok(layouts) = p.layouts(job.spec.static_capacity) {
                 works.push((job.tf, hpmoe_sim::numerics::work_in(job.tf, &layouts, p.device.ranks())));
             }

@@ -116,7 +116,9 @@ fn entry(raw: &str, known: &Known) -> Option<Entry> {
         ) {
             return None;
         }
-        let ItemKey::Named(n) = input::item_key(item, &text) else { return None };
+        let ItemKey::Named(n) = input::item_key(item, &text) else {
+            return None;
+        };
         if n.is_empty()
             || names.contains(&n)
             || known.keys.contains(&n)
@@ -335,7 +337,10 @@ mod tests {
     struct Rng(u64);
     impl Rng {
         fn below(&mut self, n: usize) -> usize {
-            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((self.0 >> 33) % n as u64) as usize
         }
     }

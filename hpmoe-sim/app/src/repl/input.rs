@@ -299,12 +299,39 @@ mod tests {
     #[test]
     fn open_scan_agrees_with_the_parser() {
         const PIECES: &[&str] = &[
-            "(", ")", "[", "]", "{", "}", "param", "op", "taskflow", "a", "=", "1", ";", ",", ":", "/*", "*/",
-            "// c ( [", "/// d", "\"s ( \\\" ]\"", "\"", "'", "*", "/", "/*/", "x[m, n]", "->",
+            "(",
+            ")",
+            "[",
+            "]",
+            "{",
+            "}",
+            "param",
+            "op",
+            "taskflow",
+            "a",
+            "=",
+            "1",
+            ";",
+            ",",
+            ":",
+            "/*",
+            "*/",
+            "// c ( [",
+            "/// d",
+            "\"s ( \\\" ]\"",
+            "\"",
+            "'",
+            "*",
+            "/",
+            "/*/",
+            "x[m, n]",
+            "->",
         ];
         let mut state = 12345u64;
         let mut next = |n: usize| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((state >> 33) % n as u64) as usize
         };
         let mut sure = 0;
