@@ -823,6 +823,82 @@ case("s6_npy_route_file_descr_twice", ROUTE_FILE, args=("run",),
 case("s6_npy_keys_reordered_ok", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), expect="ok",
      files={"h.npy": npy_raw("{\"shape\": (1, 64, 64), \"fortran_order\": False, \"descr\": \"<f4\"}", F4_6)})
 
+# ---- Seventh round.
+
+# A REPL script of many definitions: consecutive definitions are checked together (one check
+# of the session text per run of them, not one each), and an input of many lines is not
+# parsed again at each line while a bracket or a block comment is open.
+case("s7_repl_many_params", None, args=("repl",), stdin="".join(f"param p{i} = {i};\n" for i in range(200000)), expect="ok")
+case("s7_repl_many_ops", None, args=("repl",), expect="ok",
+     stdin="import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n"
+     + "".join(f"op e{i}<T>(x: T[M, N]) -> T[M, N] on aiv {{ out[m, n] = x[m, n] * 2.0; }}\n"
+               f"param p{i} = {i};\ntaskflow t{i}(x: f32[64, 64]) -> f32[64, 64] {{ return e{i}(x) tile(m: 16); }}\n" for i in range(5000)))
+case("s7_repl_many_params_on_file", SMALL, args=("repl",), stdin="".join(f"param p{i} = rows + {i};\n" for i in range(50000)) + ":show params\n",
+     expect="ok")
+case("s7_repl_params_and_comments", None, args=("repl",), stdin="".join(f"param p{i} = {i};\n// note {i}\n" for i in range(50000)), expect="ok")
+case("s7_repl_params_and_syntax_errors", None, args=("repl",), stdin="".join(f"param p{i} = {i};\nparam bad{i} = ;\n" for i in range(20000)))
+case("s7_repl_long_input_parens", None, args=("repl",), stdin="param a = (\n" + "".join(f"{i} +\n" for i in range(300000)) + "1);\n")
+case("s7_repl_long_input_comment", None, args=("repl",), stdin="/*\n" + "".join(f"{i} (\n" for i in range(300000)) + "*/ param a = 1;\n", expect="ok")
+case("s7_repl_long_input_op", None, args=("repl",), expect="ok",
+     stdin="op e<T>(x: T[M, N]) -> T[M, N] on aiv {\n" + "".join(f"let t{i} = x[m, n];\n" for i in range(100000)) + "out[m, n] = x[m, n];\n}\n")
+# Op bodies of many `let`s and statements: a `let` is found by name, not by a scan of every
+# earlier one, and a statement does not copy every `let` before it.
+def lets_body(lets, stmts, use=""):
+    return (DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv {\n" + "".join(f"let t{i} = x[m, n] * 2.0;\n" for i in range(lets))
+            + "out[m, n] = x[m, n];\n" + "".join(f"out[m, n] += t{i}{use};\n" for i in range(stmts)) + "}\n"
+            + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return e(x); }\n")
+
+
+case("s7_body_many_lets_ok", lets_body(200000, 0), args=("run",), expect="ok")
+case("s7_body_lets_and_statements", lets_body(60000, 60000))
+case("s7_body_lets_and_sums", lets_body(60000, 60000, " + sum(k) x[m, k]"))
+
+# `hpmoe tune` lists its candidates before evaluating them: a budget whose list would not fit
+# in memory (a search space of hundreds of coordinates) is refused before any is listed, in a
+# run and in a merge of part files.
+def tune_chain(n):
+    s = (DEV % "" + "op ad<T>(a: T[M, N], b: T[M, N]) -> T[M, N] on aiv { out[m, n] = a[m, n] + b[m, n]; }\n"
+         "taskflow f(x: bf16[64, 64]) -> bf16[64, 64] {\n    let s0 = ad(x, x) tile(m: 16, n: 16);\n")
+    s += "".join(f"    let s{i} = ad(s{i - 1}, x) tile(m: 16, n: 16);\n" for i in range(1, n))
+    return s + f"    return s{n - 1};\n}}\n"
+
+
+def tune_part(text, budget):
+    """A tune part file whose fingerprint matches `text` and a forged budget."""
+    import json
+    def fnv(parts):
+        h = 0xcbf29ce484222325
+        for p in parts:
+            for b in len(p).to_bytes(8, "little") + p:
+                h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+        return "%016x" % h
+    settings = dict(TUNE_SETTINGS, budget=budget)
+    fp = fnv([text.encode(), json.dumps(settings, separators=(",", ":"), sort_keys=True).encode()])
+    return part("tune", candidates=2, results=[{"index": 0, "latency_us": "1"}, {"index": 1, "latency_us": "2"}],
+                settings=settings, fingerprint=fp)
+
+
+TUNE_CHAIN = tune_chain(150)
+case("s7_tune_budget_memory", TUNE_CHAIN, args=("tune", "--budget", "1000000000"))
+case("s7_tune_budget_memory_json", TUNE_CHAIN, args=("tune", "--budget", "1000000000", "--format", "json", "--shard", "0/4", "--out-dir", "@DIR/s7_tune"))
+case("s7_tune_merge_budget_memory", TUNE_CHAIN, args=("tune", "--merge", "@CDIR/p"),
+     files={"p/tune-part-0-of-1.json": tune_part(TUNE_CHAIN, 1000000000)})
+case("s7_tune_budget_ok", TUNE_CHAIN, args=("tune", "--budget", "3", "-o", "@DIR/s7_tune_ok.hpm"), expect="ok")
+
+# Numerics: each taskflow is held to its work limit, and the taskflows of one run together to
+# twice it (three taskflows just under the limit each took 18-26 s).
+def matmuls(names, m=512, k=600, n=512):
+    return (DEV % "" + "op mm<T>(x: T[M, K], w: T[K, N]) -> T[M, N] on aic { out[m, n] = sum(k) x[m, k] * w[k, n]; }\n"
+            + "".join(f"taskflow {t}(x: bf16[{m}, {k}], w: bf16[{k}, {n}]) -> bf16[{m}, {n}] {{ return mm(x, w) tile(m: 128, n: 128, k: 64); }}\n"
+                      for t in names))
+
+
+case("s7_numerics_total_work", matmuls("fgh"), args=("run", "--numerics"))
+case("s7_numerics_total_work_jobs1", matmuls("fghij"), args=("run", "--numerics", "--jobs", "1", "--policy", "kernel_by_kernel"))
+case("s7_numerics_total_work_dump", matmuls("fgh"), args=("run", "--dump", "@DIR/s7_dump_total"))
+case("s7_numerics_total_work_compare", matmuls("fgh"), args=("run", "--numerics", "--compare", "kernel_by_kernel", "--format", "json"))
+case("s7_numerics_one_of_several_ok", matmuls("fgh"), args=("run", "--numerics", "--taskflow", "g"), expect="ok")
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"

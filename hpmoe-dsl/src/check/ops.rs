@@ -303,8 +303,16 @@ struct Ctx {
     /// Whether new shape symbols may be created (only in the signature).
     sig_mode: bool,
     vars: Vec<SymVar>,
-    /// Variables and lets in scope (innermost last).
-    scope: Vec<(String, Local)>,
+    /// Variables in scope (innermost last); they shadow `let`s.
+    scope: Vec<(String, usize)>,
+    /// The body's `let`s in order (a name given twice, an error, is kept twice).
+    lets: Vec<(String, Rc<Expr>)>,
+    /// Per `let` name, its positions in `lets`: names are looked up without a scan of every
+    /// `let`, so a body of many statements and many `let`s is checked in linear time.
+    let_pos: rustc_hash::FxHashMap<String, Vec<usize>>,
+    /// How many of `lets` are in scope: all of them, except while a `let`'s value is
+    /// inlined (those before it).
+    lets_visible: usize,
     ret_rank: usize,
     failed: bool,
     /// The depth of the scalar expression being built and the nodes it has so far, `let`s
@@ -323,10 +331,37 @@ const MAX_INLINED_DEPTH: u32 = 2 * crate::syntax::parser::MAX_DEPTH;
 /// its nodes, so a chain of them would otherwise grow exponentially.
 const MAX_INLINED_NODES: u32 = 1 << 16;
 
-#[derive(Clone, Debug)]
+/// What a name of a body is: a variable, or the `let` at a position of `Ctx::lets`.
+#[derive(Clone, Copy, Debug)]
 enum Local {
     Var(usize),
-    Let(Expr),
+    Let(usize),
+}
+
+impl Ctx {
+    /// The variable or visible `let` a name means (a variable shadows a `let`; of two `let`s
+    /// of one name, the later).
+    fn local(&self, name: &str) -> Option<Local> {
+        if let Some((_, v)) = self.scope.iter().rev().find(|(n, _)| n == name) {
+            return Some(Local::Var(*v));
+        }
+        self.visible_let(name).map(Local::Let)
+    }
+
+    /// The position of the last visible `let` of this name.
+    fn visible_let(&self, name: &str) -> Option<usize> {
+        let ps = self.let_pos.get(name)?;
+        ps.iter().rev().copied().find(|&p| p < self.lets_visible)
+    }
+
+    /// The names in scope: the visible `let`s, then the variables.
+    fn scope_names(&self) -> Vec<String> {
+        self.lets[..self.lets_visible]
+            .iter()
+            .map(|(n, _)| n.clone())
+            .chain(self.scope.iter().map(|(n, _)| n.clone()))
+            .collect()
+    }
 }
 
 /// The most statements (`let`s, writes and puts) all op bodies of a program may hold together.
@@ -358,6 +393,9 @@ impl Checker<'_> {
             sig_mode: true,
             vars: Vec::new(),
             scope: Vec::new(),
+            lets: Vec::new(),
+            let_pos: rustc_hash::FxHashMap::default(),
+            lets_visible: 0,
             ret_rank: def.ret.dims.len(),
             failed: false,
             scalar_depth: 0,
@@ -703,7 +741,7 @@ impl Checker<'_> {
                     return Some(Sym::Var(cx.syms.len() - 1));
                 }
                 let mut cands = cx.syms.clone();
-                cands.extend(cx.scope.iter().map(|(n, _)| n.clone()));
+                cands.extend(cx.scope_names());
                 self.unknown_name_among(cx.item.module, n, e.span, "name", &cands);
                 None
             }
@@ -769,7 +807,6 @@ impl Checker<'_> {
 
     fn build_body(&mut self, cx: &mut Ctx, stmts: &[Stmt], body_span: Span) -> SymBody {
         let mut body = SymBody::default();
-        let mut lets: Vec<(String, Local)> = Vec::new();
         let mut any_write = false;
         for st in stmts {
             match st {
@@ -781,7 +818,7 @@ impl Checker<'_> {
                         );
                         cx.failed = true;
                         // Kept in scope so that its uses are not reported again.
-                    } else if let Some(what) = self.let_clash(cx, &lets, &name.name) {
+                    } else if let Some(what) = self.let_clash(cx, &name.name) {
                         // A `let` named like another name of the body would make its uses
                         // ambiguous (the index variable, the tensor or the earlier `let` wins
                         // silently): every name in a body means one thing.
@@ -791,7 +828,9 @@ impl Checker<'_> {
                         );
                         cx.failed = true;
                     }
-                    lets.push((name.name.clone(), Local::Let(value.clone())));
+                    cx.let_pos.entry(name.name.clone()).or_default().push(cx.lets.len());
+                    cx.lets.push((name.name.clone(), Rc::new(value.clone())));
+                    cx.lets_visible = cx.lets.len();
                 }
                 Stmt::Assign {
                     target,
@@ -821,7 +860,7 @@ impl Checker<'_> {
                         cx.failed = true;
                         continue;
                     }
-                    cx.scope = lets.clone();
+                    cx.scope.clear();
                     let first_var = cx.vars.len();
                     if index.len() != cx.ret_rank {
                         self.err(
@@ -891,7 +930,7 @@ impl Checker<'_> {
                         cx.failed = true;
                         continue;
                     }
-                    cx.scope = lets.clone();
+                    cx.scope.clear();
                     let first_var = cx.vars.len();
                     let rank_ix = self.index(cx, rank);
                     if let Some(SymIndex::Route { func, .. }) = &rank_ix {
@@ -965,25 +1004,18 @@ impl Checker<'_> {
             span,
         });
         let id = cx.vars.len() - 1;
-        cx.scope.push((name.to_string(), Local::Var(id)));
+        cx.scope.push((name.to_string(), id));
         id
     }
 
     fn lookup_var(cx: &Ctx, name: &str) -> Option<usize> {
-        cx.scope
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, l)| match l {
-                Local::Var(v) => Some(*v),
-                Local::Let(_) => None,
-            })
+        cx.scope.iter().rev().find(|(n, _)| n == name).map(|(_, v)| *v)
     }
 
     /// What a `let` named `name` would shadow: an earlier `let`, a parameter of the op, a
     /// shape symbol, the dtype parameter or a `param` of the program.
-    fn let_clash(&self, cx: &Ctx, lets: &[(String, Local)], name: &str) -> Option<&'static str> {
-        if lets.iter().any(|(n, _)| n == name) {
+    fn let_clash(&self, cx: &Ctx, name: &str) -> Option<&'static str> {
+        if cx.let_pos.contains_key(name) {
             Some("an earlier `let` of this body")
         } else if cx.params.iter().any(|p| p.name() == name) {
             Some("a parameter of this op")
@@ -1037,7 +1069,7 @@ impl Checker<'_> {
                 return None;
             }
         };
-        let is_let = cx.scope.iter().any(|(n, l)| *n == name && matches!(l, Local::Let(_)));
+        let is_let = cx.visible_let(&name).is_some();
         if self.is_const_name(cx, &name)
             || RESERVED.contains(&name.as_str())
             || cx.params.iter().any(|p| p.name() == name)
@@ -1122,7 +1154,7 @@ impl Checker<'_> {
                 if self.is_const_name(cx, n) {
                     return Some(SymIndex::Const(self.sym(cx, e)?, e.span));
                 }
-                let cands: Vec<String> = cx.scope.iter().map(|(n, _)| n.clone()).collect();
+                let cands: Vec<String> = cx.scope_names();
                 self.unknown_name_among(cx.item.module, n, e.span, "index variable", &cands);
                 None
             }
@@ -1227,7 +1259,7 @@ impl Checker<'_> {
                         return bad(self);
                     };
                     let Some(v) = self.var_use(cx, vn, args[0].value.span) else {
-                        let cands: Vec<String> = cx.scope.iter().map(|(n, _)| n.clone()).collect();
+                        let cands: Vec<String> = cx.scope_names();
                         self.unknown_name_among(cx.item.module, vn, args[0].value.span, "index variable", &cands);
                         return None;
                     };
@@ -1379,24 +1411,25 @@ impl Checker<'_> {
             ExprKind::Int(v) => Some(SymScalar::Const(*v as f64)),
             ExprKind::Float(f) => Some(SymScalar::Const(*f)),
             ExprKind::Name(n) => {
-                if let Some((_, l)) = cx.scope.iter().rev().find(|(x, _)| **x == **n).cloned() {
+                if let Some(l) = cx.local(n) {
                     return match l {
                         Local::Var(v) => Some(SymScalar::Var(v)),
-                        Local::Let(expr) => {
+                        Local::Let(pos) => {
                             // Inline the let in the current scope; lets see only earlier lets
                             // and the statement's index variables (not the reduction variables
                             // of the `sum` it is used in).
-                            let pos = cx.scope.iter().rposition(|(x, _)| **x == **n).unwrap_or(0);
-                            let saved = cx.scope.split_off(pos);
-                            let index_vars: Vec<(String, Local)> = saved
+                            let expr = Rc::clone(&cx.lets[pos].1);
+                            let index_vars: Vec<(String, usize)> = cx
+                                .scope
                                 .iter()
-                                .filter(|(_, l)| matches!(l, Local::Var(v) if cx.vars[*v].kind != VarKind::Reduce))
+                                .filter(|(_, v)| cx.vars[*v].kind != VarKind::Reduce)
                                 .cloned()
                                 .collect();
-                            cx.scope.extend(index_vars);
+                            let saved = std::mem::replace(&mut cx.scope, index_vars);
+                            let visible = std::mem::replace(&mut cx.lets_visible, pos);
                             let r = self.scalar(cx, &expr);
-                            cx.scope.truncate(pos);
-                            cx.scope.extend(saved);
+                            cx.scope = saved;
+                            cx.lets_visible = visible;
                             r
                         }
                     };
@@ -1561,7 +1594,7 @@ impl Checker<'_> {
                 let mut vars = Vec::with_capacity(binders.len());
                 for b in binders {
                     let v = b.var();
-                    if cx.scope.iter().any(|(n, _)| *n == v.name)
+                    if cx.local(&v.name).is_some()
                         || self.is_const_name(cx, &v.name)
                         || cx.params.iter().any(|p| p.name() == v.name)
                     {

@@ -899,7 +899,9 @@ fn camel_case(name: &str) -> String {
             s.push_str(cs.as_str());
         }
     }
-    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
+    // A Rust identifier must start with a letter or `_` (the language's names are ASCII).
+    if !s.starts_with(|c: char| c.is_ascii_alphabetic()) || !s.chars().all(|c| c.is_ascii_alphanumeric()) {
+        s.retain(|c| c.is_ascii_alphanumeric());
         s.insert_str(0, "Taskflow");
     }
     s

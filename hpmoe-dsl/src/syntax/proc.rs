@@ -15,7 +15,8 @@
 //!   `InnerDoc` tokens, with one leading space removed as the lexer does;
 //! - `Joint` punctuation is joined into the language's two-character tokens (`::`, `->`, `=>`,
 //!   `+=`, `-=`, `==`, `!=`, `<=`, `>=`, `..`), left to right as the lexer joins them;
-//! - a raw identifier `r#name` is the identifier `name`;
+//! - a raw identifier `r#name` is the identifier `name`; an identifier with a character
+//!   beyond ASCII is E0102, as in a file;
 //! - literals are read by the file lexer itself: integers (decimal, `0x`, `0o`, `0b`, with
 //!   `_`), floats and strings with the lexer's escapes; a suffix is error E0107, an integer
 //!   that overflows 64 bits is E0105 (`Int(None)`); character, byte and raw string literals
@@ -199,7 +200,18 @@ impl ProcTokens {
                 TokenTree::Ident(id) => {
                     let s = id.to_string();
                     let name = s.strip_prefix("r#").map_or(s.clone(), str::to_string);
-                    self.push(TokenKind::Ident(name), (id.span(), id.span()));
+                    // Rust takes Unicode identifiers; the language (and the file lexer) only
+                    // ASCII ones.
+                    match name.chars().find(|c| !c.is_ascii()) {
+                        Some(ch) => self.error(
+                            Code::InvalidCharacter,
+                            format!("invalid character {ch:?} in identifier `{name}`"),
+                            "not part of any token of the language",
+                            "identifiers are ASCII letters, digits and `_`, as in `.hpm` files",
+                            (id.span(), id.span()),
+                        ),
+                        None => self.push(TokenKind::Ident(name), (id.span(), id.span())),
+                    }
                 }
                 TokenTree::Literal(l) => self.literal(l),
                 TokenTree::Punct(p) => {
@@ -674,6 +686,15 @@ mod tests {
         assert_eq!(p.diags[0].code, Code::InvalidCharacter);
         // Raw identifiers are identifiers.
         assert_eq!(kinds(&convert("r#type"))[0], TokenKind::Ident("type".into()));
+        // Identifiers beyond ASCII (Rust has them, the language does not): E0102 at the
+        // identifier, which becomes an error token.
+        for src in ["_\u{663}", "caf\u{e9}", "r#\u{e9}t\u{e9}", "_\u{300}a"] {
+            let p = convert(&format!("x = {src};"));
+            assert_eq!(p.diags.len(), 1, "{src}: {:?}", p.diags);
+            assert_eq!(p.diags[0].code, Code::InvalidCharacter, "{src}");
+            assert_eq!(p.diags[0].span(), Some(Span::new(FileId(7), 2, 3)), "{src}");
+            assert_eq!(kinds(&p)[2], TokenKind::Error, "{src}");
+        }
     }
 
     #[test]

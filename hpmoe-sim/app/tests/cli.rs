@@ -218,6 +218,54 @@ fn the_task_limit_fails_before_allocating() {
     assert!(err.contains("E1201") && err.contains("more than 1000 tasks"), "{err}");
 }
 
+/// The numerics of several taskflows, each under its own work limit, are refused together
+/// before any starts when their sum is over the limit of a run; one of them alone runs.
+#[test]
+fn the_numerics_work_of_all_taskflows_is_limited_together() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-numerics-total");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut text = String::from(
+        "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n\
+         op mm<T>(x: T[M, K], w: T[K, N]) -> T[M, N] on aic { out[m, n] = sum(k) x[m, k] * w[k, n]; }\n",
+    );
+    for t in ["f", "g", "h"] {
+        text.push_str(&format!(
+            "taskflow {t}(x: bf16[512, 600], w: bf16[600, 512]) -> bf16[512, 512] {{ return mm(x, w) tile(m: 128, n: 128, k: 64); }}\n"
+        ));
+    }
+    let file = dir.join("three.hpm");
+    std::fs::write(&file, text).unwrap();
+    let started = std::time::Instant::now();
+    let out = hpmoe()
+        .args(["run", file.to_str().unwrap(), "--numerics"])
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("E1201") && err.contains("numerics of 3 taskflows"),
+        "{err}"
+    );
+    assert!(err.contains("--taskflow NAME"), "{err}");
+    // Refused before any numerics ran (each takes seconds).
+    assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
+    let out = hpmoe()
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--taskflow",
+            "f",
+            "--policy",
+            "kernel_by_kernel",
+        ])
+        .assert()
+        .code(0)
+        .get_output()
+        .clone();
+    assert!(!out.stdout.is_empty());
+}
+
 #[test]
 fn hostile_files_get_diagnostics_not_panics() {
     let dir = std::env::temp_dir().join(format!("hpmoe-cli-{}", std::process::id()));

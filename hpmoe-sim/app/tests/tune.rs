@@ -540,3 +540,44 @@ fn forged_part_counts_are_refused() {
         o.stderr
     );
 }
+
+/// A budget whose list of candidates would not fit in memory (a space of hundreds of
+/// coordinates) is refused before any candidate is listed, not run out of memory.
+#[test]
+fn a_budget_past_the_candidate_memory_is_refused_up_front() {
+    let d = dir("budget-memory");
+    let mut s = String::from(
+        "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n\
+         op ad<T>(a: T[M, N], b: T[M, N]) -> T[M, N] on aiv { out[m, n] = a[m, n] + b[m, n]; }\n\
+         taskflow f(x: bf16[64, 64]) -> bf16[64, 64] {\n    let s0 = ad(x, x) tile(m: 16, n: 16);\n",
+    );
+    for i in 1..100 {
+        s.push_str(&format!("    let s{i} = ad(s{}, x) tile(m: 16, n: 16);\n", i - 1));
+    }
+    s.push_str("    return s99;\n}\n");
+    let file = d.join("chain.hpm");
+    std::fs::write(&file, s).unwrap();
+    let best = d.join("best.hpm");
+    let o = run(&[
+        "tune",
+        file.to_str().unwrap(),
+        "--budget",
+        "1000000000",
+        "-o",
+        best.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("would list 1000000000 of them"), "{}", o.stderr);
+    assert!(o.stderr.contains("give --budget"), "{}", o.stderr);
+    assert!(!best.exists());
+    // A budget that fits is searched as before.
+    let o = run(&[
+        "tune",
+        file.to_str().unwrap(),
+        "--budget",
+        "2",
+        "-o",
+        best.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}

@@ -270,6 +270,11 @@ pub fn memory_need_in(tf: &Taskflow, layouts: &[Option<RouteLayout>], ranks: u32
 /// reduction's body counted once per term (the rows of a group taken as the mean over the
 /// groups).
 pub fn work(tf: &Taskflow, g: &TaskGraph) -> u128 {
+    work_in(tf, &g.layouts, g.ranks)
+}
+
+/// [`work`] from the routings' layouts and the rank count, before the taskflow is lowered.
+pub fn work_in(tf: &Taskflow, layouts: &[Option<RouteLayout>], ranks: u32) -> u128 {
     use hpmoe_dsl::ir::{BodyVar, SExpr, VarRange};
     fn range(layouts: &[Option<RouteLayout>], r: &VarRange, rank: usize) -> u128 {
         let layout = |id: hpmoe_dsl::ir::RouteId| layouts.get(id.0 as usize).and_then(|l| l.as_ref());
@@ -308,7 +313,6 @@ pub fn work(tf: &Taskflow, g: &TaskGraph) -> u128 {
             }
         }
     }
-    let layouts: &[Option<RouteLayout>] = &g.layouts;
     let mut total = 0u128;
     for node in &tf.nodes {
         let vars = &node.body.vars;
@@ -316,7 +320,7 @@ pub fn work(tf: &Taskflow, g: &TaskGraph) -> u128 {
             // An expression's cost is walked once, or once per rank when its reductions'
             // ranges differ per rank.
             let same = (!per_rank(&st.value, vars)).then(|| cost(&st.value, vars, layouts, 0));
-            for rank in 0..g.ranks as usize {
+            for rank in 0..ranks as usize {
                 let points = st
                     .vars
                     .iter()
@@ -330,6 +334,37 @@ pub fn work(tf: &Taskflow, g: &TaskGraph) -> u128 {
         }
     }
     total
+}
+
+/// The most operations the numerics of one run may evaluate over all its taskflows, in
+/// each of the tiled runs and the dense references: each taskflow is held to
+/// [`NumericsOptions::work_limit`], and all of them together to twice that.
+pub fn total_work_limit(opts: &NumericsOptions) -> u128 {
+    u128::from(opts.work_limit).saturating_mul(2)
+}
+
+/// Refuses numerics of several taskflows (`(taskflow, its work)`, see [`work_in`]) that
+/// together would evaluate more than [`total_work_limit`], before any starts.
+pub fn check_total_work(works: &[(&Taskflow, u128)], opts: &NumericsOptions) -> Result<(), Diagnostic> {
+    let total = works.iter().fold(0u128, |n, (_, w)| n.saturating_add(*w));
+    let limit = total_work_limit(opts);
+    if total <= limit {
+        return Ok(());
+    }
+    let Some((largest, w)) = works.iter().max_by_key(|(_, w)| *w) else {
+        return Ok(());
+    };
+    Err(Diagnostic::error(
+        Code::LimitExceeded,
+        format!(
+            "numerics of {} taskflows would evaluate {total} operations together in each of their tiled runs and dense \
+             references, more than the limit of {limit} for one run (`{}` alone {w})",
+            works.len(),
+            largest.name
+        ),
+    )
+    .primary(largest.span, "the largest")
+    .help("run numerics of one taskflow at a time (`--taskflow NAME`), or on a smaller configuration"))
 }
 
 /// Refuses a numerics run of `tf` that would need more memory or evaluate more operations

@@ -646,6 +646,23 @@ pub(crate) fn run(o: &RunCli) -> i32 {
             return 1;
         }
     }
+    // The numerics of all the jobs that compute them, together (each is also held to its own
+    // limit when it starts).
+    if let Some(n) = o.numerics.as_ref() {
+        let mut works = Vec::new();
+        for job in jobs
+            .iter()
+            .filter(|j| j.outputs || o.compare.is_none() || j.policy == o.policy)
+        {
+            if let Ok(layouts) = p.layouts(job.spec.static_capacity) {
+                works.push((job.tf, hpmoe_sim::numerics::work_in(job.tf, &layouts, p.device.ranks())));
+            }
+        }
+        if let Err(d) = hpmoe_sim::numerics::check_total_work(&works, n) {
+            print_diags(&[d], &sources, o.format);
+            return 1;
+        }
+    }
     let setup = started.elapsed() - check_time;
     // Jobs run side by side (each holds its own graph); results are reported in job order,
     // and the first failure in that order is the one shown.

@@ -138,6 +138,9 @@ pub(crate) fn tune(o: &TuneCli) -> i32 {
         (None, Some(_)) => TIME_LIMIT_CANDIDATES,
         (None, None) => DEFAULT_BUDGET,
     };
+    if let Err(e) = t.check_budget(budget) {
+        return usage(e);
+    }
     let cands = t.candidates(budget);
     let indices: Vec<usize> = (0..cands.len()).filter(|&i| shard.is_none_or(|s| s.owns(i))).collect();
     let pb = bar(indices.len());
@@ -235,6 +238,10 @@ pub(crate) fn merge(
             "error: the parts were not computed from this text of `{}` (the file changed, or they come from another file)",
             file.display()
         );
+        return 1;
+    }
+    if let Err(e) = t.check_budget(budget) {
+        errln!("error: cannot merge the tune parts: {e}");
         return 1;
     }
     let cands = t.candidates(budget);

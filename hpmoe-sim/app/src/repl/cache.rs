@@ -122,6 +122,11 @@ impl Cache {
         self.next_id += 1;
         self.next_id
     }
+    /// How many checks are cached.
+    #[cfg(test)]
+    pub fn checks(&self) -> usize {
+        self.checks.len()
+    }
     pub fn clear(&mut self) {
         self.checks.clear();
         self.compiled.clear();
@@ -137,28 +142,64 @@ pub(crate) struct Stage {
 }
 
 impl Session {
-    fn stage(&mut self, name: impl Into<String>, took: Option<Duration>) {
+    pub(crate) fn stage(&mut self, name: impl Into<String>, took: Option<Duration>) {
         self.stages.push(Stage {
             name: name.into(),
             took,
         });
     }
 
-    /// Checks the buffer under the current settings (cached).
-    pub(crate) fn check(&mut self) -> Rc<Checked> {
-        let key = CheckKey {
+    /// What a check of the buffer under the current settings depends on.
+    fn check_key(&self) -> CheckKey {
+        CheckKey {
             text: Rc::clone(&self.buffer),
             overrides: self.settings.overrides.iter().map(|(_, o)| o.clone()).collect(),
             device: self.settings.device.clone(),
             routing: self.settings.routing.clone(),
             allow_paths: self.settings.allow_paths.clone(),
-        };
+        }
+    }
+
+    /// The cached check of the buffer under the current settings, if there is one (the
+    /// caches unchanged).
+    pub(crate) fn cached_check(&self) -> Option<Rc<Checked>> {
+        let key = self.check_key();
+        self.cache.checks.iter().find(|c| c.key == key).cloned()
+    }
+
+    /// Checks the buffer under the current settings (cached).
+    pub(crate) fn check(&mut self) -> Rc<Checked> {
+        let key = self.check_key();
         if let Some(c) = lookup(&mut self.cache.checks, |c| c.key == key) {
             self.stage("check", None);
             self.update_names(&c);
             return c;
         }
         let t0 = Instant::now();
+        let c = self.fresh_check(key);
+        self.stage("check", Some(t0.elapsed()));
+        self.keep_check(&c);
+        // Warnings are shown when the check runs, not on every use of a cached one.
+        if c.program.is_some() && !c.diags.is_empty() {
+            self.diagnostics(&c.diags, c.dropped, &c.sources);
+        }
+        self.update_names(&c);
+        c
+    }
+
+    /// Checks the buffer under the current settings, neither looking in the cache nor
+    /// adding to it, nor printing anything.
+    pub(crate) fn check_uncached(&mut self) -> Rc<Checked> {
+        let key = self.check_key();
+        self.fresh_check(key)
+    }
+
+    /// Adds a check to the cache.
+    pub(crate) fn keep_check(&mut self, c: &Rc<Checked>) {
+        insert(&mut self.cache.checks, Rc::clone(c), CHECKS);
+    }
+
+    fn fresh_check(&mut self, key: CheckKey) -> Rc<Checked> {
         let opts = Options {
             overrides: key.overrides.clone(),
             device: key.device.clone(),
@@ -182,22 +223,14 @@ impl Session {
                 .map(|c| c.id)
         });
         let id = same.unwrap_or_else(|| self.cache.id());
-        let c = Rc::new(Checked {
+        Rc::new(Checked {
             id,
             key,
             program: program.map(Rc::new),
             sources: Rc::new(sources),
             diags,
             dropped,
-        });
-        self.stage("check", Some(t0.elapsed()));
-        insert(&mut self.cache.checks, Rc::clone(&c), CHECKS);
-        // Warnings are shown when the check runs, not on every use of a cached one.
-        if c.program.is_some() && !c.diags.is_empty() {
-            self.diagnostics(&c.diags, c.dropped, &c.sources);
-        }
-        self.update_names(&c);
-        c
+        })
     }
 
     /// The checked program, or its errors printed.

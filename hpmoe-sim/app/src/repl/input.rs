@@ -29,6 +29,98 @@ pub fn is_complete(text: &str) -> bool {
     !(open || doc_last)
 }
 
+/// A quick scan of an input read line by line, to know without parsing it again that a
+/// bracket or a block comment is still open (then the input goes on, whatever the parser
+/// says about the rest: it reports every group still open at the end). Each line is scanned
+/// once, so an input of many lines costs linear time; [`is_complete`] parses the input only
+/// when the scan cannot tell.
+///
+/// The scan follows the lexer: `//` to the end of the line, nested `/* */`, strings with
+/// `\` escapes. Anything it does not follow exactly (a string going on past its line, a
+/// closing bracket of another kind or with none open) makes it unsure for the rest of the
+/// input.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct OpenScan {
+    brackets: Vec<u8>,
+    comments: usize,
+    unsure: bool,
+}
+
+impl OpenScan {
+    /// Scans the next line of the input (with its `\n`).
+    pub fn line(&mut self, line: &str) {
+        let b = line.as_bytes();
+        let mut i = 0;
+        while i < b.len() && !self.unsure {
+            let next = b.get(i + 1).copied();
+            if self.comments > 0 {
+                match (b[i], next) {
+                    (b'/', Some(b'*')) => {
+                        self.comments += 1;
+                        i += 2;
+                    }
+                    (b'*', Some(b'/')) => {
+                        self.comments -= 1;
+                        i += 2;
+                    }
+                    _ => i += 1,
+                }
+                continue;
+            }
+            match (b[i], next) {
+                (b'/', Some(b'/')) => return,
+                (b'/', Some(b'*')) => {
+                    self.comments = 1;
+                    i += 2;
+                    continue;
+                }
+                (b'"', _) => {
+                    i += 1;
+                    loop {
+                        match b.get(i) {
+                            None | Some(b'\n') => {
+                                self.unsure = true;
+                                return;
+                            }
+                            Some(b'\\') => i += 2,
+                            Some(b'"') => break,
+                            Some(_) => i += 1,
+                        }
+                    }
+                }
+                (c @ (b'(' | b'[' | b'{'), _) => self.brackets.push(c),
+                (c @ (b')' | b']' | b'}'), _) => {
+                    let open = match c {
+                        b')' => b'(',
+                        b']' => b'[',
+                        _ => b'{',
+                    };
+                    if self.brackets.pop() != Some(open) {
+                        self.unsure = true;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+
+    /// Whether the input scanned so far surely goes on: a bracket or a block comment is open.
+    fn surely_open(&self) -> bool {
+        !self.unsure && (self.comments > 0 || !self.brackets.is_empty())
+    }
+
+    /// [`is_complete`] of `text`, whose lines this scan has seen: without parsing it when the
+    /// scan knows that a bracket or a block comment is still open.
+    pub fn is_complete(&self, text: &str) -> bool {
+        let t = text.trim_start();
+        if t.is_empty() || t.starts_with(':') {
+            return true;
+        }
+        !self.surely_open() && is_complete(text)
+    }
+}
+
 /// The input to add: `text`, or `text;` when the only thing missing is a final `;`
 /// (`param tokens = 128` at the prompt).
 pub(crate) fn with_final_semicolon(text: &str) -> Option<String> {
@@ -158,6 +250,29 @@ pub(crate) fn add_items(buffer: &str, input: &str) -> Edit {
     Edit { text, actions, params }
 }
 
+/// Adds the items of `input` at the end of `text`, as [`add_items`] adds items whose keys
+/// `text` does not have (the caller knows it has none of them).
+pub(crate) fn append_items(text: &mut String, input: &str) -> Edit {
+    let mut actions = Vec::new();
+    let mut params = Vec::new();
+    for (item, range) in items_with_ranges(input) {
+        if let ItemKind::Param(p) = &item.kind {
+            params.push(p.name.name.clone());
+        }
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&input[range]);
+        text.push('\n');
+        actions.push(format!("defined {}", item_title(&item, input)));
+    }
+    Edit {
+        text: String::new(),
+        actions,
+        params,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +292,71 @@ mod tests {
         assert!(!is_complete("/// GeGLU\n/// more"));
         assert_eq!(with_final_semicolon("param x = 3").as_deref(), Some("param x = 3;"));
         assert_eq!(with_final_semicolon("param = 3"), None);
+    }
+
+    /// The scan says an input goes on only where the parser says so too, on lines of random
+    /// tokens (brackets, comments, strings, doc comments, item keywords, deep nesting).
+    #[test]
+    fn open_scan_agrees_with_the_parser() {
+        const PIECES: &[&str] = &[
+            "(",
+            ")",
+            "[",
+            "]",
+            "{",
+            "}",
+            "param",
+            "op",
+            "taskflow",
+            "a",
+            "=",
+            "1",
+            ";",
+            ",",
+            ":",
+            "/*",
+            "*/",
+            "// c ( [",
+            "/// d",
+            "\"s ( \\\" ]\"",
+            "\"",
+            "'",
+            "*",
+            "/",
+            "/*/",
+            "x[m, n]",
+            "->",
+        ];
+        let mut state = 12345u64;
+        let mut next = |n: usize| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) % n as u64) as usize
+        };
+        let mut sure = 0;
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            let mut scan = OpenScan::default();
+            for _ in 0..1 + next(6) {
+                let mut line = String::new();
+                for _ in 0..next(8) {
+                    line.push_str(PIECES[next(PIECES.len())]);
+                    line.push(' ');
+                }
+                if next(50) == 0 {
+                    line.push_str(&"(".repeat(300));
+                }
+                line.push('\n');
+                text.push_str(&line);
+                scan.line(&line);
+                assert_eq!(scan.is_complete(&text), is_complete(&text), "{text:?}");
+                if scan.surely_open() {
+                    sure += 1;
+                }
+            }
+        }
+        assert!(sure > 10_000, "{sure}");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! multi-line rule, nothing is echoed (unless asked), and the exit code is 1 if any command
 //! failed (printed an error), else 0.
 
+mod batch;
 mod cache;
 mod commands;
 mod complete;
@@ -21,8 +22,6 @@ mod explain;
 mod input;
 mod session;
 mod show;
-
-pub use input::is_complete;
 
 use hpmoe_dsl::check::Override;
 use hpmoe_dsl::diag::RenderStyle;
@@ -185,9 +184,14 @@ fn cancel_on_interrupt() {
 /// Runs one input, catching a panic (a bug) so that the session goes on, and a cancellation
 /// (Ctrl-C) so that the command stops and the session goes on.
 fn exec(s: &mut Session, text: &str) -> Flow {
+    guarded(s, |s| s.execute(text))
+}
+
+/// Runs `f` on the session, catching a panic or a cancellation as [`exec`] does.
+fn guarded(s: &mut Session, f: impl FnOnce(&mut Session) -> Flow) -> Flow {
     INTERRUPTS.store(0, Ordering::Relaxed);
     hpmoe_dsl::cancel::clear();
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.execute(text)));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(s)));
     hpmoe_dsl::cancel::clear();
     match r {
         Ok(f) => f,
@@ -208,10 +212,49 @@ fn exec(s: &mut Session, text: &str) -> Flow {
     }
 }
 
+/// Runs the inputs read so far, in order: consecutive definitions together
+/// (`Session::execute_definitions`), commands one by one. Returns `Some(quit)` when the
+/// session ends (`:quit`, or the output is gone).
+fn run_queued(s: &mut Session, queue: &mut Vec<String>) -> Option<bool> {
+    let inputs = std::mem::take(queue);
+    let mut i = 0;
+    while i < inputs.len() {
+        if crate::out::stdout_failed() {
+            return Some(false);
+        }
+        let defs = inputs[i..]
+            .iter()
+            .take_while(|t| !t.trim_start().starts_with(':'))
+            .count();
+        if defs >= 2 {
+            let mut gone = false;
+            guarded(s, |s| {
+                gone = !s.execute_definitions(&inputs[i..i + defs]);
+                Flow::Continue
+            });
+            if gone {
+                return Some(false);
+            }
+            i += defs;
+            continue;
+        }
+        if exec(s, &inputs[i]) == Flow::Quit {
+            return Some(true);
+        }
+        i += 1;
+    }
+    None
+}
+
 /// Reads inputs line by line (an input goes on while a bracket is open) and runs them.
-/// Returns whether `:quit` was given.
+/// Inputs already read in full are run together (so that consecutive definitions are checked
+/// together); the reader waits for more input only once they have run. Returns whether
+/// `:quit` was given.
 fn run_lines(s: &mut Session, input: &mut dyn BufRead) -> bool {
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, input);
     let mut pending = String::new();
+    let mut scan = input::OpenScan::default();
+    let mut queue: Vec<String> = Vec::new();
     let mut bytes = Vec::new();
     loop {
         if crate::out::stdout_failed() {
@@ -219,10 +262,13 @@ fn run_lines(s: &mut Session, input: &mut dyn BufRead) -> bool {
             return false;
         }
         bytes.clear();
-        match input.read_until(b'\n', &mut bytes) {
+        match reader.read_until(b'\n', &mut bytes) {
             Ok(0) => break,
             Ok(_) => {}
             Err(e) => {
+                if let Some(quit) = run_queued(s, &mut queue) {
+                    return quit;
+                }
                 s.error(&format!("cannot read the input: {e}"));
                 s.failed = true;
                 break;
@@ -235,14 +281,23 @@ fn run_lines(s: &mut Session, input: &mut dyn BufRead) -> bool {
         }
         if pending.trim().is_empty() {
             pending.clear();
-            continue;
-        }
-        if is_complete(&pending) {
-            let text = std::mem::take(&mut pending);
-            if exec(s, &text) == Flow::Quit {
-                return true;
+            scan = input::OpenScan::default();
+        } else {
+            scan.line(&line);
+            if scan.is_complete(&pending) {
+                queue.push(std::mem::take(&mut pending));
+                scan = input::OpenScan::default();
             }
         }
+        // Wait for more input only with nothing left to run.
+        if !queue.is_empty() && !reader.buffer().contains(&b'\n') {
+            if let Some(quit) = run_queued(s, &mut queue) {
+                return quit;
+            }
+        }
+    }
+    if let Some(quit) = run_queued(s, &mut queue) {
+        return quit;
     }
     if !pending.trim().is_empty() {
         // The input ended inside a bracket: run it, and let the parser say what is missing.

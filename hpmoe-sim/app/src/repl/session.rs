@@ -76,6 +76,16 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// A definition as it is added: `input`, or `input;` when the only thing missing is a final
+/// `;` (`param tokens = 128` at the prompt).
+pub(crate) fn prepared_definition(input: &str) -> std::borrow::Cow<'_, str> {
+    let (_, first, _) = hpmoe_dsl::syntax::parse_text(input, hpmoe_dsl::FileId(0));
+    match (first.is_empty(), input::with_final_semicolon(input)) {
+        (false, Some(f)) => std::borrow::Cow::Owned(f),
+        _ => std::borrow::Cow::Borrowed(input),
+    }
+}
+
 /// A usage message for a command.
 fn usage(c: &str) -> String {
     match commands::lookup(c) {
@@ -254,14 +264,7 @@ impl Session {
         if trimmed.is_empty() {
             return Flow::Continue;
         }
-        if self.cfg.echo {
-            let mut lines = input.trim_end().lines();
-            let mut text = format!("hpmoe> {}", lines.next().unwrap_or(""));
-            for l in lines {
-                text.push_str(&format!("\n  ...> {l}"));
-            }
-            self.say(&text);
-        }
+        self.echo(input);
         self.failed_now = false;
         self.stages.clear();
         let flow = if let Some(cmd) = trimmed.strip_prefix(':') {
@@ -275,6 +278,18 @@ impl Session {
             self.failed = true;
         }
         flow
+    }
+
+    /// With `--echo`, prints an input with its prompts.
+    pub(crate) fn echo(&mut self, input: &str) {
+        if self.cfg.echo {
+            let mut lines = input.trim_end().lines();
+            let mut text = format!("hpmoe> {}", lines.next().unwrap_or(""));
+            for l in lines {
+                text.push_str(&format!("\n  ...> {l}"));
+            }
+            self.say(&text);
+        }
     }
 
     fn command(&mut self, cmd: &str) -> Flow {
@@ -588,15 +603,8 @@ impl Session {
     // ------------------------------------------------------------------ definitions
 
     fn define(&mut self, input: &str) {
-        let fixed;
-        let (_, first, _) = hpmoe_dsl::syntax::parse_text(input, hpmoe_dsl::FileId(0));
-        let input = match (first.is_empty(), input::with_final_semicolon(input)) {
-            (false, Some(f)) => {
-                fixed = f;
-                fixed.as_str()
-            }
-            _ => input,
-        };
+        let fixed = prepared_definition(input);
+        let input = fixed.as_ref();
         let mut sources = SourceMap::new();
         let file = sources.add("<input>", None, input.to_string());
         let (_, diags, _) = hpmoe_dsl::syntax::parse_text(input, file);
@@ -638,11 +646,18 @@ impl Session {
             self.note("the program has errors (above)");
             return;
         }
+        self.defined(&edit.actions, &edit.params);
+        self.print_stages();
+    }
+
+    /// What a definition that was added says: its actions, and a note for each param it
+    /// defines that a `:set` overrides.
+    pub(crate) fn defined(&mut self, actions: &[String], params: &[String]) {
         self.edits += 1;
-        for a in &edit.actions {
+        for a in actions {
             self.say(a);
         }
-        for p in &edit.params {
+        for p in params {
             if let Some((_, o)) = self.settings.overrides.iter().find(|(k, _)| k == p) {
                 let v = value_text(&o.value);
                 self.note(&format!(
@@ -650,7 +665,6 @@ impl Session {
                 ));
             }
         }
-        self.print_stages();
     }
 
     // ------------------------------------------------------------------ views

@@ -49,6 +49,14 @@ use serde_json::{json, Value as J};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+/// The most memory the list of candidates of a search may take ([`Tuner::check_budget`]).
+pub const CANDIDATE_MEMORY: u128 = 1 << 30;
+
+/// The bytes a candidate of `coords` coordinates takes in the list and the set of seen ones.
+fn candidate_bytes(coords: usize) -> u128 {
+    2 * (2 * coords as u128 + 24 + 16) + 32
+}
+
 /// Policy options that switch a part of the device model on or off rather than choose how to
 /// schedule (leaving out kernel launches is not a schedule): never searched.
 pub const NOT_SEARCHED: &[&str] = &["launch_overhead"];
@@ -628,6 +636,33 @@ impl Tuner {
         )
         .map_err(|ds| first_message(&ds))?;
         Ok(ran.report.latency * 1e6)
+    }
+
+    /// How many distinct candidates the search space holds (saturating).
+    pub fn space_size(&self) -> u128 {
+        self.coords
+            .iter()
+            .fold(1u128, |n, c| n.saturating_mul(c.values.len().max(1) as u128))
+    }
+
+    /// Refuses, before any is listed, a budget whose list of candidates would take more than
+    /// [`CANDIDATE_MEMORY`]: each candidate is a value per coordinate, held twice (the list
+    /// and the set that skips duplicates), and a search lists `min(budget, space size)` of
+    /// them.
+    pub fn check_budget(&self, budget: usize) -> Result<(), String> {
+        let listed = (budget as u128).min(self.space_size());
+        let per = candidate_bytes(self.coords.len());
+        if listed.saturating_mul(per) <= CANDIDATE_MEMORY {
+            return Ok(());
+        }
+        let most = CANDIDATE_MEMORY / per;
+        Err(format!(
+            "a budget of {budget} candidates of {} coordinates would list {listed} of them, {} MiB, over the {} MiB a \
+             search may hold; give --budget {most} or less",
+            self.coords.len(),
+            listed.saturating_mul(per) >> 20,
+            CANDIDATE_MEMORY >> 20
+        ))
     }
 
     /// The candidates of the search, `limit` at most (see the module doc).
