@@ -30,7 +30,7 @@ use super::session::{prepared_definition, Session};
 use hpmoe_dsl::syntax::ast::ItemKind;
 use hpmoe_dsl::syntax::lexer::tokenize;
 use hpmoe_dsl::syntax::token::{FileId, TokenKind};
-use std::collections::HashSet as FxHashSet;
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -38,8 +38,8 @@ use std::time::Instant;
 /// The names of the session's text: its items' keys and every identifier in it.
 #[derive(Debug, Default)]
 struct Known {
-    keys: FxHashSet<String>,
-    idents: FxHashSet<String>,
+    keys: HashSet<String>,
+    idents: HashSet<String>,
 }
 
 impl Known {
@@ -55,7 +55,7 @@ impl Known {
     }
 }
 
-fn identifiers(text: &str) -> FxHashSet<String> {
+fn identifiers(text: &str) -> HashSet<String> {
     let (toks, _, _) = tokenize(text, FileId(0));
     toks.into_iter()
         .filter_map(|t| match t.kind {
@@ -66,10 +66,10 @@ fn identifiers(text: &str) -> FxHashSet<String> {
 }
 
 /// Every identifier of the standard library's modules.
-fn stdlib_names() -> &'static FxHashSet<String> {
-    static NAMES: OnceLock<FxHashSet<String>> = OnceLock::new();
+fn stdlib_names() -> &'static HashSet<String> {
+    static NAMES: OnceLock<HashSet<String>> = OnceLock::new();
     NAMES.get_or_init(|| {
-        let mut all = FxHashSet::default();
+        let mut all = HashSet::default();
         for (_, text) in hpmoe_dsl::stdlib::MODULES {
             all.extend(identifiers(text));
         }
@@ -83,7 +83,7 @@ fn stdlib_names() -> &'static FxHashSet<String> {
 struct Candidate {
     text: String,
     names: Vec<String>,
-    idents: FxHashSet<String>,
+    idents: HashSet<String>,
 }
 
 /// An input of a run.
@@ -153,8 +153,8 @@ impl Session {
             let mut defs = 0;
             if clean && run >= 2 {
                 let known = known.get_or_insert_with(|| Known::of(&self.buffer));
-                let mut defined: FxHashSet<String> = FxHashSet::default();
-                let mut used: FxHashSet<String> = FxHashSet::default();
+                let mut defined: HashSet<String> = HashSet::default();
+                let mut used: HashSet<String> = HashSet::default();
                 for raw in &inputs[pos..] {
                     if defs == run {
                         break;
