@@ -633,6 +633,10 @@ case("links7_row_of_column_tiles", "import std::device::ascend_a3;\ndevice = asc
      "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
      "taskflow f(x: f32[500, 3990]) -> f32[500, 3990] {\n    let y = e(x) tile(m: 1, n: 1);\n"
      "    return e(y) tile(m: 1, n: 1);\n}\n", args=("run", "--policy", "kernel_by_kernel"), expect="ok")
+# 384 ranks each putting to every other (147 K pairs of ranks with traffic): every candidate
+# schedule was one more simulation of a link model of that many pairs (12 s); above 131072
+# pairs two are compared (3 s).
+case("links8_many_rank_pairs_run", moe(tokens=64, hidden=16, experts=384, topk=8, ranks=384, tile=64), args=("run",), expect="ok")
 case("calls4_fan_out_check", DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
      + "taskflow f(x: f32[4, 4]) -> f32[4, 4] { let y0 = e(x);" + "".join(f"let y{i + 1} = e(x);" for i in range(300000))
      + " return y0; }\n", expect="ok")
