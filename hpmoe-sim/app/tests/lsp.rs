@@ -515,6 +515,35 @@ fn definitions_of_routes_and_imports_completion_of_fields_and_policies() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// Before `initialize` a notification is dropped and the session goes on, as the protocol
+/// asks (it ended the session with Rust's debug form of the message); `exit` there ends it
+/// with a message.
+#[test]
+fn notifications_before_initialize_are_dropped() {
+    let mut s = Lsp::start();
+    s.notify("initialized", json!({}));
+    s.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": "untitled:a", "languageId": "hpm", "version": 1, "text": "param a = 1;"}}),
+    );
+    let r = s.request("initialize", json!({"capabilities": {}}));
+    assert!(r["result"]["capabilities"].is_object(), "{r}");
+    let r = s.request("shutdown", Value::Null);
+    assert!(r["error"].is_null(), "{r}");
+    s.notify("exit", Value::Null);
+    let (code, err) = s.finish();
+    assert_eq!(code, Some(0), "{err}");
+
+    let mut s = Lsp::start();
+    s.notify("exit", Value::Null);
+    let (code, err) = s.finish();
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "error: hpmoe lsp: the client sent `exit` before `initialize`"
+    );
+}
+
 #[test]
 fn hostile_clients_get_errors_not_crashes() {
     let mut s = Lsp::start();

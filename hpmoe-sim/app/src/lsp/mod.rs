@@ -84,14 +84,33 @@ fn capabilities() -> lsp::ServerCapabilities {
     }
 }
 
-fn serve(conn: &Connection) -> Result<(), String> {
-    let (id, _params) = conn.initialize_start().map_err(|e| {
-        if e.channel_is_disconnected() {
-            "the input ended before the client's `initialize` request".to_string()
-        } else {
-            e.to_string()
+/// Waits for the client's `initialize` request, as the protocol asks of a server before it:
+/// a request is answered with an error (`ServerNotInitialized`), a notification dropped, and
+/// `exit` ends the session (an error: nothing was served).
+fn await_initialize(conn: &Connection) -> Result<RequestId, String> {
+    loop {
+        let Ok(msg) = conn.receiver.recv() else {
+            return Err("the input ended before the client's `initialize` request".to_string());
+        };
+        match msg {
+            Message::Request(r) if r.method == lsp::request::Initialize::METHOD => return Ok(r.id),
+            Message::Request(r) => {
+                let _ = conn.sender.send(Message::Response(Response::new_err(
+                    r.id,
+                    ErrorCode::ServerNotInitialized as i32,
+                    format!("`{}` before `initialize`: the server is not initialized yet", r.method),
+                )));
+            }
+            Message::Notification(n) if n.method == lsp::notification::Exit::METHOD => {
+                return Err("the client sent `exit` before `initialize`".to_string());
+            }
+            Message::Notification(_) | Message::Response(_) => {}
         }
-    })?;
+    }
+}
+
+fn serve(conn: &Connection) -> Result<(), String> {
+    let id = await_initialize(conn)?;
     let result = lsp::InitializeResult {
         capabilities: capabilities(),
         server_info: Some(lsp::ServerInfo {
