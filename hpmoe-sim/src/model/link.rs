@@ -486,12 +486,17 @@ impl Links {
         // Lists that grow by doubling count twice their entries; a pair's heap holds at
         // least four entries once it had a flow.
         let heap_entry = size_of::<Reverse<(u64, u32)>>();
+        let entry = size_of::<(u64, u32)>();
+        let id = size_of::<u32>();
+        // Its records (pair, hot part, mark, listed own cap) and heap; its entries in the own
+        // caps' list, the users of the (at most six) resources on its path, the changed
+        // pairs, and the freeze log and component of a solve.
         let per_pair = size_of::<Pair>()
             + size_of::<Hot>()
-            + size_of::<u32>()
+            + id
             + size_of::<Option<u64>>()
             + 4 * heap_entry
-            + 2 * (size_of::<(u64, u32)>() + 6 * size_of::<u32>() + size_of::<(u64, u32)>() + 2 * size_of::<u32>());
+            + 2 * (entry + 6 * id + entry + 2 * id);
         let per_flow = 2 * (heap_entry + size_of::<f64>());
         (pairs as u64)
             .saturating_mul(per_pair as u64)
@@ -1452,29 +1457,28 @@ mod tests {
     /// and per resource (what [`Links::state_bytes`] leaves out).
     fn held_bytes(l: &Links) -> usize {
         use std::mem::size_of;
-        fn v<T>(x: &[T], cap: usize) -> usize {
-            let _ = x;
-            cap * size_of::<T>()
+        fn cap<T>(v: &Vec<T>) -> usize {
+            v.capacity() * size_of::<T>()
         }
-        v(&l.pairs, l.pairs.capacity())
+        cap(&l.pairs)
             + l.pairs
                 .iter()
                 .map(|p| p.flows.capacity() * size_of::<Reverse<(u64, u32)>>())
                 .sum::<usize>()
-            + v(&l.hot, l.hot.capacity())
-            + l.users.iter().map(|u| u.capacity() * size_of::<u32>()).sum::<usize>()
-            + v(&l.dirty_pairs, l.dirty_pairs.capacity())
-            + v(&l.mark, l.mark.capacity())
-            + v(&l.comp, l.comp.capacity())
-            + v(&l.flow_cap, l.flow_cap.capacity())
-            + v(&l.local_pairs, l.local_pairs.capacity())
-            + v(&l.scratch, l.scratch.capacity())
+            + cap(&l.hot)
+            + l.users.iter().map(cap).sum::<usize>()
+            + cap(&l.dirty_pairs)
+            + cap(&l.mark)
+            + cap(&l.comp)
+            + cap(&l.flow_cap)
+            + cap(&l.local_pairs)
+            + cap(&l.scratch)
             + l.own.held_bytes()
             + l.own_all.held_bytes()
-            + v(&l.own_listed, l.own_listed.capacity())
-            + v(&l.flog, l.flog.capacity())
-            + v(&l.pend_pairs, l.pend_pairs.capacity())
-            + v(&l.changed, l.changed.capacity())
+            + cap(&l.own_listed)
+            + cap(&l.flog)
+            + cap(&l.pend_pairs)
+            + cap(&l.changed)
     }
 
     /// What the link model holds for its pairs and flows stays within
