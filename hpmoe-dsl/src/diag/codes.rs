@@ -96,6 +96,11 @@ exponentially.";
     InvalidLiteral = 107, "invalid-literal", "a literal of the wrong kind or with a suffix",
 "Number literals may not carry a type suffix (`4096u32`) and strings are only used for file
 names. Write plain numbers; dtypes are given by tensor types.";
+    TextDirectionControl = 108, "text-direction-control", "a text direction control character in a comment or string",
+"The Unicode embeddings, overrides and isolates (U+202A to U+202E, U+2066 to U+2069) change
+the order in which an editor or a review shows the text around them, so a comment or string
+holding one can make code display as something other than what is checked and run. They are
+errors wherever they appear; remove them.";
 
     // ---- names: 02xx ----
     UnknownName = 201, "unknown-name", "a name that is not defined",

@@ -162,12 +162,45 @@ impl<'s> Lexer<'s> {
     }
 
     fn comment(&mut self, span: Span, text: std::ops::Range<usize>) {
+        self.bidi(text.clone(), "comment");
         if self.keep_comments {
             self.comments.push(Comment {
                 span,
                 text: self.src[text].to_string(),
             });
         }
+    }
+
+    /// An error for the first text direction control in `r` (a comment's or a string's
+    /// text), if any.
+    fn bidi(&mut self, r: std::ops::Range<usize>, what: &str) {
+        let text = &self.src[r.clone()];
+        if text.is_ascii() {
+            return;
+        }
+        let mut found = text.char_indices().filter(|&(_, c)| bidi_name(c).is_some());
+        let Some((k, ch)) = found.next() else {
+            return;
+        };
+        let more = found.count();
+        let at = r.start + k;
+        let mut d = Diagnostic::error(
+            Code::TextDirectionControl,
+            format!(
+                "text direction control U+{:04X} ({}) in a {what}",
+                ch as u32,
+                bidi_name(ch).unwrap_or_default()
+            ),
+        )
+        .primary(
+            self.span(at..at + ch.len_utf8()),
+            "makes the text around it display in another order than it is read",
+        );
+        if more > 0 {
+            d = d.note(format!("and {more} more in this {what}"));
+        }
+        self.diags
+            .push(d.help("remove it: editors and reviews may show code that is not the code compiled"));
     }
 
     fn span(&self, r: std::ops::Range<usize>) -> Span {
@@ -215,6 +248,7 @@ impl<'s> Lexer<'s> {
         let mut i = start + 1;
         let mut out = String::new();
         let mut ok = true;
+        let mut bidi = false;
         while i < bytes.len() {
             match bytes[i] {
                 b'"' => return (ok.then_some(out), i + 1),
@@ -245,6 +279,13 @@ impl<'s> Lexer<'s> {
                 }
                 _ => {
                     let ch = self.src[i..].chars().next().unwrap_or('\u{fffd}');
+                    // (Reported once per string; the string stays a string, so that
+                    // nothing after it is reported for its sake.)
+                    if !ch.is_ascii() && bidi_name(ch).is_some() && !bidi {
+                        bidi = true;
+                        let end = self.string_end(i);
+                        self.bidi(i..end, "string");
+                    }
                     out.push(ch);
                     i += ch.len_utf8();
                 }
@@ -256,6 +297,20 @@ impl<'s> Lexer<'s> {
                 .help("add a closing `\"`"),
         );
         (None, bytes.len())
+    }
+
+    /// Where the string whose text goes on at `i` ends (its closing quote, or the source's
+    /// end), for a diagnostic's count.
+    fn string_end(&self, mut i: usize) -> usize {
+        let bytes = self.src.as_bytes();
+        while i < bytes.len() {
+            match bytes[i] {
+                b'"' => return i,
+                b'\\' => i += 2,
+                _ => i += 1,
+            }
+        }
+        bytes.len().min(i)
     }
 
     fn int_value(&mut self, text: &str, span: Span) -> Option<u64> {
@@ -324,12 +379,14 @@ impl TokenSource for Lexer<'_> {
                 Ok(Raw::LineComment) => {
                     if let Some(doc) = text.strip_prefix("///") {
                         if !doc.starts_with('/') {
+                            self.bidi(range.clone(), "comment");
                             TokenKind::Doc(doc.strip_prefix(' ').unwrap_or(doc).to_string())
                         } else {
                             self.comment(span, range);
                             continue;
                         }
                     } else if let Some(doc) = text.strip_prefix("//!") {
+                        self.bidi(range.clone(), "comment");
                         TokenKind::InnerDoc(doc.strip_prefix(' ').unwrap_or(doc).to_string())
                     } else {
                         self.comment(span, range);
@@ -383,6 +440,23 @@ impl TokenSource for Lexer<'_> {
             return Token { kind, span };
         }
     }
+}
+
+/// The name of a text direction control (an embedding, override or isolate, or their end),
+/// the characters that can make source display in another order than it is read.
+fn bidi_name(c: char) -> Option<&'static str> {
+    Some(match c {
+        '\u{202A}' => "LEFT-TO-RIGHT EMBEDDING",
+        '\u{202B}' => "RIGHT-TO-LEFT EMBEDDING",
+        '\u{202C}' => "POP DIRECTIONAL FORMATTING",
+        '\u{202D}' => "LEFT-TO-RIGHT OVERRIDE",
+        '\u{202E}' => "RIGHT-TO-LEFT OVERRIDE",
+        '\u{2066}' => "LEFT-TO-RIGHT ISOLATE",
+        '\u{2067}' => "RIGHT-TO-LEFT ISOLATE",
+        '\u{2068}' => "FIRST STRONG ISOLATE",
+        '\u{2069}' => "POP DIRECTIONAL ISOLATE",
+        _ => return None,
+    })
 }
 
 fn punct_kind(raw: Raw) -> TokenKind {
