@@ -95,6 +95,7 @@ pub fn run_with(
     // A trace needs the bandwidth samples, which the candidates' simulations do not record.
     let keep = reuse && !sim_opts.record_bandwidth;
     let mut ch = Choice::new(sim_opts.progress.as_ref(), sim_opts.side_by_side);
+    ch.link_budget = sim_opts.link_budget;
     let (c, kept) = self::compile_kept(checked, tf, spec, compile, clock, &mut ch, keep)?;
     let model = DeviceModel::new(&program.device).map_err(|msg| vec![Diagnostic::error(Code::BadOverride, msg)])?;
     let (workload, result) = match kept {
@@ -216,6 +217,8 @@ struct Choice<'p> {
     progress: Option<&'p Progress>,
     kept: Option<Best>,
     side_by_side: bool,
+    /// The simulations' budget of exact link solves ([`SimOptions::link_budget`]).
+    link_budget: sim::LinkBudget,
     compared: usize,
     compared_pairs: usize,
 }
@@ -226,6 +229,7 @@ impl<'p> Choice<'p> {
             progress,
             kept: None,
             side_by_side,
+            link_budget: sim::LinkBudget::default(),
             compared: CANDIDATE_MAX_TASKS,
             compared_pairs: CANDIDATE_MAX_PAIRS,
         }
@@ -374,6 +378,7 @@ fn other_tilings(
         let du = crate::report::durations(&w, &model, &other.graph.rank);
         let how = How {
             progress: ch.progress,
+            link_budget: ch.link_budget,
             numbered: ch.progress.map_or(0, |p| p.candidates().saturating_sub(1)),
             du: Some(&du),
             // One thread: the policy's own graph stays held beside this one, so there is
@@ -422,7 +427,7 @@ fn other_tilings(
 /// relative `1e-9` against rounding, so a schedule is skipped only when it is slower by more
 /// than that), and with the simulation stopped once it passes `best`
 /// ([`sim::simulate_below_chained`], also as soon as a task's start and the least time
-/// its queue still needs reach `best`). `progress` hears of the simulation.
+/// its queue still needs reach `best`), with `opts` (who hears of it, the link budget).
 ///
 /// `du`: the durations of `w`'s tasks ([`crate::report::durations`]), computed at the first
 /// bound and kept for the next schedules of the same workload (they do not depend on the
@@ -433,7 +438,7 @@ fn latency_of(
     s: &Schedule,
     model: &DeviceModel,
     best: f64,
-    progress: Option<&Progress>,
+    opts: SimOptions,
     du: &mut Option<crate::report::Durations>,
 ) -> Option<sim::SimResult> {
     let mut chains = Vec::new();
@@ -447,10 +452,6 @@ fn latency_of(
         }
         chains = ch;
     }
-    let opts = SimOptions {
-        progress: progress.cloned(),
-        ..SimOptions::default()
-    };
     sim::simulate_below_chained(w, s, model, opts, best, &chains)
 }
 
@@ -536,6 +537,7 @@ fn two_candidates(
     let two = ch.side_by_side && room_for_two(&c.graph, &w, 0);
     let how = How {
         progress: ch.progress,
+        link_budget: ch.link_budget,
         numbered: 0,
         du: None,
         two,
@@ -637,6 +639,7 @@ impl Raced {
 fn race(g: &hpmoe_dsl::lower::TaskGraph, items: &[&Schedule], w: Workload, model: &DeviceModel, how: How) -> Raced {
     let How {
         progress,
+        link_budget,
         numbered,
         du,
         two,
@@ -678,7 +681,7 @@ fn race(g: &hpmoe_dsl::lower::TaskGraph, items: &[&Schedule], w: Workload, model
                 std::sync::Arc::make_mut(&mut w).reschedule(g, s, model);
                 at = Some(i);
             }
-            let o = race_one(&w, g, s, model, &best, progress, du);
+            let o = race_one(&w, g, s, model, &best, sim_options(progress, link_budget), du);
             if let Ok(mut all) = outcomes.lock() {
                 all[i] = Some(o);
             }
@@ -736,10 +739,20 @@ fn race(g: &hpmoe_dsl::lower::TaskGraph, items: &[&Schedule], w: Workload, model
 /// candidate no faster than it is not simulated to its end).
 struct How<'a> {
     progress: Option<&'a Progress>,
+    link_budget: sim::LinkBudget,
     numbered: usize,
     du: Option<&'a crate::report::Durations>,
     two: bool,
     limit: f64,
+}
+
+/// The options of a candidate's simulation: who hears of it, and its link solves' budget.
+fn sim_options(progress: Option<&Progress>, link_budget: sim::LinkBudget) -> SimOptions {
+    SimOptions {
+        progress: progress.cloned(),
+        link_budget,
+        ..SimOptions::default()
+    }
 }
 
 /// One candidate of a [`race`], on `w` scheduled as `s`, against the best latency so far.
@@ -749,7 +762,7 @@ fn race_one(
     s: &Schedule,
     model: &DeviceModel,
     best: &sim::Race,
-    progress: Option<&Progress>,
+    opts: SimOptions,
     du: Option<&crate::report::Durations>,
 ) -> Outcome {
     let limit = best.best();
@@ -773,10 +786,6 @@ fn race_one(
         }
         chains = ch;
     }
-    let opts = SimOptions {
-        progress: progress.cloned(),
-        ..SimOptions::default()
-    };
     match sim::simulate_racing(w, s, model, opts, limit, &chains, best) {
         Ok(Some(r)) => Outcome::Ended(Box::new(r)),
         Ok(None) => Outcome::Lost,
@@ -830,6 +839,7 @@ fn choose_observed(
     let du = (tried > 0).then(|| crate::report::durations(&w, &model, &c.graph.rank));
     let how = How {
         progress: ch.progress,
+        link_budget: ch.link_budget,
         numbered: 0,
         du: du.as_ref(),
         two: true,
@@ -890,7 +900,15 @@ fn one_by_one(
 ) -> (usize, f64, Vec<u64>) {
     let mut w = w;
     let mut du = None;
-    let mut run = latency_of(&w, c, &c.schedule, model, f64::INFINITY, ch.progress, &mut du);
+    let mut run = latency_of(
+        &w,
+        c,
+        &c.schedule,
+        model,
+        f64::INFINITY,
+        sim_options(ch.progress, ch.link_budget),
+        &mut du,
+    );
     let mut best = run.as_ref().map_or(f64::INFINITY, |r| r.makespan);
     let mut at_best = true;
     let mut tried = 0;
@@ -906,7 +924,15 @@ fn one_by_one(
         }
         w.reschedule(&c.graph, &s, model);
         at_best = false;
-        if let Some(r) = latency_of(&w, c, &s, model, best, ch.progress, &mut du) {
+        if let Some(r) = latency_of(
+            &w,
+            c,
+            &s,
+            model,
+            best,
+            sim_options(ch.progress, ch.link_budget),
+            &mut du,
+        ) {
             if r.makespan < best {
                 best = r.makespan;
                 c.schedule = s;

@@ -637,6 +637,19 @@ case("links7_row_of_column_tiles", "import std::device::ascend_a3;\ndevice = asc
 # schedule was one more simulation of a link model of that many pairs (12 s); above 131072
 # pairs two are compared (3 s).
 case("links8_many_rank_pairs_run", moe(tokens=64, hidden=16, experts=384, topk=8, ranks=384, tile=64), args=("run",), expect="ok")
+# Text direction controls (Trojan Source): an error in comments, doc comments and strings,
+# one per comment or string however many it holds.
+case("lex9_bidi_comment_check", moe() + "// \u202e" * 3 + "\n/// \u2066 x \u2069\nparam z = 1;\n")
+case("lex9_bidi_many_check", moe() + "".join(f"/* \u202d{i} */" for i in range(100000)) + "\n")
+case("lex9_bidi_string_run", moe() + 'route q = file("\u2067a.npy", experts: 8);\n', args=("run",))
+
+# 1024 ranks each putting 64 tokens to eight of the others, in lockstep no longer: every
+# instant re-solved the rates of tens of thousands of active pairs (over 150 s); past the link
+# solves' budget they are re-shared at intervals (8 s).
+case("links9_paced_all_to_all_run",
+     open(os.path.join(ROOT, "examples/comm_bench.hpm")).read(),
+     args=("run", "--set", "ranks=1024", "--set", "experts=1024", "--set", "tokens=64", "--taskflow", "dispatch_only"),
+     expect="ok")
 case("calls4_fan_out_check", DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
      + "taskflow f(x: f32[4, 4]) -> f32[4, 4] { let y0 = e(x);" + "".join(f"let y{i + 1} = e(x);" for i in range(300000))
      + " return y0; }\n", expect="ok")

@@ -374,6 +374,15 @@ fn timings_go_to_stderr_and_leave_the_report_unchanged() {
     one_at_a_time.extend(["--jobs", "1"]);
     let seq = hpmoe().args(&one_at_a_time).assert().success().get_output().clone();
     assert_eq!(plain.stdout, seq.stdout, "--jobs 1 changed the report");
+    // A layer this small stays far within the link solves' budget: exact either way.
+    let mut exact = args[..args.len() - 1].to_vec();
+    exact.push("--exact-links");
+    let ex = hpmoe().args(&exact).assert().success().get_output().clone();
+    assert_eq!(
+        plain.stdout, ex.stdout,
+        "--exact-links changed a report within the budget"
+    );
+    assert!(!String::from_utf8_lossy(&plain.stdout).contains("re-shared"));
     let mut compare = args[..args.len() - 1].to_vec();
     compare.extend(["--compare", "kernel_by_kernel"]);
     let a = hpmoe()
@@ -405,6 +414,8 @@ fn timings_go_to_stderr_and_leave_the_report_unchanged() {
     assert_eq!(runs.len(), 2);
     for (r, report) in runs.iter().zip(j["runs"].as_array().unwrap()) {
         assert_eq!(r["taskflow"], report["taskflow"]);
+        assert!(report["link_pacing"].is_null(), "{report}");
+        assert!(r["link_solves"]["solves"].as_u64().unwrap() > 0, "{r}");
         assert!(r["tasks"].as_u64().unwrap() > 0);
         assert!(r["edges"].as_u64().unwrap() >= r["counter_entries"].as_u64().unwrap());
         let stages = r["stages_s"].as_object().unwrap();

@@ -382,6 +382,9 @@ pub struct SolveStats {
     /// (not in `pairs`).
     pub resumed: u64,
     pub kept: u64,
+    /// Entries the solves looked at without freezing anyone: users of a saturated resource
+    /// already frozen, and own caps of pairs of other components.
+    pub scanned: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -1012,6 +1015,7 @@ impl Links {
             if shared && !whole {
                 while next_own.peek().is_some_and(|(_, op)| self.mark[op as usize] != ep) {
                     next_own.advance();
+                    self.stats.scanned += 1;
                 }
             }
             let head = next_own.peek();
@@ -1041,6 +1045,7 @@ impl Links {
                 }
                 // (Freezing does not change who uses a resource.)
                 let users = std::mem::take(&mut self.users[r]);
+                self.stats.scanned += users.len() as u64;
                 for &q in &users {
                     let q = q as usize;
                     if self.hot[q].frozen != fep {

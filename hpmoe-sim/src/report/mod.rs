@@ -33,7 +33,7 @@ pub use bound::{
 pub mod comm;
 
 use crate::model::{DeviceModel, AIC, AIV};
-use crate::sim::{SimResult, Workload};
+use crate::sim::{LinkPacing, SimResult, Workload};
 use hpmoe_dsl::ir::{Program, Taskflow};
 use hpmoe_dsl::lower::TaskGraph;
 use hpmoe_dsl::schedule::Schedule;
@@ -87,6 +87,8 @@ pub struct Report {
     pub aiv_used: u32,
     pub tasks: usize,
     pub events: u64,
+    /// Whether the link rates were re-shared at intervals (the solves' budget was passed).
+    pub link_pacing: Option<LinkPacing>,
     pub latency: f64,
     pub rank_latency: Vec<f64>,
     pub bounds: Bounds,
@@ -357,6 +359,7 @@ impl Report {
             aiv_used,
             tasks: n,
             events: r.events,
+            link_pacing: r.link_pacing,
             latency: r.makespan,
             rank_latency: r.rank_done.clone(),
             bounds,
@@ -438,6 +441,9 @@ impl Report {
             lmin * us,
             lmean * us
         );
+        if let Some(p) = &self.link_pacing {
+            let _ = writeln!(o, "  note: {}", pacing_note(p));
+        }
         let _ = writeln!(
             o,
             "  lower bound                  {:>10.1} us  ({}{}); efficiency {}",
@@ -578,6 +584,13 @@ impl Report {
             "cores_per_rank": {"aic": self.aic_cores, "aiv": self.aiv_cores, "aiv_used": self.aiv_used},
             "tasks": self.tasks,
             "events": self.events,
+            "link_pacing": self.link_pacing.map(|p| json!({
+                "from_us": p.from * us,
+                "first_interval_ns": p.first * 1e9,
+                "last_interval_ns": p.last * 1e9,
+                "exact_work": p.exact_work,
+                "projected_work": p.projected_work,
+            })),
             "latency_us": self.latency * us,
             "rank_latency_us": self.rank_latency.iter().map(|x| x * us).collect::<Vec<_>>(),
             "lower_bound_us": self.bound * us,
@@ -654,6 +667,22 @@ impl Report {
             "hot_rank": hot_rank,
         })
     }
+}
+
+/// What a paced link model means for the figures, in one sentence.
+pub fn pacing_note(p: &LinkPacing) -> String {
+    let interval = if p.first == p.last {
+        format!("{:.0} ns", p.first * 1e9)
+    } else {
+        format!("{:.0}-{:.0} ns", p.first * 1e9, p.last * 1e9)
+    };
+    format!(
+        "the link rates were re-shared every {interval} from {:.1} us on, not at every instant: solving them exactly was projected at {:.1e} units of work, over the budget of {:.1e} (`--exact-links` solves them all); a flow may start or end up to {:.0} ns late",
+        p.from * 1e6,
+        p.projected_work as f64,
+        p.budget as f64,
+        p.last * 1e9
+    )
 }
 
 /// A byte count in the decimal unit that keeps three significant figures: `512 B`,

@@ -26,7 +26,13 @@
 //!   lands its path's latency after its flow ends, into the destination's L2).
 //! - link rates are solved once per simulated instant that started or finished a flow (an
 //!   event queued behind that instant's others), over the component of pairs the changes
-//!   touch.
+//!   touch. When those solves would take more than their budget (many ranks putting to
+//!   many others: each solve then walks thousands of pairs, at nearly every instant), they
+//!   are paced instead: from then on the rates are re-shared at multiples of an interval
+//!   (10 ns, doubling for each further budget of work spent), a flow that starts or ends in
+//!   between moving at its pair's previous rate until the next; the result says so
+//!   ([`LinkPacing`]). The budget is counted in solve work, so the same input is paced the
+//!   same way on any machine ([`LinkBudget`]; [`LinkBudget::UNLIMITED`] never paces).
 //!
 //! Events are ordered by (time, insertion order): the same input gives the same output, bit
 //! for bit. The loop allocates nothing per event (flat arrays and one 4-ary heap; stale
@@ -58,6 +64,70 @@ pub struct SimOptions {
     /// Deliver an every-rank barrier's signals to its counters one by one instead of counted
     /// per barrier (the result is the same either way; slower with many ranks).
     pub barriers_one_by_one: bool,
+    /// When the link rates stop being solved at every instant ([`LinkBudget`]).
+    pub link_budget: LinkBudget,
+}
+
+/// The budget of the link model's exact solves, in solve work (pair freezes plus resources
+/// taken, [`SolveStats`]): counted, not timed, so the same input is paced the same way on
+/// any machine.
+///
+/// A simulation solves the link rates at every instant. Each time its solve work grows by
+/// `exact_min`, it projects the work of the whole run: the work so far, plus the work per
+/// flow ended since the last measure times the flows not ended yet. Once that passes
+/// `exact`, it re-shares the rates at multiples of `interval` (s) instead, the interval
+/// doubling after every `interval_work` of paced solves.
+///
+/// [`SolveStats`]: crate::model::link::SolveStats
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkBudget {
+    pub exact_min: u64,
+    pub exact: u64,
+    pub interval: f64,
+    pub interval_work: u64,
+}
+
+impl LinkBudget {
+    /// Exact solves whatever the work.
+    pub const UNLIMITED: LinkBudget = LinkBudget {
+        exact_min: u64::MAX,
+        exact: u64::MAX,
+        interval: 10e-9,
+        interval_work: u64::MAX,
+    };
+}
+
+impl Default for LinkBudget {
+    /// A measure every second or so of solving (`exact_min`, on this machine kind), about
+    /// thirty seconds projected for the whole run (`exact`: well above the largest bundled
+    /// example, a DeepSeek-V3 layer on 256 ranks, whose projection stays under 0.6e9); then
+    /// 10 ns, doubling for every further second of solves. Ten nanoseconds is a twentieth
+    /// of the shortest path latency of any bundled fabric (0.2 us, between the two dies of
+    /// a package), less than a message takes.
+    fn default() -> LinkBudget {
+        LinkBudget {
+            exact_min: 30_000_000,
+            exact: 1_000_000_000,
+            interval: 10e-9,
+            interval_work: 30_000_000,
+        }
+    }
+}
+
+/// How the link rates were re-shared when a simulation's exact solves would pass their
+/// budget: from `from` (s) on, at most once per interval, which grew from `first` to `last`
+/// (s). A flow that starts or ends between two solves moves at its pair's previous rate, a
+/// new pair's at none, until the next one: each flow is late by at most an interval.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkPacing {
+    pub from: f64,
+    pub first: f64,
+    pub last: f64,
+    /// The solve work done exactly before pacing began, the whole run's projected from it,
+    /// and the budget it passed ([`LinkBudget::exact`]).
+    pub exact_work: u64,
+    pub projected_work: u64,
+    pub budget: u64,
 }
 
 /// How far a simulation is, shared with another thread: the tasks it simulates (set when it
@@ -139,6 +209,8 @@ pub struct SimResult {
     pub events: u64,
     /// The link model's solves.
     pub link: crate::model::link::SolveStats,
+    /// Whether and how the link rates were re-shared at intervals instead of at every instant.
+    pub link_pacing: Option<LinkPacing>,
 }
 
 impl SimResult {
@@ -165,6 +237,7 @@ impl SimResult {
             link_samples: Vec::new(),
             events: 0,
             link: Default::default(),
+            link_pacing: None,
         }
     }
 }
@@ -412,6 +485,13 @@ struct Sim<'a> {
     die_wait: Vec<Fifo<u32>>,
     contacted: Vec<bool>,
     reshare_pending: bool,
+    /// The interval between two solves of the link rates (0: every instant), the solve work
+    /// when it last changed (while 0: when it was last measured against the budget), the
+    /// flows ended so far and at that measure.
+    interval: f64,
+    interval_work: u64,
+    flows_ended: u64,
+    check_flows: u64,
     wakes: Vec<(u32, f64, u32)>,
     pos: Vec<u32>,
     idle: Vec<bool>,
@@ -426,6 +506,19 @@ struct Sim<'a> {
     last_hbm: Vec<f64>,
     last_link: Vec<(f64, f64)>,
     r: SimResult,
+}
+
+/// The first multiple of `interval` at or after `now` (`now` itself when the interval is 0).
+fn next_tick(now: f64, interval: f64) -> f64 {
+    if interval <= 0.0 {
+        return now;
+    }
+    let t = (now / interval).ceil() * interval;
+    if t >= now {
+        t
+    } else {
+        now
+    }
 }
 
 /// Simulates a schedule.
@@ -586,6 +679,10 @@ fn simulate_within(
         die_wait: (0..ranks).map(|_| Fifo::default()).collect(),
         contacted: vec![false; w.contacts as usize],
         reshare_pending: false,
+        interval: 0.0,
+        interval_work: 0,
+        flows_ended: 0,
+        check_flows: 0,
         wakes: Vec::new(),
         pos: vec![0; cores],
         idle: vec![true; cores],
@@ -722,6 +819,7 @@ impl Sim<'_> {
                     self.links.reshare(self.now, &mut wakes);
                     self.link_wakes(&wakes, None);
                     self.wakes = wakes;
+                    self.pace_links();
                 }
                 FLOW_DONE => self.pair_event(ev.id, ev.gen),
                 _ => {}
@@ -918,11 +1016,55 @@ impl Sim<'_> {
         self.want_reshare();
     }
 
-    /// Queues one solve of the link rates behind this instant's other events.
+    /// Queues one solve of the link rates behind this instant's other events, or, once the
+    /// solves are paced, at the next multiple of the interval.
     fn want_reshare(&mut self) {
         if !self.reshare_pending && self.links.is_dirty() {
             self.reshare_pending = true;
-            self.push(self.now, FLOW_DONE, NONE, 0);
+            let at = next_tick(self.now, self.interval);
+            self.push(at, FLOW_DONE, NONE, 0);
+        }
+    }
+
+    /// After a solve: paces the next ones when the exact solves would pass their budget
+    /// (projected from the work so far and the work per flow lately), and doubles the
+    /// interval for every `interval_work` of paced solves ([`LinkBudget`]).
+    fn pace_links(&mut self) {
+        let b = self.opts.link_budget;
+        let st = self.links.stats();
+        let work = st.pairs + st.resources;
+        if self.interval == 0.0 {
+            // A measure every `exact_min` of work: the work still to come is projected at
+            // the rate per flow ended since the last measure (it grows as more pairs are
+            // active at once).
+            if work < self.interval_work.saturating_add(b.exact_min) {
+                return;
+            }
+            let (dw, df) = (work - self.interval_work, self.flows_ended - self.check_flows);
+            let left = self.w.flows() as u64 - self.flows_ended;
+            let projected = (u128::from(work) + u128::from(dw) * u128::from(left) / u128::from(df.max(1)))
+                .min(u128::from(u64::MAX)) as u64;
+            self.interval_work = work;
+            self.check_flows = self.flows_ended;
+            if projected <= b.exact {
+                return;
+            }
+            self.interval = b.interval;
+            self.interval_work = work;
+            self.r.link_pacing = Some(LinkPacing {
+                from: self.now,
+                first: b.interval,
+                last: b.interval,
+                exact_work: work,
+                projected_work: projected,
+                budget: b.exact,
+            });
+        } else if work - self.interval_work >= b.interval_work {
+            self.interval *= 2.0;
+            self.interval_work = work;
+            if let Some(p) = &mut self.r.link_pacing {
+                p.last = self.interval;
+            }
         }
     }
 
@@ -977,6 +1119,7 @@ impl Sim<'_> {
         let fu = f as usize;
         let w = self.w;
         let now = self.now;
+        self.flows_ended += 1;
         self.r.flow_end[fu] = now;
         // The data lands in the destination's L2.
         let d = w.flow_dst[fu] as usize;

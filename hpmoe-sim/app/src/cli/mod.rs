@@ -208,6 +208,11 @@ enum Command {
         /// reported, which is the same to the bit): for timing those stages alone.
         #[arg(long)]
         resimulate: bool,
+        /// Solve the link rates exactly at every simulated instant, however long that takes
+        /// (by default, a simulation whose solves would pass their budget, as with many ranks
+        /// putting to many others, re-shares them at short intervals instead and says so).
+        #[arg(long)]
+        exact_links: bool,
         /// Taskflows and policies to run at once (0: one per CPU). Each holds its own task
         /// graph, so fewer jobs use less memory; the output is the same whatever the number.
         /// A job running alone simulates its candidate schedules two at a time when memory
@@ -698,6 +703,7 @@ fn run(cmd: Command) -> i32 {
             numerics_memory,
             timings,
             resimulate,
+            exact_links,
             jobs,
         } => {
             let mut parsed = Vec::new();
@@ -743,6 +749,7 @@ fn run(cmd: Command) -> i32 {
                 numerics,
                 timings,
                 resimulate,
+                exact_links,
                 jobs,
             })
         }

@@ -36,6 +36,8 @@ pub(crate) struct RunCli<'a> {
     pub timings: bool,
     /// Simulate the schedule chosen among candidates again (`--resimulate`).
     pub resimulate: bool,
+    /// Solve the link rates at every instant whatever the work (`--exact-links`).
+    pub exact_links: bool,
     /// Runs at once (0: one per CPU).
     pub jobs: usize,
 }
@@ -109,6 +111,7 @@ impl RunTiming {
                 "resumed": self.link.resumed,
                 "freezes": self.link.pairs,
                 "freezes_kept": self.link.kept,
+                "scanned": self.link.scanned,
                 "local": self.link.local,
             },
             "stages_s": stages,
@@ -167,8 +170,8 @@ impl Timings {
             let l = &r.link;
             let _ = writeln!(
                 s,
-                "    link model: {} solves ({} resumed, {} pair freezes, {} more kept from the solve before), {} instants settled locally",
-                l.solves, l.resumed, l.pairs, l.kept, l.local
+                "    link model: {} solves ({} resumed, {} pair freezes, {} more kept from the solve before, {} entries scanned), {} instants settled locally",
+                l.solves, l.resumed, l.pairs, l.kept, l.scanned, l.local
             );
         }
         let _ = writeln!(s, "  {:<22} {:>10.3} s", "total", self.total.as_secs_f64());
@@ -273,6 +276,11 @@ fn one(
         record_bandwidth: outputs.is_some() && o.trace.is_some(),
         progress: bar.is_some().then_some(simulated),
         side_by_side,
+        link_budget: if o.exact_links {
+            hpmoe_sim::sim::LinkBudget::UNLIMITED
+        } else {
+            hpmoe_sim::sim::LinkBudget::default()
+        },
         ..SimOptions::default()
     };
     let hpmoe_sim::pipeline::Ran {

@@ -197,6 +197,9 @@ pub struct Metrics {
     pub vector_only_share: f64,
     pub l2_hit_rate: f64,
     pub tasks: usize,
+    /// When the link rates began to be re-shared at intervals, in us (`None`: solved at every
+    /// instant; see the report's `link_pacing`).
+    pub link_paced_from_us: Option<f64>,
     /// Per op call: (call, op, active time in us).
     pub phases: Vec<(String, String, f64)>,
 }
@@ -223,6 +226,7 @@ impl Metrics {
             vector_only_share: share(r.vector_only_mean()),
             l2_hit_rate: r.l2_hit_rate(),
             tasks: r.tasks,
+            link_paced_from_us: r.link_pacing.map(|p| p.from * us),
             phases: r
                 .phases
                 .iter()
@@ -665,6 +669,7 @@ pub fn csv(axes: &[Axis], rows: &[Row]) -> String {
         "vector_only_share",
         "l2_hit_rate",
         "tasks",
+        "link_paced_from_us",
     ] {
         head.push(h.into());
     }
@@ -700,6 +705,7 @@ pub fn csv(axes: &[Axis], rows: &[Row]) -> String {
                     f.push(x.to_string());
                 }
                 f.push(m.tasks.to_string());
+                f.push(m.link_paced_from_us.map(|x| x.to_string()).unwrap_or_default());
                 for p in &phases {
                     f.push(
                         m.phases
@@ -713,7 +719,7 @@ pub fn csv(axes: &[Axis], rows: &[Row]) -> String {
             Err(e) => {
                 f.push("false".into());
                 f.push(e.clone());
-                f.extend(std::iter::repeat_n(String::new(), 16 + phases.len()));
+                f.extend(std::iter::repeat_n(String::new(), 17 + phases.len()));
             }
         }
         let _ = writeln!(o, "{}", f.iter().map(|x| csv_field(x)).collect::<Vec<_>>().join(","));
@@ -764,6 +770,7 @@ pub fn json(sweep: &Sweep, rows: &[Row]) -> J {
                         },
                         "l2_hit_rate": m.l2_hit_rate,
                         "tasks": m.tasks,
+                        "link_paced_from_us": m.link_paced_from_us,
                         "phases": m.phases.iter().map(|(c, op, a)| json!({"call": c, "op": op, "active_us": a})).collect::<Vec<_>>(),
                     });
                     if let (J::Object(o), J::Object(e)) = (&mut o, extra) {
@@ -822,6 +829,7 @@ fn metrics_part(m: &Metrics) -> J {
         "vector_only_share": n(m.vector_only_share),
         "l2_hit_rate": n(m.l2_hit_rate),
         "tasks": m.tasks,
+        "link_paced_from_us": m.link_paced_from_us.map(n),
         "phases": m.phases.iter().map(|(c, op, a)| json!([c, op, n(*a)])).collect::<Vec<_>>(),
     })
 }
@@ -856,6 +864,10 @@ fn metrics_from_part(v: &J) -> Result<Metrics, String> {
         vector_only_share: f("vector_only_share")?,
         l2_hit_rate: f("l2_hit_rate")?,
         tasks: v["tasks"].as_u64().ok_or("no task count")? as usize,
+        link_paced_from_us: match v.get("link_paced_from_us") {
+            None | Some(J::Null) => None,
+            Some(x) => Some(shard::read_num(x, "link_paced_from_us")?),
+        },
         phases,
     })
 }
