@@ -643,6 +643,16 @@ case("lex9_bidi_comment_check", moe() + "// \u202e" * 3 + "\n/// \u2066 x \u2069
 case("lex9_bidi_many_check", moe() + "".join(f"/* \u202d{i} */" for i in range(100000)) + "\n")
 case("lex9_bidi_string_run", moe() + 'route q = file("\u2067a.npy", experts: 8);\n', args=("run",))
 
+# A REPL script of mistakes: each refused definition used to stay in the session, and every
+# later one re-checked and re-printed all of them (cubic); a warning was re-printed with every
+# later definition.
+case("repl9_script_of_errors", None, args=("repl",),
+     stdin="".join(f"param p{i} = nosuch{i};\n" for i in range(5000)))
+case("repl9_script_of_warnings", None, args=("repl",), expect="ok",
+     stdin="import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n"
+     + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
+     + "".join(f"taskflow f{i}(x: f32[4, 4]) -> f32[4, 4] {{ let a = e(x); let b{i} = e(x); return a; }}\n" for i in range(500)))
+
 # 1024 ranks each putting 64 tokens to eight of the others, in lockstep no longer: every
 # instant re-solved the rates of tens of thousands of active pairs (over 150 s); past the link
 # solves' budget they are re-shared at intervals (8 s).

@@ -621,3 +621,55 @@ fn dump_routes_by_the_gate_the_program_computes() {
         assert!(t.len() == 8 && t.iter().all(|e| (0..16).contains(e)), "{tok:?}");
     }
 }
+
+#[test]
+fn a_script_of_mistakes_does_not_grow_the_session_or_repeat_itself() {
+    // Each definition with an error of its own is refused, so the session stays as it was
+    // and each error is printed once; each warning is printed once too, with the definition
+    // that brought it, not again with every later one.
+    let mut script = String::new();
+    for i in 0..40 {
+        script.push_str(&format!("param p{i} = nosuch{i};\n"));
+    }
+    script.push_str("import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n");
+    script.push_str("op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n");
+    for i in 0..40 {
+        script.push_str(&format!(
+            "taskflow f{i}(x: f32[4, 4]) -> f32[4, 4] {{ let a = e(x); let b{i} = e(x); return a; }}\n"
+        ));
+    }
+    script.push_str(":show config\n");
+    let (out, _) = session(None, &script);
+    for i in 0..40 {
+        assert_eq!(out.matches(&format!("unknown param `nosuch{i}`")).count(), 1, "{out}");
+        assert_eq!(
+            out.matches(&format!("`b{i}` is computed but never used")).count(),
+            1,
+            "{out}"
+        );
+    }
+    assert_eq!(out.matches("the definition was not added").count(), 40, "{out}");
+    assert!(!out.contains("defined param p"), "{out}");
+    assert!(out.contains("40 taskflows"), "{out}");
+}
+
+#[test]
+fn a_definition_that_fixes_nothing_in_a_broken_file_is_kept_and_says_what_is_left() {
+    // A loaded program with an error: a definition that brings none of its own is added,
+    // and the note counts the errors left instead of printing them again.
+    let dir = tmp("repl-broken-file");
+    let file = dir.join("broken.hpm");
+    std::fs::write(&file, "param a = nosuch;\nparam b = alsonot;\n").unwrap();
+    let (out, _) = session(
+        Some(file.to_str().unwrap()),
+        "param c = 1;\nparam d = missing;\nparam nosuch = 2;\n",
+    );
+    assert!(out.contains("defined param c"), "{out}");
+    assert!(out.contains("still has 2 errors from before"), "{out}");
+    assert_eq!(out.matches("unknown param `nosuch`").count(), 1, "{out}");
+    assert_eq!(out.matches("unknown param `missing`").count(), 1, "{out}");
+    assert!(!out.contains("defined param d"), "{out}");
+    // Defining the missing name fixes one of the two errors.
+    assert!(out.contains("defined param nosuch"), "{out}");
+    assert!(out.contains("still has 1 error from before"), "{out}");
+}

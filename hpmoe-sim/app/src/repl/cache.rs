@@ -169,6 +169,12 @@ impl Session {
 
     /// Checks the buffer under the current settings (cached).
     pub(crate) fn check(&mut self) -> Rc<Checked> {
+        self.check_showing(true)
+    }
+
+    /// [`Self::check`]; with `warnings` false a fresh check prints nothing (the caller shows
+    /// what it wants of them).
+    pub(crate) fn check_showing(&mut self, warnings: bool) -> Rc<Checked> {
         let key = self.check_key();
         if let Some(c) = lookup(&mut self.cache.checks, |c| c.key == key) {
             self.stage("check", None);
@@ -180,7 +186,7 @@ impl Session {
         self.stage("check", Some(t0.elapsed()));
         self.keep_check(&c);
         // Warnings are shown when the check runs, not on every use of a cached one.
-        if c.program.is_some() && !c.diags.is_empty() {
+        if warnings && c.program.is_some() && !c.diags.is_empty() {
             self.diagnostics(&c.diags, c.dropped, &c.sources);
         }
         self.update_names(&c);

@@ -628,13 +628,31 @@ impl Session {
             return;
         }
         let had_program = !(self.buffer.trim().is_empty() && self.file.is_none());
-        let before_ok = had_program && self.check().program.is_some();
+        let before = had_program.then(|| self.check());
+        let before_ok = before.as_ref().is_some_and(|c| c.program.is_some());
         self.stages.clear();
         let old = std::mem::replace(&mut self.buffer, Rc::from(edit.text.as_str()));
-        let c = self.check();
+        let c = self.check_showing(false);
+        // Only what this definition brought is shown (and, with errors, counts): the whole
+        // program's warnings or errors each time would grow with every definition.
+        let new: Vec<Diagnostic> = match &before {
+            Some(b) if !c.diags.is_empty() => {
+                let seen: std::collections::HashSet<DiagKey> =
+                    b.diags.iter().map(|d| diag_key(d, &b.sources)).collect();
+                c.diags
+                    .iter()
+                    .filter(|d| !seen.contains(&diag_key(d, &c.sources)))
+                    .cloned()
+                    .collect()
+            }
+            _ => c.diags.clone(),
+        };
         if c.program.is_none() {
-            self.diagnostics(&c.diags, c.dropped, &c.sources);
-            if before_ok {
+            let more_dropped = before.as_ref().is_some_and(|b| c.dropped.errors > b.dropped.errors);
+            self.diagnostics(if before_ok { &c.diags } else { &new }, c.dropped, &c.sources);
+            // A definition with errors of its own is not added, so that a session (or a
+            // script) full of mistakes does not grow with them.
+            if before_ok || more_dropped || new.iter().any(|d| d.is_error()) {
                 self.buffer = old;
                 self.note("the definition was not added; the session is unchanged");
                 return;
@@ -643,9 +661,14 @@ impl Session {
             for a in &edit.actions {
                 self.say(a);
             }
-            self.note("the program has errors (above)");
+            let left = c.diags.iter().filter(|d| d.is_error()).count() + c.dropped.errors;
+            let s = if left == 1 { "" } else { "s" };
+            self.note(&format!(
+                "the program still has {left} error{s} from before this definition (`:run` shows them)"
+            ));
             return;
         }
+        self.diagnostics(&new, c.dropped, &c.sources);
         self.defined(&edit.actions, &edit.params);
         self.print_stages();
     }
@@ -1122,4 +1145,19 @@ fn compare_table(tf: &str, a: &hpmoe_sim::report::Report, b: &hpmoe_sim::report:
     }
     s.push_str(&hpmoe_sim::report::Comparison::new(a, b).human());
     s
+}
+
+/// What tells one diagnostic from another across two checks of a growing session: its code,
+/// message and the text its primary label points at (offsets and line numbers move as items
+/// are added).
+type DiagKey = (Code, String, String);
+
+fn diag_key(d: &Diagnostic, sources: &SourceMap) -> DiagKey {
+    let at = d
+        .labels
+        .iter()
+        .find(|l| l.primary)
+        .and_then(|l| sources.snippet(l.span))
+        .unwrap_or_default();
+    (d.code, d.message.clone(), at.to_string())
 }
