@@ -119,6 +119,17 @@ impl SourceMap {
         }
     }
 
+    /// A copy with file `id`'s text replaced (the other files' texts are shared): to show a
+    /// diagnostic against an earlier state of a text that grew.
+    pub fn with_text(&self, id: FileId, text: impl Into<String>) -> SourceMap {
+        let mut s = self.clone();
+        if let Some(f) = s.files.get_mut(id.0 as usize) {
+            f.text = Arc::new(text.into());
+            s.lines[id.0 as usize] = OnceLock::new();
+        }
+        s
+    }
+
     pub fn get(&self, id: FileId) -> Option<&SourceFile> {
         self.files.get(id.0 as usize)
     }

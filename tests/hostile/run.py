@@ -651,7 +651,7 @@ case("repl9_script_of_errors", None, args=("repl",),
 case("repl9_script_of_warnings", None, args=("repl",), expect="ok",
      stdin="import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n"
      + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
-     + "".join(f"taskflow f{i}(x: f32[4, 4]) -> f32[4, 4] {{ let a = e(x); let b{i} = e(x); return a; }}\n" for i in range(500)))
+     + "".join(f"taskflow f{i}(x: f32[4, 4]) -> f32[4, 4] {{ let a = e(x); let b{i} = e(x); return a; }}\n" for i in range(3000)))
 
 # 1024 ranks each putting 64 tokens to eight of the others, in lockstep no longer: every
 # instant re-solved the rates of tens of thousands of active pairs (over 150 s); past the link

@@ -5,28 +5,33 @@
 //! script gives one after the other is instead added together and checked once, when that is
 //! sure to print and leave what adding them one by one would:
 //!
-//! - the session's text checks with no diagnostic (no error, no warning) before the run, and
+//! - the session's text checks with no error before the run (warnings are allowed), and
 //!   that check is cached (its output was already printed);
 //! - each definition parses, and each of its items is a `param`, `op`/`comm`, `route` or
 //!   `taskflow` with a name that is new: not an item of the session, not an identifier
 //!   anywhere in the session's text (so no name the text uses, an import or a builtin,
 //!   changes meaning), not a name of the standard library, not defined twice in the run, and
 //!   not an identifier of an earlier definition of the run (a forward reference);
-//! - the text with the whole run checks with no diagnostic.
+//! - the text with the whole run checks with no error, and each of its warnings is one of the
+//!   session's (the same code, message and place) or lies inside one definition of the run;
+//!   or, when the session had more warnings than a check keeps, it keeps the session's.
 //!
 //! An input of comments only, or with a syntax error, may sit in a run: it prints the same
 //! whatever the session holds (its echo, or its error), and changes nothing.
 //!
 //! Then every intermediate text (the session plus the first k definitions) checks with no
-//! diagnostic too: an item only adds what it defines, and no earlier item can name it, so
-//! what an earlier text says about its items the whole text says as well. Each definition
-//! then prints what it prints alone: its actions and its `stages: check` line (with its
-//! share of the time). When the run's check finds anything, the run is halved and tried
+//! error too, and with the session's warnings and those inside its definitions: an item only
+//! adds what it defines, and no earlier item can name it, so what an earlier text says about
+//! its items the whole text says as well. Each definition then prints what it prints alone:
+//! the warnings inside it that no earlier text had, shown against the text it ends, its
+//! actions and its `stages: check` line (with its share of the time). When the run's check finds anything, the run is halved and tried
 //! again, down to one definition, which runs as it always does; after a success the next run
 //! may be twice as long.
 
 use super::input::{self, ItemKey};
+use super::session::{diag_key, DiagKey};
 use super::session::{prepared_definition, Session};
+use hpmoe_dsl::diag::{Diagnostic, Dropped};
 use hpmoe_dsl::syntax::ast::ItemKind;
 use hpmoe_dsl::syntax::lexer::tokenize;
 use hpmoe_dsl::syntax::token::{FileId, TokenKind};
@@ -146,9 +151,9 @@ impl Session {
                 return false;
             }
             let clean = !self.buffer.trim().is_empty()
-                && self
-                    .cached_check()
-                    .is_some_and(|c| c.program.is_some() && c.diags.is_empty());
+                && self.cached_check().is_some_and(|c| {
+                    c.program.is_some() && c.diags.iter().all(|d| !d.is_error()) && c.dropped.errors == 0
+                });
             let mut taken = Vec::new();
             let mut defs = 0;
             if clean && run >= 2 {
@@ -205,10 +210,14 @@ impl Session {
     }
 
     /// Adds the definitions of a run and checks the text once; keeps them, printing what each
-    /// input prints alone, when it checks with no diagnostic, else leaves the session as it
-    /// was.
+    /// input prints alone, when the text checks with no error and its warnings are the
+    /// session's own and each definition's own ([`Self::warnings_by_definition`]), else leaves
+    /// the session as it was.
     fn add_together(&mut self, raws: &[String], run: &[Entry]) -> bool {
         let old = Rc::clone(&self.buffer);
+        let Some(before) = self.cached_check() else {
+            return false;
+        };
         let defs: Vec<&Candidate> = run
             .iter()
             .filter_map(|e| match e {
@@ -219,20 +228,37 @@ impl Session {
         let mut text = String::with_capacity(old.len() + defs.iter().map(|c| c.text.len() + 2).sum::<usize>());
         text.push_str(&old);
         let mut edits = Vec::with_capacity(defs.len());
+        let mut ends = Vec::with_capacity(defs.len());
         for c in &defs {
             edits.push(input::append_items(&mut text, &c.text));
+            ends.push(text.len());
         }
         self.buffer = Rc::from(text.as_str());
         let t0 = Instant::now();
         let checked = self.check_uncached();
         let took = t0.elapsed() / defs.len().max(1) as u32;
-        if checked.program.is_none() || !checked.diags.is_empty() {
+        let shown = match (&checked.program, checked.dropped == Dropped::NONE) {
+            (Some(_), true) => self.warnings_by_definition(&before, &checked, old.len(), &ends),
+            // The session already had more warnings than a check keeps, and the kept ones
+            // are still the session's: each text on the way keeps them too, so a definition
+            // added alone shows none of its own.
+            (Some(_), false)
+                if before.dropped.warnings > 0
+                    && checked.dropped.errors == 0
+                    && checked.diags.iter().map(diag_key).eq(before.diags.iter().map(diag_key)) =>
+            {
+                Some(vec![None; ends.len()])
+            }
+            _ => None,
+        };
+        let Some(shown) = shown else {
             self.buffer = old;
             return false;
-        }
+        };
         self.keep_check(&checked);
         self.update_names(&checked);
         let mut edits = edits.into_iter();
+        let mut shown = shown.into_iter();
         for (raw, e) in raws.iter().zip(run) {
             match e {
                 Entry::Def(_) => {
@@ -240,6 +266,9 @@ impl Session {
                     self.echo(raw);
                     self.failed_now = false;
                     self.stages.clear();
+                    if let Some((ds, sources)) = shown.next().flatten() {
+                        self.diagnostics(&ds, Dropped::NONE, &sources);
+                    }
                     self.defined(&edit.actions, &edit.params);
                     self.stage("check", Some(took));
                     self.print_stages();
@@ -252,6 +281,70 @@ impl Session {
         }
         self.stages.clear();
         true
+    }
+
+    /// What each definition of a run would print alone, from the check of the text with all
+    /// of them (`after`; `before` is the session's): per definition, the warnings whose
+    /// keys no earlier text had ([`diag_key`], as a definition added alone shows them),
+    /// shown against the text it ends (so an excerpt has no later line). `None` unless every
+    /// diagnostic is a warning whose primary label lies in the session's text, as one of the
+    /// session's own, or in one definition's (the text `start..` `ends[k]`): a run's item is
+    /// named by no other item and changes the meaning of no name, so the warnings of each
+    /// text on the way are then exactly the session's and those of its definitions.
+    #[allow(clippy::type_complexity)]
+    fn warnings_by_definition(
+        &self,
+        before: &super::cache::Checked,
+        after: &super::cache::Checked,
+        start: usize,
+        ends: &[usize],
+    ) -> Option<Vec<Option<(Vec<Diagnostic>, hpmoe_dsl::SourceMap)>>> {
+        if after.diags.is_empty() {
+            return Some(vec![None; ends.len()]);
+        }
+        let (file, _) = after.sources.files().find(|(_, f)| f.text.as_str() == &*self.buffer)?;
+        let mut own: Vec<DiagKey> = Vec::new();
+        let mut per: Vec<Vec<&Diagnostic>> = vec![Vec::new(); ends.len()];
+        for d in &after.diags {
+            if d.is_error() {
+                return None;
+            }
+            let at = d.labels.iter().find(|l| l.primary)?.span;
+            if at.file != file {
+                return None;
+            }
+            let lo = at.lo as usize;
+            if lo < start {
+                own.push(diag_key(d));
+            } else {
+                per[ends.partition_point(|&e| e <= lo).min(ends.len() - 1)].push(d);
+            }
+        }
+        let mut had: Vec<DiagKey> = before.diags.iter().map(diag_key).collect();
+        own.sort();
+        had.sort();
+        if own != had {
+            return None;
+        }
+        let mut seen: HashSet<DiagKey> = had.into_iter().collect();
+        let mut out = Vec::with_capacity(ends.len());
+        for (k, ds) in per.into_iter().enumerate() {
+            let keys: Vec<DiagKey> = ds.iter().map(|d| diag_key(d)).collect();
+            let new: Vec<Diagnostic> = ds
+                .iter()
+                .zip(&keys)
+                .filter(|(_, key)| !seen.contains(*key))
+                .map(|(d, _)| (*d).clone())
+                .collect();
+            seen.extend(keys);
+            if new.is_empty() {
+                out.push(None);
+            } else {
+                let sources = after.sources.with_text(file, &self.buffer[..ends[k]]);
+                out.push(Some((new, sources)));
+            }
+        }
+        Some(out)
     }
 }
 
@@ -368,8 +461,9 @@ mod tests {
                 13 => format!("param p{} = 5;", rng.below(i + 1)),
                 14 => [":show params", ":set p0 = 7", ":unset p0"][rng.below(3)].to_string(),
                 15 if !ops.is_empty() => format!(
-                    "taskflow u{i}(x: f32[64, 64]) -> f32[64, 64] {{ let a = e{}(x); return x; }}",
-                    ops[rng.below(ops.len())]
+                    "taskflow u{i}(x: f32[64, 64]) -> f32[64, 64] {{ let a = e{}(x); {}return x; }}",
+                    ops[rng.below(ops.len())],
+                    ["", "let b = x; ", "let c = e0(x); "][rng.below(3)]
                 ),
                 16 => format!("param big{i} = 9223372036854775807 + {};", rng.below(2)),
                 17 => format!("param m{i} = 1; param n{i} = m{i} * 2;"),
@@ -393,6 +487,39 @@ mod tests {
             let [one, together] = both(&s, k % 2 == 0);
             assert_eq!(one, together, "script {k}:\n{s}");
         }
+    }
+
+    #[test]
+    fn definitions_with_warnings_are_checked_together_too() {
+        // Each taskflow leaves a value unused (one warning each, some with the same message
+        // as an earlier one): added in a few checks, each warning printed once, with its
+        // definition, against the text that definition ends, as one by one.
+        let mut s = String::from(
+            "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\nop e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n",
+        );
+        // Past the 200 diagnostics a check keeps, a definition shows none of its own, one by
+        // one or together.
+        for i in 0..260 {
+            let name = if i % 2 == 0 { format!("b{i}") } else { "a".to_string() };
+            s.push_str(&format!(
+                "taskflow f{i}(x: f32[4, 4]) -> f32[4, 4] {{ let y = e(x); let {name} = e(x); return y; }}\n"
+            ));
+        }
+        let ins = inputs(&s);
+        let (mut one, one_out) = session(true);
+        for i in &ins {
+            one.execute(i);
+        }
+        let (mut together, out) = session(true);
+        for i in &ins[..4] {
+            together.execute(i);
+        }
+        assert!(together.execute_definitions(&ins[4..]));
+        assert!(together.cache.checks() < 40, "{} checks", together.cache.checks());
+        assert_eq!(one.buffer, together.buffer);
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches("is computed but never used").count(), 200, "{text}");
+        assert_eq!(text, String::from_utf8(one_out.0.lock().unwrap().clone()).unwrap());
     }
 
     #[test]

@@ -637,11 +637,10 @@ impl Session {
         // program's warnings or errors each time would grow with every definition.
         let new: Vec<Diagnostic> = match &before {
             Some(b) if !c.diags.is_empty() => {
-                let seen: std::collections::HashSet<DiagKey> =
-                    b.diags.iter().map(|d| diag_key(d, &b.sources)).collect();
+                let seen: std::collections::HashSet<DiagKey> = b.diags.iter().map(diag_key).collect();
                 c.diags
                     .iter()
-                    .filter(|d| !seen.contains(&diag_key(d, &c.sources)))
+                    .filter(|d| !seen.contains(&diag_key(d)))
                     .cloned()
                     .collect()
             }
@@ -1147,17 +1146,16 @@ fn compare_table(tf: &str, a: &hpmoe_sim::report::Report, b: &hpmoe_sim::report:
     s
 }
 
-/// What tells one diagnostic from another across two checks of a growing session: its code,
-/// message and the text its primary label points at (offsets and line numbers move as items
-/// are added).
-type DiagKey = (Code, String, String);
+/// What tells one diagnostic from another across two checks of a session that grew at its
+/// end: its code, message and where its primary label points (a redefinition in place moves
+/// what follows it, whose diagnostics are then shown once more).
+pub(crate) type DiagKey = (Code, String, Option<(u32, u32, u32)>);
 
-fn diag_key(d: &Diagnostic, sources: &SourceMap) -> DiagKey {
+pub(crate) fn diag_key(d: &Diagnostic) -> DiagKey {
     let at = d
         .labels
         .iter()
         .find(|l| l.primary)
-        .and_then(|l| sources.snippet(l.span))
-        .unwrap_or_default();
-    (d.code, d.message.clone(), at.to_string())
+        .map(|l| (l.span.file.0, l.span.lo, l.span.hi));
+    (d.code, d.message.clone(), at)
 }
