@@ -43,8 +43,12 @@ fn check_parsed_agrees_with_check_path() {
     let mut compared = 0;
     for path in corpus() {
         let text = std::fs::read_to_string(&path).unwrap();
-        // Files with text that is not Rust tokens (unterminated strings, stray characters).
+        // Files with text that is not Rust tokens (unterminated strings, stray characters),
+        // and errors in comments, which a token stream does not hold.
         let Ok(ts) = TokenStream::from_str(&text) else { continue };
+        if path.ends_with("syntax_text_direction.hpm") {
+            continue;
+        }
         let mut sm1 = SourceMap::new();
         let o1 = check_path(&path, &Options::default(), &mut sm1);
 
@@ -155,8 +159,10 @@ fn ok_files_expand_without_errors_and_embed_a_text_that_checks_the_same() {
 #[test]
 fn err_files_expand_to_one_compile_error_per_error() {
     for path in files("tests/err") {
-        // A macro invocation is not the file, so importing the file is not a cycle there.
-        if path.ends_with("import_self.hpm") {
+        // A macro invocation is not the file, so importing the file is not a cycle there;
+        // and it never sees comments (Rust drops them, and lints their text direction
+        // controls itself).
+        if path.ends_with("import_self.hpm") || path.ends_with("syntax_text_direction.hpm") {
             continue;
         }
         let Some(out) = expand_file_tokens(&path) else { continue };
