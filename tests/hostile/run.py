@@ -938,6 +938,37 @@ case("s8_order_hint_twice", comm("put out @ r.rank(t, j) [r.slot(t, j), h] = x[t
 case("s8_order_hints_many", comm("put out @ r.rank(t, j) [r.slot(t, j), h] = x[t, h];").replace("c(x, r)", "c(x, r) order(" + ", ".join(f"h{i}" for i in range(S8_N)) + ")"))
 
 
+# Many `grad` declarations, and a `grad` of a forward of many calls: the files grow in place
+# (each `grad` copied every file it added an op to: 1000 took 12 s), a derived op's free name
+# is looked for from the last one taken (20,000 `grad`s of one forward tried every suffix: 23
+# s), and a derived op is matched with an equal earlier one by its text (a forward of 4000
+# distinct calls compared each with every earlier one: 7 s).
+GRAD8 = DEV % "" + "op s<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = silu(x[m, n]); }\n"
+case("s8_grad_many_of_one", GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return s(x); }\n"
+     + "".join(f"taskflow g{i} = grad(f, wrt: [x]);\n" for i in range(20000)), expect="ok")
+case("s8_grad_many_expand", GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return s(x); }\n"
+     + "".join(f"taskflow g{i} = grad(f, wrt: [x]);\n" for i in range(5000)), args=("fmt", "--expand-grad", "--stdout"), expect="ok")
+case("s8_grad_many_run", GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return s(x); }\n"
+     + "".join(f"taskflow g{i} = grad(f, wrt: [x]);\n" for i in range(3000)), args=("run", "--jobs", "1"), expect="ok", twice=True)
+case("s8_grad_many_distinct_calls", DEV % "" + "".join(f"op e{i}<T>(x: T[M, N]) -> T[M, N] on aiv {{ out[m, n] = silu(x[m, n]) * {i}.0; }}\n" for i in range(10000))
+     + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { let y0 = e0(x);" + "".join(f" let y{i} = e{i}(y{i - 1});" for i in range(1, 10000))
+     + " return y9999; }\ntaskflow g = grad(f, wrt: [x]);\n", expect="ok")
+case("s8_grad_many_same_calls", GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { let y0 = s(x);" + "".join(f" let y{i} = s(y{i - 1});" for i in range(1, 20000))
+     + " return y19999; }\ntaskflow g = grad(f, wrt: [x]);\n", expect="ok")
+case("s8_grad_many_with_errors", GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return s(x); }\n"
+     + "".join(f"taskflow g{i} = grad(f, wrt: [x]);\ntaskflow h{i} = grad(f, wrt: [nosuch]);\n" for i in range(5000)), twice=True)
+
+
+# The backward of a long chain of calls: the tensors a recomputed call needs are named with a
+# stack of their own, not by recursion (20,000 calls overflowed the stack), and the report of
+# what is recomputed finds each call by name (100,000 calls took 34 s).
+GRAD8_CHAIN = GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { let y0 = s(x);" + "".join(f" let y{i} = s(y{i - 1});" for i in range(1, 100000)) + " return y99999; }\n"
+case("s8_grad_chain_check", GRAD8_CHAIN + "taskflow g = grad(f, wrt: [x]);\n", expect="ok")
+case("s8_grad_chain_saved_half", GRAD8_CHAIN + "taskflow g = grad(f, wrt: [x], save: [y50000]);\n", args=("fmt", "--expand-grad", "--stdout"), expect="ok")
+case("s8_grad_chain_save_many", GRAD8_CHAIN + "taskflow g = grad(f, wrt: [x], save: [" + ", ".join(f"y{i}" for i in range(0, 100000, 2)) + "]);\n",
+     expect="ok")
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
