@@ -31,6 +31,14 @@ fn files(dir: &str) -> Vec<PathBuf> {
     v
 }
 
+/// Whether a file holds a text direction control (U+202A-202E, U+2066-2069). In a comment it
+/// is no token, so a macro invocation cannot report it; rustc refuses such characters in
+/// comments and literals itself (`text_direction_codepoint_in_comment`, `_in_literal`).
+fn has_text_direction_control(text: &str) -> bool {
+    text.chars()
+        .any(|c| matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'))
+}
+
 fn corpus() -> Vec<PathBuf> {
     ["examples", "stdlib", "tests/ok", "tests/err"]
         .iter()
@@ -45,6 +53,9 @@ fn check_parsed_agrees_with_check_path() {
         let text = std::fs::read_to_string(&path).unwrap();
         // Files with text that is not Rust tokens (unterminated strings, stray characters).
         let Ok(ts) = TokenStream::from_str(&text) else { continue };
+        if has_text_direction_control(&text) {
+            continue;
+        }
         let mut sm1 = SourceMap::new();
         let o1 = check_path(&path, &Options::default(), &mut sm1);
 
@@ -156,7 +167,7 @@ fn ok_files_expand_without_errors_and_embed_a_text_that_checks_the_same() {
 fn err_files_expand_to_one_compile_error_per_error() {
     for path in files("tests/err") {
         // A macro invocation is not the file, so importing the file is not a cycle there.
-        if path.ends_with("import_self.hpm") {
+        if path.ends_with("import_self.hpm") || has_text_direction_control(&std::fs::read_to_string(&path).unwrap()) {
             continue;
         }
         let Some(out) = expand_file_tokens(&path) else { continue };
