@@ -606,18 +606,17 @@ fn item() -> Gen {
         list(seq(vec![opt(seq(vec![name(), lit(":")])), expr()]), 0, 3, "(", ")"),
         lit(";"),
     ]);
+    // `on` and `tile(...)` in either order, each once (`on` required on a compute op).
     let op = seq(vec![
         lit("op"),
         op_signature(),
-        many(tile(), 1),
-        on_engine(),
-        many(prop_oneof![on_engine(), tile()].boxed(), 2),
+        prop_oneof![seq(vec![on_engine(), opt(tile())]), seq(vec![tile(), on_engine()])].boxed(),
         op_body(),
     ]);
     let comm = seq(vec![
         lit("comm"),
         op_signature(),
-        many(prop_oneof![on_engine(), tile()].boxed(), 2),
+        opt(prop_oneof![seq(vec![on_engine(), opt(tile())]), seq(vec![tile(), opt(on_engine())])].boxed()),
         op_body(),
     ]);
     let flow_stmt = seq(vec![

@@ -785,3 +785,24 @@ fn the_graph_does_not_depend_on_the_threads() {
         }
     }
 }
+
+/// Each `grad` names its derived ops with the first free suffix, past the names the root file
+/// takes (a written op) and those earlier `grad`s took; two calls of one op in a forward share
+/// one derived op.
+#[test]
+fn grads_name_derived_ops_with_the_first_free_suffix() {
+    let text = "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n\
+        op s<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = silu(x[m, n]); }\n\
+        op s_vjp_x_2<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n\
+        taskflow f(x: f32[64, 64]) -> f32[64, 64] { let y = s(x); return s(y); }\n\
+        taskflow g1 = grad(f, wrt: [x]);\ntaskflow g2 = grad(f, wrt: [x]);\ntaskflow g3 = grad(f, wrt: [x]);\n";
+    let p = program(text);
+    let mut names: Vec<&str> = p
+        .ops
+        .iter()
+        .map(|o| o.name.as_str())
+        .filter(|n| n.starts_with("s_vjp"))
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["s_vjp_x", "s_vjp_x_2", "s_vjp_x_3", "s_vjp_x_4"]);
+}

@@ -31,6 +31,14 @@ fn files(dir: &str) -> Vec<PathBuf> {
     v
 }
 
+/// Whether a file holds a text direction control (U+202A-202E, U+2066-2069). In a comment it
+/// is no token, so a macro invocation cannot report it; rustc refuses such characters in
+/// comments and literals itself (`text_direction_codepoint_in_comment`, `_in_literal`).
+fn has_text_direction_control(text: &str) -> bool {
+    text.chars()
+        .any(|c| matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'))
+}
+
 fn corpus() -> Vec<PathBuf> {
     ["examples", "stdlib", "tests/ok", "tests/err"]
         .iter()
@@ -43,10 +51,9 @@ fn check_parsed_agrees_with_check_path() {
     let mut compared = 0;
     for path in corpus() {
         let text = std::fs::read_to_string(&path).unwrap();
-        // Files with text that is not Rust tokens (unterminated strings, stray characters),
-        // and errors in comments, which a token stream does not hold.
+        // Files with text that is not Rust tokens (unterminated strings, stray characters).
         let Ok(ts) = TokenStream::from_str(&text) else { continue };
-        if path.ends_with("syntax_text_direction.hpm") {
+        if has_text_direction_control(&text) {
             continue;
         }
         let mut sm1 = SourceMap::new();
@@ -162,7 +169,7 @@ fn err_files_expand_to_one_compile_error_per_error() {
         // A macro invocation is not the file, so importing the file is not a cycle there;
         // and it never sees comments (Rust drops them, and lints their text direction
         // controls itself).
-        if path.ends_with("import_self.hpm") || path.ends_with("syntax_text_direction.hpm") {
+        if path.ends_with("import_self.hpm") || has_text_direction_control(&std::fs::read_to_string(&path).unwrap()) {
             continue;
         }
         let Some(out) = expand_file_tokens(&path) else { continue };

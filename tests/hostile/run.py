@@ -926,6 +926,72 @@ case("s7_numerics_total_work_dump", matmuls("fgh"), args=("run", "--dump", "@DIR
 case("s7_numerics_total_work_compare", matmuls("fgh"), args=("run", "--numerics", "--compare", "kernel_by_kernel", "--format", "json"))
 case("s7_numerics_one_of_several_ok", matmuls("fgh"), args=("run", "--numerics", "--taskflow", "g"), expect="ok")
 
+# ---- Eighth round.
+
+# Op signatures of many dtype parameters, parameters or routing parameters, and bodies reading
+# many of them: each name is found by name, not by a scan of the signature's lists (200,000
+# dtype parameters took 29 s, 100,000 parameters 11 s); a reduction binds at most 16 variables.
+def op_sig(generics=("T",), params=(), body="out[m] = x0[m];", ret="T[M]", call=None):
+    s = DEV % "" + f"op e<{', '.join(generics)}>({', '.join(params)}) -> {ret} on aiv {{ {body} }}\n"
+    if call is not None:
+        s += f"taskflow f(x: f32[4]) -> f32[4] {{ return e({', '.join(['x'] * call)}); }}\n"
+    return s
+
+
+S8_N = 100000
+case("s8_op_many_generics", op_sig([f"T{i}" for i in range(2 * S8_N)], ["x0: T0[M]"], ret="T0[M]"), expect="ok")
+case("s8_op_many_params", op_sig(params=[f"x{i}: T[M]" for i in range(S8_N)]), expect="ok")
+case("s8_op_many_params_run", op_sig(params=[f"x{i}: T[M]" for i in range(20000)],
+                                     body="".join(f"let a{i} = x{i}[m];" for i in range(20000)) + " out[m] = x19999[m];", call=20000),
+     args=("run", "--numerics"), expect="ok")
+case("s8_op_many_generic_params_run", op_sig([f"T{i}" for i in range(20000)], [f"x{i}: T{i}[M]" for i in range(20000)],
+                                             body="out[m] = cast<T19999>(x19999[m]);", ret="T0[M]", call=20000), args=("run",), expect="ok")
+case("s8_comm_many_route_params", DEV % "" + "comm c<T>(x: T[M, H], " + ", ".join(f"r{i}: route" for i in range(S8_N))
+     + ") -> T[r99999.recv, H] { put out @ r99999.rank(t, j) [r99999.slot(t, j), h] = x[t, h]; }\n", expect="ok")
+case("s8_op_many_param_clashes", op_sig(params=[f"x{i % 50000}: T[M]" for i in range(S8_N)]))
+case("s8_sum_many_binders", op_sig(params=["x0: T[M]"], body="out[m] = sum(" + ", ".join(f"k{i}" for i in range(S8_N)) + ") x0[m];"))
+case("s8_sum_many_binders_nested", op_sig(params=["x0: T[M]"], body="out[m] = " + "".join(f"sum(" + ", ".join(f"k{j}_{i}" for i in range(16)) + ") " for j in range(100)) + "x0[m];", call=1))
+# An op's clauses once each: a second `on` or `tile` clause, a default tile key or a call's
+# ordering hint given twice (the last silently won).
+case("s8_op_on_twice", op_sig(params=["x0: T[M]"]).replace("on aiv", "on aic on aiv"))
+case("s8_op_tile_twice", op_sig(params=["x0: T[M]"]).replace("on aiv", "on aiv tile(m: 1) tile(m: 2)"), args=("run",))
+case("s8_op_tile_key_twice", op_sig(params=["x0: T[M]"], call=1).replace("on aiv", "on aiv tile(m: 1, m: 2)"), args=("run",))
+case("s8_op_tile_keys_many", op_sig(params=["x0: T[M]"], call=1).replace("on aiv", "on aiv tile(" + ", ".join(["m: 1"] * S8_N) + ")"))
+case("s8_order_hint_twice", comm("put out @ r.rank(t, j) [r.slot(t, j), h] = x[t, h];").replace("c(x, r)", "c(x, r) order(ratr, ratr)"))
+case("s8_order_hints_many", comm("put out @ r.rank(t, j) [r.slot(t, j), h] = x[t, h];").replace("c(x, r)", "c(x, r) order(" + ", ".join(f"h{i}" for i in range(S8_N)) + ")"))
+
+
+# Many `grad` declarations, and a `grad` of a forward of many calls: the files grow in place
+# (each `grad` copied every file it added an op to: 1000 took 12 s), a derived op's free name
+# is looked for from the last one taken (20,000 `grad`s of one forward tried every suffix: 23
+# s), and a derived op is matched with an equal earlier one by its text (a forward of 4000
+# distinct calls compared each with every earlier one: 7 s).
+GRAD8 = DEV % "" + "op s<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = silu(x[m, n]); }\n"
+case("s8_grad_many_of_one", GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return s(x); }\n"
+     + "".join(f"taskflow g{i} = grad(f, wrt: [x]);\n" for i in range(20000)), expect="ok")
+case("s8_grad_many_expand", GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return s(x); }\n"
+     + "".join(f"taskflow g{i} = grad(f, wrt: [x]);\n" for i in range(5000)), args=("fmt", "--expand-grad", "--stdout"), expect="ok")
+case("s8_grad_many_run", GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return s(x); }\n"
+     + "".join(f"taskflow g{i} = grad(f, wrt: [x]);\n" for i in range(3000)), args=("run", "--jobs", "1"), expect="ok", twice=True)
+case("s8_grad_many_distinct_calls", DEV % "" + "".join(f"op e{i}<T>(x: T[M, N]) -> T[M, N] on aiv {{ out[m, n] = silu(x[m, n]) * {i}.0; }}\n" for i in range(10000))
+     + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { let y0 = e0(x);" + "".join(f" let y{i} = e{i}(y{i - 1});" for i in range(1, 10000))
+     + " return y9999; }\ntaskflow g = grad(f, wrt: [x]);\n", expect="ok")
+case("s8_grad_many_same_calls", GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { let y0 = s(x);" + "".join(f" let y{i} = s(y{i - 1});" for i in range(1, 20000))
+     + " return y19999; }\ntaskflow g = grad(f, wrt: [x]);\n", expect="ok")
+case("s8_grad_many_with_errors", GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { return s(x); }\n"
+     + "".join(f"taskflow g{i} = grad(f, wrt: [x]);\ntaskflow h{i} = grad(f, wrt: [nosuch]);\n" for i in range(5000)), twice=True)
+
+
+# The backward of a long chain of calls: the tensors a recomputed call needs are named with a
+# stack of their own, not by recursion (20,000 calls overflowed the stack), and the report of
+# what is recomputed finds each call by name (100,000 calls took 34 s).
+GRAD8_CHAIN = GRAD8 + "taskflow f(x: f32[64, 64]) -> f32[64, 64] { let y0 = s(x);" + "".join(f" let y{i} = s(y{i - 1});" for i in range(1, 100000)) + " return y99999; }\n"
+case("s8_grad_chain_check", GRAD8_CHAIN + "taskflow g = grad(f, wrt: [x]);\n", expect="ok")
+case("s8_grad_chain_saved_half", GRAD8_CHAIN + "taskflow g = grad(f, wrt: [x], save: [y50000]);\n", args=("fmt", "--expand-grad", "--stdout"), expect="ok")
+case("s8_grad_chain_save_many", GRAD8_CHAIN + "taskflow g = grad(f, wrt: [x], save: [" + ", ".join(f"y{i}" for i in range(0, 100000, 2)) + "]);\n",
+     expect="ok")
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"

@@ -308,6 +308,10 @@ pub(crate) struct Checker<'a> {
     pub routes_in_progress: Vec<ItemRef>,
     /// What each `grad` derived keeps and recomputes.
     pub grads: Vec<ir::GradInfo>,
+    /// Per name of a derived op, the first suffix (1: none) not yet taken in the root's scope:
+    /// the names below it are all taken, and the scope only grows, so each `grad` looks for a
+    /// free name from there, not from the start.
+    pub derived_name_from: FxHashMap<String, u32>,
     pub ops: Vec<ir::OpDef>,
     pub op_sigs: FxHashMap<ItemRef, Option<Rc<ops::OpSig>>>,
     /// Concrete bodies by (op, argument dtypes and shapes, routings).
@@ -346,6 +350,7 @@ impl<'a> Checker<'a> {
             route_of: FxHashMap::default(),
             routes_in_progress: Vec::new(),
             grads: Vec::new(),
+            derived_name_from: FxHashMap::default(),
             ops: Vec::new(),
             op_sigs: FxHashMap::default(),
             bodies: Default::default(),

@@ -290,6 +290,24 @@ impl OpSig {
     }
 }
 
+/// The names of an op's signature, by name: the first dtype parameter, tensor parameter,
+/// routing parameter and shape symbol of each name, and the first tensor input of each dtype
+/// parameter. A parameter is entered once it has its name (a tensor parameter once its type
+/// is built), as the lists are.
+#[derive(Default)]
+struct SigIndex {
+    generics: rustc_hash::FxHashMap<String, usize>,
+    tensors: rustc_hash::FxHashMap<String, usize>,
+    routes: rustc_hash::FxHashMap<String, usize>,
+    syms: rustc_hash::FxHashMap<String, usize>,
+    generic_inputs: rustc_hash::FxHashMap<usize, usize>,
+}
+
+/// The most variables one reduction binds (`sum(k, j)`): tensors have at most 6 dimensions,
+/// and a bound keeps the variables in scope of a statement few, since each name is looked up
+/// among them.
+const MAX_REDUCTION_VARS: usize = 16;
+
 /// Names with a fixed meaning inside op bodies.
 const RESERVED: &[&str] = &["out", "sum", "group", "put", "let", "on", "tile", "in"];
 
@@ -300,6 +318,10 @@ struct Ctx {
     generics: Vec<String>,
     params: Vec<CheckedParam>,
     syms: Vec<String>,
+    /// The lists above by name (the first entry of each name): a signature of many dtype
+    /// parameters, parameters or shape symbols, and a body of many reads, are checked
+    /// without a scan of a list per name.
+    index: SigIndex,
     /// Whether new shape symbols may be created (only in the signature).
     sig_mode: bool,
     vars: Vec<SymVar>,
@@ -339,6 +361,55 @@ enum Local {
 }
 
 impl Ctx {
+    /// The position of the dtype parameter of this name.
+    fn generic(&self, name: &str) -> Option<usize> {
+        self.index.generics.get(name).copied()
+    }
+
+    /// Whether a parameter (tensor or routing) has this name.
+    fn is_param(&self, name: &str) -> bool {
+        self.index.tensors.contains_key(name) || self.index.routes.contains_key(name)
+    }
+
+    /// The shape symbol of this name.
+    fn sym_of(&self, name: &str) -> Option<usize> {
+        self.index.syms.get(name).copied()
+    }
+
+    fn push_generic(&mut self, name: &str) {
+        self.index
+            .generics
+            .entry(name.to_string())
+            .or_insert(self.generics.len());
+        self.generics.push(name.to_string());
+    }
+
+    fn push_sym(&mut self, name: &str) -> usize {
+        self.index.syms.entry(name.to_string()).or_insert(self.syms.len());
+        self.syms.push(name.to_string());
+        self.syms.len() - 1
+    }
+
+    /// Sets parameter `i` (a placeholder until then) and enters its name.
+    fn set_param(&mut self, i: usize, p: CheckedParam) {
+        match &p {
+            CheckedParam::Tensor { name, ty, input } => {
+                self.index.tensors.entry(name.clone()).or_insert(i);
+                if let SigDtype::Generic(g) = ty.dtype {
+                    self.index.generic_inputs.entry(g).or_insert(*input);
+                }
+            }
+            CheckedParam::Route { name } => {
+                self.index.routes.entry(name.clone()).or_insert(i);
+            }
+        }
+        if i == self.params.len() {
+            self.params.push(p);
+        } else {
+            self.params[i] = p;
+        }
+    }
+
     /// The variable or visible `let` a name means (a variable shadows a `let`; of two `let`s
     /// of one name, the later).
     fn local(&self, name: &str) -> Option<Local> {
@@ -390,6 +461,7 @@ impl Checker<'_> {
             generics: Vec::new(),
             params: Vec::with_capacity(def.params.len()),
             syms: Vec::new(),
+            index: SigIndex::default(),
             sig_mode: true,
             vars: Vec::new(),
             scope: Vec::new(),
@@ -403,7 +475,7 @@ impl Checker<'_> {
             scalar_too_large: false,
         };
         for g in &def.generics {
-            if DType::parse(&g.name).is_some() || cx.generics.contains(&g.name) {
+            if DType::parse(&g.name).is_some() || cx.generic(&g.name).is_some() {
                 self.err(
                     Diagnostic::error(
                         Code::DuplicateDefinition,
@@ -413,10 +485,10 @@ impl Checker<'_> {
                 );
                 cx.failed = true;
             }
-            cx.generics.push(g.name.clone());
+            cx.push_generic(&g.name);
         }
         // Parameters.
-        let mut seen: Vec<(&str, Span)> = Vec::new();
+        let mut seen: rustc_hash::FxHashMap<&str, Span> = rustc_hash::FxHashMap::default();
         for p in &def.params {
             if RESERVED.contains(&p.name.name.as_str()) {
                 self.err(
@@ -430,7 +502,7 @@ impl Checker<'_> {
             }
             // (Tensor parameters are placeholders without a name until their types are built,
             // so duplicates are found by the names as written. Every parameter keeps its slot.)
-            if let Some((_, prev)) = seen.iter().find(|(n, _)| *n == p.name.name) {
+            if let Some(prev) = seen.get(p.name.name.as_str()) {
                 self.err(
                     Diagnostic::error(
                         Code::DuplicateDefinition,
@@ -440,12 +512,19 @@ impl Checker<'_> {
                     .secondary(*prev, "first here"),
                 );
                 cx.failed = true;
+            } else {
+                seen.insert(&p.name.name, p.name.span);
             }
-            seen.push((&p.name.name, p.name.span));
             match &p.ty {
-                ParamType::Route(_) => cx.params.push(CheckedParam::Route {
-                    name: p.name.name.clone(),
-                }),
+                ParamType::Route(_) => {
+                    let i = cx.params.len();
+                    cx.set_param(
+                        i,
+                        CheckedParam::Route {
+                            name: p.name.name.clone(),
+                        },
+                    )
+                }
                 // A placeholder until the tensor types are built below: their dims may refer to
                 // routing params declared anywhere in the list.
                 ParamType::Tensor(_) => cx.params.push(CheckedParam::Route { name: String::new() }),
@@ -456,7 +535,7 @@ impl Checker<'_> {
         for (i, p) in def.params.iter().enumerate() {
             if let ParamType::Tensor(t) = &p.ty {
                 let ty = self.tsig(&mut cx, t);
-                cx.params[i] = CheckedParam::Tensor {
+                let param = CheckedParam::Tensor {
                     name: p.name.name.clone(),
                     ty: ty.unwrap_or(OpTensorType {
                         dtype: SigDtype::Concrete(DType::F32),
@@ -466,6 +545,7 @@ impl Checker<'_> {
                     }),
                     input: input_i,
                 };
+                cx.set_param(i, param);
                 input_i += 1;
             }
         }
@@ -595,7 +675,20 @@ impl Checker<'_> {
         }
         // Default tiles.
         let mut tile = Vec::new();
+        let mut tile_keys: rustc_hash::FxHashMap<&str, Span> = rustc_hash::FxHashMap::default();
         for f in &def.tile {
+            if let Some(prev) = tile_keys.insert(&f.name.name, f.span) {
+                self.err(
+                    Diagnostic::error(
+                        Code::DuplicateArgument,
+                        format!("tile key `{}` is given twice", f.name.name),
+                    )
+                    .primary(f.span, "again here")
+                    .secondary(prev, "first here"),
+                );
+                cx.failed = true;
+                continue;
+            }
             let Some(v) = self.eval_const(r.module, &f.value, BareNames::Reject) else {
                 cx.failed = true;
                 continue;
@@ -674,7 +767,7 @@ impl Checker<'_> {
     }
 
     fn tsig(&mut self, cx: &mut Ctx, t: &ast::TensorType) -> Option<OpTensorType> {
-        let dtype = if let Some(g) = cx.generics.iter().position(|g| *g == t.dtype.name) {
+        let dtype = if let Some(g) = cx.generic(&t.dtype.name) {
             SigDtype::Generic(g)
         } else if let Some(d) = DType::parse(&t.dtype.name) {
             SigDtype::Concrete(d)
@@ -720,7 +813,7 @@ impl Checker<'_> {
                 }
             },
             ExprKind::Name(n) => {
-                if let Some(i) = cx.syms.iter().position(|s| **s == **n) {
+                if let Some(i) = cx.sym_of(n) {
                     return Some(Sym::Var(i));
                 }
                 if let Some(r) = self.lookup(cx.item.module, n) {
@@ -729,7 +822,7 @@ impl Checker<'_> {
                         return self.expect_int(v, e.span, "an integer").map(Sym::Int);
                     }
                 }
-                if cx.params.iter().any(|p| *p.name() == **n) || cx.generics.iter().any(|g| **g == **n) {
+                if cx.is_param(n) || cx.generic(n).is_some() {
                     self.err(
                         Diagnostic::error(Code::WrongKind, format!("`{n}` is not a dimension"))
                             .primary(e.span, "expected a shape symbol, a param or a routing dimension"),
@@ -737,8 +830,7 @@ impl Checker<'_> {
                     return None;
                 }
                 if cx.sig_mode {
-                    cx.syms.push(n.to_string());
-                    return Some(Sym::Var(cx.syms.len() - 1));
+                    return Some(Sym::Var(cx.push_sym(n)));
                 }
                 let mut cands = cx.syms.clone();
                 cands.extend(cx.scope_names());
@@ -747,11 +839,7 @@ impl Checker<'_> {
             }
             ExprKind::Field { base, field } => {
                 let rn = base.name().unwrap_or("");
-                let Some(pi) = cx
-                    .params
-                    .iter()
-                    .position(|p| matches!(p, CheckedParam::Route { name, .. } if name == rn))
-                else {
+                let Some(pi) = cx.index.routes.get(rn).copied() else {
                     self.err(
                         Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing parameter of this op"))
                             .primary(base.span, "expected a parameter declared `r: route`"),
@@ -1017,11 +1105,11 @@ impl Checker<'_> {
     fn let_clash(&self, cx: &Ctx, name: &str) -> Option<&'static str> {
         if cx.let_pos.contains_key(name) {
             Some("an earlier `let` of this body")
-        } else if cx.params.iter().any(|p| p.name() == name) {
+        } else if cx.is_param(name) {
             Some("a parameter of this op")
-        } else if cx.syms.iter().any(|s| s == name) {
+        } else if cx.sym_of(name).is_some() {
             Some("a shape symbol of the signature")
-        } else if cx.generics.iter().any(|g| g == name) {
+        } else if cx.generic(name).is_some() {
             Some("a dtype parameter of this op")
         } else if self.is_const_name(cx, name) {
             Some("a `param` of the program")
@@ -1032,7 +1120,7 @@ impl Checker<'_> {
 
     /// Whether a name denotes a constant (a shape symbol or a param), not a variable.
     fn is_const_name(&self, cx: &Ctx, name: &str) -> bool {
-        cx.syms.iter().any(|s| s == name)
+        cx.sym_of(name).is_some()
             || self
                 .lookup(cx.item.module, name)
                 .is_some_and(|r| matches!(self.item(r).kind, ItemKind::Param(_)))
@@ -1070,16 +1158,12 @@ impl Checker<'_> {
             }
         };
         let is_let = cx.visible_let(&name).is_some();
-        if self.is_const_name(cx, &name)
-            || RESERVED.contains(&name.as_str())
-            || cx.params.iter().any(|p| p.name() == name)
-            || is_let
-        {
+        if self.is_const_name(cx, &name) || RESERVED.contains(&name.as_str()) || cx.is_param(&name) || is_let {
             let what = if is_let {
                 "a `let` of this body"
-            } else if cx.syms.contains(&name) {
+            } else if cx.sym_of(&name).is_some() {
                 "a shape symbol of the signature"
-            } else if cx.params.iter().any(|p| p.name() == name) {
+            } else if cx.is_param(&name) {
                 "a parameter of this op"
             } else if RESERVED.contains(&name.as_str()) {
                 "a reserved name"
@@ -1117,11 +1201,7 @@ impl Checker<'_> {
         if let Some(v) = Self::lookup_var(cx, name) {
             return Some(v);
         }
-        if cx.is_comm
-            && !self.is_const_name(cx, name)
-            && !cx.params.iter().any(|p| p.name() == name)
-            && !RESERVED.contains(&name)
-        {
+        if cx.is_comm && !self.is_const_name(cx, name) && !cx.is_param(name) && !RESERVED.contains(&name) {
             return Some(self.new_var(cx, name, VarKind::Iter, span));
         }
         None
@@ -1289,11 +1369,7 @@ impl Checker<'_> {
             return None;
         };
         let rn = base.name().unwrap_or("");
-        let Some(param) = cx
-            .params
-            .iter()
-            .position(|p| matches!(p, CheckedParam::Route { name, .. } if name == rn))
-        else {
+        let Some(param) = cx.index.routes.get(rn).copied() else {
             self.err(
                 Diagnostic::error(Code::WrongKind, format!("`{rn}` is not a routing parameter of this op"))
                     .primary(base.span, "expected a parameter declared `r: route`"),
@@ -1434,7 +1510,7 @@ impl Checker<'_> {
                         }
                     };
                 }
-                if cx.params.iter().any(|p| *p.name() == **n) {
+                if cx.is_param(n) {
                     self.err(
                         Diagnostic::error(Code::WrongKind, format!("`{n}` is a tensor or routing; index it"))
                             .primary(e.span, "expected a scalar")
@@ -1478,9 +1554,9 @@ impl Checker<'_> {
                     );
                     return None;
                 };
-                let Some((input, rank)) = cx.params.iter().find_map(|p| match p {
-                    CheckedParam::Tensor { name, ty, input, .. } if name == tn => Some((*input, ty.dims.len())),
-                    _ => None,
+                let Some((input, rank)) = cx.index.tensors.get(tn).and_then(|&i| match &cx.params[i] {
+                    CheckedParam::Tensor { ty, input, .. } => Some((*input, ty.dims.len())),
+                    CheckedParam::Route { .. } => None,
                 }) else {
                     if tn == "out" {
                         self.err(
@@ -1563,11 +1639,8 @@ impl Checker<'_> {
                 Some(SymScalar::Call(f, xs.into_iter().collect::<Option<Vec<_>>>()?))
             }
             ExprKind::Cast { dtype, arg } => {
-                let to = if let Some(g) = cx.generics.iter().position(|g| *g == dtype.name) {
-                    let input = cx.params.iter().find_map(|p| match p {
-                        CheckedParam::Tensor { ty, input, .. } if ty.dtype == SigDtype::Generic(g) => Some(*input),
-                        _ => None,
-                    });
+                let to = if let Some(g) = cx.generic(&dtype.name) {
+                    let input = cx.index.generic_inputs.get(&g).copied();
                     match input {
                         Some(i) => CastTo::InputDtype(i),
                         None => {
@@ -1590,14 +1663,25 @@ impl Checker<'_> {
                 Some(SymScalar::Cast(to, Box::new(self.scalar(cx, arg)?)))
             }
             ExprKind::Sum { op, binders, body } => {
+                if binders.len() > MAX_REDUCTION_VARS {
+                    self.err(
+                        Diagnostic::error(
+                            Code::LimitExceeded,
+                            format!(
+                                "a reduction over {} variables; one binds at most {MAX_REDUCTION_VARS}",
+                                binders.len()
+                            ),
+                        )
+                        .primary(e.span, "too many variables")
+                        .help("reduce over the variables that index the tensors read"),
+                    );
+                    return None;
+                }
                 let mark = cx.scope.len();
                 let mut vars = Vec::with_capacity(binders.len());
                 for b in binders {
                     let v = b.var();
-                    if cx.local(&v.name).is_some()
-                        || self.is_const_name(cx, &v.name)
-                        || cx.params.iter().any(|p| p.name() == v.name)
-                    {
+                    if cx.local(&v.name).is_some() || self.is_const_name(cx, &v.name) || cx.is_param(&v.name) {
                         self.err(
                             Diagnostic::error(
                                 Code::DuplicateDefinition,

@@ -360,7 +360,8 @@ option.";
     // ---- limits: 12xx ----
     LimitExceeded = 1201, "limit-exceeded", "the program exceeds a size limit",
 "Inputs are bounded so that no program makes the tool run out of memory or time: nesting
-depth, the number of diagnostics, the dimensions of a tensor (6), the number of tasks (`--max-tasks`), the memory a
+depth, the number of diagnostics, the dimensions of a tensor (6), the variables one reduction
+binds (16), the number of tasks (`--max-tasks`), the memory a
 taskflow's graph would need (estimated from its tasks, tilings, routings and the rows it puts
 back to their source ranks before lowering, and its dependency edges while lowering: 3 GiB at
 most), and the size of a routing with its

@@ -866,15 +866,31 @@ impl<'a> Parser<'a> {
         let ret = self.tensor_type()?;
         let mut engine = None;
         let mut tile = Vec::new();
+        // Each clause once: a second one would silently replace the first.
+        let mut seen: [Option<Span>; 2] = [None; 2];
         loop {
-            if self.at_kw("on") {
+            let start = self.span();
+            let slot = if self.at_kw("on") {
                 self.skip();
                 engine = Some(self.expect_ident("an engine (`aic` or `aiv`)")?);
+                0
             } else if self.at_kw("tile") {
                 self.skip();
                 tile = self.fields(Delim::Paren, false)?;
+                1
             } else {
                 break;
+            };
+            let here = start.to(self.prev_span());
+            if let Some(prev) = seen[slot].replace(here) {
+                let key = ["on", "tile"][slot];
+                self.push(
+                    Diagnostic::error(Code::DuplicateArgument, format!("`{key}` is given twice"))
+                        .primary(here, "again here")
+                        .secondary(prev, "first here")
+                        .help(format!("give the op one `{key}` clause")),
+                );
+                return Err(Reported);
             }
         }
         if kind == OpKind::Compute && engine.is_none() {

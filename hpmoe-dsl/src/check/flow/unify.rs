@@ -580,7 +580,21 @@ impl Checker<'_> {
                     }
                 }
                 Annot::Order { hints, .. } => {
+                    let mut named: rustc_hash::FxHashMap<&str, crate::syntax::token::Span> =
+                        rustc_hash::FxHashMap::default();
                     for h in hints {
+                        if let Some(prev) = named.insert(&h.name, h.span) {
+                            self.err(
+                                Diagnostic::error(
+                                    Code::DuplicateArgument,
+                                    format!("ordering hint `{}` is given twice", h.name),
+                                )
+                                .primary(h.span, "again here")
+                                .secondary(prev, "first here"),
+                            );
+                            ok = false;
+                            continue;
+                        }
                         if h.name != "ratr" {
                             let mut d =
                                 Diagnostic::error(Code::UnknownArgument, format!("unknown ordering hint `{}`", h.name))

@@ -64,6 +64,11 @@ struct Derivation<'f> {
     /// The final gradient name of each tensor.
     grads: BTreeMap<TensorId, String>,
     new_ops: Vec<NewOp>,
+    /// `new_ops` by module and text (the op's debug form without its name), and their names:
+    /// a derived op is matched with an equal earlier one, and named, without a comparison
+    /// with every earlier one.
+    op_keys: rustc_hash::FxHashMap<(ModId, String), Vec<usize>>,
+    op_names: rustc_hash::FxHashSet<String>,
     saved: BTreeSet<TensorId>,
     /// The tensors listed in `straight_through`.
     straight: BTreeSet<TensorId>,
@@ -117,9 +122,11 @@ impl Checker<'_> {
             }
             // The derived ops, in the modules of the ops they derive from.
             let mut refs = Vec::new();
+            // The files are changed in place (no other handle to them is held here), not
+            // copied: a copy per `grad` made a program of many `grad`s quadratic.
             for op in ops {
                 let m = op.module;
-                let mut file = (*self.modules[m].ast).clone();
+                let file = Rc::make_mut(&mut self.modules[m].ast);
                 let k = file.items.len();
                 let name = op.def.name.name.clone();
                 file.items.push(Item {
@@ -127,18 +134,15 @@ impl Checker<'_> {
                     kind: ItemKind::Op(Box::new(op.def)),
                     span: op.span,
                 });
-                self.modules[m].ast = Rc::new(file);
                 let at = ItemRef { module: m, item: k };
                 self.modules[root].scope.insert(name.into(), (at, op.span));
                 refs.push(at);
             }
-            let mut file = (*self.modules[root].ast).clone();
-            file.items[i] = Item {
+            Rc::make_mut(&mut self.modules[root].ast).items[i] = Item {
                 docs,
                 kind: ItemKind::Taskflow(Box::new(tf)),
                 span,
             };
-            self.modules[root].ast = Rc::new(file);
             let from = self.diags.len();
             for at in refs {
                 self.op_sig(at);
@@ -582,6 +586,8 @@ impl Checker<'_> {
             expected,
             grads: BTreeMap::new(),
             new_ops: Vec::new(),
+            op_keys: Default::default(),
+            op_names: Default::default(),
             saved,
             straight: straight.iter().map(|(t, _)| *t).collect(),
             span,
@@ -713,9 +719,10 @@ impl Checker<'_> {
             annots: Vec::new(),
             span: sp,
         });
+        let read: BTreeSet<TensorId> = dv.inputs.iter().map(|(_, x)| *x).collect();
         for s in &g.save {
             if let Some(t) = fwd.named(&s.name) {
-                if dv.saved.contains(&t) && !dv.inputs.iter().any(|(_, x)| *x == t) {
+                if dv.saved.contains(&t) && !read.contains(&t) {
                     self.err(
                         Diagnostic::warning(
                             Code::UnusedValue,
@@ -736,8 +743,9 @@ impl Checker<'_> {
             taskflow_source: String::new(),
             ops_source: String::new(),
         };
+        let recomputed: BTreeSet<&str> = dv.recompute.iter().map(|c| c.name.as_str()).collect();
         for (t, n) in &dv.primal {
-            if dv.recompute.iter().any(|c| c.name == *n) {
+            if recomputed.contains(n.as_str()) {
                 info.recomputed.push(*t);
             } else if fwd.tensor(*t).producer.is_some() {
                 info.saved.push(*t);
@@ -1123,20 +1131,36 @@ impl Checker<'_> {
         span: Span,
     ) -> String {
         let base = def.name.name.clone();
-        for (k, o) in dv.new_ops.iter().enumerate() {
+        let unnamed = Ident {
+            name: String::new(),
+            span: Span::default(),
+        };
+        let name = std::mem::replace(&mut def.name, unnamed);
+        let key = (module, format!("{def:?}"));
+        def.name = name;
+        for &k in dv.op_keys.get(&key).into_iter().flatten() {
+            let o = &dv.new_ops[k];
             let mut a = o.def.clone();
             a.name = def.name.clone();
             if a == def && o.module == module {
-                return dv.new_ops[k].def.name.name.clone();
+                return o.def.name.name.clone();
             }
         }
-        let mut n = base.clone();
-        let mut k = 2;
-        while self.lookup(self.root, &n).is_some() || dv.new_ops.iter().any(|o| o.def.name.name == n) {
-            n = format!("{base}_{k}");
+        // The first free name of `base`, `base_2`, `base_3`, ...
+        let name_at = |k: u32| if k == 1 { base.clone() } else { format!("{base}_{k}") };
+        let mut k = self.derived_name_from.get(&base).copied().unwrap_or(1);
+        while self.lookup(self.root, &name_at(k)).is_some() {
             k += 1;
         }
+        self.derived_name_from.insert(base.clone(), k);
+        let mut n = name_at(k);
+        while self.lookup(self.root, &n).is_some() || dv.op_names.contains(&n) {
+            k += 1;
+            n = name_at(k);
+        }
         def.name.name = n.clone();
+        dv.op_keys.entry(key).or_default().push(dv.new_ops.len());
+        dv.op_names.insert(n.clone());
         dv.new_ops.push(NewOp {
             module,
             def,
@@ -1149,22 +1173,53 @@ impl Checker<'_> {
     }
 
     /// The backward name of a forward tensor the backward reads: an input, a saved tensor,
-    /// or a recomputed one.
+    /// or a recomputed one. The calls a recomputed tensor needs come first, in the order of
+    /// their arguments (depth first, with a stack of its own: a chain of calls as long as the
+    /// forward's is no recursion).
     fn primal(&mut self, dv: &mut Derivation, t: TensorId) -> Option<String> {
-        if let Some(n) = dv.primal.get(&t) {
-            return Some(n.clone());
+        // (tensor, whether its arguments are named already)
+        let mut stack = vec![(t, false)];
+        while let Some((u, args_named)) = stack.pop() {
+            if dv.primal.contains_key(&u) {
+                continue;
+            }
+            if args_named {
+                self.recompute(dv, u)?;
+                continue;
+            }
+            let fwd = dv.fwd;
+            let tensor = fwd.tensor(u);
+            let Some(p) = tensor.producer.filter(|_| !dv.saved.contains(&u)) else {
+                // An input of the forward or a saved tensor: an input of the backward, by name.
+                let n = tensor.name.clone();
+                dv.inputs.push((n.clone(), u));
+                dv.primal.insert(u, n);
+                continue;
+            };
+            let node = &fwd.nodes[p.0 as usize];
+            let opr = self.op_item(node.op)?;
+            let file = self.file_of(opr);
+            let ItemKind::Op(def) = &file.items[opr.item].kind else {
+                return None;
+            };
+            let tensors = def
+                .params
+                .iter()
+                .filter(|prm| matches!(prm.ty, ParamType::Tensor(_)))
+                .count();
+            let inputs = node.inputs.get(..tensors)?;
+            stack.push((u, true));
+            // The first argument on top: it and all it needs are named before the second.
+            stack.extend(inputs.iter().rev().map(|&a| (a, false)));
         }
+        dv.primal.get(&t).cloned()
+    }
+
+    /// Recomputes the call that produces `t`, whose tensor arguments are all named.
+    fn recompute(&mut self, dv: &mut Derivation, t: TensorId) -> Option<()> {
         let fwd = dv.fwd;
         let tensor = fwd.tensor(t);
-        let Some(p) = tensor.producer.filter(|_| !dv.saved.contains(&t)) else {
-            // An input of the forward or a saved tensor: an input of the backward, by name.
-            let n = tensor.name.clone();
-            dv.inputs.push((n.clone(), t));
-            dv.primal.insert(t, n.clone());
-            return Some(n);
-        };
-        // Recompute the call.
-        let fwd = dv.fwd;
+        let p = tensor.producer?;
         let node = &fwd.nodes[p.0 as usize];
         let mut args = Vec::new();
         let (mut ti, mut ri) = (0usize, 0usize);
@@ -1178,7 +1233,7 @@ impl Checker<'_> {
                 ParamType::Tensor(_) => {
                     let a = *node.inputs.get(ti)?;
                     ti += 1;
-                    args.push(self.primal(dv, a)?);
+                    args.push(dv.primal.get(&a)?.clone());
                 }
                 ParamType::Route(_) => {
                     let rid = *node.routes.get(ri)?;
@@ -1220,8 +1275,8 @@ impl Checker<'_> {
             annots,
             span: sp,
         });
-        dv.primal.insert(t, n.clone());
-        Some(n)
+        dv.primal.insert(t, n);
+        Some(())
     }
 }
 
