@@ -679,6 +679,9 @@ case("diag4_warnings_then_set_error", UNUSED4, args=("run", "--set", "nosuch=1")
 
 
 # A Slurm job array's variables that are not text: refused, never taken for unset ones.
+# A shard count no merge could ever complete (it needs every part).
+case("shard9_count_too_large_sweep", SMALL, args=("sweep", "--vary", "rows=64,128", "--shard", "0/18446744073709551615", "--out", "@DIR/s9"))
+case("shard9_count_too_large_tune", SMALL, args=("tune", "--budget", "2", "--shard", "0/5000000", "--out-dir", "@DIR/s9t"))
 case("env4_slurm_both_not_text", SMALL, args=("sweep", "--vary", "rows=64,128"),
      env={"SLURM_ARRAY_TASK_ID": b"\xff", "SLURM_ARRAY_TASK_COUNT": b"\xfe"})
 case("env4_slurm_id_not_text", SMALL, args=("tune", "--budget", "2", "--out-dir", "@DIR/env4"),

@@ -18,6 +18,11 @@ const MAX_LISTED: usize = 10;
 /// The version of the part file format (`docs/FORMATS.md`).
 pub const PART_FORMAT: u64 = 1;
 
+/// The most shards a search is split into: the largest job array Slurm allows
+/// (`MaxArraySize` is at most 4000001). A merge needs every part, so a larger count could
+/// never be merged.
+pub const MAX_SHARDS: usize = 4_000_001;
+
 /// One shard of `count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shard {
@@ -50,6 +55,11 @@ impl Shard {
     fn new(index: usize, count: usize) -> Result<Shard, String> {
         if count == 0 {
             return Err("the shard count must be at least 1".into());
+        }
+        if count > MAX_SHARDS {
+            return Err(format!(
+                "{count} shards are more than {MAX_SHARDS}, the most a merge reads (a Slurm job array holds at most as many tasks)"
+            ));
         }
         if index >= count {
             return Err(format!(
@@ -293,6 +303,16 @@ mod tests {
         assert_eq!(Shard::parse(" 2 / 3 "), Ok(Shard { index: 2, count: 3 }));
         assert!(Shard::parse("3/3").unwrap_err().contains("out of range"));
         assert!(Shard::parse("0/0").unwrap_err().contains("at least 1"));
+        assert!(Shard::parse("0/18446744073709551615")
+            .unwrap_err()
+            .contains("the most a merge reads"));
+        assert_eq!(
+            Shard::parse("4000000/4000001"),
+            Ok(Shard {
+                index: 4_000_000,
+                count: 4_000_001
+            })
+        );
         assert!(Shard::parse("-1/2").is_err());
         assert!(Shard::parse("1").is_err());
         assert!(Shard::parse("a/b").is_err());
