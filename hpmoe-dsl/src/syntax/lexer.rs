@@ -248,10 +248,17 @@ impl<'s> Lexer<'s> {
         let mut i = start + 1;
         let mut out = String::new();
         let mut ok = true;
-        let mut bidi = false;
+        // Where the first text direction control is, reported once the string ends (once per
+        // string; the string stays a string, so that nothing after it is reported for its sake).
+        let mut bidi: Option<usize> = None;
         while i < bytes.len() {
             match bytes[i] {
-                b'"' => return (ok.then_some(out), i + 1),
+                b'"' => {
+                    if let Some(at) = bidi {
+                        self.bidi(at..i, "string");
+                    }
+                    return (ok.then_some(out), i + 1);
+                }
                 b'\\' => {
                     let esc = bytes.get(i + 1).copied();
                     match esc {
@@ -279,17 +286,16 @@ impl<'s> Lexer<'s> {
                 }
                 _ => {
                     let ch = self.src[i..].chars().next().unwrap_or('\u{fffd}');
-                    // (Reported once per string; the string stays a string, so that
-                    // nothing after it is reported for its sake.)
-                    if !ch.is_ascii() && bidi_name(ch).is_some() && !bidi {
-                        bidi = true;
-                        let end = self.string_end(i);
-                        self.bidi(i..end, "string");
+                    if bidi.is_none() && !ch.is_ascii() && bidi_name(ch).is_some() {
+                        bidi = Some(i);
                     }
                     out.push(ch);
                     i += ch.len_utf8();
                 }
             }
+        }
+        if let Some(at) = bidi {
+            self.bidi(at..bytes.len(), "string");
         }
         self.diags.push(
             Diagnostic::error(Code::Unterminated, "unterminated string literal")
@@ -297,20 +303,6 @@ impl<'s> Lexer<'s> {
                 .help("add a closing `\"`"),
         );
         (None, bytes.len())
-    }
-
-    /// Where the string whose text goes on at `i` ends (its closing quote, or the source's
-    /// end), for a diagnostic's count.
-    fn string_end(&self, mut i: usize) -> usize {
-        let bytes = self.src.as_bytes();
-        while i < bytes.len() {
-            match bytes[i] {
-                b'"' => return i,
-                b'\\' => i += 2,
-                _ => i += 1,
-            }
-        }
-        bytes.len().min(i)
     }
 
     fn int_value(&mut self, text: &str, span: Span) -> Option<u64> {

@@ -677,7 +677,7 @@ pub fn pacing_note(p: &LinkPacing) -> String {
         format!("{:.0}-{:.0} ns", p.first * 1e9, p.last * 1e9)
     };
     format!(
-        "the link rates were re-shared every {interval} from {:.1} us on, not at every instant: solving them exactly was projected at {:.1e} units of work, over the budget of {:.1e} (`--exact-links` solves them all); a flow may start or end up to {:.0} ns late",
+        "the link rates were re-shared every {interval} from {:.1} us on, not at every instant: solving them exactly was projected at {:.1e} units of work, over the budget of {:.1e} (`--exact-links` solves them all); each flow start or end reached the rates up to {:.0} ns late",
         p.from * 1e6,
         p.projected_work as f64,
         p.budget as f64,

@@ -117,7 +117,8 @@ impl Default for LinkBudget {
 /// How the link rates were re-shared when a simulation's exact solves would pass their
 /// budget: from `from` (s) on, at most once per interval, which grew from `first` to `last`
 /// (s). A flow that starts or ends between two solves moves at its pair's previous rate, a
-/// new pair's at none, until the next one: each flow is late by at most an interval.
+/// new pair's at none, until the next one: each start or end reaches the rates at most an
+/// interval late.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinkPacing {
     pub from: f64,
@@ -1050,7 +1051,6 @@ impl Sim<'_> {
                 return;
             }
             self.interval = b.interval;
-            self.interval_work = work;
             self.r.link_pacing = Some(LinkPacing {
                 from: self.now,
                 first: b.interval,

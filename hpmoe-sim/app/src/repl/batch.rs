@@ -24,9 +24,9 @@
 //! adds what it defines, and no earlier item can name it, so what an earlier text says about
 //! its items the whole text says as well. Each definition then prints what it prints alone:
 //! the warnings inside it that no earlier text had, shown against the text it ends, its
-//! actions and its `stages: check` line (with its share of the time). When the run's check finds anything, the run is halved and tried
-//! again, down to one definition, which runs as it always does; after a success the next run
-//! may be twice as long.
+//! actions and its `stages: check` line (with its share of the time). When the run's check
+//! finds anything else, the run is halved and tried again, down to one definition, which runs
+//! as it always does; after a success the next run may be twice as long.
 
 use super::input::{self, ItemKey};
 use super::session::{diag_key, DiagKey};
@@ -136,6 +136,15 @@ fn entry(raw: &str, known: &Known) -> Option<Entry> {
     }
     let idents = identifiers(&text);
     Some(Entry::Def(Candidate { text, names, idents }))
+}
+
+/// The warnings a definition of a run prints, and the text they are shown against: file
+/// `file` (the session's) up to `end`, where the definition ends.
+#[derive(Clone)]
+struct Shown {
+    diags: Vec<Diagnostic>,
+    file: FileId,
+    end: usize,
 }
 
 impl Session {
@@ -266,8 +275,10 @@ impl Session {
                     self.echo(raw);
                     self.failed_now = false;
                     self.stages.clear();
-                    if let Some((ds, sources)) = shown.next().flatten() {
-                        self.diagnostics(&ds, Dropped::NONE, &sources);
+                    if let Some(w) = shown.next().flatten() {
+                        // (Each text on the way is made only to be shown, then dropped.)
+                        let sources = checked.sources.with_text(w.file, &text[..w.end]);
+                        self.diagnostics(&w.diags, Dropped::NONE, &sources);
                     }
                     self.defined(&edit.actions, &edit.params);
                     self.stage("check", Some(took));
@@ -291,14 +302,13 @@ impl Session {
     /// session's own, or in one definition's (the text `start..` `ends[k]`): a run's item is
     /// named by no other item and changes the meaning of no name, so the warnings of each
     /// text on the way are then exactly the session's and those of its definitions.
-    #[allow(clippy::type_complexity)]
     fn warnings_by_definition(
         &self,
         before: &super::cache::Checked,
         after: &super::cache::Checked,
         start: usize,
         ends: &[usize],
-    ) -> Option<Vec<Option<(Vec<Diagnostic>, hpmoe_dsl::SourceMap)>>> {
+    ) -> Option<Vec<Option<Shown>>> {
         if after.diags.is_empty() {
             return Some(vec![None; ends.len()]);
         }
@@ -337,12 +347,11 @@ impl Session {
                 .map(|(d, _)| (*d).clone())
                 .collect();
             seen.extend(keys);
-            if new.is_empty() {
-                out.push(None);
-            } else {
-                let sources = after.sources.with_text(file, &self.buffer[..ends[k]]);
-                out.push(Some((new, sources)));
-            }
+            out.push((!new.is_empty()).then(|| Shown {
+                diags: new,
+                file,
+                end: ends[k],
+            }));
         }
         Some(out)
     }
