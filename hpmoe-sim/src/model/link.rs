@@ -324,9 +324,6 @@ struct Hot {
     /// Shared resources on its path.
     path: [u32; 6],
     plen: u8,
-    /// The solve (its epoch) that froze it last: frozen in the solve under way when that
-    /// is the current epoch.
-    frozen: u32,
     /// Its active flows.
     n: u32,
     /// The rate of each of its flows now.
@@ -400,6 +397,11 @@ pub struct Links {
     /// Per pair: its component search mark (apart from [`Hot`], so that a walk of many
     /// pairs' marks reads a small array).
     mark: Vec<u32>,
+    /// Per pair: the solve (its epoch) that froze it last: frozen in the solve under way
+    /// when that is [`Links::solve_ep`]. Apart from [`Hot`] too: a solve looks at it for
+    /// every user of a saturated resource and every own cap it passes, most of them frozen
+    /// already, and a small array keeps those looks in the cache.
+    frozen: Vec<u32>,
     res_mark: Vec<u32>,
     /// Per resource: its state in the solve under way.
     res: Vec<Filling>,
@@ -491,12 +493,12 @@ impl Links {
         let heap_entry = size_of::<Reverse<(u64, u32)>>();
         let entry = size_of::<(u64, u32)>();
         let id = size_of::<u32>();
-        // Its records (pair, hot part, mark, listed own cap) and heap; its entries in the own
+        // Its records (pair, hot part, mark, frozen, listed own cap) and heap; its entries in the own
         // caps' list, the users of the (at most six) resources on its path, the changed
         // pairs, and the freeze log and component of a solve.
         let per_pair = size_of::<Pair>()
             + size_of::<Hot>()
-            + id
+            + 2 * id
             + size_of::<Option<u64>>()
             + 4 * heap_entry
             + 2 * (entry + 6 * id + entry + 2 * id);
@@ -536,7 +538,6 @@ impl Links {
                     Hot {
                         path,
                         plen,
-                        frozen: 0,
                         n: 0,
                         rate: 0.0,
                         key: (0, 1, NONE),
@@ -549,6 +550,7 @@ impl Links {
             dirty_res: Vec::new(),
             epoch: 0,
             mark: vec![0; pairs.len()],
+            frozen: vec![0; pairs.len()],
             res_mark: vec![0; nres],
             res: vec![Filling::default(); nres],
             res_n: vec![0.0; nres],
@@ -619,9 +621,7 @@ impl Links {
     fn next_epoch(&mut self) -> u32 {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
-            for h in &mut self.hot {
-                h.frozen = 0;
-            }
+            self.frozen.fill(0);
             self.mark.fill(0);
             self.res_mark.fill(0);
             self.epoch = 1;
@@ -707,7 +707,7 @@ impl Links {
         let h = &self.hot[p];
         self.dirty_res.extend_from_slice(&h.path[..h.plen as usize]);
         if !self.ck.is_empty() {
-            let old = (h.frozen == self.solve_ep).then_some(h.key);
+            let old = (self.frozen[p] == self.solve_ep).then_some(h.key);
             self.pend_pairs.push((p as u32, old));
             self.pend_res.extend_from_slice(&h.path[..h.plen as usize]);
             // Many changes without a solve (local updates) would bound the next one near its
@@ -1048,7 +1048,7 @@ impl Links {
                 self.stats.scanned += users.len() as u64;
                 for &q in &users {
                     let q = q as usize;
-                    if self.hot[q].frozen != fep {
+                    if self.frozen[q] != fep {
                         self.freeze(q, level, (lvl, kind, id));
                         if track {
                             self.flog.push(q as u32);
@@ -1059,12 +1059,39 @@ impl Links {
                 self.users[r] = users;
             } else {
                 let p = id as usize;
-                if self.hot[p].frozen != fep {
+                if self.frozen[p] != fep {
                     self.freeze(p, level, (lvl, kind, id));
                     if track {
                         self.flog.push(p as u32);
                     }
                     left -= 1;
+                } else {
+                    // The own cap of a pair a resource froze pops with no effect, and so do
+                    // the next ones of frozen pairs below the heap's top (still fresh:
+                    // nothing changed since `fresh_top`): taken at once, without looking at
+                    // the heap again. Most pairs of an all-to-all freeze at a port before
+                    // their own cap comes up.
+                    // (The own caps come in rising order: the last one taken is the
+                    // largest key popped.)
+                    let bound = self.heap.peek().map_or(u64::MAX, |(l, _)| l);
+                    let mut taken = None;
+                    while let Some((ol, op)) = next_own.peek() {
+                        // An own cap pops before a resource of the same level only when
+                        // its level is lower.
+                        if ol >= bound || self.frozen[op as usize] != fep {
+                            break;
+                        }
+                        if shared && !whole && self.mark[op as usize] != ep {
+                            break;
+                        }
+                        next_own.advance();
+                        taken = Some((ol, op));
+                    }
+                    if let Some((ol, op)) = taken {
+                        last_own = taken;
+                        top = top.max((ol, 1, op));
+                    }
+                    continue;
                 }
             }
             self.requeue(level);
@@ -1311,8 +1338,8 @@ impl Links {
     /// Pair `p` freezes at `level` per flow: its resources lose its share (and are queued
     /// for [`Links::requeue`]).
     fn freeze(&mut self, p: usize, level: f64, key: Key) {
+        self.frozen[p] = self.solve_ep;
         let pr = &mut self.hot[p];
-        pr.frozen = self.solve_ep;
         pr.key = key;
         if level != pr.rate {
             self.changed.push((0, p as u32));
@@ -1474,6 +1501,7 @@ mod tests {
             + l.users.iter().map(cap).sum::<usize>()
             + cap(&l.dirty_pairs)
             + cap(&l.mark)
+            + cap(&l.frozen)
             + cap(&l.comp)
             + cap(&l.flow_cap)
             + cap(&l.local_pairs)

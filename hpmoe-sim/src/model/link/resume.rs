@@ -145,7 +145,7 @@ impl Links {
                 continue;
             }
             let h = &self.hot[q as usize];
-            if h.frozen != self.solve_ep {
+            if self.frozen[q as usize] != self.solve_ep {
                 ok = false;
                 break;
             }
@@ -245,7 +245,7 @@ impl Links {
     pub(super) fn restore(&mut self, at: usize, comp_res: &mut Vec<u32>) -> Resumed {
         let c = self.ck[at];
         for k in c.frozen as usize..self.flog.len() {
-            self.hot[self.flog[k] as usize].frozen = 0;
+            self.frozen[self.flog[k] as usize] = 0;
         }
         self.flog.truncate(c.frozen as usize);
         self.ck.truncate(at + 1);
