@@ -189,6 +189,44 @@ fn sharded_tune_merged_equals_unsharded() {
     }
 }
 
+/// An option of another mode is refused, not ignored: `--out-dir` without a shard, `--output`
+/// with one, and with `--merge` (whose settings come from the parts) the options that make a
+/// search or a grid.
+#[test]
+fn options_of_another_mode_are_refused() {
+    let o = run(&["tune", FILE, "--budget", "1", "--out-dir", "/nonexistent/x"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--out-dir"), "{}", o.stderr);
+    let o = run(&[
+        "tune",
+        FILE,
+        "--budget",
+        "1",
+        "--shard",
+        "0/2",
+        "-o",
+        "/nonexistent/x.hpm",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--output"), "{}", o.stderr);
+    let o = run(&["tune", FILE, "--merge", "/nonexistent", "--out-dir", "/nonexistent/x"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    for extra in [
+        &["--set", "tokens=64"][..],
+        &["--policy", "interleaved"],
+        &["--threads", "2"],
+        &["--device", "nosuch"],
+        &["--routing", "zipf(s: 1.0)"],
+        &["--taskflow", "moe_ffn"],
+        &["--max-tasks", "1"],
+        &["--allow-path", "/"],
+    ] {
+        let o = run(&[&["sweep", "--merge", "/nonexistent"][..], extra].concat());
+        assert_eq!(o.code, 2, "sweep --merge {extra:?}: {}", o.stderr);
+        assert!(o.stderr.contains("cannot be used with"), "{}", o.stderr);
+    }
+}
+
 #[test]
 fn bad_shards_are_refused() {
     for s in ["3/3", "0/0", "x/2", "1", "-1/2", "1/2/3"] {
