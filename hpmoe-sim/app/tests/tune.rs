@@ -47,11 +47,15 @@ fn run(args: &[&str]) -> Out {
     }
 }
 
-/// `hpmoe tune FILE SMALL --budget B` with `extra`; the best file goes to `best`.
+/// `hpmoe tune FILE SMALL --budget B` with `extra`; the best file goes to `best` (a shard,
+/// `--shard` in `extra`, writes no best file: `-o` is then not given).
 fn tune(best: &Path, budget: &str, extra: &[&str]) -> Out {
     let mut a: Vec<&str> = vec!["tune", FILE];
     a.extend(SMALL);
-    a.extend(["--budget", budget, "-o", best.to_str().unwrap()]);
+    a.extend(["--budget", budget]);
+    if !extra.contains(&"--shard") {
+        a.extend(["-o", best.to_str().unwrap()]);
+    }
     a.extend(extra);
     run(&a)
 }
