@@ -93,6 +93,51 @@ fn deep_nesting_is_a_diagnostic() {
     assert!(!front_end(&sum, None));
 }
 
+/// A list longer than `MAX_LIST` is E1201 where it passes the limit, whatever the list; one
+/// at the limit parses. A `max(...)` group too long to be a list of binders is the function.
+#[test]
+fn long_lists_are_a_diagnostic() {
+    use hpmoe_dsl::syntax::parser::MAX_LIST;
+    let limit_error = |text: &str| {
+        let mut sources = SourceMap::new();
+        let out = check_text("t.hpm", text, None, &Options::default(), &mut sources);
+        out.diagnostics
+            .as_slice()
+            .iter()
+            .any(|d| d.code.to_string() == "E1201" && d.message.contains("a list of more than"))
+    };
+    let over = MAX_LIST + 1;
+    for text in [
+        format!("param p = min({}1);", "1,".repeat(over - 1)),
+        format!("param p = max({}1);", "1,".repeat(over - 1)),
+        format!(
+            "op e<{}>(x: T[M]) -> T[M] on aiv {{ out[m] = x[m]; }}",
+            "T,".repeat(over)
+        ),
+        format!("{}param a = 1;", "///\n".repeat(over)),
+        format!("import std{};", "::a".repeat(over)),
+        format!(
+            "op e<T>(x: T[M]) -> T[M] on aiv {{ {} out[m] = x[m]; }}",
+            "let a = 1;".repeat(over)
+        ),
+    ] {
+        assert!(limit_error(&text), "{}", &text[..60]);
+    }
+    assert!(!limit_error(&format!("param p = min({}1);", "1,".repeat(MAX_LIST - 1))));
+    // A long group after `max` is not read ahead to its end: it is the function.
+    let long = format!("param p = max(1, {}1);", "(1),".repeat(5000));
+    let mut sources = SourceMap::new();
+    let out = check_text("t.hpm", &long, None, &Options::default(), &mut sources);
+    assert!(
+        out.diagnostics
+            .as_slice()
+            .iter()
+            .any(|d| d.message.contains("positional arguments")),
+        "{:?}",
+        out.diagnostics.as_slice().first()
+    );
+}
+
 #[test]
 fn huge_literals_are_diagnostics() {
     assert!(!front_end("param x = 99999999999999999999999999;", None));

@@ -995,6 +995,104 @@ case("s8_grad_chain_save_many", GRAD8_CHAIN + "taskflow g = grad(f, wrt: [x], sa
      expect="ok")
 
 
+
+# ---- Tenth round.
+
+# Language server: a completion right after a character of several bytes (the word under
+# the cursor was taken to start one byte after it: a panic inside the character).
+def lsp_completions(text, uri="file:///tmp/hostile-lsp10.hpm"):
+    msgs = [{"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": uri, "languageId": "hpm", "version": 1, "text": text}}}]
+    for line, l in enumerate(text.split("\n")):
+        for col in range(len(l.encode("utf-16-le")) // 2 + 2):
+            msgs.append({"jsonrpc": "2.0", "id": 100 + len(msgs), "method": "textDocument/completion",
+                         "params": {"textDocument": {"uri": uri}, "position": {"line": line, "character": col}}})
+    return lsp_raw(msgs)
+
+
+case("s10_lsp_completion_after_euro", None, args=("lsp",), stdin=lambda: lsp_completions("param a = 1 €pa;\n"), expect="ok")
+case("s10_lsp_completion_after_bidi", None, args=("lsp",), stdin=lambda: lsp_completions("param a = 1; // \u202e x\n"), expect="ok")
+case("s10_lsp_completion_after_nbsp", None, args=("lsp",), stdin=lambda: lsp_completions("param\u00a0b = 2;\nparam 𝔸c = 1;\n"), expect="ok")
+
+# REPL scripts: an input goes on while the tokens leave a bracket open, decided by one scan of
+# each line. A string going on over lines or a wrong closing bracket made the scan unsure, and
+# every later line parsed the whole input again (30,000 lines: over 20 s); so did every line of
+# a run of doc comments; and an item keyword inside braces (the parser's unclosed `{`) made the
+# input swallow the lines after it, `:quit` included.
+REPL10_LINES = "".join("xxxxxxxxxxxxxxxxxxxx\n" for _ in range(30000))
+case("s10_repl_string_over_lines", None, args=("repl",), stdin='param a = ("abc\n' + REPL10_LINES + '");\n:show params\n', expect="ok")
+case("s10_repl_wrong_closer_then_lines", None, args=("repl",), stdin="param a = ((]\n" + REPL10_LINES)
+case("s10_repl_closer_first_then_lines", None, args=("repl",), stdin="](\n" + REPL10_LINES)
+case("s10_repl_doc_lines", None, args=("repl",), stdin="".join(f"/// doc line {i}\n" for i in range(30000)) + "param a = 1;\n:show params\n", expect="ok")
+case("s10_repl_keyword_in_braces_quit", None, args=("repl",),
+     stdin="taskflow f(x: f32[4]) -> f32[4] { param a = 1; return x; }\n:quit\n"
+     + "".join(f"param p{i} = {i};\n" for i in range(30000)))
+
+# Lists of the syntax tree: one list of short elements within the source size limit held
+# several GiB (an out-of-memory abort); `max(...)` read its whole group ahead to tell the
+# reduction from the function.
+S10_N = 15 << 20
+case("s10_list_max_args", "param p = max(" + "1," * S10_N + "1);\n")
+case("s10_list_min_args", "param p = min(" + "1," * S10_N + "1);\n")
+case("s10_list_tuple", "param p = (" + "1," * S10_N + "1);\n")
+case("s10_list_call_args", DEV % "" + "taskflow f(x: f32[4, 4]) -> f32[4, 4] { return g(" + "x," * S10_N + "x); }\n")
+case("s10_list_index", DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[" + "m," * S10_N + "n]; }\n")
+case("s10_list_tile_fields", DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv tile(" + "a: 1," * (S10_N // 2) + "a: 1) { out[m, n] = x[m, n]; }\n")
+case("s10_list_device_fields", "import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1" + ", a: 1" * (S10_N // 2) + " };\n")
+case("s10_list_schedule_options", "schedule = interleaved { " + "a: 1, " * (S10_N // 3) + "};\n")
+case("s10_list_grad_wrt", "taskflow b = grad(f, wrt: [" + "x," * S10_N + "]);\n")
+case("s10_list_generics", "op e<" + "T," * S10_N + ">(x: T[M]) -> T[M] on aiv { out[m] = x[m]; }\n")
+case("s10_list_call_tiles", DEV % "" + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"
+     "taskflow f(x: f32[4, 4]) -> f32[4, 4] { return e(x) tile(" + "m: 1," * (S10_N // 2) + "m: 1); }\n")
+case("s10_list_annotations", DEV % "" + "op e<T>(x: T[M]) -> T[M] on aiv { out[m] = x[m]; }\n"
+     "taskflow f(x: f32[4]) -> f32[4] { return e(x)" + " on a" * (12 << 20) + "; }\n")
+case("s10_list_statements", DEV % "" + "op e<T>(x: T[M]) -> T[M] on aiv { " + "let a = 1;" * (6 << 20) + " out[m] = x[m]; }\n")
+case("s10_list_doc_lines", "///\n" * S10_N + "param a = 1;\n")
+case("s10_list_path", "import std" + "::a" * (20 << 20) + ";\n")
+case("s10_list_max_binders_ok", DEV % "" + "op e<T>(x: T[M, K]) -> T[M] on aiv { out[m] = max(k) x[m, k]; }\n"
+     "taskflow f(x: f32[4, 8]) -> f32[4] { return e(x); }\n", args=("run", "--numerics"), expect="ok")
+
+# The files of a program hold at most 64 MiB of source together (each file within the limit,
+# six 60 MB imports held over 4 GB: an out-of-memory abort); a source file is read to at most
+# the limit, whatever size the file system reports (`/proc/self/pagemap` reports 0 bytes and
+# was read until the memory ran out).
+S10_BIG = "".join(f"param p{i} = {i};\n" for i in range(2400000))
+case("s10_imports_total_source", "".join(f'import "a{i}.hpm";\n' for i in range(6)),
+     files={f"a{i}.hpm": S10_BIG for i in range(6)})
+case("s10_imports_total_source_repl", None, args=("repl",), stdin="".join(f'import "@CDIR/a{i}.hpm";\n' for i in range(6)),
+     files={f"a{i}.hpm": S10_BIG for i in range(6)})
+case("s10_source_proc_pagemap", None, args=("check", "/proc/self/pagemap"))
+case("s10_source_proc_pagemap_fmt", None, args=("fmt", "--check", "/proc/self/pagemap"))
+case("s10_import_proc_pagemap", 'import "/proc/self/pagemap";\n', args=("check", "--allow-path", "/proc"))
+
+# Options of another mode are refused, not ignored: a sweep merge took --set, --policy,
+# --device and others (even unknown profiles) and ignored them with exit 0; tune ignored
+# --out-dir without a shard and -o with one.
+S10_PARTS = tempfile.mkdtemp(prefix="hostile-s10-parts-")
+
+
+def s10_sweep_part():
+    """A real part file of a one-shard sweep of SMALL in S10_PARTS (made once, when the first
+    case that merges it runs), so that the merges below would succeed without their option."""
+    part_dir = os.path.join(S10_PARTS, "p")
+    if not os.path.isdir(part_dir):
+        src = os.path.join(S10_PARTS, "small.hpm")
+        open(src, "w").write(SMALL)
+        subprocess.run([BIN, "sweep", src, "--vary", "rows=64,128", "--policy", "interleaved", "--shard", "0/1",
+                        "--out", part_dir], capture_output=True, check=True)
+    return ""
+
+
+case("s10_sweep_merge_ok", None, args=("sweep", "--merge", os.path.join(S10_PARTS, "p")), stdin=s10_sweep_part, expect="ok")
+for opt in (("--set", "rows=9"), ("--policy", "interleaved"), ("--device", "nosuch"), ("--routing", "zipf(s: 1.0)"),
+            ("--threads", "3"), ("--max-tasks", "1"), ("--taskflow", "nosuch"), ("--allow-path", "/")):
+    case("s10_sweep_merge_with" + opt[0].replace("-", "_"), None, args=("sweep", "--merge", os.path.join(S10_PARTS, "p")) + opt,
+         stdin=s10_sweep_part)
+case("s10_tune_out_dir_without_shard", SMALL, args=("tune", "--budget", "1", "--out-dir", "@DIR/s10t"))
+case("s10_tune_output_with_shard", SMALL, args=("tune", "--budget", "1", "--shard", "0/2", "-o", "@DIR/s10t.hpm"))
+case("s10_tune_merge_with_out_dir", SMALL, args=("tune", "--merge", "@CDIR/p", "--out-dir", "@DIR/s10t"),
+     files={"p/tune-part-0-of-1.json": "{}"})
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
@@ -1120,6 +1218,7 @@ def main():
     total = sum(counts.values())
     print(f"{total} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     shutil.rmtree(secret_dir, ignore_errors=True)
+    shutil.rmtree(S10_PARTS, ignore_errors=True)
     if not keep:
         shutil.rmtree(work, ignore_errors=True)
     bad = sum(v for k, v in counts.items() if k != "ok")

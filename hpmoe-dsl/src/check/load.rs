@@ -224,6 +224,31 @@ impl Checker<'_> {
             );
             return None;
         }
+        // The files of a program hold at most a source file's limit together: each file
+        // within the limit, many of them would not fit in memory.
+        let used: u64 = self
+            .modules
+            .iter()
+            .filter(|m| m.std_name.is_none())
+            .filter_map(|m| self.sources.get(m.file))
+            .map(|f| f.text.len() as u64)
+            .sum();
+        let too_much = |size: u64| {
+            Diagnostic::error(
+                Code::LimitExceeded,
+                format!(
+                    "the program's files would hold more than {} MiB together",
+                    MAX_SOURCE_BYTES >> 20
+                ),
+            )
+            .primary(span, format!("this import adds {size} bytes to {used}"))
+            .help("the root file and the files it imports hold at most 64 MiB of source text together")
+        };
+        let size = std::fs::metadata(&canon).map_or(0, |m| m.len());
+        if used.saturating_add(size) > MAX_SOURCE_BYTES {
+            self.err(too_much(size));
+            return None;
+        }
         let text = match read_source(&canon) {
             Ok(t) => t,
             Err(e) => {
@@ -234,6 +259,11 @@ impl Checker<'_> {
                 return None;
             }
         };
+        // A file whose size was not known before reading it (under `/proc`).
+        if used.saturating_add(text.len() as u64) > MAX_SOURCE_BYTES {
+            self.err(too_much(text.len() as u64));
+            return None;
+        }
         let file = self.sources.add(shown.display().to_string(), Some(canon.clone()), text);
         Some(self.load_module(file, None, Some(canon), stack))
     }
@@ -486,22 +516,31 @@ impl Checker<'_> {
     }
 }
 
-/// The largest source file accepted.
+/// The largest source file accepted, and the most source text the files of one program (the
+/// root file and every file it imports) hold together.
 pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
 
-/// Reads a source file: a regular file of at most [`MAX_SOURCE_BYTES`], as UTF-8.
+/// Reads a source file: a regular file of at most [`MAX_SOURCE_BYTES`], as UTF-8. At most
+/// that many bytes are read, whatever size the file system reports (a file under `/proc`
+/// reports 0 and may go on for gigabytes).
 pub fn read_source(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let too_large = || std::io::Error::other(format!("larger than {} MiB", MAX_SOURCE_BYTES >> 20));
+    // Asked before opening: opening a FIFO would wait for a writer.
     let meta = std::fs::metadata(path)?;
     if !meta.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
     if meta.len() > MAX_SOURCE_BYTES {
-        return Err(std::io::Error::other(format!(
-            "larger than {} MiB",
-            MAX_SOURCE_BYTES >> 20
-        )));
+        return Err(too_large());
     }
-    let bytes = std::fs::read(path)?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::fs::File::open(path)?
+        .take(MAX_SOURCE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_SOURCE_BYTES {
+        return Err(too_large());
+    }
     String::from_utf8(bytes).map_err(|e| {
         let bytes = e.as_bytes();
         let at = e.utf8_error().valid_up_to();

@@ -43,6 +43,17 @@ const FILL: usize = 256;
 /// Consumed tokens kept behind the current one (the parser looks back at most two).
 const KEEP_BEHIND: usize = 2;
 
+/// The most elements of one list of the syntax tree: the arguments, parameters or fields in
+/// one pair of brackets, the statements of one block, the annotations of one call, the doc
+/// comment lines of one item, the names of one path. Past it the list is E1201: a list of
+/// short elements (`max(1, 1, ...)`, `tile(a: 1, a: 1, ...)`) within the source size limit
+/// would otherwise hold several GiB.
+pub const MAX_LIST: usize = 1 << 20;
+
+/// The most tokens `max(...)` looks ahead to find whether it is a reduction (a list of
+/// binders is short): a longer group is the function `max(a, b)`, and is not read ahead.
+const MAX_REDUCTION_LOOKAHEAD: usize = 4096;
+
 /// The parser state over a window of the token stream. Tokens are read from the source as
 /// the parser reaches them, and consumed ones are dropped, so a large file is never held as
 /// one token list.
@@ -316,6 +327,39 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Whether a list of `len` elements is full ([`MAX_LIST`]); if so, reports it at the
+    /// current token.
+    fn list_full(&mut self, len: usize, what: &str) -> bool {
+        if len < MAX_LIST {
+            return false;
+        }
+        let at = self.span();
+        self.push(
+            Diagnostic::error(Code::LimitExceeded, format!("a list of more than {MAX_LIST} elements"))
+                .primary(at, format!("{what} past the limit"))
+                .help("one pair of brackets, block, call's annotations or item's doc comment holds at most 1048576 elements"),
+        );
+        true
+    }
+
+    /// After a list in brackets was found too long: skips to its closing bracket (inner groups
+    /// whole) and past it.
+    fn skip_rest_of_group(&mut self) {
+        loop {
+            match self.peek_kind() {
+                TokenKind::Eof => return,
+                TokenKind::Open(_) => self.skip_group(),
+                TokenKind::Close(_) => {
+                    self.skip();
+                    return;
+                }
+                _ => {
+                    self.skip();
+                }
+            }
+        }
+    }
+
     /// Skips to the end of the current item: past a `;` at depth 0, past a closing `}` group,
     /// or up to the next item keyword at depth 0.
     fn recover_item(&mut self) {
@@ -405,6 +449,11 @@ impl<'a> Parser<'a> {
                 self.leave();
                 return Err(Reported);
             }
+            if self.list_full(out.len(), what) {
+                self.skip_rest_of_group();
+                self.leave();
+                return Err(Reported);
+            }
             match item(self) {
                 Ok(v) => out.push(v),
                 Err(Reported) => {
@@ -451,9 +500,15 @@ impl<'a> Parser<'a> {
 
     /// The `//!` lines at the start of a file.
     pub(crate) fn inner_docs(&mut self, docs: &mut Vec<String>) {
+        let mut full = false;
         while matches!(self.peek_kind(), TokenKind::InnerDoc(_)) {
+            if !full && self.list_full(docs.len(), "a doc comment line") {
+                full = true;
+            }
             if let TokenKind::InnerDoc(d) = self.bump().kind {
-                docs.push(d);
+                if !full {
+                    docs.push(d);
+                }
             }
         }
     }
@@ -502,11 +557,17 @@ impl<'a> Parser<'a> {
 
     fn docs(&mut self) -> Vec<String> {
         let mut docs = Vec::new();
+        let mut full = false;
         loop {
             match self.peek_kind() {
                 TokenKind::Doc(_) => {
+                    if !full && self.list_full(docs.len(), "a doc comment line") {
+                        full = true;
+                    }
                     if let TokenKind::Doc(d) = self.bump().kind {
-                        docs.push(d);
+                        if !full {
+                            docs.push(d);
+                        }
                     }
                 }
                 TokenKind::InnerDoc(_) => {
@@ -615,6 +676,9 @@ impl<'a> Parser<'a> {
                 if self.at_open(Delim::Brace) || self.at_punct(Punct::Star) {
                     tail = Some(self.import_tail()?);
                     break;
+                }
+                if self.list_full(path.len(), "a name") {
+                    return Err(Reported);
                 }
                 path.push(self.expect_ident("a name")?);
             }
@@ -791,6 +855,9 @@ impl<'a> Parser<'a> {
             p.expect_punct(Punct::Colon)?;
             let mut ty = vec![p.expect_ident("a type (`int`, `float`, `bool`, `str`) or allowed names")?];
             while p.eat_punct(Punct::Or) {
+                if p.list_full(ty.len(), "an allowed name") {
+                    return Err(Reported);
+                }
                 ty.push(p.expect_ident("a name")?);
             }
             let default = if p.eat_punct(Punct::Eq) { Some(p.expr()?) } else { None };
@@ -810,6 +877,9 @@ impl<'a> Parser<'a> {
         let mut out = Vec::new();
         if self.eat_punct(Punct::Lt) {
             loop {
+                if self.list_full(out.len(), "a dtype parameter") {
+                    return Err(Reported);
+                }
                 out.push(self.expect_ident("a dtype parameter name")?);
                 if self.eat_punct(Punct::Comma) {
                     if self.at_punct(Punct::Gt) {
@@ -947,6 +1017,11 @@ impl<'a> Parser<'a> {
                 // Probably a missing `}`: stop here and let the item parse.
                 self.leave();
                 self.push(unclosed(Delim::Brace, open));
+                return Err(Reported);
+            }
+            if self.list_full(out.len(), "a statement") {
+                self.skip_rest_of_group();
+                self.leave();
                 return Err(Reported);
             }
             match stmt(self) {
@@ -1189,6 +1264,9 @@ impl<'a> Parser<'a> {
         let mut annots = Vec::new();
         loop {
             let s = self.span();
+            if ANNOTATION_KEYWORDS.iter().any(|k| self.at_kw(k)) && self.list_full(annots.len(), "an annotation") {
+                return Err(Reported);
+            }
             if self.eat_kw("tile") {
                 let fields = self.fields(Delim::Paren, false)?;
                 annots.push(Annot::Tile {
@@ -1414,6 +1492,9 @@ impl<'a> Parser<'a> {
         let mut depth = 0usize;
         let mut i = 1;
         while let Some(t) = self.ahead(i) {
+            if i > MAX_REDUCTION_LOOKAHEAD {
+                return false;
+            }
             match &t.kind {
                 TokenKind::Open(_) => depth += 1,
                 TokenKind::Close(_) => {

@@ -613,6 +613,40 @@ fn hostile_clients_get_errors_not_crashes() {
 }
 
 #[test]
+fn completion_after_a_character_of_several_bytes() {
+    // The word under the cursor starts after a character of two to four bytes (`é`, `€`,
+    // `𝔸`, a no-break space): every column of every line is answered, none is an error.
+    let mut s = Lsp::start();
+    s.request("initialize", json!({"capabilities": {}}));
+    let uri = "untitled:Untitled-2";
+    let text = "param a = 1 €pa;\n// é\u{a0}de\nparam b = 𝔸a;\n";
+    s.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "hpm", "version": 1, "text": text}}),
+    );
+    for (line, l) in text.lines().enumerate() {
+        for c in 0..=l.encode_utf16().count() as u32 + 1 {
+            let r = s.request(
+                "textDocument/completion",
+                json!({"textDocument": {"uri": uri}, "position": pos(line as u32, c)}),
+            );
+            assert!(r.get("error").is_none(), "{line}:{c}: {r}");
+        }
+    }
+    // Right after `€pa`: the word is `pa`, so `param` is offered.
+    let r = s.request(
+        "textDocument/completion",
+        json!({"textDocument": {"uri": uri}, "position": pos(0, 15)}),
+    );
+    assert!(labels_of(&r, None).iter().any(|l| l == "param"), "{r}");
+    s.request("shutdown", Value::Null);
+    s.notify("exit", Value::Null);
+    let (code, err) = s.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
 fn malformed_framing_ends_with_a_message() {
     for input in [
         "Content-Length: 99999999999999999\r\n\r\n".to_string(),

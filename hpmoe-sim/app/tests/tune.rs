@@ -47,11 +47,15 @@ fn run(args: &[&str]) -> Out {
     }
 }
 
-/// `hpmoe tune FILE SMALL --budget B` with `extra`; the best file goes to `best`.
+/// `hpmoe tune FILE SMALL --budget B` with `extra`; the best file goes to `best` (a shard,
+/// `--shard` in `extra`, writes no best file: `-o` is then not given).
 fn tune(best: &Path, budget: &str, extra: &[&str]) -> Out {
     let mut a: Vec<&str> = vec!["tune", FILE];
     a.extend(SMALL);
-    a.extend(["--budget", budget, "-o", best.to_str().unwrap()]);
+    a.extend(["--budget", budget]);
+    if !extra.contains(&"--shard") {
+        a.extend(["-o", best.to_str().unwrap()]);
+    }
     a.extend(extra);
     run(&a)
 }
@@ -186,6 +190,44 @@ fn sharded_tune_merged_equals_unsharded() {
         assert_eq!(m.code, 0, "{}", m.stderr);
         assert_eq!(m.stdout, full.stdout, "merged {n} shards differ from the unsharded run");
         assert_eq!(std::fs::read(&best).unwrap(), full_file);
+    }
+}
+
+/// An option of another mode is refused, not ignored: `--out-dir` without a shard, `--output`
+/// with one, and with `--merge` (whose settings come from the parts) the options that make a
+/// search or a grid.
+#[test]
+fn options_of_another_mode_are_refused() {
+    let o = run(&["tune", FILE, "--budget", "1", "--out-dir", "/nonexistent/x"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--out-dir"), "{}", o.stderr);
+    let o = run(&[
+        "tune",
+        FILE,
+        "--budget",
+        "1",
+        "--shard",
+        "0/2",
+        "-o",
+        "/nonexistent/x.hpm",
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--output"), "{}", o.stderr);
+    let o = run(&["tune", FILE, "--merge", "/nonexistent", "--out-dir", "/nonexistent/x"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    for extra in [
+        &["--set", "tokens=64"][..],
+        &["--policy", "interleaved"],
+        &["--threads", "2"],
+        &["--device", "nosuch"],
+        &["--routing", "zipf(s: 1.0)"],
+        &["--taskflow", "moe_ffn"],
+        &["--max-tasks", "1"],
+        &["--allow-path", "/"],
+    ] {
+        let o = run(&[&["sweep", "--merge", "/nonexistent"][..], extra].concat());
+        assert_eq!(o.code, 2, "sweep --merge {extra:?}: {}", o.stderr);
+        assert!(o.stderr.contains("cannot be used with"), "{}", o.stderr);
     }
 }
 

@@ -261,8 +261,10 @@ enum Command {
         /// to --out. Default: from SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT when set.
         #[arg(long, value_name = "I/N", conflicts_with = "merge")]
         shard: Option<String>,
-        /// Join the part files in these directories into the sweep's outputs (in --out).
-        #[arg(long, value_name = "DIR", num_args = 1.., conflicts_with_all = ["vary", "shard"])]
+        /// Join the part files in these directories into the sweep's outputs (in --out). The
+        /// grid's settings come from the parts: the options that make a grid are refused.
+        #[arg(long, value_name = "DIR", num_args = 1..,
+              conflicts_with_all = ["vary", "shard", "policy", "set", "device", "routing", "allow_path", "taskflow", "threads", "max_tasks"])]
         merge: Vec<PathBuf>,
     },
     /// Search tile sizes, `order(ratr)`, priorities and policy options of a taskflow with the
@@ -311,12 +313,12 @@ enum Command {
         /// file to --out-dir. Default: from SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT.
         #[arg(long, value_name = "I/N", conflicts_with = "merge")]
         shard: Option<String>,
-        /// Directory for the part file of a shard.
-        #[arg(long, value_name = "DIR", default_value = "tune-out")]
-        out_dir: PathBuf,
+        /// Directory for the part file of a shard (default: tune-out); only with a shard.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
         /// Join the part files in these directories (the search's settings come from them).
         #[arg(long, value_name = "DIR", num_args = 1..,
-              conflicts_with_all = ["set", "device", "routing", "allow_path", "taskflow", "budget", "time", "seed", "max_tasks"])]
+              conflicts_with_all = ["set", "device", "routing", "allow_path", "taskflow", "budget", "time", "seed", "max_tasks", "out_dir"])]
         merge: Vec<PathBuf>,
     },
     /// Measure how the tool scales: run the whole pipeline once per value of a param, each
@@ -817,7 +819,7 @@ fn run(cmd: Command) -> i32 {
                 format,
                 max_tasks,
                 shard: shard.as_deref(),
-                out_dir: &out_dir,
+                out_dir: out_dir.as_deref(),
             })
         }
         Command::Scale {

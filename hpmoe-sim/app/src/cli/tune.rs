@@ -37,7 +37,8 @@ pub(crate) struct TuneCli<'a> {
     pub format: Format,
     pub max_tasks: u64,
     pub shard: Option<&'a str>,
-    pub out_dir: &'a Path,
+    /// `--out-dir`, given only with a shard.
+    pub out_dir: Option<&'a Path>,
 }
 
 fn pool(jobs: usize) -> Result<rayon::ThreadPool, i32> {
@@ -74,11 +75,26 @@ fn bar(n: usize) -> indicatif::ProgressBar {
     }
 }
 
+/// Where a shard writes its part file without `--out-dir`.
+const DEFAULT_OUT_DIR: &str = "tune-out";
+
 pub(crate) fn tune(o: &TuneCli) -> i32 {
     let shard = match Shard::from_args(o.shard) {
         Ok(s) => s,
         Err(e) => return usage(e),
     };
+    // Each output option belongs to one mode: refused in the other rather than ignored.
+    if shard.is_none() && o.out_dir.is_some() {
+        return usage(
+            "--out-dir is where a shard writes its part file: give --shard I/N (or run in a Slurm job array), or leave it out".into(),
+        );
+    }
+    if shard.is_some() && o.output.is_some() {
+        return usage(
+            "--output is written by a whole search or by --merge; a shard writes its part file to --out-dir".into(),
+        );
+    }
+    let out_dir = o.out_dir.unwrap_or(Path::new(DEFAULT_OUT_DIR));
     if shard.is_some() && o.time.is_some() {
         return usage(
             "--time cannot be sharded (each shard would stop at a different candidate); give --budget".into(),
@@ -101,7 +117,7 @@ pub(crate) fn tune(o: &TuneCli) -> i32 {
         }
     }
     let checked_path = if shard.is_some() {
-        super::paths::output_dir("--out-dir", o.out_dir)
+        super::paths::output_dir("--out-dir", out_dir)
     } else {
         let written = o.output.map_or_else(|| default_output(o.file), Path::to_path_buf);
         super::paths::output_file("--output", &written)
@@ -152,7 +168,7 @@ pub(crate) fn tune(o: &TuneCli) -> i32 {
     pb.finish_and_clear();
     if let Some(s) = shard {
         let part = tune::part(&t, budget, cands.len(), s, &outcomes);
-        return match shard::write_part(o.out_dir, "tune", s, &part) {
+        return match shard::write_part(out_dir, "tune", s, &part) {
             Ok(path) => {
                 let failed = outcomes.iter().filter(|r| r.latency_us.is_err()).count();
                 if o.format == Format::Human {

@@ -560,9 +560,13 @@ pub fn completion(a: &Analysis, text: &str, offset: usize) -> Vec<lsp::Completio
         offset -= 1;
     }
     let before = &text[..offset];
+    // The word starts after the last character that is not part of one (which may be
+    // several bytes long: `€`, a no-break space).
     let word_start = before
-        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let prefix = &before[word_start..];
     let head = before[..word_start].trim_end();
     let line = head.rsplit('\n').next().unwrap_or(head);

@@ -1,49 +1,39 @@
-//! Input handling shared by the line editor and scripts: whether an input is complete (the
-//! parser decides: an unclosed bracket or block comment at the end means "go on on the next
-//! line"), and the session buffer's items (to add or replace a definition).
+//! Input handling shared by the line editor and scripts: whether an input is complete (a
+//! bracket or block comment still open at the end, or a `///` doc comment last, means "go
+//! on on the next line"), and the session buffer's items (to add or replace a definition).
 
-use hpmoe_dsl::diag::Code;
 use hpmoe_dsl::syntax::ast::{Item, ItemKind};
 use hpmoe_dsl::syntax::lexer::tokenize;
 use hpmoe_dsl::syntax::token::{FileId, TokenKind};
 
-/// Whether `text` is a whole input. A `:command` is one line; a definition is complete unless
-/// the parser finds a bracket or a block comment still open at the end.
+/// Whether `text` is a whole input. A `:command` is one line; a definition goes on while a
+/// bracket it opened is not closed, a block comment is open, or its last token is a `///` doc
+/// comment (which documents the item on the next lines). A closing bracket that closes none
+/// or one of another kind ends the input at its line: the input is an error whatever follows.
+/// Decided by the tokens alone (see [`OpenScan`]), never by how the parser recovers from an
+/// error, so that an input read line by line is scanned once.
 pub fn is_complete(text: &str) -> bool {
-    let t = text.trim_start();
-    if t.is_empty() || t.starts_with(':') {
-        return true;
+    let mut scan = OpenScan::default();
+    for line in text.split_inclusive('\n') {
+        scan.line(line);
     }
-    let (_, diags, _) = hpmoe_dsl::syntax::parse_text(text, FileId(0));
-    let open = diags.iter().any(|d| {
-        (d.code == Code::UnbalancedDelimiter && d.message.starts_with("unclosed"))
-            || (d.code == Code::Unterminated && d.message.contains("block comment"))
-    });
-    // A `///` doc comment documents the item on the next lines.
-    let (toks, _, _) = tokenize(text, FileId(0));
-    let doc_last = toks
-        .iter()
-        .rev()
-        .find(|t| t.kind != TokenKind::Eof)
-        .is_some_and(|t| matches!(t.kind, TokenKind::Doc(_)));
-    !(open || doc_last)
+    scan.is_complete(text)
 }
 
-/// A quick scan of an input read line by line, to know without parsing it again that a
-/// bracket or a block comment is still open (then the input goes on, whatever the parser
-/// says about the rest: it reports every group still open at the end). Each line is scanned
-/// once, so an input of many lines costs linear time; [`is_complete`] parses the input only
-/// when the scan cannot tell.
-///
-/// The scan follows the lexer: `//` to the end of the line, nested `/* */`, strings with
-/// `\` escapes. Anything it does not follow exactly (a string going on past its line, a
-/// closing bracket of another kind or with none open) makes it unsure for the rest of the
-/// input.
+/// A scan of an input read line by line that follows the lexer: `//` to the end of the line
+/// (`///` is a doc comment, `////` is not), nested `/* */`, strings with `\` escapes going on
+/// over lines, and the brackets. Each line is scanned once, so an input of many lines costs
+/// linear time.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct OpenScan {
     brackets: Vec<u8>,
     comments: usize,
-    unsure: bool,
+    /// Inside a string literal.
+    string: bool,
+    /// A closing bracket closed none, or one of another kind.
+    mismatched: bool,
+    /// The last token so far is a `///` doc comment.
+    doc_last: bool,
 }
 
 impl OpenScan {
@@ -51,8 +41,19 @@ impl OpenScan {
     pub fn line(&mut self, line: &str) {
         let b = line.as_bytes();
         let mut i = 0;
-        while i < b.len() && !self.unsure {
+        while i < b.len() && !self.mismatched {
             let next = b.get(i + 1).copied();
+            if self.string {
+                match b[i] {
+                    b'\\' => i += 2,
+                    b'"' => {
+                        self.string = false;
+                        i += 1;
+                    }
+                    _ => i += 1,
+                }
+                continue;
+            }
             if self.comments > 0 {
                 match (b[i], next) {
                     (b'/', Some(b'*')) => {
@@ -68,27 +69,30 @@ impl OpenScan {
                 continue;
             }
             match (b[i], next) {
-                (b'/', Some(b'/')) => return,
+                (b'/', Some(b'/')) => {
+                    // A comment is no token; a doc comment is one.
+                    let rest = &b[i..];
+                    if rest.starts_with(b"///") && !rest.starts_with(b"////") {
+                        self.doc_last = true;
+                    } else if rest.starts_with(b"//!") {
+                        self.doc_last = false;
+                    }
+                    return;
+                }
                 (b'/', Some(b'*')) => {
                     self.comments = 1;
                     i += 2;
                     continue;
                 }
+                (b' ' | b'\t' | b'\r' | b'\n' | 0x0c, _) => {}
                 (b'"', _) => {
-                    i += 1;
-                    loop {
-                        match b.get(i) {
-                            None | Some(b'\n') => {
-                                self.unsure = true;
-                                return;
-                            }
-                            Some(b'\\') => i += 2,
-                            Some(b'"') => break,
-                            Some(_) => i += 1,
-                        }
-                    }
+                    self.string = true;
+                    self.doc_last = false;
                 }
-                (c @ (b'(' | b'[' | b'{'), _) => self.brackets.push(c),
+                (c @ (b'(' | b'[' | b'{'), _) => {
+                    self.brackets.push(c);
+                    self.doc_last = false;
+                }
                 (c @ (b')' | b']' | b'}'), _) => {
                     let open = match c {
                         b')' => b'(',
@@ -96,28 +100,24 @@ impl OpenScan {
                         _ => b'{',
                     };
                     if self.brackets.pop() != Some(open) {
-                        self.unsure = true;
+                        self.mismatched = true;
                     }
+                    self.doc_last = false;
                 }
-                _ => {}
+                _ => self.doc_last = false,
             }
             i += 1;
         }
     }
 
-    /// Whether the input scanned so far surely goes on: a bracket or a block comment is open.
-    fn surely_open(&self) -> bool {
-        !self.unsure && (self.comments > 0 || !self.brackets.is_empty())
-    }
-
-    /// [`is_complete`] of `text`, whose lines this scan has seen: without parsing it when the
-    /// scan knows that a bracket or a block comment is still open.
+    /// Whether the input whose lines this scan has seen (`text`) is complete: see
+    /// [`is_complete`].
     pub fn is_complete(&self, text: &str) -> bool {
         let t = text.trim_start();
         if t.is_empty() || t.starts_with(':') {
             return true;
         }
-        !self.surely_open() && is_complete(text)
+        self.mismatched || (self.comments == 0 && self.brackets.is_empty() && !self.doc_last)
     }
 }
 
@@ -294,10 +294,36 @@ mod tests {
         assert_eq!(with_final_semicolon("param = 3"), None);
     }
 
-    /// The scan says an input goes on only where the parser says so too, on lines of random
-    /// tokens (brackets, comments, strings, doc comments, item keywords, deep nesting).
+    /// What the lexer's tokens say of a whole input: a bracket, a block comment or (inside a
+    /// bracket) a string still open, or a doc comment last; a wrong closing bracket ends it.
+    fn complete_by_tokens(text: &str) -> bool {
+        let t = text.trim_start();
+        if t.is_empty() || t.starts_with(':') {
+            return true;
+        }
+        let (toks, diags, _) = tokenize(text, FileId(0));
+        let comment_open = diags.iter().any(|d| d.message == "unterminated block comment");
+        let mut stack = Vec::new();
+        for tok in &toks {
+            match &tok.kind {
+                TokenKind::Open(d) => stack.push(*d),
+                TokenKind::Close(d) if stack.pop() != Some(*d) => return true,
+                _ => {}
+            }
+        }
+        let doc_last = toks
+            .iter()
+            .rev()
+            .find(|t| t.kind != TokenKind::Eof)
+            .is_some_and(|t| matches!(t.kind, TokenKind::Doc(_)));
+        !(comment_open || !stack.is_empty() || doc_last)
+    }
+
+    /// The scan, line by line, says what the lexer's tokens of the whole input say, on lines
+    /// of random tokens (brackets, comments, strings over lines, escapes, doc comments, item
+    /// keywords, deep nesting).
     #[test]
-    fn open_scan_agrees_with_the_parser() {
+    fn open_scan_follows_the_lexer() {
         const PIECES: &[&str] = &[
             "(",
             ")",
@@ -318,14 +344,20 @@ mod tests {
             "*/",
             "// c ( [",
             "/// d",
+            "////",
+            "//!",
             "\"s ( \\\" ]\"",
             "\"",
+            "\\",
             "'",
             "*",
             "/",
             "/*/",
             "x[m, n]",
             "->",
+            "\u{a0}",
+            "é",
+            "\x0c",
         ];
         let mut state = 12345u64;
         let mut next = |n: usize| {
@@ -334,7 +366,7 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             ((state >> 33) % n as u64) as usize
         };
-        let mut sure = 0;
+        let (mut open, mut complete) = (0, 0);
         for _ in 0..20_000 {
             let mut text = String::new();
             let mut scan = OpenScan::default();
@@ -342,7 +374,9 @@ mod tests {
                 let mut line = String::new();
                 for _ in 0..next(8) {
                     line.push_str(PIECES[next(PIECES.len())]);
-                    line.push(' ');
+                    if next(4) != 0 {
+                        line.push(' ');
+                    }
                 }
                 if next(50) == 0 {
                     line.push_str(&"(".repeat(300));
@@ -350,13 +384,36 @@ mod tests {
                 line.push('\n');
                 text.push_str(&line);
                 scan.line(&line);
-                assert_eq!(scan.is_complete(&text), is_complete(&text), "{text:?}");
-                if scan.surely_open() {
-                    sure += 1;
+                let c = scan.is_complete(&text);
+                assert_eq!(c, complete_by_tokens(&text), "{text:?}");
+                assert_eq!(c, is_complete(&text), "{text:?}");
+                if c {
+                    complete += 1;
+                } else {
+                    open += 1;
                 }
             }
         }
-        assert!(sure > 10_000, "{sure}");
+        assert!(open > 10_000 && complete > 10_000, "{open} {complete}");
+    }
+
+    /// A wrong closing bracket, a string going on over lines inside a bracket, a doc comment
+    /// last, and item keywords inside braces (the parser reports an unclosed `{` there, but
+    /// every bracket is closed).
+    #[test]
+    fn completeness_by_tokens() {
+        assert!(is_complete("param a = ((]\nxxx\n"));
+        assert!(is_complete(")(\n"));
+        assert!(!is_complete("param a = (\"abc\nxx\n"));
+        assert!(is_complete("param a = (\"abc\nxx\");\n"));
+        assert!(is_complete("param a = \"abc\n"));
+        assert!(!is_complete("param a = (\"a\\\n\n"));
+        assert!(!is_complete("/// a\n/* b */\n"));
+        assert!(is_complete("//// a\n"));
+        assert!(is_complete("//! a\n"));
+        assert!(is_complete(
+            "taskflow f(x: f32[4]) -> f32[4] { param a = 1; return x; }\n"
+        ));
     }
 
     #[test]
