@@ -72,20 +72,22 @@ LIMITS = {
              "every other rank, all sharing ports), so a simulation grows about as ranks^4: "
              "the forward's simulation solves 109 K times over about 7 K active pairs. Each "
              "solve takes every active pair at once, moves a resource in its heap only when it "
-             "reaches the top and sets only the rates that changed, and nine in ten now resume "
-             "from a point saved in the previous one, the last before the first pop a change "
-             "can alter: 333 M pair freezes instead of 790 M (the backward: 118 K solves, 327 M "
+             "reaches the top and sets only the rates that changed, and most resume from one "
+             "of 8 points saved in the previous one, the last before the first pop a change "
+             "can alter: 356 M pair freezes instead of 790 M (the backward: 118 K solves, 352 M "
              "freezes instead of 1.0 G; the `link model` lines of `--timings`). The solves are "
-             "still about half of a forward run's CPU time (perf, one thread). Only "
+             "still about two fifths of a forward run's CPU time (perf of the forward at "
+             "EP128). Only "
              "about 2% of the rates change per solve, but a change at one port moves the level "
              "of every later freeze in the last bits, so an exact solve cannot stop there, and "
              "an approximate one would change the model's answers. `candidates` simulates two "
              "schedules of each 3.1 M-task graph at once on the machine's two CPUs (the kept "
              "one's simulation is the run's; the other stops once past its latency), so the wall "
-             "time is about that of the longer of the two; a freeze costs about 16 ns (the pair's "
-             "record, the resources on its path), and fetching the records of a resource's "
-             "users ahead did not change it; without the solves the run would still take about "
-             "25 s of CPU (from the profile's share, not measured)",
+             "time is about that of the longer of the two. What is left is memory latency: a "
+             "freeze reads and writes its pair's record (one cache line, as good as random among "
+             "thousands), and each pair's finish event, now one per pair in a heap of its own "
+             "(superseded predictions were five in six of the link events), still goes through "
+             "a heap of thousands",
 }
 
 
