@@ -642,6 +642,8 @@ case("links8_many_rank_pairs_run", moe(tokens=64, hidden=16, experts=384, topk=8
 case("lex9_bidi_comment_check", moe() + "// \u202e" * 3 + "\n/// \u2066 x \u2069\nparam z = 1;\n")
 case("lex9_bidi_many_check", moe() + "".join(f"/* \u202d{i} */" for i in range(100000)) + "\n")
 case("lex9_bidi_string_run", moe() + 'route q = file("\u2067a.npy", experts: 8);\n', args=("run",))
+case("lex10_float_underflow_check", moe() + "param z = 1e-400;\nparam y = 0.5e-330;\n")
+case("lex10_float_underflow_run", moe(extra=", seed: 1e-999"), args=("run",))
 
 # A REPL script of mistakes: each refused definition used to stay in the session, and every
 # later one re-checked and re-printed all of them (cubic); a warning was re-printed with every

@@ -416,7 +416,19 @@ impl TokenSource for Lexer<'_> {
                     } else {
                         text.parse::<f64>()
                     };
+                    // A literal with a digit other than 0 before its exponent is not 0: one
+                    // that rounds to 0 (`1e-400`) is out of range as much as one too large.
+                    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+                    let nonzero = mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
                     match parsed {
+                        Ok(v) if v == 0.0 && nonzero => {
+                            self.diags.push(
+                                Diagnostic::error(Code::LiteralTooLarge, "float literal rounds to 0")
+                                    .primary(span, "too small for a 64-bit float")
+                                    .help("the least positive 64-bit float is about 4.9e-324; write 0 for zero"),
+                            );
+                            TokenKind::Error
+                        }
                         Ok(v) if v.is_finite() => TokenKind::Float(v),
                         _ => {
                             self.diags.push(
