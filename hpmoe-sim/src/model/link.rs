@@ -83,6 +83,7 @@
 //! flows by virtual finish; a pair's finish event is pushed again only when its predicted
 //! finish moves earlier (an event that fires early is re-predicted).
 
+use super::heap::IndexedHeap;
 use hpmoe_dsl::ir::Device;
 use ownlist::OwnList;
 use resume::{Checkpoint, Resumed, Saved};
@@ -418,7 +419,9 @@ pub struct Links {
     touched: Vec<u32>,
     comp: Vec<u32>,
     comp_res: Vec<u32>,
-    heap: LevelHeap,
+    /// The resources by saturation level: (level bits, resource), a lower bound of each
+    /// resource's level, raised when it reaches the top ([`Links::fresh_top`]).
+    heap: IndexedHeap<(u64, u32)>,
     /// Per rank: active flows leaving and entering it.
     n_out: Vec<u32>,
     n_in: Vec<u32>,
@@ -560,7 +563,7 @@ impl Links {
             touched: Vec::new(),
             comp: Vec::new(),
             comp_res: Vec::new(),
-            heap: LevelHeap::new(nres),
+            heap: IndexedHeap::new(nres),
             n_out: vec![0; ranks],
             n_in: vec![0; ranks],
             out_rate: vec![0.0; ranks],
@@ -964,7 +967,7 @@ impl Links {
                 if w > 0.0 {
                     let key = (self.cap[r] / w).to_bits();
                     self.res[r].key = key;
-                    self.heap.set(r, key);
+                    self.heap.set((key, r as u32));
                 }
             }
             if track {
@@ -1073,7 +1076,7 @@ impl Links {
                     // their own cap comes up.
                     // (The own caps come in rising order: the last one taken is the
                     // largest key popped.)
-                    let bound = self.heap.peek().map_or(u64::MAX, |(l, _)| l);
+                    let bound = self.heap.peek().map_or(u64::MAX, |&(l, _)| l);
                     let mut taken = None;
                     while let Some((ol, op)) = next_own.peek() {
                         // An own cap pops before a resource of the same level only when
@@ -1375,8 +1378,8 @@ impl Links {
             if f.w > 0.5 {
                 let l = (f.rem / f.w).max(level).to_bits();
                 f.key = l;
-                if self.heap.stored(r).is_none_or(|k| l < k) {
-                    self.heap.set(r, l);
+                if self.heap.get(r).is_none_or(|&(k, _)| l < k) {
+                    self.heap.set((l, r as u32));
                 }
             } else {
                 f.w = 0.0;
@@ -1391,12 +1394,12 @@ impl Links {
     #[inline]
     fn fresh_top(&mut self) -> Option<(u64, u32)> {
         loop {
-            let (k, r) = self.heap.peek()?;
+            let &(k, r) = self.heap.peek()?;
             let want = self.res[r as usize].key;
             if want == k {
                 return Some((k, r));
             }
-            self.heap.set(r as usize, want);
+            self.heap.set((want, r));
         }
     }
 
@@ -1444,46 +1447,6 @@ impl Links {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    proptest::proptest! {
-        /// The level heap pops what a sorted set of (level, resource) holds, after any
-        /// sequence of inserts, moves and removals.
-        #[test]
-        fn the_level_heap_orders_as_a_sorted_set(ops in proptest::collection::vec((0usize..12, 0u64..6, 0u8..4), 0..200)) {
-            let mut h = LevelHeap::new(12);
-            let mut set = std::collections::BTreeSet::new();
-            let mut key = [None::<u64>; 12];
-            for (r, k, op) in ops {
-                match op {
-                    0 | 1 => {
-                        if let Some(old) = key[r] {
-                            set.remove(&(old, r as u32));
-                        }
-                        h.set(r, k);
-                        set.insert((k, r as u32));
-                        key[r] = Some(k);
-                    }
-                    2 => {
-                        if let Some(old) = key[r].take() {
-                            set.remove(&(old, r as u32));
-                        }
-                        h.remove(r);
-                    }
-                    _ => {
-                        let want = set.iter().next().copied();
-                        proptest::prop_assert_eq!(h.pop(), want);
-                        if let Some((_, r)) = want {
-                            set.remove(&want.expect("an entry"));
-                            key[r as usize] = None;
-                        }
-                    }
-                }
-                proptest::prop_assert_eq!(h.peek(), set.iter().next().copied());
-            }
-            h.clear();
-            proptest::prop_assert_eq!(h.peek(), None);
-        }
-    }
 
     /// The bytes `l` holds, from its containers' capacities, apart from its arrays per rank
     /// and per resource (what [`Links::state_bytes`] leaves out).
@@ -2194,121 +2157,5 @@ mod tests {
                 proptest::prop_assert!(worst <= 1e-9, "largest relative difference {}", worst);
             }
         }
-    }
-}
-
-/// The progressive filling's resources by saturation level: a 4-ary min-heap of (level
-/// bits, resource id) entries, ordered as such pairs, with each resource's position, so that
-/// a key is updated in place (one entry per resource). The solve stores a lower bound of a
-/// resource's level here and raises it when it reaches the top ([`Links::fresh_top`]), so
-/// most updates move an entry down from the root: four children per node halve the depth,
-/// and the keys sit in the entries (no lookup per comparison).
-#[derive(Clone, Debug)]
-struct LevelHeap {
-    heap: Vec<(u64, u32)>,
-    pos: Vec<u32>,
-}
-
-impl LevelHeap {
-    fn new(resources: usize) -> LevelHeap {
-        LevelHeap {
-            heap: Vec::new(),
-            pos: vec![NONE; resources],
-        }
-    }
-    fn clear(&mut self) {
-        for &(_, r) in &self.heap {
-            self.pos[r as usize] = NONE;
-        }
-        self.heap.clear();
-    }
-    /// The key resource `r` is stored at, if it is in the heap.
-    fn stored(&self, r: usize) -> Option<u64> {
-        match self.pos[r] {
-            NONE => None,
-            i => Some(self.heap[i as usize].0),
-        }
-    }
-    /// The least (level bits, resource).
-    fn peek(&self) -> Option<(u64, u32)> {
-        self.heap.first().copied()
-    }
-    fn pop(&mut self) -> Option<(u64, u32)> {
-        let top = self.peek()?;
-        self.remove(top.1 as usize);
-        Some(top)
-    }
-    /// Inserts resource `r` at `key`, or moves it there.
-    fn set(&mut self, r: usize, key: u64) {
-        let e = (key, r as u32);
-        match self.pos[r] {
-            NONE => {
-                self.heap.push(e);
-                let i = self.heap.len() - 1;
-                self.place_up(i, e);
-            }
-            i => {
-                let i = i as usize;
-                if e < self.heap[i] {
-                    self.place_up(i, e);
-                } else {
-                    self.place_down(i, e);
-                }
-            }
-        }
-    }
-    fn remove(&mut self, r: usize) {
-        let i = self.pos[r];
-        if i == NONE {
-            return;
-        }
-        let i = i as usize;
-        self.pos[r] = NONE;
-        let last = self.heap.pop().expect("a resource in the heap");
-        if i < self.heap.len() {
-            if last < self.heap[i] {
-                self.place_up(i, last);
-            } else {
-                self.place_down(i, last);
-            }
-        }
-    }
-    /// Puts entry `e` in the hole at `i`, moving it towards the root.
-    fn place_up(&mut self, mut i: usize, e: (u64, u32)) {
-        while i > 0 {
-            let p = (i - 1) / 4;
-            if e >= self.heap[p] {
-                break;
-            }
-            self.heap[i] = self.heap[p];
-            self.pos[self.heap[i].1 as usize] = i as u32;
-            i = p;
-        }
-        self.heap[i] = e;
-        self.pos[e.1 as usize] = i as u32;
-    }
-    /// Puts entry `e` in the hole at `i`, moving it towards the leaves.
-    fn place_down(&mut self, mut i: usize, e: (u64, u32)) {
-        let n = self.heap.len();
-        loop {
-            let c = 4 * i + 1;
-            if c >= n {
-                break;
-            }
-            let mut m = c;
-            for j in c + 1..(c + 4).min(n) {
-                if self.heap[j] < self.heap[m] {
-                    m = j;
-                }
-            }
-            if self.heap[m] >= e {
-                break;
-            }
-            self.heap[i] = self.heap[m];
-            self.pos[self.heap[i].1 as usize] = i as u32;
-            i = m;
-        }
-        self.heap[i] = e;
-        self.pos[e.1 as usize] = i as u32;
     }
 }

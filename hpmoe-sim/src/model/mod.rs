@@ -35,6 +35,7 @@
 //! | a put | staged through the UB in `put_chunk_bytes` chunks: the link starts after the first chunk is read |
 
 pub mod hbm;
+pub mod heap;
 pub mod l2;
 pub mod link;
 

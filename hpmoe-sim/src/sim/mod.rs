@@ -44,6 +44,7 @@ pub mod workload;
 pub use workload::Workload;
 
 use crate::model::hbm::Hbm;
+use crate::model::heap::{IndexedHeap, Slot};
 use crate::model::l2::L2;
 use crate::model::link::Links;
 use crate::model::{prefetch, DeviceModel, Fifo};
@@ -378,95 +379,17 @@ impl Heap4 {
 /// generation, so the event it replaces would have done nothing when popped; in one heap of
 /// all events such replaced events were most of the link model's events (five in six on an
 /// all-to-all), and made the heap of every event several times deeper.
-#[derive(Debug, Default)]
-struct PairHeap {
-    v: Vec<Ev>,
-    /// Per pair: its event's place in `v` (`NONE`: none pending).
-    pos: Vec<u32>,
-}
+type PairHeap = IndexedHeap<Ev>;
 
-impl PairHeap {
-    fn new(pairs: usize) -> PairHeap {
-        PairHeap {
-            v: Vec::new(),
-            pos: vec![NONE; pairs],
-        }
-    }
-
+/// A pair's finish event in [`PairHeap`]: its slot is its pair.
+impl Slot for Ev {
     #[inline]
-    fn peek(&self) -> Option<&Ev> {
-        self.v.first()
+    fn slot(&self) -> usize {
+        self.id as usize
     }
-
-    /// Pair `ev.id`'s event is `ev` (replacing its pending one).
     #[inline]
-    fn set(&mut self, ev: Ev) {
-        let p = ev.id as usize;
-        match self.pos[p] {
-            NONE => {
-                self.v.push(ev);
-                self.up(self.v.len() - 1, ev);
-            }
-            i => {
-                let i = i as usize;
-                if Heap4::less(&ev, &self.v[i]) {
-                    self.up(i, ev);
-                } else {
-                    self.down(i, ev);
-                }
-            }
-        }
-    }
-
-    #[inline]
-    fn pop(&mut self) -> Option<Ev> {
-        let top = *self.v.first()?;
-        self.pos[top.id as usize] = NONE;
-        let last = self.v.pop()?;
-        if !self.v.is_empty() {
-            self.down(0, last);
-        }
-        Some(top)
-    }
-
-    /// Puts `e` in the hole at `i`, moving it towards the root.
-    fn up(&mut self, mut i: usize, e: Ev) {
-        while i > 0 {
-            let p = (i - 1) / 4;
-            if !Heap4::less(&e, &self.v[p]) {
-                break;
-            }
-            self.v[i] = self.v[p];
-            self.pos[self.v[i].id as usize] = i as u32;
-            i = p;
-        }
-        self.v[i] = e;
-        self.pos[e.id as usize] = i as u32;
-    }
-
-    /// Puts `e` in the hole at `i`, moving it towards the leaves.
-    fn down(&mut self, mut i: usize, e: Ev) {
-        let n = self.v.len();
-        loop {
-            let c = 4 * i + 1;
-            if c >= n {
-                break;
-            }
-            let mut m = c;
-            for j in c + 1..(c + 4).min(n) {
-                if Heap4::less(&self.v[j], &self.v[m]) {
-                    m = j;
-                }
-            }
-            if !Heap4::less(&self.v[m], &e) {
-                break;
-            }
-            self.v[i] = self.v[m];
-            self.pos[self.v[i].id as usize] = i as u32;
-            i = m;
-        }
-        self.v[i] = e;
-        self.pos[e.id as usize] = i as u32;
+    fn less(&self, other: &Self) -> bool {
+        Heap4::less(self, other)
     }
 }
 

@@ -278,7 +278,7 @@ impl Links {
             if w > 0.5 {
                 f.w = w;
                 f.key = (rem / w).max(last).to_bits();
-                self.heap.set(r, f.key);
+                self.heap.set((f.key, r as u32));
             } else {
                 f.w = 0.0;
             }
