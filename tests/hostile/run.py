@@ -650,6 +650,8 @@ case("lex10_float_underflow_run", moe(extra=", seed: 1e-999"), args=("run",))
 # later definition.
 case("repl9_script_of_errors", None, args=("repl",),
      stdin="".join(f"param p{i} = nosuch{i};\n" for i in range(5000)))
+case("repl10_many_params_piped", None, args=("repl",), expect="ok",
+     stdin="".join(f"param p{i} = {i};\n" for i in range(500000)))
 case("repl9_script_of_warnings", None, args=("repl",), expect="ok",
      stdin="import std::device::ascend_a3;\ndevice = ascend_a3 { ranks: 1 };\n"
      + "op e<T>(x: T[M, N]) -> T[M, N] on aiv { out[m, n] = x[m, n]; }\n"

@@ -3,7 +3,7 @@
 //! highlighting with the logos lexer, and multi-line input decided by the parser.
 
 use super::complete::{complete, highlight_spans, Class};
-use super::{exec, input, run_lines, start, Names, ReplOptions};
+use super::{exec, input, run_lines, start, Names, ReplOptions, CHUNK_BYTES};
 use nu_ansi_term::{Color, Style};
 use reedline::{
     default_emacs_keybindings, ColumnarMenu, Completer, Emacs, FileBackedHistory, Highlighter, KeyCode, KeyModifiers,
@@ -205,9 +205,7 @@ pub(crate) fn interactive(opts: &ReplOptions) -> i32 {
             Err(e) => {
                 // A terminal that does not answer the editor's queries: go on with plain lines.
                 s.note(&format!("the line editor stopped ({e}); reading plain lines"));
-                let stdin = std::io::stdin();
-                let mut lock = stdin.lock();
-                run_lines(&mut s, &mut lock);
+                run_lines(&mut s, std::io::BufReader::with_capacity(CHUNK_BYTES, std::io::stdin()));
                 break;
             }
         }

@@ -26,7 +26,7 @@ mod show;
 use hpmoe_dsl::check::Override;
 use hpmoe_dsl::diag::RenderStyle;
 use session::{Config, Flow, Session};
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -246,26 +246,84 @@ fn run_queued(s: &mut Session, queue: &mut Vec<String>) -> Option<bool> {
     None
 }
 
+/// Bytes of whole lines a read-ahead chunk holds before it is sent (a longer line is sent
+/// alone), and the chunks read ahead at most.
+pub(crate) const CHUNK_BYTES: usize = 1 << 20;
+const CHUNKS_AHEAD: usize = 64;
+
+/// Reads `input` on a thread of its own, in chunks of whole lines: a chunk is sent once it
+/// holds [`CHUNK_BYTES`] or once no further whole line is buffered (the next read could
+/// wait), so a line typed alone arrives alone. The thread ends at the input's end or error
+/// (sent last), or when the receiver is gone; it is never joined, so a session that ends
+/// while its input stays open does not wait for it.
+fn read_ahead<R: Read + Send + 'static>(
+    mut input: BufReader<R>,
+) -> std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(CHUNKS_AHEAD);
+    let spawned = std::thread::Builder::new().name("repl input".into()).spawn(move || {
+        let mut chunk = Vec::new();
+        loop {
+            match input.read_until(b'\n', &mut chunk) {
+                Ok(0) => break,
+                Ok(_) => {
+                    let send_now = chunk.len() >= CHUNK_BYTES || !input.buffer().contains(&b'\n');
+                    if send_now && tx.send(Ok(std::mem::take(&mut chunk))).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    if !chunk.is_empty() && tx.send(Ok(std::mem::take(&mut chunk))).is_err() {
+                        return;
+                    }
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+        }
+        if !chunk.is_empty() {
+            let _ = tx.send(Ok(chunk));
+        }
+    });
+    if let Err(e) = spawned {
+        // (No thread: the receiver reports the error as a read error.)
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let _ = tx.send(Err(e));
+        return rx;
+    }
+    rx
+}
+
 /// Reads inputs line by line (an input goes on while a bracket is open) and runs them.
 /// Inputs already read in full are run together (so that consecutive definitions are checked
-/// together); the reader waits for more input only once they have run. Returns whether
-/// `:quit` was given.
-fn run_lines(s: &mut Session, input: &mut dyn BufRead) -> bool {
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, input);
+/// together); inputs run only once no further line has arrived, and the lines that arrive
+/// while they run are read meanwhile ([`read_ahead`]), so the inputs of a script piped in
+/// are run in a few large runs (a session re-checks its whole text once per run). Returns
+/// whether `:quit` was given.
+fn run_lines<R: Read + Send + 'static>(s: &mut Session, input: BufReader<R>) -> bool {
+    let chunks = read_ahead(input);
     let mut pending = String::new();
     let mut scan = input::OpenScan::default();
     let mut queue: Vec<String> = Vec::new();
-    let mut bytes = Vec::new();
     loop {
         if crate::out::stdout_failed() {
             // The output is gone (a closed pipe, a full disk): nothing more can be shown.
             return false;
         }
-        bytes.clear();
-        match reader.read_until(b'\n', &mut bytes) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) => {
+        let next = match chunks.try_recv() {
+            Ok(c) => Some(c),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
+            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                // Nothing more has arrived: run what was read before waiting.
+                if let Some(quit) = run_queued(s, &mut queue) {
+                    return quit;
+                }
+                chunks.recv().ok()
+            }
+        };
+        let bytes = match next {
+            None => break,
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
                 if let Some(quit) = run_queued(s, &mut queue) {
                     return quit;
                 }
@@ -273,26 +331,22 @@ fn run_lines(s: &mut Session, input: &mut dyn BufRead) -> bool {
                 s.failed = true;
                 break;
             }
-        }
-        let line = String::from_utf8_lossy(&bytes);
-        pending.push_str(&line);
-        if !pending.ends_with('\n') {
-            pending.push('\n');
-        }
-        if pending.trim().is_empty() {
-            pending.clear();
-            scan = input::OpenScan::default();
-        } else {
-            scan.line(&line);
-            if scan.is_complete(&pending) {
-                queue.push(std::mem::take(&mut pending));
-                scan = input::OpenScan::default();
+        };
+        for line in bytes.split_inclusive(|&b| b == b'\n') {
+            let line = String::from_utf8_lossy(line);
+            pending.push_str(&line);
+            if !pending.ends_with('\n') {
+                pending.push('\n');
             }
-        }
-        // Wait for more input only with nothing left to run.
-        if !queue.is_empty() && !reader.buffer().contains(&b'\n') {
-            if let Some(quit) = run_queued(s, &mut queue) {
-                return quit;
+            if pending.trim().is_empty() {
+                pending.clear();
+                scan = input::OpenScan::default();
+            } else {
+                scan.line(&line);
+                if scan.is_complete(&pending) {
+                    queue.push(std::mem::take(&mut pending));
+                    scan = input::OpenScan::default();
+                }
             }
         }
     }
@@ -308,13 +362,18 @@ fn run_lines(s: &mut Session, input: &mut dyn BufRead) -> bool {
 
 /// Runs a session on a script: the inputs of `input`, results to `out`, diagnostics and
 /// errors to `err`. Returns the exit code: 0, or 1 if any input failed (2 for bad options).
-pub fn run_script(input: &mut dyn BufRead, opts: &ReplOptions, out: Box<dyn Write>, err: Box<dyn Write>) -> i32 {
+pub fn run_script(
+    input: impl Read + Send + 'static,
+    opts: &ReplOptions,
+    out: Box<dyn Write>,
+    err: Box<dyn Write>,
+) -> i32 {
     let names = Arc::new(Mutex::new(Names::initial()));
     let mut s = match start(opts, out, err, names) {
         Ok(s) => s,
         Err(code) => return code,
     };
-    run_lines(&mut s, input);
+    run_lines(&mut s, BufReader::with_capacity(CHUNK_BYTES, input));
     i32::from(s.failed)
 }
 
@@ -324,10 +383,8 @@ pub fn main(opts: ReplOptions) -> i32 {
     if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
         editor::interactive(&opts)
     } else {
-        let stdin = std::io::stdin();
-        let mut lock = stdin.lock();
         run_script(
-            &mut lock,
+            std::io::stdin(),
             &opts,
             Box::new(crate::out::Stdout),
             Box::new(crate::out::Stderr),
