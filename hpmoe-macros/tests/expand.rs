@@ -260,6 +260,30 @@ fn file_errors_are_shown_at_the_path_with_their_place_in_the_file() {
     assert!(out.contains("E1001: cannot read"), "{out}");
     let out = hpmoe_dsl::embed::expand_file_with(TokenStream::from_str("moe").unwrap(), &opts).to_string();
     assert!(out.contains("expected the path of a `.hpm` file"), "{out}");
+    // A directory, and a FIFO (opening it would wait for a writer): refused, not read.
+    let out = hpmoe_dsl::embed::expand_file_with(TokenStream::from_str("\"tests\"").unwrap(), &opts).to_string();
+    assert!(
+        out.contains("E1001: cannot read") && out.contains("not a regular file"),
+        "{out}"
+    );
+    #[cfg(unix)]
+    {
+        let dir = std::env::temp_dir().join(format!("hpmoe-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("f.hpm");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let opts = ExpandOptions {
+                dir: Some(dir.clone()),
+                ..ExpandOptions::default()
+            };
+            let out =
+                hpmoe_dsl::embed::expand_file_with(TokenStream::from_str("\"f.hpm\"").unwrap(), &opts).to_string();
+            assert!(out.contains("not a regular file"), "{out}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[test]

@@ -195,7 +195,9 @@ pub fn expand_file_with(input: TokenStream, opts: &ExpandOptions) -> TokenStream
     let at = lit.span();
     let dir = opts.dir.clone().unwrap_or_default();
     let abs = dir.join(&rel);
-    let text = match std::fs::read_to_string(&abs) {
+    // As a source file is read (a regular file within the size limit): a FIFO given here
+    // would block the compiler, a huge file fill its memory.
+    let text = match crate::check::read_source(&abs) {
         Ok(t) => t,
         Err(e) => return compile_error(at, at, &format!("E1001: cannot read `{}`: {e}", abs.display())),
     };
