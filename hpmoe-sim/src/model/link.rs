@@ -496,9 +496,9 @@ impl Links {
         let heap_entry = size_of::<Reverse<(u64, u32)>>();
         let entry = size_of::<(u64, u32)>();
         let id = size_of::<u32>();
-        // Its records (pair, hot part, mark, frozen, listed own cap) and heap; its entries in the own
-        // caps' list, the users of the (at most six) resources on its path, the changed
-        // pairs, and the freeze log and component of a solve.
+        // Its records (pair, hot part, mark, frozen, listed own cap) and heap; its entries in
+        // the own caps' list, the users of the (at most six) resources on its path, the
+        // changed pairs, and the freeze log and component of a solve.
         let per_pair = size_of::<Pair>()
             + size_of::<Hot>()
             + 2 * id
@@ -1069,29 +1069,11 @@ impl Links {
                     }
                     left -= 1;
                 } else {
-                    // The own cap of a pair a resource froze pops with no effect, and so do
-                    // the next ones of frozen pairs below the heap's top (still fresh:
-                    // nothing changed since `fresh_top`): taken at once, without looking at
-                    // the heap again. Most pairs of an all-to-all freeze at a port before
-                    // their own cap comes up.
-                    // (The own caps come in rising order: the last one taken is the
-                    // largest key popped.)
-                    let bound = self.heap.peek().map_or(u64::MAX, |&(l, _)| l);
-                    let mut taken = None;
-                    while let Some((ol, op)) = next_own.peek() {
-                        // An own cap pops before a resource of the same level only when
-                        // its level is lower.
-                        if ol >= bound || self.frozen[op as usize] != fep {
-                            break;
-                        }
-                        if shared && !whole && self.mark[op as usize] != ep {
-                            break;
-                        }
-                        next_own.advance();
-                        taken = Some((ol, op));
-                    }
-                    if let Some((ol, op)) = taken {
-                        last_own = taken;
+                    // Popped with no effect (nothing touched: no requeue), and so are the
+                    // frozen pairs' own caps right after it.
+                    let other = (shared && !whole).then_some(ep);
+                    if let Some((ol, op)) = self.pass_frozen_own(&mut next_own, fep, other) {
+                        last_own = Some((ol, op));
                         top = top.max((ol, 1, op));
                     }
                     continue;
@@ -1336,6 +1318,27 @@ impl Links {
         }
         self.scratch = v;
         ok
+    }
+
+    /// Passes the own caps at `next_own` of pairs frozen already (`fep`) that pop before the
+    /// heap's top, and returns the last one passed: such a pop has no effect, so they are taken
+    /// at once, without looking at the heap again (its top stays fresh, as nothing changes).
+    /// Most pairs of an all-to-all freeze at a port before their own cap comes up. Stops at
+    /// a pair of another component (its mark not `other`, when given): the solve's loop
+    /// counts those. (The own caps come in rising order: the last one passed is the largest.)
+    fn pass_frozen_own(&self, next_own: &mut ownlist::Walk<'_>, fep: u32, other: Option<u32>) -> Option<(u64, u32)> {
+        // An own cap pops before a resource of the same level only when its level is lower.
+        let bound = self.heap.peek().map_or(u64::MAX, |&(l, _)| l);
+        let mut passed = None;
+        while let Some((ol, op)) = next_own.peek() {
+            let q = op as usize;
+            if ol >= bound || self.frozen[q] != fep || other.is_some_and(|ep| self.mark[q] != ep) {
+                break;
+            }
+            next_own.advance();
+            passed = Some((ol, op));
+        }
+        passed
     }
 
     /// Pair `p` freezes at `level` per flow: its resources lose its share (and are queued

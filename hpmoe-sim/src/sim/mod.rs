@@ -417,16 +417,16 @@ impl Queue {
             id,
             gen,
         };
+        if kind == FLOW_DONE && id != NONE {
+            self.pairs.set(ev);
+            return;
+        }
         let lane = match kind {
             SIG_LOCAL => 0,
             SIG_REMOTE => 1,
             COUNTER_READY => 2,
             _ => usize::MAX,
         };
-        if kind == FLOW_DONE && id != NONE {
-            self.pairs.set(ev);
-            return;
-        }
         match self.fifo.get_mut(lane) {
             Some(q) if q.back().is_none_or(|b| b.time <= ev.time) => q.push(ev),
             _ => self.heap.push(ev),
