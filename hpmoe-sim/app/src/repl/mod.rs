@@ -295,12 +295,15 @@ fn read_ahead<R: Read + Send + 'static>(
 
 /// Reads inputs line by line (an input goes on while a bracket is open) and runs them.
 /// Inputs already read in full are run together (so that consecutive definitions are checked
-/// together); inputs run only once no further line has arrived, and the lines that arrive
-/// while they run are read meanwhile ([`read_ahead`]), so the inputs of a script piped in
-/// are run in a few large runs (a session re-checks its whole text once per run). Returns
-/// whether `:quit` was given.
+/// together); inputs run only once no further line has arrived for as long as the last run
+/// took, and the lines that arrive while they run are read meanwhile ([`read_ahead`]), so
+/// the inputs of a script piped in, however fast its writer, are run in a few runs that grow
+/// with the session (a session re-checks its whole text once per run), and a line given
+/// alone waits at most as long as the last run took. Returns whether `:quit` was given.
 fn run_lines<R: Read + Send + 'static>(s: &mut Session, input: BufReader<R>) -> bool {
     let chunks = read_ahead(input);
+    // How long the last run of inputs took.
+    let mut last_run = std::time::Duration::ZERO;
     let mut pending = String::new();
     let mut scan = input::OpenScan::default();
     let mut queue: Vec<String> = Vec::new();
@@ -313,11 +316,26 @@ fn run_lines<R: Read + Send + 'static>(s: &mut Session, input: BufReader<R>) -> 
             Ok(c) => Some(c),
             Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
             Err(std::sync::mpsc::TryRecvError::Empty) => {
-                // Nothing more has arrived: run what was read before waiting.
-                if let Some(quit) = run_queued(s, &mut queue) {
-                    return quit;
+                // Nothing more has arrived: wait for more at most as long as the last run
+                // took, then run what was read before waiting.
+                use std::sync::mpsc::RecvTimeoutError;
+                let more = if queue.is_empty() {
+                    Err(RecvTimeoutError::Timeout)
+                } else {
+                    chunks.recv_timeout(last_run)
+                };
+                match more {
+                    Ok(c) => Some(c),
+                    Err(RecvTimeoutError::Disconnected) => None,
+                    Err(RecvTimeoutError::Timeout) => {
+                        let t0 = std::time::Instant::now();
+                        if let Some(quit) = run_queued(s, &mut queue) {
+                            return quit;
+                        }
+                        last_run = t0.elapsed();
+                        chunks.recv().ok()
+                    }
                 }
-                chunks.recv().ok()
             }
         };
         let bytes = match next {
