@@ -98,6 +98,10 @@ const NONE: u32 = u32::MAX;
 /// Solves of all active pairs at once between two measures of the component's share.
 const WHOLE_RECHECK: u32 = 63;
 
+/// How many users ahead of the one it freezes a saturated resource fetches their pairs'
+/// lines.
+const PREFETCH_AHEAD: usize = 8;
+
 /// A finish event to schedule: pair, time, generation.
 pub type Wake = (u32, f64, u32);
 
@@ -1049,7 +1053,20 @@ impl Links {
                 // (Freezing does not change who uses a resource.)
                 let users = std::mem::take(&mut self.users[r]);
                 self.stats.scanned += users.len() as u64;
-                for &q in &users {
+                // Each freeze reads and writes its pair's line, as good as random among
+                // thousands: the lines of the unfrozen users a few places ahead are fetched
+                // while the freezes before them run.
+                for &q in users.iter().take(PREFETCH_AHEAD) {
+                    if self.frozen[q as usize] != fep {
+                        super::prefetch(&self.hot[q as usize]);
+                    }
+                }
+                for (i, &q) in users.iter().enumerate() {
+                    if let Some(&a) = users.get(i + PREFETCH_AHEAD) {
+                        if self.frozen[a as usize] != fep {
+                            super::prefetch(&self.hot[a as usize]);
+                        }
+                    }
                     let q = q as usize;
                     if self.frozen[q] != fep {
                         self.freeze(q, level, (lvl, kind, id));
