@@ -1117,7 +1117,18 @@ impl Links {
             c.0 = self.own_listed[c.1 as usize].map_or(0, |b| b + 1);
         }
         changed.sort_unstable();
-        for &(_, p) in &changed {
+        for (i, &(_, p)) in changed.iter().enumerate() {
+            // Setting a rate reads the pair's record, then its flows' top: both fetched
+            // ahead, the record twice as far as the flows it points to.
+            if let Some(&(_, a)) = changed.get(i + 2 * PREFETCH_AHEAD) {
+                super::prefetch(&self.pairs[a as usize]);
+            }
+            if let Some(f) = changed
+                .get(i + PREFETCH_AHEAD)
+                .and_then(|&(_, a)| self.pairs[a as usize].flows.peek())
+            {
+                super::prefetch(f);
+            }
             let p = p as usize;
             let new = f64::from_bits(self.hot[p].key.0);
             self.set_rate(p, new, now, wakes);
