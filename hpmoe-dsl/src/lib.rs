@@ -29,6 +29,7 @@ pub mod embed;
 pub mod ir;
 pub mod lower;
 pub mod npy;
+pub mod outfile;
 pub mod policy;
 pub mod route;
 pub mod schedule;

@@ -924,7 +924,7 @@ fn fmt(files: &[PathBuf], check: bool, to_stdout: bool) -> i32 {
                         status = 1;
                     }
                 } else if out != text {
-                    if let Err(e) = std::fs::write(f, out) {
+                    if let Err(e) = hpmoe_dsl::outfile::write(f, out) {
                         errln!("error: cannot write `{}`: {e}", f.display());
                         status = 1;
                     }
@@ -965,7 +965,7 @@ fn fmt_expand_grad(files: &[PathBuf], to_stdout: bool, allow_paths: &[PathBuf]) 
             Ok(out) => {
                 if to_stdout {
                     out!("{out}");
-                } else if let Err(e) = std::fs::write(f, out) {
+                } else if let Err(e) = hpmoe_dsl::outfile::write(f, out) {
                     errln!("error: cannot write `{}`: {e}", f.display());
                     status = 1;
                 }

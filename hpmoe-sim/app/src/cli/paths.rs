@@ -26,6 +26,12 @@ pub(crate) fn output_file(what: &str, path: &Path) -> Result<(), String> {
     if path.is_dir() {
         return Err(format!("{what} `{shown}` is a directory; give a file name"));
     }
+    if let Some(kind) = hpmoe_dsl::outfile::unwritable_kind(path) {
+        // Asked before opening: opening a FIFO for writing would wait for a reader.
+        return Err(format!(
+            "{what} `{shown}` is {kind}, not a regular file; give a file name"
+        ));
+    }
     let dir = parent_of(path);
     if !dir.is_dir() {
         return Err(format!(
@@ -60,6 +66,27 @@ fn resolved(path: &Path) -> Option<std::path::PathBuf> {
     }
     let dir = std::fs::canonicalize(parent_of(path)).ok()?;
     Some(dir.join(path.file_name()?))
+}
+
+/// Checks that none of the files a command writes into the directory `dir` (`names`) is
+/// already there as a directory, a FIFO, a socket or a block device: the write would fail
+/// after all the work, or (a FIFO) wait for a reader for ever.
+pub(crate) fn files_in_dir<'a>(what: &str, dir: &Path, names: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+    for name in names {
+        let path = dir.join(name);
+        let kind = if path.is_dir() {
+            Some("a directory")
+        } else {
+            hpmoe_dsl::outfile::unwritable_kind(&path)
+        };
+        if let Some(kind) = kind {
+            return Err(format!(
+                "{what} `{}`: `{name}`, a file it writes, is {kind} there; write into another directory",
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that a `--dump` directory holds none of the `.npy` files a run reads (`read`: the
@@ -160,7 +187,7 @@ pub(crate) fn output_dir(what: &str, path: &Path) -> Result<(), String> {
             return Err(format!("{what} `{shown}` exists and is not a directory"));
         }
         let probe = path.join(".hpmoe-write-probe");
-        return match OpenOptions::new().write(true).create(true).truncate(true).open(&probe) {
+        return match hpmoe_dsl::outfile::create(&probe) {
             Ok(f) => {
                 drop(f);
                 let _ = std::fs::remove_file(&probe);
@@ -214,6 +241,27 @@ mod tests {
             "x",
             "an existing file is kept"
         );
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// A FIFO named as an output file, or as a file written into an output directory, is
+    /// refused without being opened; so is a directory where a file is written.
+    #[test]
+    fn fifos_and_directories_named_as_outputs() {
+        let tmp = std::env::temp_dir().join(format!("hpmoe-paths-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("sub/sweep.json")).unwrap();
+        let fifo = tmp.join("sub/sweep.csv");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let e = output_file("--trace", &fifo).unwrap_err();
+            assert!(e.contains("is a FIFO, not a regular file"), "{e}");
+            let e = files_in_dir("--out", &tmp.join("sub"), ["sweep.csv"]).unwrap_err();
+            assert!(e.contains("`sweep.csv`, a file it writes, is a FIFO"), "{e}");
+        }
+        let e = files_in_dir("--out", &tmp.join("sub"), ["l2.svg", "sweep.json"]).unwrap_err();
+        assert!(e.contains("`sweep.json`, a file it writes, is a directory"), "{e}");
+        assert!(files_in_dir("--out", &tmp.join("sub"), ["l2.svg"]).is_ok());
+        assert!(files_in_dir("--out", &tmp.join("none"), ["l2.svg"]).is_ok());
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 

@@ -329,7 +329,7 @@ fn one(
             result: &simd.result,
         };
         let write = |path: &Path, f: &dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()>| -> Result<(), Failure> {
-            let res = std::fs::File::create(path).and_then(|file| {
+            let res = hpmoe_dsl::outfile::create(path).and_then(|file| {
                 let mut w = std::io::BufWriter::new(file);
                 f(&mut w)?;
                 std::io::Write::flush(&mut w)
@@ -584,6 +584,10 @@ pub(crate) fn run(o: &RunCli) -> i32 {
                 }
                 if let Err(e) = hpmoe_sim::numerics::check_dump(&p, tf) {
                     return usage(format!("--dump `{}`: {e}", sub.display()));
+                }
+                let files = hpmoe_sim::numerics::dump_files(&p, tf);
+                if let Err(e) = super::paths::files_in_dir("--dump", &sub, files.iter().map(|(f, _)| f.as_str())) {
+                    return usage(e);
                 }
             }
         }

@@ -27,8 +27,18 @@ pub(crate) struct SweepCli<'a> {
     pub shard: Option<&'a str>,
 }
 
+/// The files a whole sweep (or a merge) writes into `--out`.
+const OUTPUT_FILES: [&str; 6] = [
+    "sweep.csv",
+    "sweep.json",
+    "latency.svg",
+    "phases.svg",
+    "l2.svg",
+    "speedup.svg",
+];
+
 fn write(path: &Path, text: &str) -> Result<(), i32> {
-    std::fs::write(path, text).map_err(|e| {
+    hpmoe_dsl::outfile::write(path, text).map_err(|e| {
         errln!("error: cannot write `{}`: {e}", path.display());
         1
     })
@@ -79,6 +89,14 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
         }
     }
     if let Err(e) = super::paths::output_dir("--out", o.out) {
+        return usage(e);
+    }
+    let part_name = shard.map(|s| s.file_name("sweep"));
+    let written: Vec<&str> = match &part_name {
+        Some(name) => vec![name.as_str()],
+        None => OUTPUT_FILES.to_vec(),
+    };
+    if let Err(e) = super::paths::files_in_dir("--out", o.out, written) {
         return usage(e);
     }
     if !o.file.exists() {
@@ -163,6 +181,11 @@ pub(crate) fn sweep(o: &SweepCli) -> i32 {
 /// `hpmoe sweep --merge DIR...`: the part files of `dirs` joined, then written and printed as
 /// an unsharded sweep writes and prints them. With `file`, the parts must come from its text.
 pub(crate) fn merge(dirs: &[std::path::PathBuf], file: Option<&Path>, out: &Path, format: Format) -> i32 {
+    if let Err(e) =
+        super::paths::output_dir("--out", out).and_then(|()| super::paths::files_in_dir("--out", out, OUTPUT_FILES))
+    {
+        return usage(e);
+    }
     let parts = match crate::shard::read_parts(dirs, "sweep") {
         Ok(p) => p,
         Err(e) => {

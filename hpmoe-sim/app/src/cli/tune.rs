@@ -116,8 +116,9 @@ pub(crate) fn tune(o: &TuneCli) -> i32 {
             return usage(format!("--set {e}"));
         }
     }
-    let checked_path = if shard.is_some() {
+    let checked_path = if let Some(s) = shard {
         super::paths::output_dir("--out-dir", out_dir)
+            .and_then(|()| super::paths::files_in_dir("--out-dir", out_dir, [s.file_name("tune").as_str()]))
     } else {
         let written = o.output.map_or_else(|| default_output(o.file), Path::to_path_buf);
         super::paths::output_file("--output", &written)
@@ -303,7 +304,7 @@ fn report(
     };
     let path = output.map_or_else(|| default_output(&t.file), Path::to_path_buf);
     let text = t.text(&cands[best]);
-    if let Err(e) = std::fs::write(&path, &text) {
+    if let Err(e) = hpmoe_dsl::outfile::write(&path, &text) {
         errln!("error: cannot write `{}`: {e}", path.display());
         return 1;
     }
