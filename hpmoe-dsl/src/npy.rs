@@ -1,8 +1,6 @@
 //! Reading and writing NumPy `.npy` files (format versions 1.0 to 3.0, little-endian,
 //! C order) for routings, inputs and dumps.
 
-use std::io::Write;
-
 /// Element types we read and write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NpyType {
@@ -20,6 +18,20 @@ pub enum NpyType {
 }
 
 impl NpyType {
+    /// NumPy's name of the type (`float32`; `bfloat16` as `ml_dtypes` names it).
+    pub fn name(self) -> &'static str {
+        match self {
+            NpyType::I8 => "int8",
+            NpyType::U8 => "uint8",
+            NpyType::I32 => "int32",
+            NpyType::I64 => "int64",
+            NpyType::F16 => "float16",
+            NpyType::F32 => "float32",
+            NpyType::F64 => "float64",
+            NpyType::Bf16 => "bfloat16",
+        }
+    }
+
     fn descr(self) -> &'static str {
         match self {
             NpyType::I8 => "|i1",
@@ -86,13 +98,18 @@ fn header_len(prefix: &[u8]) -> Result<(usize, usize), String> {
     if prefix.len() < 10 || &prefix[..6] != b"\x93NUMPY" {
         return Err("not a .npy file (missing the \\x93NUMPY magic)".into());
     }
-    let (hlen, start) = match prefix[6] {
-        1 => (usize::from(u16::from_le_bytes([prefix[8], prefix[9]])), 10),
-        2 | 3 => {
+    // NumPy writes and reads versions 1.0, 2.0 and 3.0 only.
+    let (hlen, start) = match (prefix[6], prefix[7]) {
+        (1, 0) => (usize::from(u16::from_le_bytes([prefix[8], prefix[9]])), 10),
+        (2 | 3, 0) => {
             let b = prefix.get(8..12).ok_or("truncated header")?;
             (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, 12)
         }
-        v => return Err(format!("unsupported .npy format version {v}")),
+        (major, minor) => {
+            return Err(format!(
+                "unsupported .npy format version {major}.{minor} (expected 1.0, 2.0 or 3.0)"
+            ))
+        }
     };
     if hlen > MAX_HEADER {
         return Err(format!(
@@ -108,7 +125,13 @@ pub fn parse_header(bytes: &[u8]) -> Result<Header, String> {
     let header = bytes.get(start..start + hlen).ok_or("truncated header")?;
     let header = std::str::from_utf8(header).map_err(|_| "the header is not text")?;
     let [descr, fortran, shape_text] = dict_values(header)?;
-    let descr = descr.trim().trim_matches(|c| c == '\'' || c == '"');
+    // A quoted string, as NumPy writes it (a list of fields is a structured array).
+    let descr = descr.trim();
+    let descr = ['\'', '"']
+        .into_iter()
+        .find_map(|q| descr.strip_prefix(q).and_then(|d| d.strip_suffix(q)))
+        .filter(|d| !d.contains(['\'', '"']))
+        .ok_or_else(|| format!("malformed 'descr' {descr} (expected a quoted type such as '<f4')"))?;
     let dtype = match descr {
         "|i1" | "<i1" => NpyType::I8,
         "|u1" | "<u1" => NpyType::U8,
@@ -130,19 +153,30 @@ pub fn parse_header(bytes: &[u8]) -> Result<Header, String> {
             ));
         }
     };
-    if fortran.trim() != "False" {
-        return Err("Fortran-order arrays are not supported".into());
+    match fortran.trim() {
+        "False" => {}
+        "True" => return Err("Fortran-order arrays are not supported".into()),
+        other => return Err(format!("malformed 'fortran_order' {other} (expected False)")),
     }
     let inner = shape_text
         .trim()
         .strip_prefix('(')
         .and_then(|s| s.strip_suffix(')'))
         .ok_or("malformed 'shape'")?;
+    // A Python tuple: `()`, `(n,)` or `(a, b)`, one trailing comma allowed after an element.
+    let inner = inner.trim();
+    let inner = inner
+        .strip_suffix(',')
+        .filter(|i| !i.trim().is_empty())
+        .unwrap_or(inner);
     let mut shape = Vec::new();
     for part in inner.split(',') {
         let p = part.trim();
+        if p.is_empty() && inner.is_empty() {
+            break;
+        }
         if p.is_empty() {
-            continue;
+            return Err(format!("malformed 'shape' {} (an empty dimension)", shape_text.trim()));
         }
         if shape.len() == MAX_DIMS {
             return Err(format!("the array has more than {MAX_DIMS} dimensions"));
@@ -432,10 +466,9 @@ pub fn encode(dtype: NpyType, shape: &[usize], data: &[f64]) -> Vec<u8> {
     out
 }
 
-/// Writes a file.
+/// Writes a file (not over a FIFO, a socket or a block device: [`crate::outfile`]).
 pub fn write(path: &std::path::Path, dtype: NpyType, shape: &[usize], data: &[f64]) -> std::io::Result<()> {
-    let mut f = std::fs::File::create(path)?;
-    f.write_all(&encode(dtype, shape, data))
+    crate::outfile::write(path, encode(dtype, shape, data))
 }
 
 #[cfg(test)]
@@ -523,6 +556,45 @@ mod tests {
             let e = with(h).unwrap_err();
             assert!(e.contains(msg), "{h}: {e}");
         }
+    }
+
+    /// What NumPy's own reader refuses is refused: a format version other than 1.0, 2.0 and
+    /// 3.0, a `descr` that is not a quoted string, a `fortran_order` other than `False` or
+    /// `True`, and a shape tuple with an empty dimension; a trailing comma and `()` are read.
+    #[test]
+    fn header_values_are_read_as_numpy_reads_them() {
+        let with = |h: &str| parse_header(&v1_file(h)).map(|h| h.shape);
+        let shape = |s: &str| with(&format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {s}, }}"));
+        assert_eq!(shape("()"), Ok(vec![]));
+        assert_eq!(shape("(3,)"), Ok(vec![3]));
+        assert_eq!(shape("( 2 , 3 , )"), Ok(vec![2, 3]));
+        for bad in ["(2,,3)", "(,)", "(,3)", "(2, 3,,)"] {
+            assert!(shape(bad).unwrap_err().contains("empty dimension"), "{bad}");
+        }
+        for (h, msg) in [
+            (
+                "{'descr': <f4, 'fortran_order': False, 'shape': (2,), }",
+                "malformed 'descr'",
+            ),
+            (
+                "{'descr': \"'<f4'\", 'fortran_order': False, 'shape': (2,), }",
+                "malformed 'descr'",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': 0, 'shape': (2,), }",
+                "malformed 'fortran_order'",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }",
+                "Fortran-order",
+            ),
+        ] {
+            let e = with(h).unwrap_err();
+            assert!(e.contains(msg), "{h}: {e}");
+        }
+        let mut minor = v1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }");
+        minor[7] = 1;
+        assert!(parse_header(&minor).unwrap_err().contains("version 1.1"));
     }
 
     /// A bfloat16 array as `ml_dtypes` saves it (`np.save` of `np.array([1, -2, 3.140625],

@@ -406,7 +406,7 @@ impl Routing {
                 ));
             }
             if !matches!(h.dtype, crate::npy::NpyType::I32 | crate::npy::NpyType::I64) {
-                return Err("holds floats; expert ids must be int32".into());
+                return Err(format!("holds {} values; expert ids must be int32", h.dtype.name()));
             }
             Ok(())
         })
@@ -442,9 +442,10 @@ impl Routing {
             })
             .map_err(|e| format!("`{wp}`: {e}"))?;
             for (i, &v) in w.data.iter().enumerate() {
-                if !(v.is_finite() && v >= 0.0) {
+                // Held as f32: a weight beyond its range would be infinite.
+                if !(v >= 0.0 && (v as f32).is_finite()) {
                     return Err(format!(
-                        "`{wp}`: weight {i} is {v}; weights must be finite and non-negative"
+                        "`{wp}`: weight {i} is {v}; weights must be non-negative and finite as float32"
                     ));
                 }
                 self.weight[i] = v as f32;

@@ -90,11 +90,15 @@ fn read_floats(shown: &str, path: &std::path::Path, want: &[usize]) -> Result<Ve
     .map_err(|e| format!("`{shown}`: {e}"))?;
     if !matches!(a.dtype, crate::npy::NpyType::F32 | crate::npy::NpyType::F64) {
         return Err(format!(
-            "`{shown}` holds integers; router logits and bias must be float32"
+            "`{shown}` holds {} values; router logits and bias must be float32",
+            a.dtype.name()
         ));
     }
-    if let Some((i, v)) = a.data.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-        return Err(format!("`{shown}`: entry {i} is {v}; values must be finite"));
+    // Float32 values: a float64 beyond float32's range would be infinite on the device.
+    if let Some((i, v)) = a.data.iter().enumerate().find(|(_, v)| !(**v as f32).is_finite()) {
+        return Err(format!(
+            "`{shown}`: entry {i} is {v:e}; values must be finite as float32"
+        ));
     }
     Ok(a.data)
 }

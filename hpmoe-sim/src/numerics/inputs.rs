@@ -78,6 +78,18 @@ pub fn load(tf: &Taskflow, t: TensorId, store: &mut TensorStore<f64>, path: &Pat
     if let Some(bad) = a.data.iter().position(|x| !x.is_finite()) {
         return Err(format!("`{}`: element {bad} is not finite", path.display()));
     }
+    // The numerics hold values as f32; a float tensor holds only what its dtype can (a
+    // 1-byte dtype rounds, as a store does, below).
+    let d = tf.tensor(t).dtype;
+    let overflows = |x: f64| !(x as f32).is_finite() || (!d.rounds_on_store() && !d.cast(x).is_finite());
+    if let Some(bad) = a.data.iter().position(|&x| overflows(x)) {
+        return Err(format!(
+            "`{}`: element {bad} is {:e}, beyond the largest {} value",
+            path.display(),
+            a.data[bad],
+            d.name()
+        ));
+    }
     let row_len: usize = want[2..].iter().product();
     let max_rows = want.get(1).copied().unwrap_or(1);
     for (r, data) in store.data.iter_mut().enumerate() {
@@ -87,7 +99,6 @@ pub fn load(tf: &Taskflow, t: TensorId, store: &mut TensorStore<f64>, path: &Pat
         data[..n].copy_from_slice(&a.data[base..base + n]);
     }
     // A 1-byte dtype holds only its values: a loaded value rounds as a store does.
-    let d = tf.tensor(t).dtype;
     if d.rounds_on_store() {
         for x in store.data.iter_mut().flatten() {
             *x = d.cast(*x);
