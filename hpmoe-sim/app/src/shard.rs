@@ -148,6 +148,18 @@ pub fn read_num(v: &J, what: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("{what} is not a number written as text"))
 }
 
+/// A measure read back from [`num`] (a time, a share, a rate): finite and not negative, as
+/// every measure a shard writes is; a part file edited to hold `NaN`, `inf` or `-1` is
+/// refused rather than merged into tables and charts.
+pub fn read_measure(v: &J, what: &str) -> Result<f64, String> {
+    let x = read_num(v, what)?;
+    if x.is_finite() && x >= 0.0 {
+        Ok(x)
+    } else {
+        Err(format!("{what} is {x}, not a finite non-negative number"))
+    }
+}
+
 /// The header every part file starts with.
 pub fn header(kind: &str, shard: Shard, fingerprint: &str, settings: J) -> J {
     json!({
@@ -165,7 +177,7 @@ pub fn write_part(dir: &Path, kind: &str, shard: Shard, doc: &J) -> Result<PathB
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
     let path = dir.join(shard.file_name(kind));
     let text = serde_json::to_string_pretty(doc).unwrap_or_default() + "\n";
-    std::fs::write(&path, text).map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
+    hpmoe_dsl::outfile::write(&path, text).map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
     Ok(path)
 }
 
@@ -333,6 +345,17 @@ mod tests {
         assert_ne!(fingerprint(&[b"ab", b"c"]), fingerprint(&[b"a", b"bc"]));
         // FNV-1a of nothing is its offset basis.
         assert_eq!(fingerprint(&[]), "cbf29ce484222325");
+    }
+
+    #[test]
+    fn measures_are_finite_and_not_negative() {
+        assert_eq!(read_measure(&num(1.5), "x"), Ok(1.5));
+        assert_eq!(read_measure(&num(0.0), "x"), Ok(0.0));
+        for bad in ["NaN", "inf", "-inf", "-1", "1e400"] {
+            let e = read_measure(&J::String(bad.into()), "x").unwrap_err();
+            assert!(e.contains("not a finite non-negative number"), "{bad}: {e}");
+        }
+        assert!(read_measure(&json!(1.5), "x").unwrap_err().contains("written as text"));
     }
 
     #[test]

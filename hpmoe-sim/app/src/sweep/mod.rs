@@ -835,7 +835,7 @@ fn metrics_part(m: &Metrics) -> J {
 }
 
 fn metrics_from_part(v: &J) -> Result<Metrics, String> {
-    let f = |k: &str| shard::read_num(&v[k], k);
+    let f = |k: &str| shard::read_measure(&v[k], k);
     let phases = v["phases"]
         .as_array()
         .ok_or("no phases")?
@@ -844,7 +844,7 @@ fn metrics_from_part(v: &J) -> Result<Metrics, String> {
             Ok((
                 p[0].as_str().ok_or("a phase without a call")?.to_string(),
                 p[1].as_str().ok_or("a phase without an op")?.to_string(),
-                shard::read_num(&p[2], "a phase's active time")?,
+                shard::read_measure(&p[2], "a phase's active time")?,
             ))
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -866,7 +866,7 @@ fn metrics_from_part(v: &J) -> Result<Metrics, String> {
         tasks: v["tasks"].as_u64().ok_or("no task count")? as usize,
         link_paced_from_us: match v.get("link_paced_from_us") {
             None | Some(J::Null) => None,
-            Some(x) => Some(shard::read_num(x, "link_paced_from_us")?),
+            Some(x) => Some(shard::read_measure(x, "link_paced_from_us")?),
         },
         phases,
     })
@@ -923,14 +923,17 @@ pub fn merge(parts: &[J]) -> Result<(Sweep, Vec<Row>), String> {
     for a in s["axes"].as_array().ok_or("no axes")? {
         let name = a["name"].as_str().ok_or("an axis without a name")?;
         let values = strings(&a["values"], "an axis's values")?;
-        // The kind from the name (and a first value that parsed when the shard ran).
-        let first = values.first().ok_or("an axis without values")?;
-        let mut axis = Axis::parse(&format!("{name}={first}"))?;
+        // Parsed as `--vary` is (every value checked, none twice), and read back as written.
+        let axis = Axis::parse(&format!("{name}={}", values.join(",")))?;
+        if axis.values != values {
+            return Err(format!(
+                "the values of the axis `{name}` are not as a sweep writes them"
+            ));
+        }
         // (A set: a forged file may list a million axes.)
         if !names.insert(axis.name.clone()) {
             return Err(format!("the axis `{}` is given twice", axis.name));
         }
-        axis.values = values;
         axes.push(axis);
     }
     let mut policies = Vec::new();
@@ -943,6 +946,7 @@ pub fn merge(parts: &[J]) -> Result<(Sweep, Vec<Row>), String> {
     }
     // The grid is listed below: its size is bounded first, as a sweep's own grid is.
     grid_size(&axes, policies.len())?;
+    check_schedule_axes(&axes, &policies)?;
     let sweep = Sweep {
         file: PathBuf::from(s["file"].as_str().ok_or("no file")?),
         set: strings(&s["set"], "the overrides")?,
@@ -959,6 +963,8 @@ pub fn merge(parts: &[J]) -> Result<(Sweep, Vec<Row>), String> {
         return Err(format!("the parts hold {given} rows for the {n} points of the grid"));
     }
     let mut rows: Vec<Option<Row>> = vec![None; n];
+    let configs = sweep.configs();
+    let np = sweep.policies.len();
     for p in parts {
         for r in p["rows"].as_array().ok_or("a part without rows")? {
             let index = r["index"].as_u64().ok_or("a row without an index")? as usize;
@@ -974,14 +980,40 @@ pub fn merge(parts: &[J]) -> Result<(Sweep, Vec<Row>), String> {
             }
             let outcome = match r.get("metrics") {
                 Some(m) => Ok(metrics_from_part(m).map_err(|e| format!("point {index}: {e}"))?),
-                None => Err(r["error"].as_str().unwrap_or("failed").to_string()),
+                None => Err(r["error"]
+                    .as_str()
+                    .ok_or(format!("point {index}: a row with neither metrics nor an error"))?
+                    .to_string()),
             };
+            // What the point's index means in the grid: its configuration, values and policy.
+            let config = index / np;
+            let values = sweep.values(&configs[config]);
+            let policy = sweep.policies[index % np].name().to_string();
+            if r["config"].as_u64() != Some(config as u64) {
+                return Err(format!(
+                    "point {index}: its configuration is not {config}, that of its index"
+                ));
+            }
+            if strings(&r["values"], "a row's values")? != values {
+                return Err(format!(
+                    "point {index}: its values are not those of configuration {config} ({})",
+                    values.join(", ")
+                ));
+            }
+            if r["policy"].as_str() != Some(policy.as_str()) {
+                return Err(format!(
+                    "point {index}: its policy is not `{policy}`, that of its index"
+                ));
+            }
             rows[index] = Some(Row {
                 index,
-                config: r["config"].as_u64().ok_or("a row without a configuration")? as usize,
-                values: strings(&r["values"], "a row's values")?,
-                policy: r["policy"].as_str().ok_or("a row without a policy")?.to_string(),
-                taskflow: r["taskflow"].as_str().unwrap_or_default().to_string(),
+                config,
+                values,
+                policy,
+                taskflow: r["taskflow"]
+                    .as_str()
+                    .ok_or(format!("point {index}: a row without a taskflow name"))?
+                    .to_string(),
                 outcome,
                 speedup: None,
             });
