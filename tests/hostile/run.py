@@ -1097,6 +1097,153 @@ case("s10_tune_output_with_shard", SMALL, args=("tune", "--budget", "1", "--shar
 case("s10_tune_merge_with_out_dir", SMALL, args=("tune", "--merge", "@CDIR/p", "--out-dir", "@DIR/s10t"),
      files={"p/tune-part-0-of-1.json": "{}"})
 
+# ---- Files other than the program: outputs that are FIFOs, strict .npy headers, values
+# beyond their dtype, and part files whose rows or numbers disagree with their grid.
+import atexit
+import json
+import struct
+
+# An output that is a FIFO (no reader): refused before any work, never opened (an open for
+# writing waits for a reader for ever).
+case("s11b_trace_fifo", ELEM, args=("run", "--trace", "@CDIR/t.json"), files={"t.json": ("fifo",)})
+case("s11b_gantt_fifo", ELEM, args=("run", "--gantt", "@CDIR/g.svg"), files={"g.svg": ("fifo",)})
+case("s11b_tune_output_fifo", SMALL, args=("tune", "--budget", "1", "-o", "@CDIR/best.hpm"), files={"best.hpm": ("fifo",)})
+case("s11b_dump_file_fifo", ELEM, args=("run", "--numerics", "--dump", "@CDIR/d"), files={"d/x.npy": ("fifo",)})
+case("s11b_dump_output_fifo", ELEM, args=("run", "--numerics", "--dump", "@CDIR/d"), files={"d/out.npy": ("fifo",)})
+case("s11b_dump_probe_fifo", ELEM, args=("run", "--numerics", "--dump", "@CDIR/d"), files={"d/.hpmoe-write-probe": ("fifo",)})
+case("s11b_dump_file_is_dir", ELEM, args=("run", "--numerics", "--dump", "@CDIR/d"), files={"d/x.npy": ("dir",)})
+case("s11b_repl_dump_fifo", ELEM, args=("repl",), stdin=":dump @CDIR/d\n", files={"d/x.npy": ("fifo",)}, expect="any")
+case("s11b_sweep_out_fifo", SMALL, args=("sweep", "--vary", "rows=64"), files={"../s11b_sweep_out_fifo-out/sweep.csv": ("fifo",)})
+case("s11b_sweep_out_svg_fifo", SMALL, args=("sweep", "--vary", "rows=64"), files={"../s11b_sweep_out_svg_fifo-out/l2.svg": ("fifo",)})
+case("s11b_sweep_part_fifo", SMALL, args=("sweep", "--vary", "rows=64", "--shard", "0/2"),
+     files={"../s11b_sweep_part_fifo-out/sweep-part-0-of-2.json": ("fifo",)})
+case("s11b_tune_part_fifo", SMALL, args=("tune", "--budget", "2", "--shard", "0/2", "--out-dir", "@CDIR/o"),
+     files={"o/tune-part-0-of-2.json": ("fifo",)})
+case("s11b_ok_trace_dev_null", ELEM, args=("run", "--trace", "/dev/null"), expect="ok")
+
+# .npy headers read as NumPy reads them.
+F4_11 = bytes(4 * 64 * 64)
+S11B_HDR = "{'descr': %s, 'fortran_order': %s, 'shape': %s, }"
+case("s11b_npy_minor_version", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": b"\x93NUMPY\x01\x07" + npy_raw(S11B_HDR % ("'<f4'", "False", "(1, 64, 64)"), F4_11)[8:]})
+case("s11b_npy_empty_dims", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw(S11B_HDR % ("'<f4'", "False", "(1,,64,,64)"), F4_11)})
+case("s11b_npy_leading_comma", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw(S11B_HDR % ("'<f4'", "False", "(,1, 64, 64)"), F4_11)})
+case("s11b_npy_descr_unquoted", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw(S11B_HDR % ("<f4", "False", "(1, 64, 64)"), F4_11)})
+case("s11b_npy_descr_quoted_twice", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw(S11B_HDR % ("\"'<f4'\"", "False", "(1, 64, 64)"), F4_11)})
+case("s11b_npy_fortran_junk", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy_raw(S11B_HDR % ("'<f4'", "0", "(1, 64, 64)"), F4_11)})
+case("s11b_npy_route_file_empty_dim", ROUTE_FILE, args=("check",),
+     files={"r.npy": npy_raw(S11B_HDR % ("'<i4'", "False", "(4,, 64, 2)"), bytes(4 * 64 * 2 * 4))})
+case("s11b_ok_npy_trailing_comma", ELEM, args=("run", "--input", "x=@CDIR/h.npy"), expect="ok",
+     files={"h.npy": npy_raw(S11B_HDR % ("'<f4'", "False", "(1, 64, 64,)"), F4_11)})
+# Values finite as float64 but beyond the dtype they are held in.
+F8_BIG = struct.pack("<d", 1e300)
+case("s11b_input_beyond_f32", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy("<f8", "(1, 64, 64)", F8_BIG * 4096)})
+case("s11b_input_beyond_f32_one", ELEM, args=("run", "--input", "x=@CDIR/h.npy"),
+     files={"h.npy": npy("<f8", "(1, 64, 64)", bytes(8 * 4095) + struct.pack("<d", 3.5e38))})
+case("s11b_route_weights_beyond_f32", ROUTE_FILE.replace('experts: experts)', 'experts: experts, weights: "w.npy")'),
+     args=("run", "--numerics"),
+     files={"r.npy": npy("<i4", "(4, 64, 2)", b"".join(e.to_bytes(4, "little") for t in range(256) for e in (t % 8, (t + 1) % 8))),
+            "w.npy": npy("<f8", "(4, 64, 2)", F8_BIG * 512)})
+case("s11b_router_logits_beyond_f32", ROUTER_LOGITS, args=("run",),
+     files={"l.npy": npy("<f8", "(4, 64, 8)", F8_BIG * 2048)})
+case("s11b_router_bias_beyond_f32", moe().replace("balanced(experts: experts, topk: 2)", 'router(experts: experts, topk: 2, bias: "b.npy")'),
+     args=("run",), files={"b.npy": npy("<f8", "(8,)", F8_BIG * 8)})
+
+# Part files edited by hand: numbers that are not finite non-negative measures, rows whose
+# values, policy or configuration are not those of their index in the grid (a row with no
+# values made the charts index past its end), rows with neither a result nor an error.
+S11B_PARTS = tempfile.mkdtemp(prefix="hostile-s11b-parts-")
+atexit.register(shutil.rmtree, S11B_PARTS, True)
+
+
+def s11b_base_parts():
+    """Real part files of a two-shard sweep and a two-shard search of SMALL (made once)."""
+    base = os.path.join(S11B_PARTS, "base")
+    if not os.path.isdir(base):
+        src = os.path.join(S11B_PARTS, "small.hpm")
+        open(src, "w").write(SMALL)
+        for i in range(2):
+            subprocess.run([BIN, "sweep", src, "--vary", "rows=64,128", "--policy", "interleaved,kernel_by_kernel",
+                            "--shard", f"{i}/2", "--out", os.path.join(base, "s")], capture_output=True, check=True)
+            subprocess.run([BIN, "tune", src, "--budget", "4", "--shard", f"{i}/2", "--out-dir", os.path.join(base, "t")],
+                           capture_output=True, check=True)
+    return base
+
+
+def s11b_parts(name, kind, edit):
+    """A case's part directory: the base parts of `kind` with `edit(parts)` applied."""
+    def make():
+        base = os.path.join(s11b_base_parts(), kind[0])
+        parts = [json.load(open(os.path.join(base, f"{kind}-part-{i}-of-2.json"))) for i in range(2)]
+        edit(parts)
+        d = os.path.join(S11B_PARTS, name)
+        os.makedirs(d, exist_ok=True)
+        for i, p in enumerate(parts):
+            open(os.path.join(d, f"{kind}-part-{i}-of-2.json"), "w").write(json.dumps(p))
+        return ""
+    return make
+
+
+def s11b_sweep_merge(name, edit, expect="fail"):
+    case(name, None, args=("sweep", "--merge", os.path.join(S11B_PARTS, name)), stdin=s11b_parts(name, "sweep", edit), expect=expect)
+
+
+def s11b_tune_merge(name, edit, expect="fail"):
+    case(name, SMALL, args=("tune", "--merge", os.path.join(S11B_PARTS, name), "-o", f"@DIR/{name}-best.hpm"),
+         stdin=s11b_parts(name, "tune", edit), expect=expect)
+
+
+def s11b_set(*path_value):
+    def edit(parts):
+        *path, value = path_value
+        node = parts
+        for k in path[:-1]:
+            node = node[k]
+        if value is KeyError:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+    return edit
+
+
+def s11b_settings(key, value):
+    def edit(parts):
+        for p in parts:
+            if key == "axis_values":
+                p["settings"]["axes"][0]["values"] = value
+            else:
+                p["settings"][key] = value
+    return edit
+
+
+s11b_sweep_merge("s11b_ok_sweep_merge", lambda parts: None, expect="ok")
+for metric in ("latency_us", "lower_bound_us", "l2_hit_rate", "efficiency"):
+    for value in ("NaN", "inf", "-1"):
+        s11b_sweep_merge(f"s11b_sweep_merge_{metric}_{value}", s11b_set(0, "rows", 0, "metrics", metric, value))
+s11b_sweep_merge("s11b_sweep_merge_phase_nan", s11b_set(0, "rows", 0, "metrics", "phases", 0, 2, "NaN"))
+s11b_sweep_merge("s11b_sweep_merge_paced_inf", s11b_set(1, "rows", 0, "metrics", "link_paced_from_us", "inf"))
+s11b_sweep_merge("s11b_sweep_merge_values_empty", s11b_set(0, "rows", 0, "values", []))
+s11b_sweep_merge("s11b_sweep_merge_values_extra", s11b_set(0, "rows", 0, "values", ["64", "1"]))
+s11b_sweep_merge("s11b_sweep_merge_values_other", s11b_set(0, "rows", 0, "values", ["128"]))
+s11b_sweep_merge("s11b_sweep_merge_policy_other", s11b_set(0, "rows", 0, "policy", "kernel_by_kernel"))
+s11b_sweep_merge("s11b_sweep_merge_policy_unknown", s11b_set(0, "rows", 0, "policy", "nosuch"))
+s11b_sweep_merge("s11b_sweep_merge_config_huge", s11b_set(0, "rows", 0, "config", 2 ** 63))
+s11b_sweep_merge("s11b_sweep_merge_taskflow_number", s11b_set(0, "rows", 0, "taskflow", 5))
+s11b_sweep_merge("s11b_sweep_merge_no_outcome", s11b_set(0, "rows", 0, "metrics", KeyError))
+s11b_sweep_merge("s11b_sweep_merge_axis_value_twice", s11b_settings("axis_values", ["64", "64"]))
+s11b_sweep_merge("s11b_sweep_merge_axis_value_spaced", s11b_settings("axis_values", [" 64", "128"]))
+s11b_sweep_merge("s11b_sweep_merge_axis_replaced", s11b_settings("axes", [{"name": "schedule.priority", "values": ["nosuch", "fifo"]}]))
+s11b_tune_merge("s11b_ok_tune_merge", lambda parts: None, expect="ok")
+for value in ("NaN", "inf", "-inf", "-5"):
+    s11b_tune_merge(f"s11b_tune_merge_latency_{value}", s11b_set(1, "results", 0, "latency_us", value))
+s11b_tune_merge("s11b_tune_merge_no_outcome", s11b_set(0, "results", 1, "latency_us", KeyError))
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
