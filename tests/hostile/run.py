@@ -1159,6 +1159,17 @@ case("s11_lsp_long_line", None, args=("lsp",), expect="ok",
                            + [s11_change(2 + i, [s11_edit(1, 6000000 + i)]) for i in range(300)]))
 
 
+# Device fields that are each in range but do not fit together: packages of dies that do not
+# divide a node (a package across two nodes: its pairs used the package link across the node
+# boundary) were accepted.
+case("s11_dev_package_across_nodes", moe(dev=", dies_per_package: 3, dies_per_node: 16"), args=("run",))
+case("s11_dev_package_larger_than_node", moe(dev=", dies_per_package: 32"), args=("run",))
+case("s11_dev_set_node_not_multiple", moe(), args=("run", "--set", "device.dies_per_node=5"))
+case("s11_dev_sweep_node_not_multiple", SMALL, args=("sweep", "--vary", "device.dies_per_node=16,7", "--threads", "1"))
+case("s11_dev_profile_node_not_multiple", "import std::device::ascend_a3;\nprofile p : ascend_a3 { dies_per_node: 9 count }\n"
+     "device = p { ranks: 2 };\n")
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
