@@ -1170,6 +1170,15 @@ case("s11_dev_profile_node_not_multiple", "import std::device::ascend_a3;\nprofi
      "device = p { ranks: 2 };\n")
 
 
+# A `--set` of one name twice was refused by check, lower and run but taken (the last value)
+# by tune, sweep, scale and the REPL.
+for cmd in (("tune", "--budget", "1", "-o", "@DIR/s11_tune.hpm"), ("sweep", "--vary", "inter=64", "--threads", "1"),
+            ("scale", "--param", "inter", "--values", "64"), ("repl",)):
+    case("s11_set_twice_" + cmd[0], SMALL, args=cmd + ("--set", "rows=64", "--set", "rows=128"))
+case("s11_sweep_axis_other_set_ok", SMALL, args=("sweep", "--vary", "inter=64,128", "--set", "rows=128", "--threads", "1",
+                                                 "--policy", "interleaved"), expect="ok")
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"
