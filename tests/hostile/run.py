@@ -1244,6 +1244,88 @@ for value in ("NaN", "inf", "-inf", "-5"):
     s11b_tune_merge(f"s11b_tune_merge_latency_{value}", s11b_set(1, "results", 0, "latency_us", value))
 s11b_tune_merge("s11b_tune_merge_no_outcome", s11b_set(0, "results", 1, "latency_us", KeyError))
 
+# ---- Eleventh round.
+
+# Language server: requests about a large document. Each request looked names up with a scan
+# of every definition (semantic tokens of 100,000 params took 17 s: a scan per token), lexed
+# and indexed the whole text again (hundreds of hovers or definitions on a 17 MB document:
+# over 20 s), listed every definition as a completion (hundreds of completions of a million
+# params ran out of memory), or formatted the text again; a column was found by a scan of
+# its whole line; and every edit of a change built an index of every line (10,000 edits of a
+# 10 MB document: over 20 s). Now: lookups by name, the tokens and line index kept with the
+# analysis, completions capped (the list marked incomplete), a change's edits bounded by the
+# bytes they scan.
+S11_URI = "file:///tmp/hostile-lsp11.hpm"
+
+
+def s11_open(text):
+    return {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": S11_URI, "languageId": "hpm", "version": 1, "text": text}}}
+
+
+def s11_at(i, method, line, col):
+    return {"jsonrpc": "2.0", "id": 100 + i, "method": method,
+            "params": {"textDocument": {"uri": S11_URI}, "position": {"line": line, "character": col}}}
+
+
+def s11_doc(i, method, **extra):
+    return {"jsonrpc": "2.0", "id": 100 + i, "method": method, "params": dict({"textDocument": {"uri": S11_URI}}, **extra)}
+
+
+def s11_change(v, changes):
+    return {"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+        "textDocument": {"uri": S11_URI, "version": v}, "contentChanges": changes}}
+
+
+def s11_edit(line, col, text="p"):
+    return {"range": {"start": {"line": line, "character": col}, "end": {"line": line, "character": col + 1}}, "text": text}
+
+
+S11_PARAMS = "".join(f"param p{i} = {i};\n" for i in range(1000000))
+case("s11_lsp_semantic_tokens_many_params", None, args=("lsp",), expect="ok",
+     stdin=lambda: lsp_raw([s11_open(S11_PARAMS[:len(S11_PARAMS) // 3]), s11_doc(0, "textDocument/semanticTokens/full")]))
+case("s11_lsp_hovers_and_definitions_big_document", None, args=("lsp",), expect="ok",
+     stdin=lambda: lsp_raw([s11_open(S11_PARAMS)] + [s11_at(i, "textDocument/hover" if i % 2 else "textDocument/definition",
+                                                             999990 - i, 7) for i in range(600)]))
+case("s11_lsp_completions_big_document", None, args=("lsp",), expect="ok",
+     stdin=lambda: lsp_raw([s11_open(S11_PARAMS)] + [s11_at(i, "textDocument/completion", 1000000, 0) for i in range(300)]))
+case("s11_lsp_formatting_repeated", None, args=("lsp",), expect="ok",
+     stdin=lambda: lsp_raw([s11_open(S11_PARAMS)] + [s11_doc(i, "textDocument/formatting", options={"tabSize": 4, "insertSpaces": True})
+                                                     for i in range(60)]))
+case("s11_lsp_edits_many_in_one_change", None, args=("lsp",),
+     stdin=lambda: lsp_raw([s11_open(S11_PARAMS), s11_change(2, [s11_edit(999999, 0)] * 20000)]))
+case("s11_lsp_edits_many_changes", None, args=("lsp",), expect="ok",
+     stdin=lambda: lsp_raw([s11_open(S11_PARAMS)] + [s11_change(2 + i, [s11_edit(999999 - i % 7, 6)]) for i in range(3000)]
+                           + [s11_at(0, "textDocument/hover", 999990, 7)]))
+# One line of 400,000 params after a character of several bytes: every column is counted
+# from a mark near it, not from the line's start.
+S11_LINE = "// \u00e9\n" + "".join(f"param q{i} = {i}; " for i in range(400000)) + "\n"
+case("s11_lsp_long_line", None, args=("lsp",), expect="ok",
+     stdin=lambda: lsp_raw([s11_open(S11_LINE), s11_doc(0, "textDocument/semanticTokens/full")]
+                           + [s11_at(i + 1, "textDocument/hover", 1, 7000000 - 20 * i) for i in range(300)]
+                           + [s11_change(2 + i, [s11_edit(1, 6000000 + i)]) for i in range(300)]))
+
+
+# Device fields that are each in range but do not fit together: packages of dies that do not
+# divide a node (a package across two nodes: its pairs used the package link across the node
+# boundary) were accepted.
+case("s11_dev_package_across_nodes", moe(dev=", dies_per_package: 3, dies_per_node: 16"), args=("run",))
+case("s11_dev_package_larger_than_node", moe(dev=", dies_per_package: 32"), args=("run",))
+case("s11_dev_set_node_not_multiple", moe(), args=("run", "--set", "device.dies_per_node=5"))
+case("s11_dev_sweep_node_not_multiple", SMALL, args=("sweep", "--vary", "device.dies_per_node=16,7", "--threads", "1"))
+case("s11_dev_profile_node_not_multiple", "import std::device::ascend_a3;\nprofile p : ascend_a3 { dies_per_node: 9 count }\n"
+     "device = p { ranks: 2 };\n")
+
+
+# A `--set` of one name twice was refused by check, lower and run but taken (the last value)
+# by tune, sweep, scale and the REPL.
+for cmd in (("tune", "--budget", "1", "-o", "@DIR/s11_tune.hpm"), ("sweep", "--vary", "inter=64", "--threads", "1"),
+            ("scale", "--param", "inter", "--values", "64"), ("repl",)):
+    case("s11_set_twice_" + cmd[0], SMALL, args=cmd + ("--set", "rows=64", "--set", "rows=128"))
+case("s11_sweep_axis_other_set_ok", SMALL, args=("sweep", "--vary", "inter=64,128", "--set", "rows=128", "--threads", "1",
+                                                 "--policy", "interleaved"), expect="ok")
+
+
 def classify(rc, err, expect):
     if rc == 124:
         return "hang"

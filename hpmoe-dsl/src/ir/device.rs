@@ -229,6 +229,25 @@ pub struct FieldValue {
     pub unit: &'static Unit,
 }
 
+/// A package's dies are in one node (ranks are numbered package by package, node by node):
+/// `dies_per_node` must be a multiple of `dies_per_package`, or a pair of ranks would share a
+/// package across two nodes. The error is the node field's. `values`: one per field in base
+/// units, in [`DEVICE_FIELDS`] order.
+fn nesting_error(values: &[f64]) -> Option<FieldError> {
+    let value = |name: &str| Some(values[DEVICE_FIELDS.iter().position(|f| f.name == name)?]);
+    let (dies_per_package, dies_per_node) = (value("dies_per_package")?, value("dies_per_node")?);
+    if dies_per_node % dies_per_package == 0.0 {
+        return None;
+    }
+    Some(FieldError {
+        field: DeviceFieldSpec::named("dies_per_node")?,
+        value: dies_per_node,
+        reason: format!(
+            "`dies_per_node` must be a multiple of `dies_per_package` ({dies_per_package}): a package's dies are in one node"
+        ),
+    })
+}
+
 /// `Some` of the argument, or `None` without one.
 macro_rules! optional {
     () => {
@@ -295,6 +314,9 @@ macro_rules! device_fields {
                     .collect();
                 if !errors.is_empty() {
                     return Err(errors);
+                }
+                if let Some(e) = nesting_error(&values) {
+                    return Err(vec![e]);
                 }
                 let [$($name),+] = values;
                 Ok(Device {

@@ -605,6 +605,11 @@ fn run(cmd: Command) -> i32 {
         if let Err(e) = check_allow_paths(&prog.allow_path) {
             return usage(e);
         }
+        // Every command refuses a malformed or repeated `--set` before any work (tune, sweep
+        // and the REPL took the last of a name given twice).
+        if let Err(e) = parse_overrides(&prog.set) {
+            return usage(format!("--set {e}"));
+        }
     }
     match cmd {
         Command::Check { file, prog, format } => {

@@ -12,9 +12,13 @@ use hpmoe_dsl::check::Options;
 use hpmoe_dsl::diag::{Diagnostic, Severity};
 use hpmoe_dsl::driver::Checked;
 use hpmoe_dsl::syntax::ast::{self, ItemKind};
+use hpmoe_dsl::syntax::lexer::tokenize;
 use hpmoe_dsl::syntax::token::FileId;
+use hpmoe_dsl::syntax::token::{Delim, Punct, TokenKind};
 use hpmoe_dsl::{SourceMap, Span};
 use lsp_types as lsp;
+use std::cell::OnceCell;
+use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
 
@@ -72,6 +76,33 @@ pub struct Analysis {
     /// Per taskflow, once a hover asked: the policy and the tiles per rank of every call (or
     /// why they could not be counted).
     pub tiles: TileCache,
+    /// The first definition of each name (an index into `defs`): a request looks a name up
+    /// once, not with a scan of every definition.
+    first_def: HashMap<String, usize>,
+    /// The line index of each loaded source, built when a request first needs it.
+    lines: Vec<OnceCell<LineIndex>>,
+    /// The document's tokens, lexed when a request first needs them.
+    lexed: OnceCell<Lexed>,
+}
+
+/// What a token of the document is, without its text (an identifier's name is the text of
+/// its span).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tok {
+    Ident,
+    Number,
+    Str,
+    Doc,
+    Punct(Punct),
+    Open(Delim),
+    Other,
+}
+
+/// The tokens and comments of the document, in order.
+#[derive(Debug, Default)]
+pub struct Lexed {
+    pub toks: Vec<(Span, Tok)>,
+    pub comments: Vec<Span>,
 }
 
 /// Tiles per rank of every call of a taskflow, by taskflow name.
@@ -93,6 +124,11 @@ pub fn analyse(name: &str, path: Option<&Path>, text: &str) -> Analysis {
             collect_defs(&other, &mut defs);
         }
     }
+    let mut first_def = HashMap::new();
+    for (i, d) in defs.iter().enumerate() {
+        first_def.entry(d.name.clone()).or_insert(i);
+    }
+    let lines = (0..sources.files().count()).map(|_| OnceCell::new()).collect();
     Analysis {
         root,
         ast,
@@ -101,6 +137,9 @@ pub fn analyse(name: &str, path: Option<&Path>, text: &str) -> Analysis {
         defs,
         sources,
         tiles: TileCache::default(),
+        first_def,
+        lines,
+        lexed: OnceCell::new(),
     }
 }
 
@@ -139,9 +178,42 @@ pub(super) fn collect_defs(file: &ast::File, out: &mut Vec<Def>) {
 }
 
 impl Analysis {
-    /// The definitions of a name, the document's first.
-    pub fn defs_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Def> + 'a {
-        self.defs.iter().filter(move |d| d.name == name)
+    /// The definition of a name: the document's, else the first of the sources it loaded.
+    pub fn def_named(&self, name: &str) -> Option<&Def> {
+        self.first_def.get(name).map(|&i| &self.defs[i])
+    }
+
+    /// The line index of a loaded source.
+    pub fn lines(&self, file: FileId) -> Option<&LineIndex> {
+        let f = self.sources.get(file)?;
+        Some(self.lines.get(file.0 as usize)?.get_or_init(|| LineIndex::new(&f.text)))
+    }
+
+    /// The tokens and comments of the document.
+    pub fn lexed(&self) -> &Lexed {
+        self.lexed.get_or_init(|| {
+            let text = self.source_text(self.root).unwrap_or("");
+            let (toks, _, comments) = tokenize(text, self.root);
+            Lexed {
+                toks: toks
+                    .iter()
+                    .filter(|t| t.kind != TokenKind::Eof)
+                    .map(|t| {
+                        let kind = match t.kind {
+                            TokenKind::Ident(_) => Tok::Ident,
+                            TokenKind::Int(_) | TokenKind::Float(_) => Tok::Number,
+                            TokenKind::Str(_) => Tok::Str,
+                            TokenKind::Doc(_) | TokenKind::InnerDoc(_) => Tok::Doc,
+                            TokenKind::Punct(p) => Tok::Punct(p),
+                            TokenKind::Open(d) => Tok::Open(d),
+                            TokenKind::Close(_) | TokenKind::Error | TokenKind::Eof => Tok::Other,
+                        };
+                        (t.span, kind)
+                    })
+                    .collect(),
+                comments: comments.iter().map(|c| c.span).collect(),
+            }
+        })
     }
 
     /// The text of a loaded source.
@@ -161,7 +233,7 @@ impl Analysis {
             let p = files::stdlib_path(files::stdlib_module(&f.name)?)?;
             lsp::Uri::from_str(&files::path_to_uri(&p)).ok()?
         };
-        let idx = LineIndex::new(&f.text);
+        let idx = self.lines(span.file)?;
         Some(lsp::Location {
             uri,
             range: idx.range(&f.text, span.lo as usize, span.hi as usize),
@@ -170,8 +242,11 @@ impl Analysis {
 
     /// The diagnostics in the protocol's terms. A problem found in another file (an import)
     /// is shown at the top of the document, its own place as related information.
-    pub fn lsp_diagnostics(&self, doc_uri: &lsp::Uri, doc_text: &str) -> Vec<lsp::Diagnostic> {
-        let idx = LineIndex::new(doc_text);
+    pub fn lsp_diagnostics(&self, doc_uri: &lsp::Uri) -> Vec<lsp::Diagnostic> {
+        let doc_text = self.source_text(self.root).unwrap_or("");
+        let Some(idx) = self.lines(self.root) else {
+            return Vec::new();
+        };
         self.diagnostics
             .iter()
             .map(|d| {

@@ -5,14 +5,12 @@
 //! a taskflow's inputs and `let`s, an op's parameters, then the program's globals (the
 //! document's own before those of its imports and the stdlib).
 
-use super::analysis::{Analysis, Def, DefKind};
+use super::analysis::{Analysis, Def, DefKind, Tok};
 use super::files;
-use super::text::LineIndex;
 use hpmoe_dsl::ir::{self, DType, Dim, Program, Taskflow, DEVICE_FIELDS};
 use hpmoe_dsl::policy::Policy;
 use hpmoe_dsl::syntax::ast::{self, ItemKind};
-use hpmoe_dsl::syntax::lexer::tokenize;
-use hpmoe_dsl::syntax::token::{Delim, Punct, Token, TokenKind};
+use hpmoe_dsl::syntax::token::{Delim, Punct};
 use hpmoe_dsl::Span;
 use lsp_types as lsp;
 use std::fmt::Write as _;
@@ -55,35 +53,42 @@ const ENGINES: &[(&str, &str)] = &[("aic", "the cube cores (matrix units)"), ("a
 /// The most tasks a hover lowers a taskflow to (to count a call's tiles).
 pub const HOVER_MAX_TASKS: u64 = 2_000_000;
 
+/// The text of a token.
+fn tok_text(text: &str, span: Span) -> &str {
+    text.get(span.lo as usize..span.hi as usize).unwrap_or("")
+}
+
 /// The identifier token at a byte offset (one that contains it, or ends at it), with its
-/// index among `toks`.
-fn ident_at(toks: &[Token], offset: usize) -> Option<(usize, &str, Span)> {
+/// index among `toks` (found by a binary search: the tokens are in order and disjoint).
+fn ident_at<'t>(toks: &[(Span, Tok)], text: &'t str, offset: usize) -> Option<(usize, &'t str, Span)> {
     let o = offset as u32;
+    // The tokens that start at or before the offset; of those, only the last few can reach it.
+    let end = toks.partition_point(|(s, _)| s.lo <= o);
+    let mut first = end;
+    while first > 0 && toks[first - 1].0.hi >= o {
+        first -= 1;
+    }
     let mut best = None;
-    for (i, t) in toks.iter().enumerate() {
-        if let TokenKind::Ident(name) = &t.kind {
-            if t.span.lo <= o && o < t.span.hi {
-                return Some((i, name.as_str(), t.span));
+    for (i, &(span, kind)) in toks.iter().enumerate().take(end).skip(first) {
+        if kind == Tok::Ident {
+            if span.lo <= o && o < span.hi {
+                return Some((i, tok_text(text, span), span));
             }
-            if t.span.hi == o {
-                best = Some((i, name.as_str(), t.span));
+            if span.hi == o {
+                best = Some((i, tok_text(text, span), span));
             }
-        }
-        if t.span.lo > o {
-            break;
         }
     }
     best
 }
 
-fn is_punct(toks: &[Token], i: Option<usize>, p: Punct) -> bool {
-    i.and_then(|i| toks.get(i))
-        .is_some_and(|t| t.kind == TokenKind::Punct(p))
+fn is_punct(toks: &[(Span, Tok)], i: Option<usize>, p: Punct) -> bool {
+    i.and_then(|i| toks.get(i)).is_some_and(|t| t.1 == Tok::Punct(p))
 }
 
-fn ident_text(toks: &[Token], i: Option<usize>) -> Option<&str> {
-    match &toks.get(i?)?.kind {
-        TokenKind::Ident(s) => Some(s),
+fn ident_text<'t>(toks: &[(Span, Tok)], text: &'t str, i: Option<usize>) -> Option<&'t str> {
+    match toks.get(i?)? {
+        &(span, Tok::Ident) => Some(tok_text(text, span)),
         _ => None,
     }
 }
@@ -92,9 +97,14 @@ fn contains(span: Span, offset: u32) -> bool {
     span.lo <= offset && offset <= span.hi
 }
 
-/// The item of the document that holds an offset.
+/// The item of the document that holds an offset (the first, where two touch it; found by a
+/// binary search: the items are in order).
 fn item_at(file: &ast::File, offset: u32) -> Option<&ast::Item> {
-    file.items.iter().find(|it| contains(it.span, offset))
+    let i = file.items.partition_point(|it| it.span.hi < offset);
+    file.items[i..]
+        .iter()
+        .take_while(|it| it.span.lo <= offset)
+        .find(|it| contains(it.span, offset))
 }
 
 /// Where the name under the cursor is.
@@ -109,11 +119,11 @@ struct Cursor<'t> {
     field_name: bool,
 }
 
-fn cursor<'t>(toks: &'t [Token], offset: usize) -> Option<Cursor<'t>> {
-    let (i, name, span) = ident_at(toks, offset)?;
-    let call = toks.get(i + 1).is_some_and(|t| t.kind == TokenKind::Open(Delim::Paren));
+fn cursor<'t>(toks: &[(Span, Tok)], text: &'t str, offset: usize) -> Option<Cursor<'t>> {
+    let (i, name, span) = ident_at(toks, text, offset)?;
+    let call = toks.get(i + 1).is_some_and(|t| t.1 == Tok::Open(Delim::Paren));
     let field_of = if is_punct(toks, i.checked_sub(1), Punct::Dot) {
-        ident_text(toks, i.checked_sub(2))
+        ident_text(toks, text, i.checked_sub(2))
     } else {
         None
     };
@@ -356,8 +366,7 @@ fn def_hover(a: &Analysis, d: &Def) -> String {
 
 /// The markdown shown for the name at `offset`, if any.
 pub fn hover(a: &Analysis, text: &str, offset: usize) -> Option<(String, Span)> {
-    let (toks, _, _) = tokenize(text, a.root);
-    let c = cursor(&toks, offset)?;
+    let c = cursor(&a.lexed().toks, text, offset)?;
     let o = offset as u32;
     let p = a.checked.as_deref();
     let item = item_at(&a.ast, o);
@@ -413,7 +422,7 @@ pub fn hover(a: &Analysis, text: &str, offset: usize) -> Option<(String, Span)> 
             }
         }
     }
-    if let Some(d) = a.defs_named(c.name).next() {
+    if let Some(d) = a.def_named(c.name) {
         return Some((def_hover(a, d), c.span));
     }
     if let Some((m, d)) = stdlib_defs().iter().find(|(_, d)| d.name == c.name) {
@@ -497,14 +506,13 @@ pub fn definition(a: &Analysis, uri: &lsp::Uri, text: &str, offset: usize) -> Op
             _ => {}
         }
     }
-    let (toks, _, _) = tokenize(text, a.root);
-    let c = cursor(&toks, offset)?;
+    let c = cursor(&a.lexed().toks, text, offset)?;
     if c.field_of.is_none() {
         if let Some(span) = item_at(&a.ast, o).and_then(|it| local_def(it, c.name)) {
             return a.location(span, uri);
         }
     }
-    let d = a.defs_named(c.name).next()?;
+    let d = a.def_named(c.name)?;
     a.location(d.name_span, uri)
 }
 
@@ -553,8 +561,9 @@ fn def_kind(k: DefKind) -> lsp::CompletionItemKind {
 /// Completions at `offset`: after `device.` the device fields, after `on` the engines,
 /// after `schedule ... =` the policies, else every keyword, op, param, routing, taskflow,
 /// dtype, engine, policy, routing kind and profile in scope (the stdlib's too), and the
-/// device fields inside a device or profile declaration.
-pub fn completion(a: &Analysis, text: &str, offset: usize) -> Vec<lsp::CompletionItem> {
+/// device fields inside a device or profile declaration; at most [`MAX_COMPLETIONS`] of
+/// them (the answer then says it is incomplete).
+pub fn completion(a: &Analysis, text: &str, offset: usize) -> lsp::CompletionResponse {
     let mut offset = offset.min(text.len());
     while !text.is_char_boundary(offset) {
         offset -= 1;
@@ -602,55 +611,111 @@ pub fn completion(a: &Analysis, text: &str, offset: usize) -> Vec<lsp::Completio
             .map(|p| item(p.name(), lsp::CompletionItemKind::ENUM_MEMBER, "policy".into(), None))
             .collect::<Vec<_>>()
     };
-    let mut out = if head.ends_with('.') && head[..head.len() - 1].trim_end().ends_with("device") {
-        fields()
+    let mut out = Completions::new(prefix);
+    if head.ends_with('.') && head[..head.len() - 1].trim_end().ends_with("device") {
+        out.extend(fields());
     } else if head.ends_with(" on") || head == "on" || head.ends_with("\ton") || head.ends_with("\non") {
-        engines()
+        out.extend(engines());
     } else if line.trim_start().starts_with("schedule") && line.ends_with('=') {
-        policies()
+        out.extend(policies());
     } else {
-        let mut v: Vec<lsp::CompletionItem> = KEYWORDS
-            .iter()
-            .map(|k| item(k, lsp::CompletionItemKind::KEYWORD, "keyword".into(), None))
-            .collect();
-        v.extend(DType::ALL.iter().map(|d| {
-            item(
-                d.name(),
-                lsp::CompletionItemKind::TYPE_PARAMETER,
-                format!("dtype, {} byte(s)", d.size()),
-                None,
-            )
-        }));
-        v.extend(engines());
-        v.extend(policies());
+        for k in KEYWORDS {
+            out.add(k, || item(k, lsp::CompletionItemKind::KEYWORD, "keyword".into(), None));
+        }
+        for d in DType::ALL {
+            out.add(d.name(), || {
+                item(
+                    d.name(),
+                    lsp::CompletionItemKind::TYPE_PARAMETER,
+                    format!("dtype, {} byte(s)", d.size()),
+                    None,
+                )
+            });
+        }
+        out.extend(engines());
+        out.extend(policies());
         for d in &a.defs {
-            v.push(item(
-                &d.name,
-                def_kind(d.kind),
-                d.kind.word().into(),
-                (!d.docs.is_empty()).then(|| d.docs.join("\n")),
-            ));
+            out.add(&d.name, || {
+                item(
+                    &d.name,
+                    def_kind(d.kind),
+                    d.kind.word().into(),
+                    (!d.docs.is_empty()).then(|| d.docs.join("\n")),
+                )
+            });
         }
         for (m, d) in stdlib_defs() {
-            v.push(item(
-                &d.name,
-                def_kind(d.kind),
-                format!("{} from std::{m}", d.kind.word()),
-                (!d.docs.is_empty()).then(|| d.docs.join("\n")),
-            ));
+            out.add(&d.name, || {
+                item(
+                    &d.name,
+                    def_kind(d.kind),
+                    format!("{} from std::{m}", d.kind.word()),
+                    (!d.docs.is_empty()).then(|| d.docs.join("\n")),
+                )
+            });
         }
         let in_device = item_at(&a.ast, offset as u32)
             .is_some_and(|it| matches!(it.kind, ItemKind::Device(_) | ItemKind::Profile(_)));
         if in_device {
-            v.extend(fields());
+            out.extend(fields());
         }
-        v
-    };
-    out.retain(|c| c.label.starts_with(prefix));
-    // One entry per label: the first (the document's own definition before the stdlib's).
-    let mut seen = std::collections::BTreeSet::new();
-    out.retain(|c| seen.insert(c.label.clone()));
-    out
+    }
+    out.finish()
+}
+
+/// The most completions one answer lists; past it the list is marked incomplete (the client
+/// asks again as the word grows).
+pub const MAX_COMPLETIONS: usize = 1000;
+
+/// The completions of one request: those whose label starts with the word typed so far, one
+/// per label (the first: the document's own definition before the stdlib's), at most
+/// [`MAX_COMPLETIONS`]. An item is built only once it is kept.
+struct Completions<'p> {
+    prefix: &'p str,
+    seen: std::collections::HashSet<String>,
+    items: Vec<lsp::CompletionItem>,
+    incomplete: bool,
+}
+
+impl<'p> Completions<'p> {
+    fn new(prefix: &'p str) -> Self {
+        Completions {
+            prefix,
+            seen: Default::default(),
+            items: Vec::new(),
+            incomplete: false,
+        }
+    }
+
+    fn add(&mut self, label: &str, make: impl FnOnce() -> lsp::CompletionItem) {
+        if self.incomplete || !label.starts_with(self.prefix) || self.seen.contains(label) {
+            return;
+        }
+        if self.items.len() == MAX_COMPLETIONS {
+            self.incomplete = true;
+            return;
+        }
+        self.seen.insert(label.to_string());
+        self.items.push(make());
+    }
+
+    fn extend(&mut self, items: Vec<lsp::CompletionItem>) {
+        for c in items {
+            let label = c.label.clone();
+            self.add(&label, || c);
+        }
+    }
+
+    fn finish(self) -> lsp::CompletionResponse {
+        if self.incomplete {
+            lsp::CompletionResponse::List(lsp::CompletionList {
+                is_incomplete: true,
+                items: self.items,
+            })
+        } else {
+            lsp::CompletionResponse::Array(self.items)
+        }
+    }
 }
 
 // ---------------------------------------------------------------- formatting
@@ -661,7 +726,7 @@ pub fn formatting(text: &str) -> Option<Vec<lsp::TextEdit>> {
     if out == text {
         return Some(Vec::new());
     }
-    let idx = LineIndex::new(text);
+    let idx = super::text::LineIndex::new(text);
     Some(vec![lsp::TextEdit {
         range: idx.range(text, 0, text.len()),
         new_text: out,
@@ -729,30 +794,39 @@ fn parameter_spans(file: &ast::File) -> (Vec<Span>, Vec<Span>) {
 /// The semantic tokens of the document, encoded as the protocol wants (relative
 /// positions, UTF-16 lengths, one token per line for tokens that span lines).
 pub fn semantic_tokens(a: &Analysis, text: &str) -> Vec<lsp::SemanticToken> {
-    let (toks, _, comments) = tokenize(text, a.root);
+    let lexed = a.lexed();
+    let toks = &lexed.toks;
+    // Sorted, for a binary search per token.
+    let sorted = |mut v: Vec<Span>| {
+        v.sort_unstable_by_key(|s| (s.lo, s.hi));
+        v
+    };
+    let has = |v: &[Span], s: Span| v.binary_search_by_key(&(s.lo, s.hi), |x| (x.lo, x.hi)).is_ok();
     let (params, generics) = parameter_spans(&a.ast);
-    let declared: Vec<Span> = a
-        .defs
-        .iter()
-        .filter(|d| d.name_span.file == a.root)
-        .map(|d| d.name_span)
-        .collect();
+    let (params, generics) = (sorted(params), sorted(generics));
+    let declared = sorted(
+        a.defs
+            .iter()
+            .filter(|d| d.name_span.file == a.root)
+            .map(|d| d.name_span)
+            .collect(),
+    );
     let mut raw: Vec<(u32, u32, u32, u32)> = Vec::new();
     let mut in_import = false;
-    for (i, t) in toks.iter().enumerate() {
-        let (ty, mods) = match &t.kind {
-            TokenKind::Ident(name) => {
-                let n = name.as_str();
-                let prev_dot = is_punct(&toks, i.checked_sub(1), Punct::Dot);
-                let next_colon = is_punct(&toks, Some(i + 1), Punct::Colon);
-                let next_path = is_punct(&toks, Some(i + 1), Punct::ColonColon);
+    for (i, &(span, kind)) in toks.iter().enumerate() {
+        let (ty, mods) = match kind {
+            Tok::Ident => {
+                let n = tok_text(text, span);
+                let prev_dot = is_punct(toks, i.checked_sub(1), Punct::Dot);
+                let next_colon = is_punct(toks, Some(i + 1), Punct::Colon);
+                let next_path = is_punct(toks, Some(i + 1), Punct::ColonColon);
                 if n == "import" && !prev_dot {
                     in_import = true;
                 }
-                let decl = if declared.contains(&t.span) { M_DECLARATION } else { 0 };
-                let ty = if params.contains(&t.span) {
+                let decl = if has(&declared, span) { M_DECLARATION } else { 0 };
+                let ty = if has(&params, span) {
                     T_PARAMETER
-                } else if generics.contains(&t.span) {
+                } else if has(&generics, span) {
                     T_TYPE
                 } else if prev_dot {
                     T_PROPERTY
@@ -768,8 +842,7 @@ pub fn semantic_tokens(a: &Analysis, text: &str) -> Vec<lsp::SemanticToken> {
                     T_PROPERTY
                 } else {
                     match a
-                        .defs_named(n)
-                        .next()
+                        .def_named(n)
                         .map(|d| d.kind)
                         .or_else(|| stdlib_defs().iter().find(|(_, d)| d.name == n).map(|(_, d)| d.kind))
                     {
@@ -778,7 +851,7 @@ pub fn semantic_tokens(a: &Analysis, text: &str) -> Vec<lsp::SemanticToken> {
                         Some(DefKind::Taskflow) => T_NAMESPACE,
                         Some(DefKind::Param | DefKind::Route) | None => {
                             if ir::Func::parse(n).is_some()
-                                && toks.get(i + 1).is_some_and(|t| t.kind == TokenKind::Open(Delim::Paren))
+                                && toks.get(i + 1).is_some_and(|t| t.1 == Tok::Open(Delim::Paren))
                             {
                                 T_FUNCTION
                             } else {
@@ -789,26 +862,29 @@ pub fn semantic_tokens(a: &Analysis, text: &str) -> Vec<lsp::SemanticToken> {
                 };
                 (ty, decl)
             }
-            TokenKind::Int(_) | TokenKind::Float(_) => (T_NUMBER, 0),
-            TokenKind::Str(_) => (T_STRING, 0),
-            TokenKind::Doc(_) | TokenKind::InnerDoc(_) => (T_COMMENT, M_DOCUMENTATION),
-            TokenKind::Punct(Punct::Semi) => {
+            Tok::Number => (T_NUMBER, 0),
+            Tok::Str => (T_STRING, 0),
+            Tok::Doc => (T_COMMENT, M_DOCUMENTATION),
+            Tok::Punct(Punct::Semi) => {
                 in_import = false;
                 continue;
             }
             _ => continue,
         };
-        raw.push((t.span.lo, t.span.hi, ty, mods));
+        raw.push((span.lo, span.hi, ty, mods));
     }
-    raw.extend(comments.iter().map(|c| (c.span.lo, c.span.hi, T_COMMENT, 0)));
+    raw.extend(lexed.comments.iter().map(|c| (c.lo, c.hi, T_COMMENT, 0)));
     raw.sort_unstable();
-    let idx = LineIndex::new(text);
+    let Some(idx) = a.lines(a.root) else {
+        return Vec::new();
+    };
+    let mut walk = super::text::Walker::new(idx, text);
     let mut out = Vec::new();
     let (mut last_line, mut last_start) = (0u32, 0u32);
     for (lo, hi, ty, mods) in raw {
         let (lo, hi) = (lo as usize, (hi as usize).min(text.len()));
-        let start = idx.position(text, lo);
-        let end = idx.position(text, hi);
+        let start = walk.position(lo);
+        let end = walk.position(hi);
         // One piece per line the token covers.
         for line in start.line..=end.line {
             let (ls, le) = match idx.line_range(text, line as usize) {
@@ -820,7 +896,7 @@ pub fn semantic_tokens(a: &Analysis, text: &str) -> Vec<lsp::SemanticToken> {
             if b0 <= a0 {
                 continue;
             }
-            let col = idx.position(text, a0).character;
+            let col = if line == start.line { start.character } else { 0 };
             let len = text.get(a0..b0).map_or(0, |s| s.encode_utf16().count() as u32);
             let delta_line = line - last_line;
             let delta_start = if delta_line == 0 { col - last_start } else { col };

@@ -19,6 +19,8 @@ pub struct Document {
     pub path: Option<PathBuf>,
     /// The analysis of the current text; `None` after a change, until it is analysed again.
     pub analysis: Option<Analysis>,
+    /// The edits that format the current text, once a request asked (emptied by a change).
+    pub formatted: std::cell::OnceCell<Option<Vec<lsp_types::TextEdit>>>,
 }
 
 /// The open documents by URI (ordered, so every walk over them is deterministic).

@@ -18,8 +18,9 @@
 //! one check) or before a request about it is answered. A malformed request gets an error
 //! response, never a panic; a request before `initialize` gets `ServerNotInitialized`
 //! (`lsp-server`'s handshake). Exit code: 0 after `shutdown` and `exit`, 1 when the input
-//! ends or `exit` comes without `shutdown`, the framing is malformed, or the open documents
-//! would hold more than [`MAX_OPEN_BYTES`] of text together (with a message on stderr).
+//! ends or `exit` comes without `shutdown`, the framing is malformed, the open documents
+//! would hold more than [`MAX_OPEN_BYTES`] of text together, or the edits of one change would
+//! cost more than [`MAX_EDIT_WORK`] (with a message on stderr).
 
 mod analysis;
 mod features;
@@ -33,7 +34,6 @@ use lsp_types as lsp;
 use lsp_types::notification::Notification as _;
 use lsp_types::request::Request as _;
 use std::str::FromStr;
-use text::LineIndex;
 
 /// Runs the server on stdio; returns the exit code.
 pub fn main() -> i32 {
@@ -201,6 +201,11 @@ struct Server<'c> {
 /// session, as a message past the framing's limit does.
 pub const MAX_OPEN_BYTES: u64 = hpmoe_dsl::check::MAX_SOURCE_BYTES;
 
+/// The most bytes the edits of one `textDocument/didChange` may scan and move together (each
+/// edit costs the length of the text it edits): a few seconds of work. Past it the session
+/// ends, as past [`MAX_OPEN_BYTES`].
+pub const MAX_EDIT_WORK: u64 = 8 << 30;
+
 /// The parameters of a request, or the error response for malformed ones.
 fn params<P: serde::de::DeserializeOwned>(req: &Request) -> Result<P, Response> {
     serde_json::from_value(req.params.clone()).map_err(|e| {
@@ -260,7 +265,7 @@ impl Server<'_> {
             doc.analysis = Some(a);
             return;
         };
-        let diagnostics = a.lsp_diagnostics(&lsp_uri, &doc.text);
+        let diagnostics = a.lsp_diagnostics(&lsp_uri);
         let version = Some(doc.version);
         doc.analysis = Some(a);
         self.notify::<lsp::notification::PublishDiagnostics>(lsp::PublishDiagnosticsParams {
@@ -291,6 +296,7 @@ impl Server<'_> {
                         text: p.text_document.text,
                         path: files::uri_to_path(&uri),
                         analysis: None,
+                        formatted: Default::default(),
                     },
                 );
             }
@@ -307,8 +313,20 @@ impl Server<'_> {
                     return;
                 };
                 // A change is at most a message long, so the text grows by at most that much
-                // before its size is checked.
+                // before its size is checked. Each edit scans and moves the text it edits:
+                // the edits of one notification may together cost at most MAX_EDIT_WORK.
+                let mut work = 0u64;
+                let edits = p.content_changes.len();
                 for c in p.content_changes {
+                    work = work.saturating_add(doc.text.len() as u64 + c.text.len() as u64);
+                    if work > MAX_EDIT_WORK {
+                        self.fatal = Some(format!(
+                            "a change of {edits} edits to a document of {} bytes: applying them would scan more than the limit of {MAX_EDIT_WORK} bytes ({} GiB); send the whole text instead",
+                            doc.text.len(),
+                            MAX_EDIT_WORK >> 30
+                        ));
+                        return;
+                    }
                     text::apply_change(&mut doc.text, c.range, &c.text);
                     let total = others + doc.text.len() as u64;
                     if total > MAX_OPEN_BYTES {
@@ -318,6 +336,7 @@ impl Server<'_> {
                 }
                 doc.version = p.text_document.version;
                 doc.analysis = None;
+                doc.formatted = Default::default();
                 self.open_bytes = others + doc.text.len() as u64;
             }
             DidCloseTextDocument::METHOD => {
@@ -372,7 +391,9 @@ impl Server<'_> {
                 let Some(a) = &doc.analysis else {
                     return ok(id, None::<lsp::Hover>);
                 };
-                let idx = LineIndex::new(&doc.text);
+                let Some(idx) = a.lines(a.root) else {
+                    return ok(id, None::<lsp::Hover>);
+                };
                 let offset = idx.offset(&doc.text, tdp.position);
                 let h = features::hover(a, &doc.text, offset).map(|(value, span)| lsp::Hover {
                     contents: lsp::HoverContents::Markup(lsp::MarkupContent {
@@ -396,7 +417,10 @@ impl Server<'_> {
                 let Some(a) = &doc.analysis else {
                     return ok(id, None::<lsp::GotoDefinitionResponse>);
                 };
-                let offset = LineIndex::new(&doc.text).offset(&doc.text, tdp.position);
+                let Some(idx) = a.lines(a.root) else {
+                    return ok(id, None::<lsp::GotoDefinitionResponse>);
+                };
+                let offset = idx.offset(&doc.text, tdp.position);
                 let loc = features::definition(a, &uri, &doc.text, offset).map(lsp::GotoDefinitionResponse::Scalar);
                 ok(id, loc)
             }
@@ -412,11 +436,11 @@ impl Server<'_> {
                 let Some(a) = &doc.analysis else {
                     return ok(id, None::<lsp::CompletionResponse>);
                 };
-                let offset = LineIndex::new(&doc.text).offset(&doc.text, tdp.position);
-                ok(
-                    id,
-                    lsp::CompletionResponse::Array(features::completion(a, &doc.text, offset)),
-                )
+                let Some(idx) = a.lines(a.root) else {
+                    return ok(id, None::<lsp::CompletionResponse>);
+                };
+                let offset = idx.offset(&doc.text, tdp.position);
+                ok(id, features::completion(a, &doc.text, offset))
             }
             Formatting::METHOD => {
                 let p: lsp::DocumentFormattingParams = match params(&req) {
@@ -426,7 +450,7 @@ impl Server<'_> {
                 let Some(doc) = self.docs.get(p.text_document.uri.as_str()) else {
                     return ok(id, None::<Vec<lsp::TextEdit>>);
                 };
-                ok(id, features::formatting(&doc.text))
+                ok(id, doc.formatted.get_or_init(|| features::formatting(&doc.text)))
             }
             SemanticTokensFullRequest::METHOD => {
                 let p: lsp::SemanticTokensParams = match params(&req) {
