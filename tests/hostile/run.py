@@ -1325,6 +1325,13 @@ for cmd in (("tune", "--budget", "1", "-o", "@DIR/s11_tune.hpm"), ("sweep", "--v
 case("s11_sweep_axis_other_set_ok", SMALL, args=("sweep", "--vary", "inter=64,128", "--set", "rows=128", "--threads", "1",
                                                  "--policy", "interleaved"), expect="ok")
 
+# The REPL's :trace and :gantt into a FIFO (opening it for writing waited for a reader for
+# ever), a directory or a missing directory: refused before the run.
+for cmd in ("trace", "gantt"):
+    case(f"s11_repl_{cmd}_fifo", SMALL, args=("repl",), stdin=f":run\n:{cmd} @CDIR/out\n", files={"out": ("fifo",)})
+    case(f"s11_repl_{cmd}_dir", SMALL, args=("repl",), stdin=f":{cmd} @CDIR/d\n", files={"d": ("dir",)})
+    case(f"s11_repl_{cmd}_missing_dir", SMALL, args=("repl",), stdin=f":{cmd} @DIR/nosuch/x\n")
+
 
 def classify(rc, err, expect):
     if rc == 124:

@@ -880,6 +880,12 @@ impl Session {
             self.error(&usage(cmd));
             return Err(());
         };
+        // Before any work: a FIFO there would block the write for ever, a directory or a
+        // missing one fail it after the run.
+        if let Err(e) = crate::cli::paths::output_file(&format!(":{cmd}"), &path) {
+            self.error(&e);
+            return Err(());
+        }
         if let Some(program) = &self.file {
             if let Err(e) = crate::cli::paths::distinct_outputs(program, &[(&format!(":{cmd}"), &path)]) {
                 self.error(&e);
@@ -918,7 +924,7 @@ impl Session {
             workload: &sim.sim.workload,
             result: &sim.sim.result,
         };
-        let res = std::fs::File::create(&path).and_then(|f| {
+        let res = hpmoe_dsl::outfile::create(&path).and_then(|f| {
             let mut w = std::io::BufWriter::new(f);
             if trace {
                 hpmoe_sim::trace::write(&mut w, &run, &filter)?;
