@@ -469,7 +469,7 @@ impl Checker<'_> {
 /// the integer `4`.
 pub(crate) fn show_value(v: &Value) -> String {
     match v {
-        Value::Float(f) if f.is_finite() && f.fract() == 0.0 => format!("{f:.1}"),
+        Value::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e16 => format!("{f:.1}"),
         other => other.to_string(),
     }
 }

@@ -465,6 +465,8 @@ impl std::fmt::Display for Value {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Value::Int(i) => write!(f, "{i}"),
+            // Very large or small magnitudes in exponent form: `1e300`, not its 301 digits.
+            Value::Float(x) if *x != 0.0 && !(1e-6..1e16).contains(&x.abs()) => write!(f, "{x:e}"),
             Value::Float(x) => write!(f, "{x}"),
             Value::Bool(b) => write!(f, "{b}"),
             Value::Str(s) => write!(f, "{s:?}"),
