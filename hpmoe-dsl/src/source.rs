@@ -75,19 +75,25 @@ impl LineTable {
     }
 }
 
-/// The text with every `\r` that is not followed by `\n` replaced by a space (same length),
-/// or `None` when it has none. A lone carriage return in an excerpt would send a terminal
-/// back to the start of the line, and the renderer would count it as a line end in the
-/// position it prints but not in the lines it numbers.
+/// The text with every `\r` that is not followed by `\n`, and every other ASCII control
+/// character but tab and line feed (escape, backspace, NUL, DEL...), replaced by a space
+/// (same length), or `None` when it has none. A lone carriage return in an excerpt would send
+/// a terminal back to the start of the line, and the renderer would count it as a line end in
+/// the position it prints but not in the lines it numbers; an escape would let a file's text
+/// drive the terminal that shows its excerpt.
 pub fn lone_cr_as_space(text: &str) -> Option<String> {
     let b = text.as_bytes();
-    let lone = |i: usize| b[i] == b'\r' && b.get(i + 1) != Some(&b'\n');
-    if !(0..b.len()).any(lone) {
+    let blank = |i: usize| match b[i] {
+        b'\r' => b.get(i + 1) != Some(&b'\n'),
+        b'\t' | b'\n' => false,
+        c => c < 0x20 || c == 0x7f,
+    };
+    if !(0..b.len()).any(blank) {
         return None;
     }
     let mut out = b.to_vec();
     for (i, c) in out.iter_mut().enumerate() {
-        if lone(i) {
+        if blank(i) {
             *c = b' ';
         }
     }
@@ -199,5 +205,9 @@ mod tests {
         }
         assert_eq!(lone_cr_as_space("a\r\nb\n"), None);
         assert_eq!(lone_cr_as_space("a\rb\r").as_deref(), Some("a b "));
+        assert_eq!(
+            lone_cr_as_space("a\u{1b}[31mb\u{7f}\u{0}\tc").as_deref(),
+            Some("a [31mb  \tc")
+        );
     }
 }

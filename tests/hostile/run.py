@@ -1332,6 +1332,11 @@ for cmd in ("trace", "gantt"):
     case(f"s11_repl_{cmd}_dir", SMALL, args=("repl",), stdin=f":{cmd} @CDIR/d\n", files={"d": ("dir",)})
     case(f"s11_repl_{cmd}_missing_dir", SMALL, args=("repl",), stdin=f":{cmd} @DIR/nosuch/x\n")
 
+# Control characters in what a message quotes (an import's path, a file name, a directory
+# given on the command line) are escaped: they used to reach the terminal as they were.
+case("s11_escape_in_import_path", DEV % "" + 'import "\x1b[31mRED\x07.hpm";\n')
+case("s11_escape_in_output_path", SMALL, args=("run", "--trace", "@DIR/no\x1b[2Jsuch/x.json"))
+
 
 def classify(rc, err, expect):
     if rc == 124:
@@ -1348,6 +1353,9 @@ def classify(rc, err, expect):
         return "accepted-invalid"
     if expect == "ok" and rc != 0:
         return "refused-valid"
+    # Colours are off (NO_COLOR, stderr a pipe): an escape on stderr came from the input.
+    if "\x1b" in err:
+        return "raw-escape"
     return "ok"
 
 

@@ -8,7 +8,7 @@ mod codes;
 mod render;
 
 pub use codes::{Code, CodeInfo, CODES};
-pub use render::{render, render_all, to_json, RenderStyle};
+pub use render::{render, render_all, shown, to_json, RenderStyle};
 
 use crate::syntax::token::Span;
 

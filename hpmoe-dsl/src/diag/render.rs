@@ -122,10 +122,27 @@ fn labeled(span: crate::Span, text: &str, msg: &str, primary: bool) -> LabeledSp
     }
 }
 
+/// A message as shown on a terminal: control characters but tab and line feed escaped
+/// (`\u{1b}`), so that a name or a file's text quoted in it cannot drive the terminal.
+pub fn shown(s: &str) -> String {
+    if !s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
-    let mut help = d.help.clone();
+    let mut help = d.help.as_deref().map(shown);
     for n in &d.notes {
-        let line = format!("note: {n}");
+        let line = format!("note: {}", shown(n));
         help = Some(match help {
             Some(h) => format!("{h}\n{line}"),
             None => line,
@@ -138,7 +155,7 @@ fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
     let excerpts = |id: crate::FileId| -> Option<Excerpts> {
         let f = sources.get(id)?;
         Some(Excerpts {
-            name: f.name.clone(),
+            name: shown(&f.name),
             text: crate::source::lone_cr_as_space(&f.text).map_or_else(|| Arc::clone(&f.text), Arc::new),
             lines: sources.line_table(id)?,
         })
@@ -147,13 +164,13 @@ fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
         source = primary_file.and_then(excerpts);
         for l in &d.labels {
             if Some(l.span.file) == primary_file {
-                labels.push(labeled(l.span, &file.text, &l.message, l.primary));
+                labels.push(labeled(l.span, &file.text, &shown(&l.message), l.primary));
             } else if let Some(other) = sources.get(l.span.file) {
                 related.push(MietteDiag {
                     message: if l.message.is_empty() {
                         "see here".into()
                     } else {
-                        l.message.clone()
+                        shown(&l.message)
                     },
                     code: String::new(),
                     // A location in another file that explains the main one: not a warning.
@@ -167,7 +184,7 @@ fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
         }
     }
     MietteDiag {
-        message: d.message.clone(),
+        message: shown(&d.message),
         code: d.code.to_string(),
         severity: match d.severity {
             Severity::Error => miette::Severity::Error,
@@ -200,21 +217,23 @@ fn has_long_line(d: &Diagnostic, sources: &SourceMap) -> bool {
 
 /// A compact rendering without source excerpts: `error[E0101]: message` and locations.
 fn render_compact(d: &Diagnostic, sources: &SourceMap) -> String {
-    let mut out = format!("{}[{}]: {}\n", sev_word(d.severity), d.code, d.message);
+    let mut out = format!("{}[{}]: {}\n", sev_word(d.severity), d.code, shown(&d.message));
     for l in &d.labels {
-        let name = sources.get(l.span.file).map_or("<unknown>", |f| f.name.as_str());
+        let name = sources
+            .get(l.span.file)
+            .map_or("<unknown>".to_string(), |f| shown(&f.name));
         let (line, col) = sources.line_col(l.span).unwrap_or((0, 0));
         out.push_str(&format!("  --> {name}:{line}:{col}"));
         if !l.message.is_empty() {
-            out.push_str(&format!(": {}", l.message));
+            out.push_str(&format!(": {}", shown(&l.message)));
         }
         out.push('\n');
     }
     if let Some(h) = &d.help {
-        out.push_str(&format!("  help: {h}\n"));
+        out.push_str(&format!("  help: {}\n", shown(h)));
     }
     for n in &d.notes {
-        out.push_str(&format!("  note: {n}\n"));
+        out.push_str(&format!("  note: {}\n", shown(n)));
     }
     out
 }

@@ -122,10 +122,18 @@ macro_rules! errout {
     ($($arg:tt)*) => { $crate::out::print_err(format_args!($($arg)*)) };
 }
 
-/// `errln!` that never panics.
+/// Prints a line of plain text on stderr (errors recorded), its control characters but tab
+/// and line feed escaped: a path, a name or a file's text quoted in it cannot drive the
+/// terminal.
+pub(crate) fn print_err_line(args: std::fmt::Arguments<'_>) {
+    let line = std::fmt::format(args);
+    let _ = writeln!(Stderr, "{}", hpmoe_dsl::diag::shown(&line));
+}
+
+/// `errln!` that never panics (a line of plain text: see [`print_err_line`]).
 macro_rules! errln {
     () => { $crate::out::print_err(format_args!("\n")) };
-    ($($arg:tt)*) => { $crate::out::print_err(format_args!("{}\n", format_args!($($arg)*))) };
+    ($($arg:tt)*) => { $crate::out::print_err_line(format_args!($($arg)*)) };
 }
 
 /// The exit code once a command returned `code`: stdout is flushed; a closed pipe keeps

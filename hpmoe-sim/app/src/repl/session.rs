@@ -197,12 +197,12 @@ impl Session {
     /// Prints an error and marks the input as failed.
     pub fn error(&mut self, msg: &str) {
         self.failed_now = true;
-        let _ = writeln!(self.err, "error: {msg}");
+        let _ = writeln!(self.err, "error: {}", hpmoe_dsl::diag::shown(msg));
         let _ = self.err.flush();
     }
 
     pub fn note(&mut self, msg: &str) {
-        let _ = writeln!(self.err, "note: {msg}");
+        let _ = writeln!(self.err, "note: {}", hpmoe_dsl::diag::shown(msg));
         let _ = self.err.flush();
     }
 
