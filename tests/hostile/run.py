@@ -1337,6 +1337,18 @@ for cmd in ("trace", "gantt"):
 case("s11_escape_in_import_path", DEV % "" + 'import "\x1b[31mRED\x07.hpm";\n')
 case("s11_escape_in_output_path", SMALL, args=("run", "--trace", "@DIR/no\x1b[2Jsuch/x.json"))
 
+def s11_error_text(parts, key, at):
+    item = parts[0][key][at]
+    for k in ("latency_us", "metrics"):
+        item.pop(k, None)
+    item["error"] = "E1\x1b[2J\x07 bad"
+
+
+# A part's error text with control characters: shown escaped after the merge, on stderr, in
+# the report and in the charts. A sweep with a failed point exits 1.
+s11b_tune_merge("s11_tune_merge_error_with_escape", lambda parts: s11_error_text(parts, "results", 1), expect="ok")
+s11b_sweep_merge("s11_sweep_merge_error_with_escape", lambda parts: s11_error_text(parts, "rows", 0))
+
 
 def classify(rc, err, expect):
     if rc == 124:

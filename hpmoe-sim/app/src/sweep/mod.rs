@@ -980,10 +980,12 @@ pub fn merge(parts: &[J]) -> Result<(Sweep, Vec<Row>), String> {
             }
             let outcome = match r.get("metrics") {
                 Some(m) => Ok(metrics_from_part(m).map_err(|e| format!("point {index}: {e}"))?),
-                None => Err(r["error"]
-                    .as_str()
-                    .ok_or(format!("point {index}: a row with neither metrics nor an error"))?
-                    .to_string()),
+                // Shown to people as it is: its control characters escaped.
+                None => {
+                    Err(hpmoe_dsl::diag::shown(r["error"].as_str().ok_or(format!(
+                        "point {index}: a row with neither metrics nor an error"
+                    ))?))
+                }
             };
             // What the point's index means in the grid: its configuration, values and policy.
             let config = index / np;

@@ -1021,10 +1021,10 @@ pub fn merge(parts: &[J]) -> Result<(usize, usize, Vec<Outcome>), String> {
             }
             let latency_us = match r.get("latency_us") {
                 Some(v) => Ok(shard::read_measure(v, "a latency").map_err(|e| format!("candidate {i}: {e}"))?),
-                None => Err(r["error"]
-                    .as_str()
-                    .ok_or(format!("candidate {i}: a result with neither a latency nor an error"))?
-                    .to_string()),
+                // Shown to people as it is: its control characters escaped.
+                None => Err(hpmoe_dsl::diag::shown(r["error"].as_str().ok_or(format!(
+                    "candidate {i}: a result with neither a latency nor an error"
+                ))?)),
             };
             got[i] = Some(Outcome { index: i, latency_us });
         }
