@@ -31,7 +31,7 @@ pub struct LineTable {
     /// Offsets of every `\n`.
     newlines: Vec<usize>,
     /// The start of every line after the first (after each `\n`). A lone `\r` ends no line:
-    /// the renderer sees it as a space ([`lone_cr_as_space`]), so that its excerpts, its line
+    /// the renderer sees it as a space ([`controls_as_spaces`]), so that its excerpts, its line
     /// numbers and `line_col` agree.
     starts: Vec<usize>,
 }
@@ -81,7 +81,7 @@ impl LineTable {
 /// a terminal back to the start of the line, and the renderer would count it as a line end in
 /// the position it prints but not in the lines it numbers; an escape would let a file's text
 /// drive the terminal that shows its excerpt.
-pub fn lone_cr_as_space(text: &str) -> Option<String> {
+pub fn controls_as_spaces(text: &str) -> Option<String> {
     let b = text.as_bytes();
     let blank = |i: usize| match b[i] {
         b'\r' => b.get(i + 1) != Some(&b'\n'),
@@ -203,10 +203,10 @@ mod tests {
             assert!(out.contains(&format!(" {line} | ")), "{out}");
             assert!(!out.replace("\r\n", "\n").contains('\r'), "{out:?}");
         }
-        assert_eq!(lone_cr_as_space("a\r\nb\n"), None);
-        assert_eq!(lone_cr_as_space("a\rb\r").as_deref(), Some("a b "));
+        assert_eq!(controls_as_spaces("a\r\nb\n"), None);
+        assert_eq!(controls_as_spaces("a\rb\r").as_deref(), Some("a b "));
         assert_eq!(
-            lone_cr_as_space("a\u{1b}[31mb\u{7f}\u{0}\tc").as_deref(),
+            controls_as_spaces("a\u{1b}[31mb\u{7f}\u{0}\tc").as_deref(),
             Some("a [31mb  \tc")
         );
     }

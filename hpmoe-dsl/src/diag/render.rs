@@ -125,18 +125,19 @@ fn labeled(span: crate::Span, text: &str, msg: &str, primary: bool) -> LabeledSp
 /// A message as shown on a terminal: control characters but tab and line feed escaped
 /// (`\u{1b}`), so that a name or a file's text quoted in it cannot drive the terminal.
 pub fn shown(s: &str) -> String {
-    if !s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+    let raw = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !s.chars().any(raw) {
         return s.to_string();
     }
-    s.chars()
-        .map(|c| {
-            if c.is_control() && c != '\n' && c != '\t' {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if raw(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
@@ -156,7 +157,7 @@ fn to_miette(d: &Diagnostic, sources: &SourceMap) -> MietteDiag {
         let f = sources.get(id)?;
         Some(Excerpts {
             name: shown(&f.name),
-            text: crate::source::lone_cr_as_space(&f.text).map_or_else(|| Arc::clone(&f.text), Arc::new),
+            text: crate::source::controls_as_spaces(&f.text).map_or_else(|| Arc::clone(&f.text), Arc::new),
             lines: sources.line_table(id)?,
         })
     };

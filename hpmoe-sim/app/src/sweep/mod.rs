@@ -924,7 +924,9 @@ pub fn merge(parts: &[J]) -> Result<(Sweep, Vec<Row>), String> {
         let name = a["name"].as_str().ok_or("an axis without a name")?;
         let values = strings(&a["values"], "an axis's values")?;
         // Parsed as `--vary` is (every value checked, none twice), and read back as written.
-        let axis = Axis::parse(&format!("{name}={}", values.join(",")))?;
+        // (Joined at `;`, which splits without regard to commas: a value holding a comma
+        // outside parentheses came from a list split at `;`.)
+        let axis = Axis::parse(&format!("{name}={}", values.join(";")))?;
         if axis.values != values {
             return Err(format!(
                 "the values of the axis `{name}` are not as a sweep writes them"
